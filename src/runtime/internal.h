@@ -1,0 +1,281 @@
+/*
+ * Internal interfaces between the files of libmolt.  One file per concern:
+ *
+ *   errors.c    error table -> strings
+ *   buf.c       growable text buffer, TSV record writer
+ *   log.c       the update log (ring + optional file)
+ *   platform.c  membarrier and other Linux specifics
+ *   elf.c       reading ELF files and loaded modules (build-ids, symbols, notes)
+ *   thread.c    the thread registry
+ *   gen.c       generations: slots, tables, publication, reclamation
+ *   module.c    registered program modules and their updatable functions
+ *   patch.c     checking and loading patch files, resolving imports
+ *   runtime.c   the runtime thread, the request queue, public API, state
+ *   control.c   the control socket server (runs on the runtime thread)
+ *   protocol.c  control protocol framing (shared with the CLI)
+ *
+ * Lock order (outer first):  runtime state mutex (molt__rt_lock)
+ *                            -> registry mutex (thread.c)
+ *                            -> log mutex (log.c)
+ * The registry mutex is also taken by a thread that registers or exits;
+ * nothing that could block on an application thread is ever done under it.
+ */
+#ifndef MOLT_INTERNAL_H
+#define MOLT_INTERNAL_H
+
+#include "molt.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MOLT__HIDDEN __attribute__((visibility("hidden")))
+
+/* ---- buf.c ---------------------------------------------------------------*/
+typedef struct molt__buf {
+  char *data;
+  size_t len, cap;
+  bool oom; /* an allocation failed: contents are truncated */
+} molt__buf;
+
+MOLT__HIDDEN void molt__buf_init(molt__buf *b);
+MOLT__HIDDEN void molt__buf_free(molt__buf *b);
+MOLT__HIDDEN void molt__buf_add(molt__buf *b, const void *p, size_t n);
+MOLT__HIDDEN void molt__buf_printf(molt__buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* One TSV record: fields separated by tabs, a newline at the end.  Tabs,
+ * newlines and backslashes inside a field are escaped as \t \n \\. */
+MOLT__HIDDEN void molt__buf_record(molt__buf *b, int nfields,
+                                   const char *const *fields);
+/* snprintf into a fixed buffer of an error message; never overflows. */
+MOLT__HIDDEN void molt__errmsg(char *dst, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- log.c ---------------------------------------------------------------*/
+typedef enum {
+  MOLT__EV_START,   /* runtime started                         */
+  MOLT__EV_LOAD,    /* patch object loaded                     */
+  MOLT__EV_SWITCH,  /* a new generation became current         */
+  MOLT__EV_ROLLBACK,/* switch back to an earlier state         */
+  MOLT__EV_UNLOAD,  /* patch object unloaded                   */
+  MOLT__EV_RECLAIM, /* generation reclaimed                    */
+  MOLT__EV_REFUSE,  /* a request was refused (bad patch, ...)  */
+  MOLT__EV_DENIED,  /* control connection refused (uid)        */
+  MOLT__EV_FAIL,    /* internal failure: refusing state        */
+  MOLT__EV_INFO
+} molt__event;
+
+MOLT__HIDDEN void molt__log_init(void);
+MOLT__HIDDEN void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
+                            const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Appends the ring as TSV records: log <seq> <unix time> <event> <gen> <patch id> <message> */
+MOLT__HIDDEN void molt__log_dump(molt__buf *out);
+MOLT__HIDDEN const char *molt__event_name(molt__event ev);
+
+/* ---- platform.c ----------------------------------------------------------*/
+/* Prepares process-wide memory barriers. false if the kernel lacks them. */
+MOLT__HIDDEN bool molt__membarrier_init(void);
+/* Full memory barrier on every running thread of the process. */
+MOLT__HIDDEN int molt__membarrier(void);
+MOLT__HIDDEN pid_t molt__gettid(void);
+MOLT__HIDDEN uint64_t molt__now_ns(void);      /* CLOCK_MONOTONIC */
+MOLT__HIDDEN uint64_t molt__realtime_ns(void); /* CLOCK_REALTIME  */
+
+/* ---- thread.c ------------------------------------------------------------*/
+typedef struct molt__thread_info molt__thread_info;
+/* Calls fn for each registered thread, under the registry lock. */
+MOLT__HIDDEN void molt__threads_foreach(
+    void (*fn)(void *arg, const molt__thread *t, pid_t tid, const char *name),
+    void *arg);
+MOLT__HIDDEN void molt__threads_init(void);
+MOLT__HIDDEN void molt__threads_after_fork_child(void);
+MOLT__HIDDEN size_t molt__threads_count(void);
+/* For fork handlers only: hold the registry across fork(). */
+MOLT__HIDDEN void molt__threads_lock(void);
+MOLT__HIDDEN void molt__threads_unlock(void);
+
+/* ---- module.c ------------------------------------------------------------*/
+typedef struct molt__module {
+  molt__fn_desc *start, *stop;
+  uintptr_t base;        /* load bias of the module          */
+  char *path;            /* file the module was loaded from */
+  char build_id[MOLT__BUILD_ID_HEX_MAX + 1]; /* hex; "" if none */
+  uint32_t first_index;  /* index of start[0] in generation tables */
+} molt__module;
+
+MOLT__HIDDEN size_t molt__modules_count(void);
+MOLT__HIDDEN molt__module *molt__module_at(size_t i);
+MOLT__HIDDEN molt__module *molt__module_by_build_id(const char *hex);
+/* The descriptor of updatable function (name, tu) in module m, or NULL.
+ * tu is matched by basename; tu == NULL matches external functions only. */
+MOLT__HIDDEN molt__fn_desc *molt__module_find_fn(molt__module *m,
+                                                 const char *name,
+                                                 const char *tu);
+MOLT__HIDDEN uint32_t molt__fn_count(void); /* all modules */
+MOLT__HIDDEN uintptr_t molt__main_base(void); /* load bias of the executable */
+MOLT__HIDDEN molt__fn_desc *molt__fn_at(uint32_t index);
+
+/* ---- elf.c ---------------------------------------------------------------*/
+/* Build-id (hex) of the loaded module that contains addr. 0 or MOLT_E*. */
+MOLT__HIDDEN int molt__elf_build_id_of_loaded(const void *addr, char *hex,
+                                              size_t hexlen, uintptr_t *base,
+                                              char *path, size_t pathlen);
+/* Validates the ELF file behind fd (bounds-checks headers), reads its molt
+ * patch note.  0, MOLT_ENOTPATCH, MOLT_ECORRUPT, MOLT_EABI. */
+MOLT__HIDDEN int molt__elf_read_patch_note(int fd, molt__patch_note *note,
+                                           char *err, size_t errlen);
+/* Symbol lookup in a module's file symbol table (.symtab, then .dynsym):
+ * name with tu == NULL finds a global symbol, with tu a local symbol of
+ * that source file (STT_FILE grouping, matched by basename).  Returns the
+ * link-time value (add the module base).  0, MOLT_ENOSYM, MOLT_EAMBIGUOUS. */
+typedef struct molt__symtab molt__symtab;
+MOLT__HIDDEN int molt__symtab_open(const char *path, molt__symtab **out);
+MOLT__HIDDEN int molt__symtab_lookup(const molt__symtab *st, const char *name,
+                                     const char *tu, uintptr_t *value);
+MOLT__HIDDEN void molt__symtab_close(molt__symtab *st);
+/* Build-id (hex) of the ELF64 file behind fd, read from its notes (SHT_NOTE
+ * sections, else PT_NOTE segments).  0, MOLT_ENOSYM (no build-id),
+ * MOLT_ECORRUPT, MOLT_ENOTSUP (not an ELF64 little-endian file), MOLT_EIO,
+ * MOLT_EINVAL (hexlen too small). */
+MOLT__HIDDEN int molt__elf_file_build_id(int fd, char *hex, size_t hexlen,
+                                         char *err, size_t errlen);
+/* Like molt__elf_read_patch_note, but does not require the note to be
+ * stamped: returns the note as it is and the file offset of its descriptor
+ * (where moltstamp writes).  desc_off and note may be NULL. */
+MOLT__HIDDEN int molt__elf_patch_note_offset(int fd, uint64_t *desc_off,
+                                             molt__patch_note *note, char *err,
+                                             size_t errlen);
+
+/* ---- gen.c ---------------------------------------------------------------*/
+typedef struct molt__object molt__object; /* a loaded patch (patch.c) */
+
+/* Private side of a generation slot. */
+typedef struct molt__gen_priv {
+  bool in_use;
+  bool retired;            /* no longer current (may still run) */
+  void **table;            /* owned copy (molt__gens[s].table aliases it) */
+  molt__object **entry_owner; /* per entry: patch object, NULL = program */
+  molt__object **owners;   /* distinct patch objects the table points into */
+  size_t nowners;
+  uint64_t retired_at_ns;
+} molt__gen_priv;
+
+MOLT__HIDDEN int molt__gen_init(void);
+/* Allocates a slot and a table of molt__fn_count() entries copied from
+ * `from` (NULL: version 0 bodies). MOLT_EBUSY if no slot is free. */
+MOLT__HIDDEN int molt__gen_new(const molt__gen *from, molt__gen **out);
+MOLT__HIDDEN void molt__gen_set(molt__gen *g, uint32_t index, void *impl,
+                                molt__object *owner);
+MOLT__HIDDEN void molt__gen_discard(molt__gen *g); /* never published */
+/* Makes g current (immediate policy); the old current is retired. */
+MOLT__HIDDEN void molt__gen_publish(molt__gen *g);
+/* Same, reporting an allocation failure (then nothing changed). */
+MOLT__HIDDEN int molt__gen_publish_checked(molt__gen *g);
+/* One reclamation pass (runtime thread, molt__rt_lock held): retired
+ * generations that no thread runs are freed.  Objects no generation uses
+ * any more are moved to *to_close; the caller dlcloses them with
+ * molt__objects_close() AFTER releasing molt__rt_lock (lock order: the
+ * dynamic loader's lock is taken outside molt__rt_lock, because a module
+ * registers itself from a constructor while dlopen holds the loader lock).
+ * Returns the number of retired generations still alive. */
+MOLT__HIDDEN size_t molt__gen_reclaim(molt__object **to_close);
+MOLT__HIDDEN bool molt__gen_reclaim_enabled(void);
+MOLT__HIDDEN molt__gen_priv *molt__gen_priv_of(const molt__gen *g);
+/* Republishes the current generation with the entries of newly registered
+ * functions (version 0); the generation number does not change. */
+MOLT__HIDDEN int molt__gen_extend_current(void);
+MOLT__HIDDEN molt__gen *molt__gen_current(void);
+/* Per-generation statistics from one scan of the thread registry. */
+typedef struct molt__gen_usage {
+  uint32_t active[MOLT__SLOTS]; /* calls in progress per slot */
+  uint32_t views[MOLT__SLOTS];  /* threads whose local view is the slot */
+} molt__gen_usage;
+MOLT__HIDDEN void molt__gen_scan(molt__gen_usage *u);
+
+/* ---- patch.c -------------------------------------------------------------*/
+struct molt__object {
+  void *handle;        /* dlopen handle; NULL while not loaded */
+  const molt__patch_header *hdr; /* inside the loaded object */
+  char *id, *description, *path;
+  int fd;              /* the patch file, opened once (R7); kept for reload */
+  size_t module;       /* index of the program module it patches */
+  uint64_t gen;        /* generation its apply created */
+  size_t refs;         /* live generations whose table points into it */
+  bool in_history;     /* on the rollback stack */
+  /* What this patch replaced, for rollback: entry index and the object that
+   * supplied the previous version (NULL = the program's version 0).  Each
+   * named object has prev_refs counted, so it outlives this record. */
+  struct molt__prev { uint32_t index; molt__object *owner; } *prev;
+  size_t nprev;
+  size_t prev_refs;
+  uint64_t mark;       /* scratch for owner-set computation (gen.c) */
+  molt__object *close_next; /* list of objects to dlclose */
+  molt__object *all_next, *all_prev; /* all objects not yet freed */
+};
+
+/* Opens and checks a patch file and loads it (no molt__rt_lock held; the
+ * operation lock is held).  On failure nothing is loaded. */
+MOLT__HIDDEN int molt__patch_open(const char *path, molt__object **out,
+                                  char *err, size_t errlen);
+/* dlopens obj's file again (rollback to an unloaded object). */
+MOLT__HIDDEN int molt__patch_reload(molt__object *obj, char *err, size_t errlen);
+/* With molt__rt_lock: resolves imports and functions and fills a new
+ * generation = from + obj's functions. */
+MOLT__HIDDEN int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
+                                       molt__gen **out, char *err,
+                                       size_t errlen);
+/* The new version of (name, tu) in a loaded object, or NULL. */
+MOLT__HIDDEN void *molt__patch_find_impl(const molt__object *obj,
+                                         const char *name, const char *tu);
+/* Reference counting by live generations (molt__rt_lock held).  unref
+ * returns true when the object must be dlclosed (it is then unloaded by
+ * molt__objects_close, outside molt__rt_lock). */
+MOLT__HIDDEN void molt__object_ref(molt__object *obj);
+MOLT__HIDDEN bool molt__object_unref(molt__object *obj);
+MOLT__HIDDEN void molt__objects_close(molt__object *list);
+/* Frees an object that is neither loaded, referenced nor in history. */
+MOLT__HIDDEN void molt__object_free_if_unused(molt__object *obj);
+/* obj leaves the rollback stack (popped or beyond its depth). */
+MOLT__HIDDEN void molt__object_leave_history(molt__object *obj);
+MOLT__HIDDEN molt__object *molt__objects_head(void);
+
+/* ---- runtime.c -----------------------------------------------------------*/
+typedef enum { MOLT__OP_STATUS = 1, MOLT__OP_APPLY, MOLT__OP_ROLLBACK, MOLT__OP_LOG } molt__op;
+
+typedef struct molt__request {
+  molt__op op;
+  molt_policy_t policy;
+  int timeout_ms;
+  char path[4096];
+} molt__request;
+
+/* Runs a request on the runtime thread (the caller must BE the runtime
+ * thread: control.c calls it from there).  Writes the response records
+ * into out; on failure a one-line message into err.  Returns 0 or MOLT_E*. */
+MOLT__HIDDEN int molt__execute(const molt__request *req, molt__buf *out,
+                               char *err, size_t errlen);
+/* Enters the refusing state (R3): later apply/rollback fail with
+ * MOLT_EREFUSING and status reports the reason. */
+MOLT__HIDDEN void molt__fail(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+MOLT__HIDDEN bool molt__refusing(char *reason, size_t len);
+/* molt__rt_lock: the runtime state (modules, generations, objects, history). */
+MOLT__HIDDEN void molt__rt_lock_acquire(void);
+MOLT__HIDDEN void molt__rt_lock_release(void);
+/* Asks the runtime thread to run a reclamation pass soon. */
+MOLT__HIDDEN void molt__runtime_kick(void);
+
+/* ---- control.c -----------------------------------------------------------*/
+/* Creates the listening socket for this process (abstract name
+ * "\0molt.<pid>").  Returns the fd or a negative MOLT_E* code. */
+MOLT__HIDDEN int molt__control_listen(void);
+/* The listening fd is readable: accept one client, check its credentials,
+ * serve its request(s) with molt__execute, close it.  Never blocks longer
+ * than the per-client I/O timeout. */
+MOLT__HIDDEN void molt__control_serve(int listen_fd);
+
+#endif /* MOLT_INTERNAL_H */
