@@ -1,0 +1,1189 @@
+/*
+ * ELF64 reading for the runtime and for moltstamp.
+ *
+ * Patch files are untrusted input that the runtime reads inside its host
+ * process, so this is a small parser of our own rather than libelf: every
+ * offset and size taken from a file is checked against the file's size with
+ * overflow-safe arithmetic before it is used, nothing is mmapped (a file
+ * truncated while mapped would raise SIGBUS in the host), and every
+ * allocation is capped.  Nothing here prints.
+ */
+#include "internal.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the ELF reader reads little-endian files with host loads"
+#endif
+
+#if defined(__x86_64__)
+#define HOST_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define HOST_MACHINE EM_AARCH64
+#elif defined(__riscv) && __riscv_xlen == 64
+#define HOST_MACHINE EM_RISCV
+#elif defined(__powerpc64__)
+#define HOST_MACHINE EM_PPC64
+#else
+#error "unsupported host machine"
+#endif
+
+/* Caps on what one file may make us allocate.  They are far above anything a
+ * real program has and far below what would hurt the host process. */
+#define MAX_HEADERS_BYTES ((uint64_t)64 << 20)
+#define MAX_NOTES_BYTES ((uint64_t)16 << 20)
+#define MAX_DYNAMIC_BYTES ((uint64_t)16 << 20)
+#define MAX_STRTAB_BYTES ((uint64_t)1 << 30)
+#define MAX_SYMTAB_BYTES ((uint64_t)1 << 30)
+#define MAX_BUILD_ID_BYTES (MOLT__BUILD_ID_HEX_MAX / 2)
+
+/* ------------------------------------------------------------------------ */
+/* A validated view of an ELF64 file                                         */
+/* ------------------------------------------------------------------------ */
+
+enum {
+  LOAD_PATCH = 1 /* host machine, ET_DYN, loadable by ld.so */
+};
+
+typedef struct elf_file {
+  int fd;
+  uint64_t size;
+  Elf64_Ehdr eh;
+  Elf64_Phdr *ph;
+  size_t phnum;
+  Elf64_Shdr *sh;
+  size_t shnum;
+  char *shstr; /* section name table, NUL-terminated; NULL if none */
+  uint64_t shstr_size;
+  char *err;
+  size_t errlen;
+} elf_file;
+
+static void elf_free(elf_file *f) {
+  free(f->ph);
+  free(f->sh);
+  free(f->shstr);
+  f->ph = NULL;
+  f->sh = NULL;
+  f->shstr = NULL;
+}
+
+/* end = off + len, false on overflow or past the end of the file. */
+static bool range_ok(const elf_file *f, uint64_t off, uint64_t len,
+                     uint64_t *end) {
+  uint64_t e;
+  if (__builtin_add_overflow(off, len, &e) || e > f->size)
+    return false;
+  if (end)
+    *end = e;
+  return true;
+}
+
+/* The message for a range that range_ok() rejected.  `what` is the subject
+ * with its verb ("section headers end"), so the message reads naturally. */
+static int range_err(elf_file *f, const char *what, uint64_t off,
+                     uint64_t len) {
+  uint64_t e;
+  if (!__builtin_add_overflow(off, len, &e))
+    molt__errmsg(f->err, f->errlen,
+                 "file is truncated: %s at byte %" PRIu64 " of %" PRIu64, what,
+                 e, f->size);
+  else
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: %s past any possible file size (offset "
+                 "%" PRIu64 ", size %" PRIu64 ")",
+                 what, off, len);
+  return MOLT_ECORRUPT;
+}
+
+static int read_exact(elf_file *f, void *dst, uint64_t off, uint64_t len) {
+  unsigned char *p = dst;
+  while (len > 0) {
+    size_t chunk = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : (size_t)len;
+    ssize_t n = pread(f->fd, p, chunk, (off_t)off);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      molt__errmsg(f->err, f->errlen, "cannot read the file: %s",
+                   strerror(errno));
+      return MOLT_EIO;
+    }
+    if (n == 0) {
+      /* Only possible if the file shrank after fstat(). */
+      molt__errmsg(f->err, f->errlen,
+                   "file is truncated: it shrank while being read");
+      return MOLT_ECORRUPT;
+    }
+    p += n;
+    off += (uint64_t)n;
+    len -= (uint64_t)n;
+  }
+  return 0;
+}
+
+/* Reads [off, off+len) of the file into a fresh buffer with a NUL after it,
+ * so that string tables are always terminated. */
+static int read_alloc(elf_file *f, uint64_t off, uint64_t len, uint64_t cap,
+                      const char *what, void **out) {
+  *out = NULL;
+  if (!range_ok(f, off, len, NULL))
+    return range_err(f, what, off, len);
+  if (len > cap) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: %s after an implausible %" PRIu64 " bytes",
+                 what, len);
+    return MOLT_ECORRUPT;
+  }
+  char *buf = malloc((size_t)len + 1);
+  if (!buf) {
+    molt__errmsg(f->err, f->errlen, "out of memory reading the file");
+    return MOLT_ENOMEM;
+  }
+  buf[len] = '\0';
+  int rc = read_exact(f, buf, off, len);
+  if (rc) {
+    free(buf);
+    return rc;
+  }
+  *out = buf;
+  return 0;
+}
+
+static const char *section_name(const elf_file *f, size_t i) {
+  if (!f->shstr || i >= f->shnum || f->sh[i].sh_name >= f->shstr_size)
+    return "";
+  return f->shstr + f->sh[i].sh_name;
+}
+
+/* Names from the file go into one-line messages: only printable ASCII. */
+static const char *printable(const char *s, char *buf, size_t len) {
+  size_t i = 0;
+  for (; s[i] && i + 1 < len; i++)
+    buf[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+  buf[i] = '\0';
+  return buf;
+}
+
+static const char *machine_name(unsigned m) {
+  switch (m) {
+  case EM_X86_64: return "x86-64";
+  case EM_386: return "i386";
+  case EM_AARCH64: return "aarch64";
+  case EM_ARM: return "arm";
+  case EM_RISCV: return "riscv";
+  case EM_PPC64: return "ppc64";
+  default: return "unknown";
+  }
+}
+
+static int load_headers(elf_file *f);
+static int check_loadable(elf_file *f);
+
+/*
+ * Opens the ELF view of fd: identification, program headers, section headers
+ * and section name table, each checked to lie within the file.  `notelf` is
+ * the code for "this is not a file of the kind we read" (not ELF, wrong
+ * class, byte order or machine), which callers word differently.
+ */
+static int elf_open(elf_file *f, int fd, int flags, int notelf, char *err,
+                    size_t errlen) {
+  memset(f, 0, sizeof *f);
+  f->fd = fd;
+  f->err = err;
+  f->errlen = errlen;
+  if (err && errlen)
+    err[0] = '\0';
+  if (fd < 0) {
+    molt__errmsg(err, errlen, "invalid file descriptor");
+    return MOLT_EINVAL;
+  }
+
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    molt__errmsg(err, errlen, "cannot stat the file: %s", strerror(errno));
+    return MOLT_EIO;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    molt__errmsg(err, errlen, "not an ELF file (not a regular file)");
+    return notelf;
+  }
+  f->size = (uint64_t)st.st_size;
+  if (f->size == 0) {
+    molt__errmsg(err, errlen, "not an ELF file (the file is empty)");
+    return notelf;
+  }
+
+  unsigned char ident[EI_NIDENT] = {0};
+  uint64_t have = f->size < EI_NIDENT ? f->size : EI_NIDENT;
+  int rc = read_exact(f, ident, 0, have);
+  if (rc)
+    return rc;
+  if (have < SELFMAG || memcmp(ident, ELFMAG, SELFMAG) != 0) {
+    molt__errmsg(err, errlen, "not an ELF file");
+    return notelf;
+  }
+  if (f->size < sizeof(Elf64_Ehdr) && ident[EI_CLASS] != ELFCLASS32) {
+    molt__errmsg(err, errlen,
+                 "file is truncated: ELF header ends at byte %zu of %" PRIu64,
+                 sizeof(Elf64_Ehdr), f->size);
+    return MOLT_ECORRUPT;
+  }
+  if (ident[EI_CLASS] == ELFCLASS32) {
+    molt__errmsg(err, errlen, "not a 64-bit ELF file (ELFCLASS32)");
+    return notelf;
+  }
+  if (ident[EI_CLASS] != ELFCLASS64) {
+    molt__errmsg(err, errlen, "file is corrupt: invalid ELF class %u",
+                 ident[EI_CLASS]);
+    return MOLT_ECORRUPT;
+  }
+  if (ident[EI_DATA] == ELFDATA2MSB) {
+    molt__errmsg(err, errlen, "not a little-endian ELF file (ELFDATA2MSB)");
+    return notelf;
+  }
+  if (ident[EI_DATA] != ELFDATA2LSB) {
+    molt__errmsg(err, errlen, "file is corrupt: invalid ELF data encoding %u",
+                 ident[EI_DATA]);
+    return MOLT_ECORRUPT;
+  }
+  if (ident[EI_VERSION] != EV_CURRENT) {
+    molt__errmsg(err, errlen, "file is corrupt: invalid ELF version %u",
+                 ident[EI_VERSION]);
+    return MOLT_ECORRUPT;
+  }
+
+  rc = read_exact(f, &f->eh, 0, sizeof f->eh);
+  if (rc)
+    return rc;
+  if (f->eh.e_version != EV_CURRENT) {
+    molt__errmsg(err, errlen, "file is corrupt: invalid ELF version %" PRIu32,
+                 f->eh.e_version);
+    return MOLT_ECORRUPT;
+  }
+  if (flags & LOAD_PATCH) {
+    if (f->eh.e_machine != HOST_MACHINE) {
+      molt__errmsg(err, errlen,
+                   "built for another machine (%s, e_machine %u); this is %s",
+                   machine_name(f->eh.e_machine), f->eh.e_machine,
+                   machine_name(HOST_MACHINE));
+      return notelf;
+    }
+    if (f->eh.e_type != ET_DYN) {
+      molt__errmsg(err, errlen,
+                   "not a shared object (e_type %u): patches are built with "
+                   "-shared",
+                   f->eh.e_type);
+      return notelf;
+    }
+  }
+  rc = load_headers(f);
+  if (rc == 0 && (flags & LOAD_PATCH))
+    rc = check_loadable(f);
+  return rc;
+}
+
+static int load_headers(elf_file *f) {
+  const Elf64_Ehdr *eh = &f->eh;
+  int rc;
+
+  if (eh->e_ehsize < sizeof(Elf64_Ehdr)) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: ELF header size is %u, expected %zu",
+                 eh->e_ehsize, sizeof(Elf64_Ehdr));
+    return MOLT_ECORRUPT;
+  }
+
+  /* Program headers.  PN_XNUM (count stored in section 0) is not supported
+   * by the dynamic loader either, so it is refused outright. */
+  if (eh->e_phnum > 0) {
+    if (eh->e_phentsize != sizeof(Elf64_Phdr)) {
+      molt__errmsg(f->err, f->errlen,
+                   "file is corrupt: program header entry size is %u, "
+                   "expected %zu",
+                   eh->e_phentsize, sizeof(Elf64_Phdr));
+      return MOLT_ECORRUPT;
+    }
+    if (eh->e_phnum == PN_XNUM) {
+      molt__errmsg(f->err, f->errlen,
+                   "file is corrupt: too many program headers (PN_XNUM)");
+      return MOLT_ECORRUPT;
+    }
+    f->phnum = eh->e_phnum;
+    rc = read_alloc(f, eh->e_phoff, (uint64_t)f->phnum * sizeof(Elf64_Phdr),
+                    MAX_HEADERS_BYTES, "program headers end",
+                    (void **)&f->ph);
+    if (rc)
+      return rc;
+  }
+
+  /* Section headers.  With more than SHN_LORESERVE sections the real count
+   * and name-table index live in section 0 (sh_size, sh_link). */
+  if (eh->e_shoff == 0) {
+    if (eh->e_shnum != 0) {
+      molt__errmsg(f->err, f->errlen,
+                   "file is corrupt: %u section headers at offset 0",
+                   eh->e_shnum);
+      return MOLT_ECORRUPT;
+    }
+    return 0;
+  }
+  if (eh->e_shentsize != sizeof(Elf64_Shdr)) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: section header entry size is %u, "
+                 "expected %zu",
+                 eh->e_shentsize, sizeof(Elf64_Shdr));
+    return MOLT_ECORRUPT;
+  }
+  uint64_t shnum = eh->e_shnum;
+  uint64_t shstrndx = eh->e_shstrndx;
+  if (shnum == 0 || shstrndx == SHN_XINDEX) {
+    Elf64_Shdr s0;
+    if (!range_ok(f, eh->e_shoff, sizeof s0, NULL))
+      return range_err(f, "section headers end", eh->e_shoff, sizeof s0);
+    rc = read_exact(f, &s0, eh->e_shoff, sizeof s0);
+    if (rc)
+      return rc;
+    if (shnum == 0)
+      shnum = s0.sh_size;
+    if (shstrndx == SHN_XINDEX)
+      shstrndx = s0.sh_link;
+  }
+  if (shnum == 0)
+    return 0;
+  uint64_t shbytes;
+  if (__builtin_mul_overflow(shnum, (uint64_t)sizeof(Elf64_Shdr), &shbytes)) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: absurd section count %" PRIu64, shnum);
+    return MOLT_ECORRUPT;
+  }
+  rc = read_alloc(f, eh->e_shoff, shbytes, MAX_HEADERS_BYTES,
+                  "section headers end", (void **)&f->sh);
+  if (rc)
+    return rc;
+  f->shnum = (size_t)shnum;
+
+  if (shstrndx != SHN_UNDEF) {
+    if (shstrndx >= shnum || f->sh[shstrndx].sh_type != SHT_STRTAB) {
+      molt__errmsg(f->err, f->errlen,
+                   "file is corrupt: section name table index %" PRIu64
+                   " is not a string table",
+                   shstrndx);
+      return MOLT_ECORRUPT;
+    }
+  }
+
+  char what[96];
+  for (size_t i = 1; i < f->shnum; i++) {
+    const Elf64_Shdr *s = &f->sh[i];
+    if (s->sh_type == SHT_NULL || s->sh_type == SHT_NOBITS)
+      continue;
+    if (!range_ok(f, s->sh_offset, s->sh_size, NULL)) {
+      snprintf(what, sizeof what, "section %zu ends", i);
+      return range_err(f, what, s->sh_offset, s->sh_size);
+    }
+  }
+
+  if (shstrndx != SHN_UNDEF) {
+    const Elf64_Shdr *s = &f->sh[shstrndx];
+    rc = read_alloc(f, s->sh_offset, s->sh_size, MAX_STRTAB_BYTES,
+                    "section name table ends", (void **)&f->shstr);
+    if (rc)
+      return rc;
+    f->shstr_size = s->sh_size;
+  }
+  return 0;
+}
+
+/* The PT_LOAD segment whose mapped range holds [vaddr, vaddr+len), or NULL. */
+static const Elf64_Phdr *segment_of(const elf_file *f, uint64_t vaddr,
+                                    uint64_t len, bool file_backed) {
+  uint64_t end;
+  if (__builtin_add_overflow(vaddr, len, &end))
+    return NULL;
+  for (size_t i = 0; i < f->phnum; i++) {
+    const Elf64_Phdr *p = &f->ph[i];
+    if (p->p_type != PT_LOAD)
+      continue;
+    uint64_t sz = file_backed ? p->p_filesz : p->p_memsz;
+    if (vaddr >= p->p_vaddr && end - p->p_vaddr <= sz)
+      return p;
+  }
+  return NULL;
+}
+
+/*
+ * What ld.so dereferences before it runs any code of the object: its
+ * segments' file ranges, the dynamic section, and the tables that dynamic
+ * entries point to.  A file that passes cannot make the loader read outside
+ * its mappings through these; the contents of the tables (relocations, hash
+ * chains) are not verified.
+ */
+static int check_loadable(elf_file *f) {
+  const Elf64_Phdr *dyn = NULL;
+  size_t nload = 0;
+  char what[64];
+  uint64_t prev_end = 0;
+
+  for (size_t i = 0; i < f->phnum; i++) {
+    const Elf64_Phdr *p = &f->ph[i];
+    if (p->p_type == PT_LOAD) {
+      nload++;
+      if (!range_ok(f, p->p_offset, p->p_filesz, NULL)) {
+        snprintf(what, sizeof what, "segment %zu (PT_LOAD) ends", i);
+        return range_err(f, what, p->p_offset, p->p_filesz);
+      }
+      uint64_t vend;
+      if (p->p_filesz > p->p_memsz ||
+          __builtin_add_overflow(p->p_vaddr, p->p_memsz, &vend)) {
+        molt__errmsg(f->err, f->errlen,
+                     "file is corrupt: segment %zu (PT_LOAD) has inconsistent "
+                     "sizes",
+                     i);
+        return MOLT_ECORRUPT;
+      }
+      /* The loader maps the segments as one reservation spanning first to
+       * last and trusts their order and alignment: a huge or overlapping
+       * segment makes it map over itself and fault inside dlopen.  A patch
+       * is small; 1 GiB of address space is far beyond any real one. */
+      uint64_t align = p->p_align ? p->p_align : 1;
+      if ((align & (align - 1)) != 0 || p->p_offset % align != p->p_vaddr % align ||
+          p->p_vaddr < prev_end || vend > (1ull << 30)) {
+        molt__errmsg(f->err, f->errlen,
+                     "file is corrupt: segment %zu (PT_LOAD) is misplaced, "
+                     "misaligned or too large",
+                     i);
+        return MOLT_ECORRUPT;
+      }
+      prev_end = vend;
+    } else if (p->p_type == PT_DYNAMIC) {
+      if (dyn) {
+        molt__errmsg(f->err, f->errlen,
+                     "file is corrupt: more than one PT_DYNAMIC segment");
+        return MOLT_ECORRUPT;
+      }
+      dyn = p;
+    }
+  }
+  if (nload == 0) {
+    molt__errmsg(f->err, f->errlen, "file is corrupt: no PT_LOAD segment");
+    return MOLT_ECORRUPT;
+  }
+  if (!dyn) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: no PT_DYNAMIC segment (not a dynamically "
+                 "loadable object)");
+    return MOLT_ECORRUPT;
+  }
+  if (dyn->p_filesz < sizeof(Elf64_Dyn) ||
+      !segment_of(f, dyn->p_vaddr, dyn->p_filesz, true)) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: PT_DYNAMIC is empty or outside the loaded "
+                 "segments");
+    return MOLT_ECORRUPT;
+  }
+
+  Elf64_Dyn *d;
+  int rc = read_alloc(f, dyn->p_offset, dyn->p_filesz, MAX_DYNAMIC_BYTES,
+                      "dynamic segment ends", (void **)&d);
+  if (rc)
+    return rc;
+  size_t nd = (size_t)(dyn->p_filesz / sizeof(Elf64_Dyn));
+  uint64_t strsz = 0;
+  bool have_strtab = false, have_strsz = false, terminated = false;
+  size_t i;
+  for (i = 0; i < nd; i++) {
+    if (d[i].d_tag == DT_NULL) {
+      terminated = true;
+      break;
+    }
+    if (d[i].d_tag == DT_STRTAB)
+      have_strtab = true;
+    else if (d[i].d_tag == DT_STRSZ)
+      strsz = d[i].d_un.d_val, have_strsz = true;
+  }
+  if (!terminated) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: the dynamic section has no DT_NULL end");
+    free(d);
+    return MOLT_ECORRUPT;
+  }
+  nd = i;
+
+  /* Tables the loader reads through a pointer, with the entry that gives
+   * each one's size (DT_NULL: unknown, only the first byte is checked). */
+  static const struct {
+    int64_t ptr, size;
+  } tables[] = {
+      {DT_STRTAB, DT_STRSZ},
+      {DT_SYMTAB, DT_NULL},
+      {DT_HASH, DT_NULL},
+      {DT_GNU_HASH, DT_NULL},
+      {DT_RELA, DT_RELASZ},
+      {DT_REL, DT_RELSZ},
+      {DT_JMPREL, DT_PLTRELSZ},
+      {DT_INIT, DT_NULL},
+      {DT_FINI, DT_NULL},
+      {DT_INIT_ARRAY, DT_INIT_ARRAYSZ},
+      {DT_FINI_ARRAY, DT_FINI_ARRAYSZ},
+      {DT_PREINIT_ARRAY, DT_PREINIT_ARRAYSZ},
+      {DT_VERSYM, DT_NULL},
+      {DT_VERDEF, DT_NULL},
+      {DT_VERNEED, DT_NULL},
+  };
+  const char *problem = NULL;
+  for (i = 0; i < nd && !problem; i++) {
+    int64_t tag = d[i].d_tag;
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+      if (tables[t].ptr != tag)
+        continue;
+      uint64_t len = 1;
+      if (tables[t].size != DT_NULL) {
+        for (size_t j = 0; j < nd; j++)
+          if (d[j].d_tag == tables[t].size)
+            len = d[j].d_un.d_val;
+      }
+      if (len > 0 && !segment_of(f, d[i].d_un.d_ptr, len, false))
+        problem = "points outside the loaded segments";
+      break;
+    }
+    switch (tag) {
+    case DT_NEEDED:
+    case DT_SONAME:
+    case DT_RPATH:
+    case DT_RUNPATH:
+    case DT_AUXILIARY:
+    case DT_FILTER:
+      if (!have_strtab || !have_strsz || d[i].d_un.d_val >= strsz)
+        problem = "names a string outside the dynamic string table";
+      break;
+    case DT_SYMENT:
+      if (d[i].d_un.d_val != sizeof(Elf64_Sym))
+        problem = "has an invalid symbol entry size";
+      break;
+    case DT_RELAENT:
+      if (d[i].d_un.d_val != sizeof(Elf64_Rela))
+        problem = "has an invalid relocation entry size";
+      break;
+    default:
+      break;
+    }
+    if (problem)
+      molt__errmsg(f->err, f->errlen,
+                   "file is corrupt: dynamic entry %zu (tag %" PRId64 ") %s",
+                   i, tag, problem);
+  }
+  free(d);
+  return problem ? MOLT_ECORRUPT : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Notes                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct note_hit {
+  uint64_t desc_off; /* file offset of the descriptor */
+  uint32_t descsz;
+  size_t count; /* distinct notes found */
+} note_hit;
+
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+/* Scans the notes in [off, off+size) of the file for (owner, type). */
+static int scan_notes(elf_file *f, uint64_t off, uint64_t size, uint64_t align,
+                      const char *where, const char *owner, uint32_t type,
+                      note_hit *hit) {
+  if (size == 0)
+    return 0;
+  /* Notes are 4-aligned, except in 8-aligned containers (gABI / gnu
+   * property notes); any other alignment value is treated as 4. */
+  uint64_t a = align == 8 ? 8 : 4;
+  char what[96];
+  snprintf(what, sizeof what, "notes of %s end", where);
+  unsigned char *buf;
+  int rc = read_alloc(f, off, size, MAX_NOTES_BYTES, what, (void **)&buf);
+  if (rc)
+    return rc;
+  size_t olen = strlen(owner) + 1;
+  uint64_t pos = 0;
+  while (pos < size) {
+    uint32_t hdr[3];
+    if (size - pos < sizeof hdr) {
+      molt__errmsg(f->err, f->errlen,
+                   "file is corrupt: truncated note header in %s", where);
+      rc = MOLT_ECORRUPT;
+      break;
+    }
+    memcpy(hdr, buf + pos, sizeof hdr);
+    uint64_t name_off = pos + sizeof hdr;
+    uint64_t desc_off = align_up(name_off + hdr[0], a);
+    uint64_t desc_end = desc_off + hdr[1];
+    /* pos, namesz, descsz are all far below 2^62: no overflow above. */
+    if (desc_end > size) {
+      molt__errmsg(f->err, f->errlen,
+                   "file is corrupt: note in %s overruns it (namesz %" PRIu32
+                   ", descsz %" PRIu32 ", %" PRIu64 " bytes left)",
+                   where, hdr[0], hdr[1], size - pos);
+      rc = MOLT_ECORRUPT;
+      break;
+    }
+    if (hdr[2] == type && hdr[0] == olen &&
+        memcmp(buf + name_off, owner, olen) == 0) {
+      uint64_t abs = off + desc_off;
+      if (hit->count == 0 || hit->desc_off != abs) {
+        hit->count++;
+        hit->desc_off = abs;
+        hit->descsz = hdr[1];
+      }
+    }
+    pos = align_up(desc_end, a);
+  }
+  free(buf);
+  return rc;
+}
+
+/* Finds the note (owner, type) in SHT_NOTE sections, and if none holds it,
+ * in PT_NOTE segments (a file may lack section headers).  When the file has
+ * sections, a segment that does not parse is skipped rather than fatal:
+ * some linkers put notes of mixed alignment into one PT_NOTE, which cannot
+ * be walked with a single alignment. */
+static int find_note(elf_file *f, const char *owner, uint32_t type,
+                     note_hit *hit) {
+  memset(hit, 0, sizeof *hit);
+  char where[96], name[48];
+  int rc;
+  for (size_t i = 1; i < f->shnum; i++) {
+    const Elf64_Shdr *s = &f->sh[i];
+    if (s->sh_type != SHT_NOTE)
+      continue;
+    snprintf(where, sizeof where, "section %zu (%s)", i,
+             printable(section_name(f, i), name, sizeof name));
+    rc = scan_notes(f, s->sh_offset, s->sh_size, s->sh_addralign, where, owner,
+                    type, hit);
+    if (rc)
+      return rc;
+  }
+  if (hit->count)
+    return 0;
+  for (size_t i = 0; i < f->phnum; i++) {
+    const Elf64_Phdr *p = &f->ph[i];
+    if (p->p_type != PT_NOTE)
+      continue;
+    snprintf(where, sizeof where, "segment %zu (PT_NOTE)", i);
+    rc = scan_notes(f, p->p_offset, p->p_filesz, p->p_align, where, owner, type,
+                    hit);
+    if (rc == MOLT_ECORRUPT && f->shnum > 0) {
+      /* The sections parsed and are authoritative. */
+      if (f->err && f->errlen)
+        f->err[0] = '\0';
+      continue;
+    }
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+static void hex_encode(const unsigned char *p, size_t n, char *hex) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    hex[2 * i] = digits[p[i] >> 4];
+    hex[2 * i + 1] = digits[p[i] & 15];
+  }
+  hex[2 * n] = '\0';
+}
+
+/* ------------------------------------------------------------------------ */
+/* Patch note                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Finds and checks the molt note without requiring a stamp. */
+static int patch_note(elf_file *f, int fd, uint64_t *desc_off,
+                      molt__patch_note *note, char *err, size_t errlen) {
+  int rc = elf_open(f, fd, LOAD_PATCH, MOLT_ENOTPATCH, err, errlen);
+  if (rc)
+    return rc;
+  note_hit hit;
+  rc = find_note(f, MOLT__NOTE_NAME, MOLT__NOTE_TYPE, &hit);
+  if (rc)
+    return rc;
+  if (hit.count == 0) {
+    for (size_t i = 1; i < f->shnum; i++) {
+      if (strcmp(section_name(f, i), ".note.molt") == 0) {
+        molt__errmsg(err, errlen,
+                     "file is corrupt: section .note.molt holds no molt patch "
+                     "note");
+        return MOLT_ECORRUPT;
+      }
+    }
+    molt__errmsg(err, errlen,
+                 "no molt patch note (.note.molt): was it built with moltcc "
+                 "--molt-patch?");
+    return MOLT_ENOTPATCH;
+  }
+  if (hit.count > 1) {
+    molt__errmsg(err, errlen, "file is corrupt: more than one molt patch note");
+    return MOLT_ECORRUPT;
+  }
+  uint32_t abi;
+  if (hit.descsz < sizeof abi) {
+    molt__errmsg(err, errlen,
+                 "file is corrupt: molt patch note is %" PRIu32
+                 " bytes, expected %zu",
+                 hit.descsz, sizeof(molt__patch_note));
+    return MOLT_ECORRUPT;
+  }
+  rc = read_exact(f, &abi, hit.desc_off, sizeof abi);
+  if (rc)
+    return rc;
+  if (abi != MOLT__ABI) {
+    molt__errmsg(err, errlen,
+                 "patch was built for molt ABI %" PRIu32
+                 ", this runtime implements ABI %u",
+                 abi, MOLT__ABI);
+    return MOLT_EABI;
+  }
+  if (hit.descsz != sizeof(molt__patch_note)) {
+    molt__errmsg(err, errlen,
+                 "file is corrupt: molt patch note is %" PRIu32
+                 " bytes, expected %zu",
+                 hit.descsz, sizeof(molt__patch_note));
+    return MOLT_ECORRUPT;
+  }
+  rc = read_exact(f, note, hit.desc_off, sizeof *note);
+  if (rc)
+    return rc;
+  *desc_off = hit.desc_off;
+  return 0;
+}
+
+int molt__elf_patch_note_offset(int fd, uint64_t *desc_off,
+                                molt__patch_note *note, char *err,
+                                size_t errlen) {
+  elf_file f;
+  molt__patch_note tmp;
+  uint64_t off = 0;
+  int rc = patch_note(&f, fd, &off, note ? note : &tmp, err, errlen);
+  elf_free(&f);
+  if (rc == 0 && desc_off)
+    *desc_off = off;
+  return rc;
+}
+
+int molt__elf_read_patch_note(int fd, molt__patch_note *note, char *err,
+                              size_t errlen) {
+  molt__patch_note n;
+  int rc = molt__elf_patch_note_offset(fd, NULL, &n, err, errlen);
+  if (rc)
+    return rc;
+  const char *id = n.target_build_id;
+  const char *nul = memchr(id, '\0', sizeof n.target_build_id);
+  if (!nul) {
+    molt__errmsg(err, errlen,
+                 "file is corrupt: the target build-id in the molt note is "
+                 "not NUL-terminated");
+    return MOLT_ECORRUPT;
+  }
+  size_t len = (size_t)(nul - id);
+  if (len == 0) {
+    molt__errmsg(err, errlen,
+                 "patch is not stamped with a target build-id (run moltstamp "
+                 "PATCH.so PROGRAM)");
+    return MOLT_ENOTPATCH;
+  }
+  for (size_t i = 0; i < len; i++) {
+    char c = id[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      molt__errmsg(err, errlen,
+                   "file is corrupt: the target build-id in the molt note is "
+                   "not lowercase hex");
+      return MOLT_ECORRUPT;
+    }
+  }
+  if (len % 2 != 0 || len > MOLT__BUILD_ID_HEX_MAX) {
+    molt__errmsg(err, errlen,
+                 "file is corrupt: the target build-id in the molt note has "
+                 "an invalid length (%zu hex digits)",
+                 len);
+    return MOLT_ECORRUPT;
+  }
+  if (note)
+    *note = n;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Build-ids                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static int check_hex_room(size_t n, size_t hexlen) {
+  if (n == 0 || n > MAX_BUILD_ID_BYTES)
+    return MOLT_ECORRUPT;
+  if (hexlen < 2 * n + 1)
+    return MOLT_EINVAL;
+  return 0;
+}
+
+int molt__elf_file_build_id(int fd, char *hex, size_t hexlen, char *err,
+                            size_t errlen) {
+  elf_file f;
+  int rc = elf_open(&f, fd, 0, MOLT_ENOTSUP, err, errlen);
+  note_hit hit;
+  if (rc == 0)
+    rc = find_note(&f, "GNU", NT_GNU_BUILD_ID, &hit);
+  if (rc == 0 && hit.count == 0) {
+    molt__errmsg(err, errlen,
+                 "no build-id note (NT_GNU_BUILD_ID): link with "
+                 "-Wl,--build-id");
+    rc = MOLT_ENOSYM;
+  }
+  if (rc == 0 && hit.count > 1) {
+    molt__errmsg(err, errlen, "file is corrupt: more than one build-id note");
+    rc = MOLT_ECORRUPT;
+  }
+  if (rc == 0) {
+    rc = check_hex_room(hit.descsz, hexlen);
+    if (rc == MOLT_ECORRUPT)
+      molt__errmsg(err, errlen,
+                   "file is corrupt: build-id of %" PRIu32 " bytes", hit.descsz);
+    else if (rc)
+      molt__errmsg(err, errlen, "build-id buffer too small");
+  }
+  if (rc == 0) {
+    unsigned char id[MAX_BUILD_ID_BYTES];
+    rc = read_exact(&f, id, hit.desc_off, hit.descsz);
+    if (rc == 0)
+      hex_encode(id, hit.descsz, hex);
+  }
+  elf_free(&f);
+  return rc;
+}
+
+/* Loaded modules are trusted to be laid out as the loader mapped them, but
+ * their notes are still walked with bounds checks: nothing forces a PT_NOTE
+ * to be well-formed. */
+typedef struct loaded_ctx {
+  uintptr_t addr;
+  bool found;
+  bool is_main;
+  int rc;
+  char *hex;
+  size_t hexlen;
+  uintptr_t base;
+  char *path;
+  size_t pathlen;
+  unsigned index;
+} loaded_ctx;
+
+static int loaded_build_id(const struct dl_phdr_info *info, loaded_ctx *c) {
+  for (size_t i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *p = &info->dlpi_phdr[i];
+    if (p->p_type != PT_NOTE)
+      continue;
+    const unsigned char *buf =
+        (const unsigned char *)(info->dlpi_addr + p->p_vaddr);
+    uint64_t size = p->p_memsz, a = p->p_align == 8 ? 8 : 4, pos = 0;
+    while (size - pos >= 12) {
+      uint32_t hdr[3];
+      memcpy(hdr, buf + pos, sizeof hdr);
+      uint64_t desc_off = align_up(pos + 12 + hdr[0], a);
+      uint64_t desc_end = desc_off + hdr[1];
+      if (desc_end > size)
+        break;
+      if (hdr[2] == NT_GNU_BUILD_ID && hdr[0] == 4 &&
+          memcmp(buf + pos + 12, "GNU", 4) == 0) {
+        int rc = check_hex_room(hdr[1], c->hexlen);
+        if (rc == 0)
+          hex_encode(buf + desc_off, hdr[1], c->hex);
+        return rc;
+      }
+      pos = align_up(desc_end, a);
+    }
+  }
+  return MOLT_ENOSYM;
+}
+
+static int loaded_cb(struct dl_phdr_info *info, size_t size, void *data) {
+  loaded_ctx *c = data;
+  unsigned index = c->index++;
+  (void)size;
+  bool hit = false;
+  for (size_t i = 0; i < info->dlpi_phnum && !hit; i++) {
+    const ElfW(Phdr) *p = &info->dlpi_phdr[i];
+    if (p->p_type != PT_LOAD)
+      continue;
+    uintptr_t start = info->dlpi_addr + p->p_vaddr;
+    hit = c->addr >= start && c->addr - start < p->p_memsz;
+  }
+  if (!hit)
+    return 0;
+  c->found = true;
+  c->base = info->dlpi_addr;
+  const char *name = info->dlpi_name ? info->dlpi_name : "";
+  /* The loader names the executable "" and it always comes first. */
+  c->is_main = index == 0 && name[0] == '\0';
+  c->rc = loaded_build_id(info, c);
+  if (c->path && !c->is_main) {
+    size_t n = strlen(name);
+    if (n >= c->pathlen) {
+      if (c->rc == 0)
+        c->rc = MOLT_EINVAL;
+    } else {
+      memcpy(c->path, name, n + 1);
+    }
+  }
+  return 1;
+}
+
+int molt__elf_build_id_of_loaded(const void *addr, char *hex, size_t hexlen,
+                                 uintptr_t *base, char *path, size_t pathlen) {
+  if (!hex || hexlen == 0 || (path && pathlen == 0))
+    return MOLT_EINVAL;
+  hex[0] = '\0';
+  if (path)
+    path[0] = '\0';
+  loaded_ctx c = {.addr = (uintptr_t)addr,
+                  .hex = hex,
+                  .hexlen = hexlen,
+                  .path = path,
+                  .pathlen = pathlen};
+  dl_iterate_phdr(loaded_cb, &c);
+  if (!c.found)
+    return MOLT_ENOENT;
+  if (base)
+    *base = c.base;
+  if (path && c.is_main) {
+    ssize_t n = readlink("/proc/self/exe", path, pathlen);
+    if (n < 0 || (size_t)n >= pathlen) {
+      path[0] = '\0';
+      if (c.rc == 0)
+        c.rc = n < 0 ? MOLT_EIO : MOLT_EINVAL;
+    } else {
+      path[n] = '\0';
+    }
+  }
+  return c.rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Symbol tables                                                             */
+/* ------------------------------------------------------------------------ */
+
+enum { SYM_LOCAL = 0, SYM_GLOBAL = 1 };
+
+typedef struct sym_ent {
+  const char *name;
+  const char *file; /* basename of the STT_FILE group; NULL for globals */
+  uint64_t value;
+  int kind;
+} sym_ent;
+
+struct molt__symtab {
+  char *strtab[2]; /* .strtab, .dynstr: the names point into them */
+  sym_ent *ents;   /* sorted by name */
+  size_t n, cap;
+};
+
+static const char *base_name(const char *p) {
+  const char *s = strrchr(p, '/');
+  return s ? s + 1 : p;
+}
+
+static int ent_cmp(const void *a, const void *b) {
+  return strcmp(((const sym_ent *)a)->name, ((const sym_ent *)b)->name);
+}
+
+static int push_ent(molt__symtab *st, sym_ent e) {
+  if (st->n == st->cap) {
+    size_t cap = st->cap ? st->cap * 2 : 1024;
+    sym_ent *p = realloc(st->ents, cap * sizeof *p);
+    if (!p)
+      return MOLT_ENOMEM;
+    st->ents = p;
+    st->cap = cap;
+  }
+  st->ents[st->n++] = e;
+  return 0;
+}
+
+/*
+ * Adds the defined objects and functions of one symbol table.  Local
+ * symbols are attributed to the last STT_FILE before them.  Two kinds of
+ * local symbols were global in the source and are indexed as globals: those
+ * with hidden/internal visibility, and those in the group that GNU ld opens
+ * with an empty-named STT_FILE, where it puts the symbols it turned local
+ * (it also resets their visibility to default there).
+ */
+static int load_symbols(elf_file *f, molt__symtab *st, size_t secidx,
+                        int slot) {
+  const Elf64_Shdr *s = &f->sh[secidx];
+  if (s->sh_entsize != sizeof(Elf64_Sym) || s->sh_size % sizeof(Elf64_Sym) ||
+      s->sh_link == 0 || s->sh_link >= f->shnum ||
+      f->sh[s->sh_link].sh_type != SHT_STRTAB)
+    return MOLT_ECORRUPT;
+  if (s->sh_size > MAX_SYMTAB_BYTES)
+    return MOLT_ECORRUPT;
+  const Elf64_Shdr *ss = &f->sh[s->sh_link];
+  char *str;
+  int rc = read_alloc(f, ss->sh_offset, ss->sh_size, MAX_STRTAB_BYTES,
+                      "string table ends", (void **)&str);
+  if (rc)
+    return rc;
+  st->strtab[slot] = str;
+  uint64_t strsz = ss->sh_size;
+  bool dynamic = s->sh_type == SHT_DYNSYM;
+
+  enum { CHUNK = 4096 };
+  Elf64_Sym *chunk = malloc(CHUNK * sizeof *chunk);
+  if (!chunk)
+    return MOLT_ENOMEM;
+  uint64_t nsyms = s->sh_size / sizeof(Elf64_Sym);
+  const char *file = NULL;
+  bool linker_group = false;
+  for (uint64_t base = 0; base < nsyms && rc == 0; base += CHUNK) {
+    size_t n = nsyms - base < CHUNK ? (size_t)(nsyms - base) : CHUNK;
+    rc = read_exact(f, chunk, s->sh_offset + base * sizeof(Elf64_Sym),
+                    n * sizeof(Elf64_Sym));
+    for (size_t i = 0; i < n && rc == 0; i++) {
+      const Elf64_Sym *sym = &chunk[i];
+      if (base + i == 0)
+        continue;
+      if (sym->st_name >= strsz) {
+        rc = MOLT_ECORRUPT;
+        break;
+      }
+      const char *name = str + sym->st_name;
+      unsigned type = ELF64_ST_TYPE(sym->st_info);
+      unsigned bind = ELF64_ST_BIND(sym->st_info);
+      if (type == STT_FILE) {
+        file = base_name(name);
+        linker_group = name[0] == '\0';
+        continue;
+      }
+      if (type != STT_OBJECT && type != STT_FUNC)
+        continue;
+      /* ABS values are not addresses in the module, so adding the load base
+       * to them would be wrong. */
+      if (sym->st_shndx == SHN_UNDEF || sym->st_shndx == SHN_ABS ||
+          sym->st_shndx == SHN_COMMON || name[0] == '\0')
+        continue;
+      sym_ent e = {name, NULL, sym->st_value, SYM_GLOBAL};
+      if (bind == STB_LOCAL) {
+        if (dynamic)
+          continue;
+        unsigned vis = ELF64_ST_VISIBILITY(sym->st_other);
+        if (!linker_group && vis != STV_HIDDEN && vis != STV_INTERNAL) {
+          e.kind = SYM_LOCAL;
+          e.file = file;
+        }
+      } else if (bind != STB_GLOBAL && bind != STB_WEAK &&
+                 bind != STB_GNU_UNIQUE) {
+        continue;
+      }
+      rc = push_ent(st, e);
+    }
+  }
+  free(chunk);
+  return rc;
+}
+
+int molt__symtab_open(const char *path, molt__symtab **out) {
+  if (!path || !out)
+    return MOLT_EINVAL;
+  *out = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    switch (errno) {
+    case ENOENT:
+    case ENOTDIR:
+      return MOLT_ENOENT;
+    case EACCES:
+    case EPERM:
+      return MOLT_EPERM;
+    case ENOMEM:
+      return MOLT_ENOMEM;
+    default:
+      return MOLT_EIO;
+    }
+  }
+  elf_file f;
+  int rc = elf_open(&f, fd, 0, MOLT_ENOTSUP, NULL, 0);
+  molt__symtab *st = NULL;
+  if (rc == 0) {
+    st = calloc(1, sizeof *st);
+    if (!st)
+      rc = MOLT_ENOMEM;
+  }
+  /* .symtab first: it has everything .dynsym has plus the locals. */
+  static const uint32_t types[2] = {SHT_SYMTAB, SHT_DYNSYM};
+  for (int t = 0; t < 2 && rc == 0; t++) {
+    for (size_t i = 1; i < f.shnum; i++) {
+      if (f.sh[i].sh_type == types[t]) {
+        rc = load_symbols(&f, st, i, t);
+        break;
+      }
+    }
+  }
+  elf_free(&f);
+  close(fd);
+  if (rc) {
+    molt__symtab_close(st);
+    return rc;
+  }
+  if (st->n > 1)
+    qsort(st->ents, st->n, sizeof *st->ents, ent_cmp);
+  *out = st;
+  return 0;
+}
+
+int molt__symtab_lookup(const molt__symtab *st, const char *name,
+                        const char *tu, uintptr_t *value) {
+  if (!st || !name || !value)
+    return MOLT_EINVAL;
+  const char *tub = tu ? base_name(tu) : NULL;
+  if (tub && tub[0] == '\0')
+    return MOLT_ENOSYM;
+  size_t lo = 0, hi = st->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (strcmp(st->ents[mid].name, name) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  bool found = false;
+  uint64_t v = 0;
+  for (size_t i = lo; i < st->n && strcmp(st->ents[i].name, name) == 0; i++) {
+    const sym_ent *e = &st->ents[i];
+    bool match = tub ? e->kind == SYM_LOCAL && e->file && strcmp(e->file, tub) == 0
+                     : e->kind == SYM_GLOBAL;
+    if (!match)
+      continue;
+    /* The same symbol appears in both .symtab and .dynsym. */
+    if (found && e->value != v)
+      return MOLT_EAMBIGUOUS;
+    found = true;
+    v = e->value;
+  }
+  if (!found)
+    return MOLT_ENOSYM;
+  *value = (uintptr_t)v;
+  return 0;
+}
+
+void molt__symtab_close(molt__symtab *st) {
+  if (!st)
+    return;
+  free(st->strtab[0]);
+  free(st->strtab[1]);
+  free(st->ents);
+  free(st);
+}

@@ -1,0 +1,143 @@
+/*
+ * moltstamp — writes a program's build-id into a patch's molt note.
+ *
+ *   moltstamp PATCH.so TARGET   stamp PATCH.so as a patch for TARGET
+ *   moltstamp --print FILE      print FILE's build-id (and its stamped target
+ *                               if FILE is a patch)
+ *
+ * The runtime refuses a patch whose stamp is not the build-id of a module of
+ * the running program, so the stamp must be written after the patch is
+ * linked, from the very file the program runs.  The write is in place and
+ * only touches the note's target_build_id field: the patch's own build-id and
+ * everything else in the file stay as the linker made them.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *out) {
+  fputs("usage: moltstamp PATCH.so TARGET\n"
+        "       moltstamp --print FILE\n",
+        out);
+}
+
+static int fail(const char *file, const char *msg) {
+  fprintf(stderr, "moltstamp: %s: %s\n", file, msg);
+  return 1;
+}
+
+static int open_file(const char *path, int flags) {
+  int fd = open(path, flags | O_CLOEXEC);
+  if (fd < 0)
+    fprintf(stderr, "moltstamp: %s: %s\n", path, strerror(errno));
+  return fd;
+}
+
+static int print_ids(const char *path) {
+  int fd = open_file(path, O_RDONLY);
+  if (fd < 0)
+    return 1;
+  char hex[MOLT__BUILD_ID_HEX_MAX + 1], err[256];
+  int rc = molt__elf_file_build_id(fd, hex, sizeof hex, err, sizeof err);
+  if (rc == MOLT_ENOSYM) {
+    printf("build-id (none)\n");
+  } else if (rc) {
+    close(fd);
+    return fail(path, err);
+  } else {
+    printf("build-id %s\n", hex);
+  }
+  molt__patch_note note;
+  rc = molt__elf_patch_note_offset(fd, NULL, &note, err, sizeof err);
+  close(fd);
+  if (rc == MOLT_ENOTPATCH)
+    return 0;
+  if (rc)
+    return fail(path, err);
+  const char *id = note.target_build_id;
+  if (!memchr(id, '\0', sizeof note.target_build_id))
+    return fail(path, "the target build-id in the molt note is not "
+                      "NUL-terminated");
+  printf("target-build-id %s\n", id[0] ? id : "(unstamped)");
+  return 0;
+}
+
+static int write_all(int fd, const void *p, size_t n, off_t off) {
+  const char *c = p;
+  while (n > 0) {
+    ssize_t w = pwrite(fd, c, n, off);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    c += w;
+    n -= (size_t)w;
+    off += w;
+  }
+  return 0;
+}
+
+static int stamp(const char *patch, const char *target) {
+  char hex[MOLT__BUILD_ID_HEX_MAX + 1], err[256];
+  int tfd = open_file(target, O_RDONLY);
+  if (tfd < 0)
+    return 1;
+  int rc = molt__elf_file_build_id(tfd, hex, sizeof hex, err, sizeof err);
+  close(tfd);
+  if (rc)
+    return fail(target, err);
+
+  int pfd = open_file(patch, O_RDWR);
+  if (pfd < 0)
+    return 1;
+  uint64_t desc_off;
+  rc = molt__elf_patch_note_offset(pfd, &desc_off, NULL, err, sizeof err);
+  if (rc) {
+    close(pfd);
+    return fail(patch, err);
+  }
+  /* The whole field is rewritten so that a longer earlier stamp leaves no
+   * trailing digits. */
+  char field[sizeof(((molt__patch_note *)0)->target_build_id)];
+  memset(field, 0, sizeof field);
+  memcpy(field, hex, strlen(hex));
+  off_t at = (off_t)(desc_off + offsetof(molt__patch_note, target_build_id));
+  if (write_all(pfd, field, sizeof field, at) != 0) {
+    int e = errno;
+    close(pfd);
+    return fail(patch, strerror(e));
+  }
+  molt__patch_note note;
+  rc = molt__elf_read_patch_note(pfd, &note, err, sizeof err);
+  if (rc == 0 && strcmp(note.target_build_id, hex) != 0) {
+    rc = MOLT_EINTERNAL;
+    snprintf(err, sizeof err, "the stamp did not read back");
+  }
+  if (close(pfd) != 0 && rc == 0) {
+    rc = MOLT_EIO;
+    snprintf(err, sizeof err, "%s", strerror(errno));
+  }
+  if (rc)
+    return fail(patch, err);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 &&
+      (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    usage(stdout);
+    return 0;
+  }
+  if (argc == 3 && strcmp(argv[1], "--print") == 0)
+    return print_ids(argv[2]);
+  if (argc == 3 && argv[1][0] != '-' && argv[2][0] != '-')
+    return stamp(argv[1], argv[2]);
+  usage(stderr);
+  return 2;
+}
