@@ -1,0 +1,119 @@
+/* Program modules (the executable and molt-built shared objects) and their
+ * updatable functions.  All state here is protected by molt__rt_lock. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <link.h>
+#include <string.h>
+
+static molt__module *mods;
+static size_t nmods, capmods;
+static uint32_t nfns;
+
+size_t molt__modules_count(void) { return nmods; }
+molt__module *molt__module_at(size_t i) { return i < nmods ? &mods[i] : NULL; }
+uint32_t molt__fn_count(void) { return nfns; }
+
+molt__fn_desc *molt__fn_at(uint32_t index) {
+  for (size_t i = 0; i < nmods; i++) {
+    molt__module *m = &mods[i];
+    uint32_t n = (uint32_t)(m->stop - m->start);
+    if (index >= m->first_index && index < m->first_index + n)
+      return &m->start[index - m->first_index];
+  }
+  return NULL;
+}
+
+molt__module *molt__module_by_build_id(const char *hex) {
+  if (!hex || !*hex)
+    return NULL;
+  for (size_t i = 0; i < nmods; i++)
+    if (mods[i].build_id[0] && strcmp(mods[i].build_id, hex) == 0)
+      return &mods[i];
+  return NULL;
+}
+
+static const char *base_name(const char *p) {
+  const char *s = strrchr(p, '/');
+  return s ? s + 1 : p;
+}
+
+molt__fn_desc *molt__module_find_fn(molt__module *m, const char *name,
+                                    const char *tu) {
+  for (molt__fn_desc *d = m->start; d < m->stop; d++) {
+    if (d->magic != MOLT__DESC_MAGIC || strcmp(d->name, name) != 0)
+      continue;
+    if (d->is_static) {
+      if (tu && strcmp(base_name(d->tu), base_name(tu)) == 0)
+        return d;
+    } else if (!tu) {
+      return d;
+    }
+  }
+  return NULL;
+}
+
+/* Called from a constructor of every TU that includes molt.h (priority
+ * 101, so before user constructors): the module's descriptors get their
+ * table indices and the current generation is extended with their version
+ * 0 bodies.  The only possible failure is running out of memory during
+ * start-up; it cannot be reported to anyone, so it puts the runtime into the
+ * refusing state (calls into such a module would then fault: there is no
+ * table to dispatch through). */
+void molt__register_module(molt__fn_desc *start, molt__fn_desc *stop) {
+  if (!start || stop <= start)
+    return;
+  molt__rt_lock_acquire();
+  for (size_t i = 0; i < nmods; i++)
+    if (mods[i].start == start) {
+      molt__rt_lock_release();
+      return;
+    }
+  if (nmods == capmods) {
+    size_t cap = capmods ? capmods * 2 : 8;
+    molt__module *p = realloc(mods, cap * sizeof *p);
+    if (!p)
+      goto fail;
+    mods = p;
+    capmods = cap;
+  }
+  molt__module *m = &mods[nmods];
+  memset(m, 0, sizeof *m);
+  m->start = start;
+  m->stop = stop;
+  m->first_index = nfns;
+  char path[4096] = "";
+  int rc = molt__elf_build_id_of_loaded(start, m->build_id, sizeof m->build_id,
+                                        &m->base, path, sizeof path);
+  if (rc < 0)
+    m->build_id[0] = '\0'; /* no build-id: patches cannot target it (H9) */
+  m->path = strdup(path);
+  uint32_t n = (uint32_t)(stop - start);
+  for (uint32_t i = 0; i < n; i++)
+    start[i].index = nfns + i;
+  nfns += n;
+  nmods++;
+  rc = molt__gen_extend_current();
+  if (rc < 0) {
+    molt__rt_lock_release();
+    molt__fail("cannot register %u updatable functions of %s: %s", n,
+               path[0] ? path : "?", molt_strerror(rc));
+    return;
+  }
+  molt__rt_lock_release();
+  return;
+fail:
+  molt__rt_lock_release();
+  molt__fail("out of memory while registering a module");
+}
+
+static int first_object(struct dl_phdr_info *info, size_t size, void *data) {
+  *(uintptr_t *)data = (uintptr_t)info->dlpi_addr;
+  return 1; /* the first object dl_iterate_phdr reports is the executable */
+}
+
+uintptr_t molt__main_base(void) {
+  uintptr_t base = 0;
+  dl_iterate_phdr(first_object, &base);
+  return base;
+}

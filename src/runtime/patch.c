@@ -1,0 +1,492 @@
+/* Patch objects: checking a patch file, loading it, resolving its imports
+ * against the running program (H6), and the object lifecycle.
+ *
+ * Locks: molt__patch_open/reload run with the operation lock held and take
+ * molt__rt_lock only for short sections that do not call the dynamic loader
+ * (see gen.c for why dlopen/dlclose happen outside molt__rt_lock). */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_RECORDS (1u << 20) /* sanity bound on a patch's record counts */
+#define MAX_PATCH_BYTES (256 << 20)
+
+static molt__object *objects;
+static molt__symtab **symtabs; /* per module index, opened on first use */
+static size_t nsymtabs;
+
+molt__object *molt__objects_head(void) { return objects; }
+
+static int errno_code(int e) {
+  switch (e) {
+  case ENOENT:
+  case ENOTDIR:
+    return MOLT_ENOENT;
+  case EACCES:
+  case EPERM:
+    return MOLT_EPERM;
+  case ENOMEM:
+    return MOLT_ENOMEM;
+  default:
+    return MOLT_EIO;
+  }
+}
+
+/* R7: the file is opened once; everything after this looks at that open
+ * file and its private copy, never at the path again. */
+static int check_file(int fd, const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    molt__errmsg(err, errlen, "cannot stat %s: %s", path, strerror(errno));
+    return MOLT_EIO;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    molt__errmsg(err, errlen, "%s is not a regular file", path);
+    return MOLT_EINVAL;
+  }
+  uid_t me = geteuid();
+  if (st.st_uid != me && st.st_uid != 0) {
+    molt__errmsg(err, errlen,
+                 "%s is owned by uid %u; a patch must belong to the process "
+                 "owner (uid %u) or root", path, (unsigned)st.st_uid, (unsigned)me);
+    return MOLT_EUNSAFE;
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    molt__errmsg(err, errlen,
+                 "%s is writable by group or others (mode %03o); run chmod go-w on it",
+                 path, (unsigned)(st.st_mode & 0777));
+    return MOLT_EUNSAFE;
+  }
+  return 0;
+}
+
+static const char *module_desc(size_t i) {
+  molt__module *m = molt__module_at(i);
+  return m && m->path && *m->path ? m->path : "?";
+}
+
+/* Which registered module has the build-id the patch was stamped with. */
+static int find_target(const molt__patch_note *note, size_t *module, char *err,
+                       size_t errlen) {
+  molt__rt_lock_acquire();
+  int rc = MOLT_EBUILDID;
+  size_t n = molt__modules_count();
+  for (size_t i = 0; i < n; i++) {
+    molt__module *m = molt__module_at(i);
+    if (m->build_id[0] && strcmp(m->build_id, note->target_build_id) == 0) {
+      *module = i;
+      rc = 0;
+      break;
+    }
+  }
+  if (rc < 0) {
+    if (n == 0)
+      molt__errmsg(err, errlen, "this process has no updatable functions");
+    else
+      molt__errmsg(err, errlen,
+                   "patch was built for build-id %.16s..., but this process runs "
+                   "%s with build-id %.16s...; rebuild the patch with "
+                   "--molt-target pointing at the running binary",
+                   note->target_build_id, module_desc(0),
+                   molt__module_at(0)->build_id[0] ? molt__module_at(0)->build_id : "(none)");
+  }
+  molt__rt_lock_release();
+  return rc;
+}
+
+static const molt__symtab *module_symtab(size_t module, int *rc) {
+  if (module >= nsymtabs) {
+    size_t n = molt__modules_count();
+    molt__symtab **p = realloc(symtabs, n * sizeof *p);
+    if (!p) {
+      *rc = MOLT_ENOMEM;
+      return NULL;
+    }
+    memset(p + nsymtabs, 0, (n - nsymtabs) * sizeof *p);
+    symtabs = p;
+    nsymtabs = n;
+  }
+  if (!symtabs[module]) {
+    molt__module *m = molt__module_at(module);
+    /* The executable is read through /proc/self/exe, which stays the file
+     * that was executed even if the path has been rebuilt since. */
+    const char *path = module == 0 && m->start && m->base == molt__main_base()
+                           ? "/proc/self/exe" : m->path;
+    *rc = molt__symtab_open(path, &symtabs[module]);
+    if (*rc < 0)
+      return NULL;
+  }
+  *rc = 0;
+  return symtabs[module];
+}
+
+static bool bounded_string(const char *s) {
+  return s && memchr(s, '\0', 4096) != NULL;
+}
+
+/* Resolves every import of obj to the live objects of its module (H6).
+ * Called with molt__rt_lock held. */
+static int resolve_imports(molt__object *obj, char *err, size_t errlen) {
+  int rc;
+  const molt__symtab *st = NULL;
+  molt__module *m = molt__module_at(obj->module);
+  for (const molt__import *im = obj->hdr->imports; im < obj->hdr->imports_end; im++) {
+    if (!bounded_string(im->name) || (im->tu && !bounded_string(im->tu)) || !im->slot) {
+      molt__errmsg(err, errlen, "patch %s has a malformed import record", obj->path);
+      return MOLT_ECORRUPT;
+    }
+    if (!st && !(st = module_symtab(obj->module, &rc))) {
+      molt__errmsg(err, errlen, "cannot read the symbol table of %s: %s",
+                   m->path, molt_strerror(rc));
+      return rc;
+    }
+    uintptr_t value;
+    rc = molt__symtab_lookup(st, im->name, im->tu, &value);
+    if (rc < 0) {
+      if (im->tu)
+        molt__errmsg(err, errlen, "%s: static symbol %s of %s%s", molt_strerror(rc),
+                     im->name, im->tu,
+                     rc == MOLT_ENOSYM ? " is not in the running program (was it stripped?)" : "");
+      else
+        molt__errmsg(err, errlen, "%s: %s is not in the running program", molt_strerror(rc),
+                     im->name);
+      return rc;
+    }
+    /* Plain store into the patch's own data: no thread can run the patch
+     * before its generation is published with a release store. */
+    *im->slot = (void *)(m->base + value);
+  }
+  return 0;
+}
+
+/* dlopens obj->fd and validates the header.  No molt__rt_lock held. */
+static int load_handle(molt__object *obj, char *err, size_t errlen) {
+  char p[64];
+  snprintf(p, sizeof p, "/proc/self/fd/%d", obj->fd);
+  dlerror();
+  void *h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char *e = dlerror();
+    molt__errmsg(err, errlen, "the dynamic loader rejected %s: %s", obj->path,
+                 e ? e : "unknown error");
+    return MOLT_EDLOPEN;
+  }
+  const molt__patch_header *hdr = dlsym(h, "molt_patch_header");
+  struct link_map *lm = NULL;
+  Dl_info info;
+  int rc = 0;
+  if (!hdr || dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || !dladdr(hdr, &info) ||
+      (uintptr_t)info.dli_fbase != (uintptr_t)lm->l_addr) {
+    molt__errmsg(err, errlen, "%s has no molt_patch_header of its own: not a molt patch",
+                 obj->path);
+    rc = MOLT_ENOTPATCH;
+  } else if (hdr->magic != MOLT__PATCH_MAGIC) {
+    molt__errmsg(err, errlen, "%s: bad patch header magic", obj->path);
+    rc = MOLT_ENOTPATCH;
+  } else if (hdr->abi != MOLT__ABI) {
+    molt__errmsg(err, errlen, "%s was built for molt ABI %u, this runtime speaks %u",
+                 obj->path, hdr->abi, MOLT__ABI);
+    rc = MOLT_EABI;
+  } else if (hdr->fns > hdr->fns_end || hdr->imports > hdr->imports_end ||
+             (size_t)(hdr->fns_end - hdr->fns) > MAX_RECORDS ||
+             (size_t)(hdr->imports_end - hdr->imports) > MAX_RECORDS ||
+             (hdr->id && !bounded_string(hdr->id)) ||
+             (hdr->description && !bounded_string(hdr->description))) {
+    molt__errmsg(err, errlen, "%s: corrupt patch header", obj->path);
+    rc = MOLT_ECORRUPT;
+  } else if (hdr->fns == hdr->fns_end) {
+    molt__errmsg(err, errlen, "%s replaces no function", obj->path);
+    rc = MOLT_ENOTPATCH;
+  }
+  if (rc < 0) {
+    dlclose(h);
+    return rc;
+  }
+  for (const molt__patch_fn *f = hdr->fns; f < hdr->fns_end; f++)
+    if (!bounded_string(f->name) || (f->tu && !bounded_string(f->tu)) || !f->impl) {
+      molt__errmsg(err, errlen, "%s has a malformed function record", obj->path);
+      dlclose(h);
+      return MOLT_ECORRUPT;
+    }
+  obj->handle = h;
+  obj->hdr = hdr;
+  return 0;
+}
+
+static void unload_handle(molt__object *obj) {
+  if (obj->handle) {
+    dlclose(obj->handle);
+    obj->handle = NULL;
+    obj->hdr = NULL;
+  }
+}
+
+/* Copies the checked patch file into a sealed memfd; everything after this
+ * (note, dlopen, rollback reloads) reads that private, immutable copy.
+ *
+ * Why a copy: the dynamic loader shares one mapping between all dlopens of
+ * the same inode and keeps the first name it was opened under.  If the same
+ * patch file were applied twice, the mapping could outlive the first
+ * object's /proc/self/fd/N name, and a later patch opened on a reused fd
+ * number N would be handed that stale mapping.  A fresh inode per load
+ * makes every object's mapping its own. */
+static int private_copy(int fd, const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size > MAX_PATCH_BYTES) {
+    molt__errmsg(err, errlen, "%s is larger than %d MiB: not a patch", path,
+                 MAX_PATCH_BYTES >> 20);
+    return MOLT_EINVAL;
+  }
+  const char *base = strrchr(path, '/');
+  int mfd = memfd_create(base ? base + 1 : path, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (mfd < 0) {
+    molt__errmsg(err, errlen, "cannot create a memfd: %s", strerror(errno));
+    return errno_code(errno);
+  }
+  char buf[65536];
+  off_t off = 0;
+  for (;;) {
+    ssize_t n = pread(fd, buf, sizeof buf, off);
+    if (n == 0)
+      break;
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 || write(mfd, buf, (size_t)n) != n || (off += n) > MAX_PATCH_BYTES) {
+      molt__errmsg(err, errlen, "cannot copy %s: %s", path,
+                   n < 0 ? strerror(errno) : "short write or file grew");
+      close(mfd);
+      return MOLT_EIO;
+    }
+  }
+  if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+    molt__errmsg(err, errlen, "cannot seal the copy of %s: %s", path, strerror(errno));
+    close(mfd);
+    return MOLT_EIO;
+  }
+  return mfd;
+}
+
+int molt__patch_open(const char *path, molt__object **out, char *err,
+                     size_t errlen) {
+  int ffd = open(path, O_RDONLY | O_CLOEXEC);
+  if (ffd < 0) {
+    int e = errno;
+    molt__errmsg(err, errlen, "cannot open %s: %s", path, strerror(e));
+    return errno_code(e);
+  }
+  int rc = check_file(ffd, path, err, errlen);
+  int fd = rc < 0 ? rc : private_copy(ffd, path, err, errlen);
+  close(ffd);
+  if (fd < 0)
+    return fd;
+  molt__patch_note note;
+  if (rc == 0)
+    rc = molt__elf_read_patch_note(fd, &note, err, errlen);
+  size_t module = 0;
+  if (rc == 0)
+    rc = find_target(&note, &module, err, errlen);
+  molt__object *obj = NULL;
+  if (rc == 0) {
+    obj = calloc(1, sizeof *obj);
+    char *p = obj ? strdup(path) : NULL;
+    if (!p) {
+      free(obj);
+      obj = NULL;
+      rc = MOLT_ENOMEM;
+      molt__errmsg(err, errlen, "out of memory");
+    } else {
+      obj->path = p;
+      obj->fd = fd;
+      obj->module = module;
+    }
+  }
+  if (rc == 0)
+    rc = load_handle(obj, err, errlen);
+  if (rc == 0) {
+    obj->id = strdup(obj->hdr->id && *obj->hdr->id ? obj->hdr->id : "unnamed");
+    obj->description = strdup(obj->hdr->description ? obj->hdr->description : "");
+    if (!obj->id || !obj->description) {
+      rc = MOLT_ENOMEM;
+      molt__errmsg(err, errlen, "out of memory");
+    }
+  }
+  if (rc == 0) {
+    molt__rt_lock_acquire();
+    rc = resolve_imports(obj, err, errlen);
+    molt__rt_lock_release();
+  }
+  if (rc < 0) {
+    if (obj) {
+      unload_handle(obj);
+      free(obj->id);
+      free(obj->description);
+      free(obj->path);
+      free(obj);
+    }
+    close(fd);
+    return rc;
+  }
+  molt__rt_lock_acquire();
+  obj->all_next = objects;
+  if (objects)
+    objects->all_prev = obj;
+  objects = obj;
+  molt__rt_lock_release();
+  *out = obj;
+  return 0;
+}
+
+int molt__patch_reload(molt__object *obj, char *err, size_t errlen) {
+  if (obj->handle)
+    return 0;
+  int rc = load_handle(obj, err, errlen);
+  if (rc < 0)
+    return rc;
+  molt__rt_lock_acquire();
+  rc = resolve_imports(obj, err, errlen);
+  molt__rt_lock_release();
+  if (rc < 0)
+    unload_handle(obj);
+  else
+    molt__log(MOLT__EV_LOAD, molt__gen_current()->number, obj->id,
+              "reloaded %s for rollback", obj->path);
+  return rc;
+}
+
+void *molt__patch_find_impl(const molt__object *obj, const char *name,
+                            const char *tu) {
+  if (!obj->hdr)
+    return NULL;
+  for (const molt__patch_fn *f = obj->hdr->fns; f < obj->hdr->fns_end; f++) {
+    if (strcmp(f->name, name) != 0)
+      continue;
+    if (!tu && !f->tu)
+      return f->impl;
+    if (tu && f->tu) {
+      const char *a = strrchr(tu, '/'), *b = strrchr(f->tu, '/');
+      if (strcmp(a ? a + 1 : tu, b ? b + 1 : f->tu) == 0)
+        return f->impl;
+    }
+  }
+  return NULL;
+}
+
+int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
+                          molt__gen **out, char *err, size_t errlen) {
+  molt__module *m = molt__module_at(obj->module);
+  size_t n = (size_t)(obj->hdr->fns_end - obj->hdr->fns);
+  molt__fn_desc **descs = calloc(n, sizeof *descs);
+  if (!descs) {
+    molt__errmsg(err, errlen, "out of memory");
+    return MOLT_ENOMEM;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < n; i++) {
+    const molt__patch_fn *f = &obj->hdr->fns[i];
+    descs[i] = molt__module_find_fn(m, f->name, f->tu);
+    if (!descs[i]) {
+      molt__errmsg(err, errlen,
+                   "patch %s replaces %s%s%s, which is not an updatable function "
+                   "of %s", obj->id, f->name, f->tu ? " in " : "", f->tu ? f->tu : "",
+                   m->path);
+      rc = MOLT_ENOFUNC;
+      break;
+    }
+  }
+  molt__gen *g = NULL;
+  if (rc == 0 && (rc = molt__gen_new(from, &g)) < 0)
+    molt__errmsg(err, errlen, "%s", molt_strerror(rc));
+  if (rc == 0 && !obj->prev) {
+    /* Remember what we replace, for rollback (only on the first apply of
+     * this object; a reload for rollback does not come here). */
+    obj->prev = calloc(n, sizeof *obj->prev);
+    if (!obj->prev) {
+      molt__gen_discard(g);
+      molt__errmsg(err, errlen, "out of memory");
+      rc = MOLT_ENOMEM;
+    } else {
+      molt__gen_priv *fp = molt__gen_priv_of(from);
+      for (size_t i = 0; i < n; i++) {
+        uint32_t idx = descs[i]->index;
+        obj->prev[i].index = idx;
+        obj->prev[i].owner = idx < from->size && fp->entry_owner ? fp->entry_owner[idx] : NULL;
+        if (obj->prev[i].owner)
+          obj->prev[i].owner->prev_refs++;
+      }
+      obj->nprev = n;
+    }
+  }
+  if (rc == 0) {
+    for (size_t i = 0; i < n; i++)
+      molt__gen_set(g, descs[i]->index, obj->hdr->fns[i].impl, obj);
+    *out = g;
+  }
+  free(descs);
+  return rc;
+}
+
+void molt__object_ref(molt__object *obj) { obj->refs++; }
+
+bool molt__object_unref(molt__object *obj) {
+  return --obj->refs == 0 && obj->handle != NULL;
+}
+
+void molt__object_leave_history(molt__object *obj) {
+  obj->in_history = false;
+  /* Nobody can roll back over this object any more, so the objects that
+   * supplied what it replaced need not stay reloadable on its account. */
+  for (size_t i = 0; i < obj->nprev; i++) {
+    molt__object *o = obj->prev[i].owner;
+    if (o) {
+      o->prev_refs--;
+      molt__object_free_if_unused(o);
+    }
+  }
+  free(obj->prev);
+  obj->prev = NULL;
+  obj->nprev = 0;
+  molt__object_free_if_unused(obj);
+}
+
+void molt__object_free_if_unused(molt__object *obj) {
+  if (obj->handle || obj->refs || obj->in_history || obj->prev_refs)
+    return;
+  if (obj->all_prev)
+    obj->all_prev->all_next = obj->all_next;
+  else
+    objects = obj->all_next;
+  if (obj->all_next)
+    obj->all_next->all_prev = obj->all_prev;
+  close(obj->fd);
+  free(obj->prev);
+  free(obj->id);
+  free(obj->description);
+  free(obj->path);
+  free(obj);
+}
+
+void molt__objects_close(molt__object *list) {
+  while (list) {
+    molt__object *o = list;
+    list = o->close_next;
+    o->close_next = NULL;
+    char id[64];
+    snprintf(id, sizeof id, "%s", o->id);
+    uint64_t gen = o->gen;
+    /* dlclose outside molt__rt_lock (lock order, see gen.c). */
+    unload_handle(o);
+    molt__rt_lock_acquire();
+    molt__log(MOLT__EV_UNLOAD, gen, id, "unloaded %s: no thread can run its code", o->path);
+    molt__object_free_if_unused(o);
+    molt__rt_lock_release();
+  }
+}
