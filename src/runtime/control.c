@@ -1,0 +1,359 @@
+/*
+ * control.c — the control socket server.
+ *
+ * Runs only on the runtime thread: the runtime's event loop polls the
+ * listening fd and calls molt__control_serve() when it is readable.  One
+ * connection carries one request and one response (docs/protocol.md).
+ *
+ * The runtime thread also performs updates and reclamation, so a client
+ * must never be able to hold it: every read and write on a client socket
+ * has a deadline of MOLT__PROTO_SERVER_IO_MS (enforced with poll, since
+ * SO_RCVTIMEO alone restarts its clock on every byte and a client dripping
+ * one byte a second could stretch a 64 KiB request over hours), and the
+ * request is bounded to 64 KiB before anything is allocated.
+ *
+ * Like all runtime code this never prints, exits or aborts; failures of a
+ * single connection are answered (best effort) and logged, never fatal.
+ */
+#include "protocol.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ERRLEN 1024
+
+/* Current generation number for log entries.  Only the runtime thread
+ * publishes generations and this runs on it, so a relaxed load sees the
+ * latest value; the pointed-to generation cannot be retired under us. */
+static uint64_t current_gen(void) {
+  molt__gen *g = atomic_load_explicit(&molt__current, memory_order_relaxed);
+  return g != NULL ? g->number : 0;
+}
+
+static int code_of_errno(int e) {
+  switch (e) {
+  case ENOMEM:
+  case ENOBUFS:
+    return MOLT_ENOMEM;
+  case EACCES:
+  case EPERM:
+    return MOLT_EPERM;
+  default:
+    return MOLT_EIO;
+  }
+}
+
+int molt__control_listen(void) {
+  /* NONBLOCK on the listener: if a client gives up between the runtime's
+   * poll and our accept, accept4 must return EAGAIN rather than block the
+   * runtime thread until the next client arrives. */
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0)
+    return code_of_errno(errno);
+  struct sockaddr_un sa;
+  socklen_t len = molt__proto_sockaddr(getpid(), &sa);
+  if (bind(fd, (struct sockaddr *)&sa, len) < 0 || listen(fd, 16) < 0) {
+    /* EADDRINUSE: another socket already has our name (a squatter, or a
+     * second runtime in this process); both map to a plain I/O error. */
+    int e = errno;
+    close(fd);
+    return code_of_errno(e);
+  }
+  return fd;
+}
+
+/* Writes "error\t<msg>\n" (msg escaped) into dst without allocating, so an
+ * error can be reported even when memory has run out.  Returns the length. */
+static size_t error_record(char *dst, size_t cap, const char *msg) {
+  static const char key[] = "error\t";
+  size_t n = sizeof key - 1;
+  memcpy(dst, key, n);
+  /* Leave room for one escape pair and the final newline. */
+  for (const char *p = msg; *p != '\0' && n + 3 < cap; p++) {
+    char c = *p;
+    if (c == '\\' || c == '\t' || c == '\n') {
+      dst[n++] = '\\';
+      c = c == '\t' ? 't' : c == '\n' ? 'n' : '\\';
+    }
+    dst[n++] = c;
+  }
+  dst[n++] = '\n';
+  return n;
+}
+
+/* Sends a response: header, then the error record (status != 0), then
+ * body.  Best effort: a client that has gone away just makes it fail. */
+static void respond(int fd, int status, const char *errmsg, const char *body,
+                    size_t body_len, uint64_t deadline) {
+  char rec[2 * ERRLEN + 16];
+  size_t rec_len = 0;
+  if (status != 0)
+    rec_len = error_record(rec, sizeof rec,
+                           errmsg != NULL && errmsg[0] != '\0'
+                               ? errmsg
+                               : molt_strerror(status));
+  molt__frame_hdr h = {.magic = MOLT__PROTO_MAGIC,
+                       .version = MOLT__PROTO_VERSION,
+                       .kind = 0,
+                       .status = status,
+                       .length = (uint32_t)(rec_len + body_len)};
+  unsigned char hdr[MOLT__PROTO_HDR_SIZE];
+  molt__proto_encode_hdr(&h, hdr);
+  if (molt__proto_write_full(fd, hdr, sizeof hdr, deadline) != 0)
+    return;
+  if (rec_len > 0 && molt__proto_write_full(fd, rec, rec_len, deadline) != 0)
+    return;
+  if (body_len > 0)
+    (void)molt__proto_write_full(fd, body, body_len, deadline);
+}
+
+/* Parses a decimal int field (optional leading '-').  false if it is not
+ * one or does not fit. */
+static bool parse_int(const char *s, int *out) {
+  bool neg = *s == '-';
+  if (neg)
+    s++;
+  if (*s == '\0')
+    return false;
+  long long v = 0;
+  for (; *s != '\0'; s++) {
+    if (*s < '0' || *s > '9')
+      return false;
+    v = v * 10 + (*s - '0');
+    if (v > (long long)INT32_MAX + 1)
+      return false;
+  }
+  if (neg)
+    v = -v;
+  if (v < INT32_MIN || v > INT32_MAX)
+    return false;
+  *out = (int)v;
+  return true;
+}
+
+/* Turns the records of a request into a molt__request.  Unknown keys are
+ * ignored so that newer clients can add optional fields. */
+static int build_request(unsigned op, const molt__records *recs,
+                         molt__request *req, char *err, size_t errlen) {
+  memset(req, 0, sizeof *req);
+  req->op = (molt__op)op;
+  req->policy = MOLT_POLICY_IMMEDIATE;
+  req->timeout_ms = -1; /* the runtime's default */
+  if (op != MOLT__OP_APPLY && op != MOLT__OP_ROLLBACK)
+    return 0;
+
+  const molt__record *r = molt__tsv_find(recs, "policy");
+  if (r != NULL) {
+    const char *p = molt__tsv_field(r, 1);
+    if (strcmp(p, "immediate") == 0)
+      req->policy = MOLT_POLICY_IMMEDIATE;
+    else if (strcmp(p, "local") == 0)
+      req->policy = MOLT_POLICY_LOCAL;
+    else if (strcmp(p, "global") == 0)
+      req->policy = MOLT_POLICY_GLOBAL;
+    else {
+      molt__errmsg(err, errlen,
+                   "unknown update policy '%.40s' (use immediate, local or "
+                   "global)",
+                   p);
+      return MOLT_EPOLICY;
+    }
+  }
+  r = molt__tsv_find(recs, "timeout_ms");
+  if (r != NULL) {
+    int t;
+    if (!parse_int(molt__tsv_field(r, 1), &t)) {
+      molt__errmsg(err, errlen, "timeout_ms '%.40s' is not an integer",
+                   molt__tsv_field(r, 1));
+      return MOLT_EPROTO;
+    }
+    req->timeout_ms = t < 0 ? -1 : t;
+  }
+  if (op != MOLT__OP_APPLY)
+    return 0;
+
+  r = molt__tsv_find(recs, "path");
+  if (r == NULL) {
+    molt__errmsg(err, errlen, "apply request without a path record");
+    return MOLT_EPROTO;
+  }
+  const char *path = molt__tsv_field(r, 1);
+  /* The process's working directory is not the client's, so a relative
+   * path would name some other file: the CLI always sends realpath(). */
+  if (path[0] != '/') {
+    molt__errmsg(err, errlen, "patch path '%.200s' is not absolute", path);
+    return MOLT_EINVAL;
+  }
+  size_t n = strlen(path);
+  if (n >= sizeof req->path) {
+    molt__errmsg(err, errlen, "patch path is longer than %zu bytes",
+                 sizeof req->path - 1);
+    return MOLT_EINVAL;
+  }
+  memcpy(req->path, path, n + 1);
+  return 0;
+}
+
+static void serve_client(int fd) {
+  uint64_t deadline = molt__proto_deadline(MOLT__PROTO_SERVER_IO_MS);
+  char err[ERRLEN] = "";
+
+  struct ucred cred;
+  socklen_t clen = sizeof cred;
+  bool have_cred = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 &&
+                   clen == sizeof cred;
+  uid_t owner = geteuid();
+  /* SO_PEERCRED reports the effective uid the client had at connect(). */
+  bool allowed = have_cred && (cred.uid == 0 || cred.uid == owner);
+
+  /* The request is read before a refusal is sent: a client still writing
+   * its request when we close would get EPIPE and never see our answer. */
+  molt__frame_hdr h;
+  char *payload = NULL;
+  int rc = molt__proto_recv(fd, MOLT__FRAME_REQUEST, &h, &payload, deadline,
+                            err, sizeof err);
+
+  if (!allowed) {
+    if (have_cred) {
+      molt__log(MOLT__EV_DENIED, current_gen(), NULL,
+                "control connection from pid %ld uid %u refused: only uid %u "
+                "and root may control this process",
+                (long)cred.pid, (unsigned)cred.uid, (unsigned)owner);
+      molt__errmsg(err, sizeof err,
+                   "uid %u is not allowed to control this process (owner uid "
+                   "%u)",
+                   (unsigned)cred.uid, (unsigned)owner);
+    } else {
+      molt__log(MOLT__EV_DENIED, current_gen(), NULL,
+                "control connection refused: peer credentials unavailable");
+      molt__errmsg(err, sizeof err,
+                   "cannot verify the client's credentials (owner uid %u)",
+                   (unsigned)owner);
+    }
+    respond(fd, MOLT_EPERM, err, NULL, 0, deadline);
+    free(payload);
+    return;
+  }
+
+  if (rc == MOLT_ECONNECT || rc == MOLT_EIO) {
+    /* Connected and closed without a word, or the socket broke: nobody is
+     * left to answer, and it is not worth a log entry. */
+    free(payload);
+    return;
+  }
+  if (rc != 0) {
+    if (rc == MOLT_ETIMEDOUT) {
+      molt__errmsg(err, sizeof err, "no complete request within %d ms",
+                   MOLT__PROTO_SERVER_IO_MS);
+      rc = MOLT_EPROTO;
+    }
+    molt__log(MOLT__EV_INFO, current_gen(), NULL,
+              "malformed control request from pid %ld: %s", (long)cred.pid,
+              err);
+    respond(fd, rc, err, NULL, 0, deadline);
+    free(payload);
+    return;
+  }
+
+  molt__records recs;
+  rc = molt__tsv_parse(payload, h.length, MOLT__PROTO_MAX_RECORDS, &recs, err,
+                       sizeof err);
+  free(payload);
+  if (rc != 0) {
+    molt__log(MOLT__EV_INFO, current_gen(), NULL,
+              "malformed control request from pid %ld: %s", (long)cred.pid,
+              err);
+    respond(fd, rc, err, NULL, 0, deadline);
+    return;
+  }
+
+  /* 4 KiB path: keep it off the runtime thread's stack. */
+  molt__request *req = malloc(sizeof *req);
+  if (req == NULL) {
+    molt__tsv_free(&recs);
+    respond(fd, MOLT_ENOMEM, "out of memory for the request", NULL, 0,
+            deadline);
+    return;
+  }
+  rc = build_request(h.kind, &recs, req, err, sizeof err);
+  molt__tsv_free(&recs);
+  if (rc != 0) {
+    free(req);
+    respond(fd, rc, err, NULL, 0, deadline);
+    return;
+  }
+
+  molt__buf out;
+  molt__buf_init(&out);
+  err[0] = '\0';
+  rc = molt__execute(req, &out, err, sizeof err);
+
+  const char *body = out.data;
+  size_t body_len = out.len;
+  if (out.oom || body_len > MOLT__PROTO_MAX_RESPONSE - 2 * ERRLEN - 16) {
+    bool too_big = !out.oom;
+    body = NULL;
+    body_len = 0;
+    /* An apply or rollback has happened (or not) whatever its report says:
+     * keep its status so the CLI tells the truth, and drop only the
+     * records.  A status or log without its records is a failure. */
+    if (rc == 0 && (req->op == MOLT__OP_STATUS || req->op == MOLT__OP_LOG)) {
+      rc = too_big ? MOLT_ENOTSUP : MOLT_ENOMEM;
+      if (too_big)
+        molt__errmsg(err, sizeof err,
+                     "the %s report exceeds the protocol limit of %u bytes",
+                     molt__proto_op_name(req->op), MOLT__PROTO_MAX_RESPONSE);
+      else
+        molt__errmsg(err, sizeof err,
+                     "out of memory while building the %s report",
+                     molt__proto_op_name(req->op));
+    }
+  }
+  /* The response gets its own deadline: the request may legitimately have
+   * taken long (a global update waits for threads). */
+  respond(fd, rc, err, body, body_len,
+          molt__proto_deadline(MOLT__PROTO_SERVER_IO_MS));
+  molt__buf_free(&out);
+  free(req);
+}
+
+void molt__control_serve(int listen_fd) {
+  /* Touched only by the runtime thread. */
+  static bool accept_failing;
+
+  int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+      /* The connection stays queued, so the listener stays readable and
+       * the runtime loop would spin at full speed.  Pausing the runtime
+       * thread briefly caps that at ten wake-ups a second; it holds no
+       * lock here, so application threads are not affected. */
+      if (!accept_failing)
+        molt__log(MOLT__EV_INFO, current_gen(), NULL,
+                  "cannot accept control connections: %s", strerror(e));
+      accept_failing = true;
+      struct timespec ts = {0, 100 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    /* EAGAIN, EINTR, ECONNABORTED: the client is gone; nothing to do. */
+    return;
+  }
+  accept_failing = false;
+
+  /* Belt and braces: the I/O helpers use poll deadlines, but should any
+   * blocking call slip in, the socket itself bounds it too. */
+  struct timeval tv = {.tv_sec = MOLT__PROTO_SERVER_IO_MS / 1000,
+                       .tv_usec = (MOLT__PROTO_SERVER_IO_MS % 1000) * 1000};
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+
+  serve_client(fd);
+  close(fd);
+}

@@ -1,0 +1,443 @@
+/*
+ * protocol.c — control protocol codec (see protocol.h, docs/protocol.md).
+ *
+ * Everything that parses bytes from the other side of the socket lives here
+ * so it can be unit-tested and fuzzed on its own (tests/protocol/).  The
+ * parser trusts nothing: every length is checked against a bound before it
+ * is used, and memory use is proportional to the input, which the callers
+ * have already bounded (64 KiB requests, 16 MiB responses).
+ */
+#include "protocol.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+/* ---- header ------------------------------------------------------------ */
+
+static void put16(unsigned char *p, uint16_t v) {
+  p[0] = (unsigned char)v;
+  p[1] = (unsigned char)(v >> 8);
+}
+
+static void put32(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)v;
+  p[1] = (unsigned char)(v >> 8);
+  p[2] = (unsigned char)(v >> 16);
+  p[3] = (unsigned char)(v >> 24);
+}
+
+static uint16_t get16(const unsigned char *p) {
+  return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
+}
+
+static uint32_t get32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+         (uint32_t)p[3] << 24;
+}
+
+void molt__proto_encode_hdr(const molt__frame_hdr *h,
+                            unsigned char out[MOLT__PROTO_HDR_SIZE]) {
+  put32(out, h->magic);
+  put16(out + 4, h->version);
+  put16(out + 6, h->kind);
+  /* Two's complement by definition of the wire format; the conversion of a
+   * negative int32_t to uint32_t is well defined (modulo 2^32). */
+  put32(out + 8, (uint32_t)h->status);
+  put32(out + 12, h->length);
+}
+
+const char *molt__proto_op_name(unsigned op) {
+  switch (op) {
+  case MOLT__OP_STATUS: return "status";
+  case MOLT__OP_APPLY: return "apply";
+  case MOLT__OP_ROLLBACK: return "rollback";
+  case MOLT__OP_LOG: return "log";
+  default: return NULL;
+  }
+}
+
+int molt__proto_decode_hdr(const unsigned char in[MOLT__PROTO_HDR_SIZE],
+                           molt__frame_type type, molt__frame_hdr *h,
+                           char *err, size_t errlen) {
+  h->magic = get32(in);
+  h->version = get16(in + 4);
+  h->kind = get16(in + 6);
+  uint32_t st = get32(in + 8);
+  /* Converting back without implementation-defined behaviour. */
+  h->status = st <= INT32_MAX ? (int32_t)st : -(int32_t)(~st) - 1;
+  h->length = get32(in + 12);
+
+  if (h->magic != MOLT__PROTO_MAGIC) {
+    molt__errmsg(err, errlen, "bad magic 0x%08x (not a molt control message)",
+                 (unsigned)h->magic);
+    return MOLT_EPROTO;
+  }
+  if (h->version != MOLT__PROTO_VERSION) {
+    molt__errmsg(err, errlen,
+                 "peer speaks control protocol version %u, this side speaks "
+                 "version %u",
+                 (unsigned)h->version, MOLT__PROTO_VERSION);
+    return MOLT_EVERSION;
+  }
+  if (type == MOLT__FRAME_REQUEST) {
+    if (molt__proto_op_name(h->kind) == NULL) {
+      molt__errmsg(err, errlen, "unknown request op %u", (unsigned)h->kind);
+      return MOLT_EPROTO;
+    }
+    if (h->status != 0) {
+      molt__errmsg(err, errlen, "request carries status %d (must be 0)",
+                   (int)h->status);
+      return MOLT_EPROTO;
+    }
+    if (h->length > MOLT__PROTO_MAX_REQUEST) {
+      molt__errmsg(err, errlen,
+                   "request payload of %u bytes exceeds the limit of %u",
+                   (unsigned)h->length, MOLT__PROTO_MAX_REQUEST);
+      return MOLT_EPROTO;
+    }
+  } else {
+    if (h->kind != 0) {
+      molt__errmsg(err, errlen, "response has kind %u (must be 0)",
+                   (unsigned)h->kind);
+      return MOLT_EPROTO;
+    }
+    /* Any negative status is accepted: a newer runtime may know codes this
+     * CLI does not; molt_strerror() then says "unknown error". */
+    if (h->status > 0) {
+      molt__errmsg(err, errlen, "response carries positive status %d",
+                   (int)h->status);
+      return MOLT_EPROTO;
+    }
+    if (h->length > MOLT__PROTO_MAX_RESPONSE) {
+      molt__errmsg(err, errlen,
+                   "response payload of %u bytes exceeds the limit of %u",
+                   (unsigned)h->length, MOLT__PROTO_MAX_RESPONSE);
+      return MOLT_EPROTO;
+    }
+  }
+  return 0;
+}
+
+/* ---- TSV ----------------------------------------------------------------- */
+
+void molt__tsv_escape(molt__buf *b, const char *s, size_t n) {
+  size_t run = 0; /* start of the pending run of bytes that need no escape */
+  for (size_t i = 0; i < n; i++) {
+    const char *rep = NULL;
+    switch (s[i]) {
+    case '\\': rep = "\\\\"; break;
+    case '\t': rep = "\\t"; break;
+    case '\n': rep = "\\n"; break;
+    default: continue;
+    }
+    molt__buf_add(b, s + run, i - run);
+    molt__buf_add(b, rep, 2);
+    run = i + 1;
+  }
+  molt__buf_add(b, s + run, n - run);
+}
+
+long molt__tsv_unescape(char *s, size_t n) {
+  size_t w = 0;
+  for (size_t r = 0; r < n; r++) {
+    char c = s[r];
+    if (c == '\\') {
+      if (r + 1 >= n)
+        return MOLT_EPROTO; /* lone backslash at the end of the field */
+      switch (s[++r]) {
+      case '\\': c = '\\'; break;
+      case 't': c = '\t'; break;
+      case 'n': c = '\n'; break;
+      default: return MOLT_EPROTO;
+      }
+    }
+    s[w++] = c;
+  }
+  /* w < n whenever an escape was seen; otherwise s[n] is the caller's
+   * business (the parser always leaves room for a terminator there). */
+  if (w < n)
+    s[w] = '\0';
+  return (long)w;
+}
+
+void molt__tsv_free(molt__records *r) {
+  if (r == NULL)
+    return;
+  free(r->recs);
+  free(r->fieldv);
+  free(r->text);
+  memset(r, 0, sizeof *r);
+}
+
+int molt__tsv_parse(const char *data, size_t len, size_t max_records,
+                    molt__records *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (max_records == 0)
+    max_records = MOLT__PROTO_MAX_RECORDS;
+  if (len == 0)
+    return 0;
+  if (data == NULL) {
+    molt__errmsg(err, errlen, "payload missing");
+    return MOLT_EPROTO;
+  }
+
+  /* Pass 1: validate the shape and count, so pass 2 allocates exactly and
+   * cannot fail half-way through. */
+  size_t nrec = 0, nfields = 0, fields_here = 1;
+  for (size_t i = 0; i < len; i++) {
+    char c = data[i];
+    if (c == '\0') {
+      molt__errmsg(err, errlen, "NUL byte in payload at offset %zu", i);
+      return MOLT_EPROTO;
+    }
+    if (c == '\t') {
+      if (++fields_here > MOLT__PROTO_MAX_FIELDS) {
+        molt__errmsg(err, errlen, "record %zu has more than %u fields",
+                     nrec + 1, MOLT__PROTO_MAX_FIELDS);
+        return MOLT_EPROTO;
+      }
+    } else if (c == '\n') {
+      if (++nrec > max_records) {
+        molt__errmsg(err, errlen, "more than %zu records", max_records);
+        return MOLT_EPROTO;
+      }
+      nfields += fields_here;
+      fields_here = 1;
+    }
+  }
+  if (data[len - 1] != '\n') {
+    molt__errmsg(err, errlen, "last record is not terminated by a newline");
+    return MOLT_EPROTO;
+  }
+
+  /* len < 16 MiB + 1 and nfields <= len, so none of these overflow. */
+  char *text = malloc(len + 1);
+  const char **fieldv = malloc(nfields * sizeof *fieldv);
+  molt__record *recs = malloc(nrec * sizeof *recs);
+  if (text == NULL || fieldv == NULL || recs == NULL) {
+    free(text);
+    free(fieldv);
+    free(recs);
+    molt__errmsg(err, errlen, "out of memory parsing %zu bytes", len);
+    return MOLT_ENOMEM;
+  }
+  memcpy(text, data, len);
+  text[len] = '\0';
+
+  /* Pass 2: split in place.  Each field is cut at its separator (replaced
+   * by NUL) and unescaped in place; unescaping only shrinks, so it never
+   * writes past the separator. */
+  size_t r = 0, f = 0;
+  char *start = text;
+  recs[0].fields = fieldv;
+  recs[0].nfields = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (text[i] != '\t' && text[i] != '\n')
+      continue;
+    bool eol = text[i] == '\n';
+    text[i] = '\0';
+    size_t flen = (size_t)(text + i - start);
+    if (molt__tsv_unescape(start, flen) < 0) {
+      molt__errmsg(err, errlen, "bad escape in record %zu field %zu", r + 1,
+                   recs[r].nfields + 1);
+      free(text);
+      free(fieldv);
+      free(recs);
+      return MOLT_EPROTO;
+    }
+    fieldv[f++] = start;
+    recs[r].nfields++;
+    start = text + i + 1;
+    if (eol && ++r < nrec) {
+      recs[r].fields = fieldv + f;
+      recs[r].nfields = 0;
+    }
+  }
+  out->recs = recs;
+  out->count = nrec;
+  out->text = text;
+  out->fieldv = fieldv;
+  return 0;
+}
+
+const molt__record *molt__tsv_find(const molt__records *r, const char *key) {
+  for (size_t i = 0; i < r->count; i++)
+    if (strcmp(r->recs[i].fields[0], key) == 0)
+      return &r->recs[i];
+  return NULL;
+}
+
+const char *molt__tsv_field(const molt__record *rec, size_t i) {
+  return rec != NULL && i < rec->nfields ? rec->fields[i] : "";
+}
+
+/* ---- I/O ------------------------------------------------------------------ */
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t molt__proto_deadline(int64_t ms) {
+  if (ms < 0)
+    return UINT64_MAX; /* no deadline */
+  return mono_ns() + (uint64_t)ms * 1000000u;
+}
+
+/* Waits until fd is ready for `events` or the deadline passes.  Returns 0
+ * (ready, or an error condition that the next recv/send will report),
+ * MOLT_ETIMEDOUT, or MOLT_EIO if poll itself fails. */
+static int wait_fd(int fd, short events, uint64_t deadline_ns) {
+  for (;;) {
+    int ms = -1;
+    if (deadline_ns != UINT64_MAX) {
+      uint64_t now = mono_ns();
+      if (now >= deadline_ns)
+        return MOLT_ETIMEDOUT;
+      uint64_t left = (deadline_ns - now + 999999u) / 1000000u; /* round up */
+      ms = left > INT_MAX ? INT_MAX : (int)left;
+    }
+    struct pollfd p = {.fd = fd, .events = events};
+    int n = poll(&p, 1, ms);
+    if (n > 0)
+      return 0;
+    if (n < 0 && errno != EINTR)
+      return MOLT_EIO; /* errno says why */
+  }
+}
+
+int molt__proto_read_full(int fd, void *buf, size_t n, uint64_t deadline_ns,
+                          size_t *got) {
+  size_t done = 0;
+  int rc = 0;
+  while (done < n) {
+    /* MSG_DONTWAIT: a blocking recv could outlive the deadline. */
+    ssize_t k = recv(fd, (char *)buf + done, n - done, MSG_DONTWAIT);
+    if (k > 0) {
+      done += (size_t)k;
+      continue;
+    }
+    if (k == 0) {
+      rc = MOLT_EPROTO; /* end of stream */
+      break;
+    }
+    if (errno == EINTR)
+      continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      rc = MOLT_EIO;
+      break;
+    }
+    if ((rc = wait_fd(fd, POLLIN, deadline_ns)) != 0)
+      break;
+  }
+  if (got != NULL)
+    *got = done;
+  return rc;
+}
+
+int molt__proto_write_full(int fd, const void *buf, size_t n,
+                           uint64_t deadline_ns) {
+  size_t done = 0;
+  while (done < n) {
+    /* MSG_NOSIGNAL: a client that went away must not kill the host process
+     * with SIGPIPE; MSG_DONTWAIT: the deadline rules, not the socket. */
+    ssize_t k = send(fd, (const char *)buf + done, n - done,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k >= 0) {
+      done += (size_t)k;
+      continue;
+    }
+    if (errno == EINTR)
+      continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+      return MOLT_EIO;
+    int rc = wait_fd(fd, POLLOUT, deadline_ns);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
+int molt__proto_send(int fd, const molt__frame_hdr *h, const void *payload,
+                     uint64_t deadline_ns) {
+  unsigned char hdr[MOLT__PROTO_HDR_SIZE];
+  molt__proto_encode_hdr(h, hdr);
+  int rc = molt__proto_write_full(fd, hdr, sizeof hdr, deadline_ns);
+  if (rc == 0 && h->length > 0)
+    rc = molt__proto_write_full(fd, payload, h->length, deadline_ns);
+  return rc;
+}
+
+int molt__proto_recv(int fd, molt__frame_type type, molt__frame_hdr *h,
+                     char **payload, uint64_t deadline_ns, char *err,
+                     size_t errlen) {
+  unsigned char hdr[MOLT__PROTO_HDR_SIZE];
+  size_t got = 0;
+  *payload = NULL;
+  memset(h, 0, sizeof *h);
+  int rc = molt__proto_read_full(fd, hdr, sizeof hdr, deadline_ns, &got);
+  if (rc == MOLT_EPROTO) {
+    if (got == 0) {
+      molt__errmsg(err, errlen, "connection closed before a message arrived");
+      return MOLT_ECONNECT;
+    }
+    molt__errmsg(err, errlen, "truncated header (%zu of %u bytes)", got,
+                 MOLT__PROTO_HDR_SIZE);
+    return rc;
+  }
+  if (rc == MOLT_ETIMEDOUT) {
+    molt__errmsg(err, errlen, "timed out waiting for a message");
+    return rc;
+  }
+  if (rc != 0) {
+    molt__errmsg(err, errlen, "receive failed: %s", strerror(errno));
+    return rc;
+  }
+  rc = molt__proto_decode_hdr(hdr, type, h, err, errlen);
+  if (rc != 0)
+    return rc;
+  if (h->length == 0)
+    return 0;
+  char *p = malloc((size_t)h->length + 1);
+  if (p == NULL) {
+    molt__errmsg(err, errlen, "out of memory for a %u-byte payload",
+                 (unsigned)h->length);
+    return MOLT_ENOMEM;
+  }
+  rc = molt__proto_read_full(fd, p, h->length, deadline_ns, &got);
+  if (rc != 0) {
+    if (rc == MOLT_EPROTO)
+      molt__errmsg(err, errlen, "truncated payload (%zu of %u bytes)", got,
+                   (unsigned)h->length);
+    else if (rc == MOLT_ETIMEDOUT)
+      molt__errmsg(err, errlen,
+                   "timed out receiving the payload (%zu of %u bytes)", got,
+                   (unsigned)h->length);
+    else
+      molt__errmsg(err, errlen, "receive failed: %s", strerror(errno));
+    free(p);
+    return rc;
+  }
+  p[h->length] = '\0';
+  *payload = p;
+  return 0;
+}
+
+/* ---- addressing ------------------------------------------------------------ */
+
+socklen_t molt__proto_sockaddr(pid_t pid, struct sockaddr_un *sa) {
+  memset(sa, 0, sizeof *sa);
+  sa->sun_family = AF_UNIX;
+  /* sun_path[0] == '\0' selects the abstract namespace: no file, no
+   * permissions on a directory, and the name disappears with the socket. */
+  int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1,
+                   MOLT__PROTO_NAME_PREFIX "%ld", (long)pid);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}

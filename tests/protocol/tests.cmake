@@ -1,0 +1,61 @@
+# Control protocol tests: codec unit tests, the control server against a
+# fake runtime, a fuzz run, and the CLI end to end against a fake process.
+# Included from tests/CMakeLists.txt.  The protocol helpers are hidden
+# inside libmolt, so the tests compile the sources directly, as the CLI does.
+set(PROTO_T ${CMAKE_CURRENT_LIST_DIR})
+set(PROTO_SRC ${PROJECT_SOURCE_DIR}/src/runtime)
+set(PROTO_CODEC ${PROTO_SRC}/protocol.c ${PROTO_SRC}/buf.c ${PROTO_SRC}/errors.c)
+
+# MOLT__NO_AUTO_REGISTER: no libmolt here, so molt.h must not emit its
+# module constructor (it calls into libmolt).
+add_executable(protocol_test_protocol ${PROTO_T}/test_protocol.c ${PROTO_CODEC})
+target_compile_definitions(protocol_test_protocol PRIVATE _GNU_SOURCE MOLT__NO_AUTO_REGISTER)
+
+add_executable(protocol_test_control ${PROTO_T}/test_control.c
+  ${PROTO_SRC}/control.c ${PROTO_CODEC})
+target_compile_definitions(protocol_test_control PRIVATE _GNU_SOURCE MOLT__NO_AUTO_REGISTER)
+target_link_libraries(protocol_test_control PRIVATE pthread)
+
+add_executable(protocol_fuzz ${PROTO_T}/fuzz_protocol.c ${PROTO_CODEC})
+target_compile_definitions(protocol_fuzz PRIVATE _GNU_SOURCE MOLT__NO_AUTO_REGISTER)
+
+add_test(NAME protocol_codec COMMAND protocol_test_protocol)
+add_test(NAME protocol_control COMMAND protocol_test_control)
+# Deterministic mutation loop (no libFuzzer needed): ~2 s plain, longer
+# under MOLT_SANITIZE=address.  Raise the count for a longer soak.
+add_test(NAME protocol_fuzz COMMAND protocol_fuzz 300000)
+set_tests_properties(protocol_codec protocol_control protocol_fuzz
+  PROPERTIES TIMEOUT 300 LABELS "protocol")
+
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_FOUND)
+  # --noconftest: this test is self-contained (binaries come from the
+  # environment), so it does not depend on tests/conftest.py.
+  add_test(NAME protocol_cli_fake
+    COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider
+            ${PROTO_T}/../cli/test_cli_fake.py)
+  set_tests_properties(protocol_cli_fake PROPERTIES TIMEOUT 300 LABELS "protocol;cli"
+    ENVIRONMENT "MOLT_CLI=$<TARGET_FILE:molt-cli>;MOLT_TEST_CONTROL=$<TARGET_FILE:protocol_test_control>")
+endif()
+
+# Coverage-guided fuzzing with libFuzzer needs clang, while the project is
+# usually built with gcc: -DMOLT_LIBFUZZER=ON builds protocol_libfuzzer with
+# the clang found on the PATH and runs it for 60 s as a test.  By hand:
+#   build/tests/protocol_libfuzzer -max_len=4096 CORPUS_DIR
+option(MOLT_LIBFUZZER "build and run the libFuzzer target with clang" OFF)
+if(MOLT_LIBFUZZER)
+  find_program(MOLT_CLANG NAMES clang clang-14 REQUIRED)
+  set(PROTO_LF ${CMAKE_CURRENT_BINARY_DIR}/protocol_libfuzzer)
+  add_custom_command(OUTPUT ${PROTO_LF}
+    COMMAND ${MOLT_CLANG} -g -O1 -std=gnu11 -D_GNU_SOURCE -DMOLT__NO_AUTO_REGISTER
+            -DMOLT_LIBFUZZER -fsanitize=fuzzer,address,undefined
+            -I${PROJECT_SOURCE_DIR}/include -I${PROTO_SRC}
+            ${PROTO_T}/fuzz_protocol.c ${PROTO_CODEC} -o ${PROTO_LF}
+    DEPENDS ${PROTO_T}/fuzz_protocol.c ${PROTO_CODEC} ${PROTO_SRC}/protocol.h
+            ${PROTO_SRC}/internal.h ${PROJECT_SOURCE_DIR}/include/molt.h
+    COMMENT "building protocol_libfuzzer with ${MOLT_CLANG}")
+  add_custom_target(protocol_libfuzzer_bin ALL DEPENDS ${PROTO_LF})
+  add_test(NAME protocol_libfuzzer
+    COMMAND ${PROTO_LF} -max_total_time=60 -max_len=4096 -print_final_stats=1)
+  set_tests_properties(protocol_libfuzzer PROPERTIES TIMEOUT 300 LABELS "protocol;fuzz")
+endif()
