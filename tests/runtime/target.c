@@ -1,0 +1,34 @@
+/* The program that the runtime tests patch.  Its updatable functions are
+ * declared with the manual interface of molt.h (moltcc is not needed). */
+#include "molt.h"
+#include "target.h"
+
+#include <sched.h>
+
+int counter;
+static int hits; /* static: patches must reach this very object */
+int (*stored_fp)(int);
+volatile int block_hold;
+volatile int block_entered;
+
+MOLT_FUNCTION(int, version_tag, (int x), (x)) { return 0 * 1000 + x; }
+
+MOLT_FUNCTION(int, rec, (int n), (n)) { return n == 0 ? 0 : rec(n - 1); }
+
+MOLT_FUNCTION(int, block_call, (void), ()) {
+  __atomic_store_n(&block_entered, 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(&block_hold, __ATOMIC_SEQ_CST))
+    sched_yield();
+  return 0;
+}
+
+MOLT_STATIC_FUNCTION(int, doubler, (int x), (x)) {
+  hits++;
+  return 2 * x;
+}
+
+MOLT_FUNCTION(int, through_static, (int x), (x)) { return doubler(x); }
+
+int hits_value(void) { return hits; }
+
+__attribute__((constructor)) static void take_address(void) { stored_fp = &version_tag; }

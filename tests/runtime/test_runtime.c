@@ -1,0 +1,479 @@
+/* Runtime tests: real threads, real dlopen, real patches built by CMake.
+ *
+ *   test_runtime CASE PATCH_DIR
+ *
+ * PATCH_DIR holds patch_a.so, patch_b.so and the bad patches (tests/runtime/
+ * CMakeLists).  Each case exits 0 on success and prints what failed. */
+#include "molt.h"
+#include "target.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *dir;
+static int failures;
+
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fputc('\n', stderr);                                                     \
+      failures++;                                                              \
+    }                                                                          \
+  } while (0)
+
+static char *patch(const char *name) {
+  static char buf[8][4096];
+  static int i;
+  char *b = buf[i++ % 8];
+  snprintf(b, 4096, "%s/%s", dir, name);
+  return b;
+}
+
+static int apply(const char *name, char *err, size_t len) {
+  return molt_apply(patch(name), MOLT_POLICY_IMMEDIATE, -1, err, len);
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Lines of /proc/self/maps that name `needle`. */
+static int maps_count(const char *needle) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[4096];
+  int n = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (strstr(line, needle))
+      n++;
+  if (f)
+    fclose(f);
+  return n;
+}
+
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld", &v) == 1)
+      break;
+  if (f)
+    fclose(f);
+  return v;
+}
+
+/* Waits until no mapping names `needle` (old object unloaded). */
+static bool wait_unmapped(const char *needle, int ms) {
+  for (int t = 0; t < ms; t += 5) {
+    if (maps_count(needle) == 0)
+      return true;
+    sleep_ms(5);
+  }
+  return maps_count(needle) == 0;
+}
+
+/* ---- stress: calls while patches are applied and rolled back ---------------*/
+
+/* The patcher below makes generation g (g >= 1): odd g = apply patch_a when
+ * (g-1)/2 is even, patch_b when odd; even g = rollback to the program. */
+static int tag_of_gen(uint64_t g) {
+  if (g == 0 || g % 2 == 0)
+    return 0;
+  return ((g - 1) / 2) % 2 == 0 ? 1 : 2;
+}
+
+static bool tag_possible(int tag, uint64_t lo, uint64_t hi) {
+  for (uint64_t g = lo; g <= hi; g++)
+    if (tag_of_gen(g) == tag)
+      return true;
+  return false;
+}
+
+static atomic_bool stop;
+static atomic_long calls, bad;
+
+static void *caller(void *arg) {
+  long id = (long)arg, n = 0;
+  while (!atomic_load(&stop)) {
+    int x = (int)(n++ % 497); /* 2x stays below 1000 */
+    uint64_t before = molt_generation();
+    int r1 = version_tag(x);
+    int r2 = stored_fp(x);
+    int r3 = rec(8 + (int)(id % 5));
+    int r4 = through_static(x);
+    uint64_t after = molt_generation();
+    if (r1 % 1000 != x || !tag_possible(r1 / 1000, before, after) ||
+        r2 % 1000 != x || !tag_possible(r2 / 1000, before, after) ||
+        !tag_possible(r3, before, after) ||
+        r4 % 1000 != 2 * x || !tag_possible(r4 / 1000, before, after) ||
+        stored_fp != &version_tag) {
+      if (atomic_fetch_add(&bad, 1) < 5)
+        fprintf(stderr, "bad result: gens %llu..%llu: %d %d %d %d (x=%d)\n",
+                (unsigned long long)before, (unsigned long long)after, r1, r2, r3, r4, x);
+    }
+    atomic_fetch_add_explicit(&calls, 1, memory_order_relaxed);
+  }
+  return NULL;
+}
+
+static void case_stress(int rounds) {
+  enum { THREADS = 4 };
+  pthread_t th[THREADS];
+  for (long i = 0; i < THREADS; i++)
+    pthread_create(&th[i], NULL, caller, (void *)i);
+  char err[512];
+  uint64_t g = 0;
+  for (int i = 0; i < rounds && !failures; i++) {
+    int rc = apply(i % 2 == 0 ? "patch_a.so" : "patch_b.so", err, sizeof err);
+    CHECK(rc == 0, "apply %d: %s", i, err);
+    CHECK(molt_generation() == ++g, "generation %llu after apply, expected %llu",
+          (unsigned long long)molt_generation(), (unsigned long long)g);
+    rc = molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err);
+    CHECK(rc == 0, "rollback %d: %s", i, err);
+    CHECK(molt_generation() == ++g, "generation after rollback");
+  }
+  atomic_store(&stop, true);
+  for (int i = 0; i < THREADS; i++)
+    pthread_join(th[i], NULL);
+  CHECK(atomic_load(&bad) == 0, "%ld calls returned a version that was not current", atomic_load(&bad));
+  CHECK(atomic_load(&calls) > 1000, "only %ld calls were made", atomic_load(&calls));
+  CHECK(version_tag(7) == 7, "back on the program's own version");
+  CHECK(wait_unmapped("patch_a.so", 5000) && wait_unmapped("patch_b.so", 5000),
+        "patches still mapped after the last rollback");
+  printf("stress: %d rounds, %ld checked calls in 4 threads\n", rounds, atomic_load(&calls));
+}
+
+/* ---- a call in progress finishes on its old code ------------------------------*/
+
+static void *blocked_caller(void *arg) {
+  *(int *)arg = block_call();
+  return NULL;
+}
+
+static void case_inflight(void) {
+  char err[512];
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "%s", err);
+  block_hold = 1;
+  block_entered = 0;
+  int result = -1;
+  pthread_t t;
+  pthread_create(&t, NULL, blocked_caller, &result);
+  while (!__atomic_load_n(&block_entered, __ATOMIC_SEQ_CST))
+    sched_yield();
+  /* The thread is inside patch_a's block_call.  Replace it. */
+  CHECK(apply("patch_b.so", err, sizeof err) == 0, "%s", err);
+  CHECK(block_call == block_call && version_tag(1) == 2001, "new calls run patch_b");
+  sleep_ms(300); /* many reclamation passes */
+  CHECK(maps_count("patch_a.so") > 0, "patch_a was unloaded while a call still ran in it");
+  __atomic_store_n(&block_hold, 0, __ATOMIC_SEQ_CST);
+  pthread_join(t, NULL);
+  CHECK(result == 1, "in-flight call finished on %d, expected patch_a (1)", result);
+  CHECK(wait_unmapped("patch_a.so", 2000), "patch_a still mapped 2 s after its last call returned");
+  CHECK(maps_count("patch_b.so") > 0, "current patch_b must stay mapped");
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  CHECK(version_tag(1) == 1001, "rollback returns to patch_a (reloaded): %d", version_tag(1));
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  CHECK(version_tag(1) == 1, "second rollback returns to the program");
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == MOLT_ENOHISTORY,
+        "nothing left to roll back");
+}
+
+/* ---- H6: patch code reaches the live statics and globals ---------------------*/
+
+static void case_static(void) {
+  char err[512];
+  int h0 = hits_value(), c0 = counter;
+  CHECK(through_static(5) == 10 && hits_value() == h0 + 1, "program's doubler");
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "%s", err);
+  CHECK(through_static(5) == 1010, "patched static function: %d", through_static(5));
+  int h1 = hits_value();
+  through_static(1);
+  CHECK(hits_value() == h1 + 10, "the patch updated the program's own static 'hits'");
+  CHECK(counter > c0, "the patch updated the program's global 'counter'");
+  CHECK(rec(100) == 1, "recursion through the stable entry");
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  CHECK(rec(100) == 0 && through_static(5) == 10, "rolled back");
+}
+
+/* ---- H7: after many patches only live code is mapped, RSS is flat ------------*/
+
+static void case_maps(int rounds) {
+  char err[512];
+  long rss0 = 0;
+  for (int i = 0; i < rounds && !failures; i++) {
+    CHECK(apply(i % 2 ? "patch_b.so" : "patch_a.so", err, sizeof err) == 0, "apply %d: %s", i, err);
+    if (i == rounds / 10) {
+      wait_unmapped(i % 2 ? "patch_a.so" : "patch_b.so", 2000);
+      rss0 = rss_kib();
+    }
+  }
+  const char *cur = (rounds - 1) % 2 ? "patch_b.so" : "patch_a.so";
+  const char *old = (rounds - 1) % 2 ? "patch_a.so" : "patch_b.so";
+  CHECK(wait_unmapped(old, 3000), "the previous patch is still mapped");
+  CHECK(maps_count(cur) > 0, "the current patch is mapped");
+  long rss1 = rss_kib();
+  printf("maps: %d patches, RSS %ld KiB -> %ld KiB (%+ld KiB)\n", rounds, rss0, rss1, rss1 - rss0);
+  CHECK(rss1 - rss0 < 2048, "RSS grew by %ld KiB over %d patches", rss1 - rss0, rounds);
+}
+
+/* ---- bad input is refused, the process keeps its version --------------------*/
+
+static void copy_file(const char *from, const char *to, long limit, mode_t mode) {
+  FILE *in = fopen(from, "rb");
+  int fd = open(to, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  char buf[65536];
+  long total = 0;
+  size_t n;
+  while (in && fd >= 0 && (n = fread(buf, 1, sizeof buf, in)) > 0) {
+    if (limit >= 0 && total + (long)n > limit)
+      n = (size_t)(limit - total);
+    if (write(fd, buf, n) != (ssize_t)n)
+      break;
+    total += (long)n;
+    if (limit >= 0 && total >= limit)
+      break;
+  }
+  if (in)
+    fclose(in);
+  if (fd >= 0) {
+    fchmod(fd, mode);
+    close(fd);
+  }
+}
+
+static void expect_refused(const char *what, const char *path, int want1, int want2) {
+  char err[512] = "";
+  uint64_t g = molt_generation();
+  int before = version_tag(3);
+  int rc = molt_apply(path, MOLT_POLICY_IMMEDIATE, -1, err, sizeof err);
+  CHECK(rc == want1 || rc == want2, "%s: got %d (%s) \"%s\", expected %s", what, rc,
+        molt_err_name(rc), err, molt_err_name(want1));
+  CHECK(err[0] != '\0', "%s: no error message", what);
+  CHECK(molt_generation() == g && version_tag(3) == before, "%s changed the process", what);
+  const char *base = strrchr(path, '/');
+  CHECK(maps_count(base ? base + 1 : path) == 0, "%s: refused file left mapped", what);
+  printf("refused %-28s %s: %s\n", what, molt_err_name(rc), err);
+}
+
+static void case_refuse(void) {
+  char err[512];
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "%s", err);
+  char tmp[] = "/tmp/molt-refuse-XXXXXX";
+  CHECK(mkdtemp(tmp) != NULL, "mkdtemp");
+  char p[4200];
+
+  expect_refused("plain shared library", patch("libplain_lib.so"), MOLT_ENOTPATCH, MOLT_ENOTPATCH);
+  expect_refused("patch for another program", patch("patch_foreign.so"), MOLT_EBUILDID, MOLT_EBUILDID);
+  expect_refused("unstamped patch", patch("patch_unstamped.so"), MOLT_ENOTPATCH, MOLT_ENOTPATCH);
+  expect_refused("missing symbol", patch("patch_missing.so"), MOLT_ENOSYM, MOLT_ENOSYM);
+  expect_refused("not updatable function", patch("patch_nofunc.so"), MOLT_ENOFUNC, MOLT_ENOFUNC);
+  expect_refused("missing file", "/nonexistent/patch.so", MOLT_ENOENT, MOLT_ENOENT);
+
+  snprintf(p, sizeof p, "%s/writable.so", tmp);
+  copy_file(patch("patch_b.so"), p, -1, 0666);
+  expect_refused("writable by others", p, MOLT_EUNSAFE, MOLT_EUNSAFE);
+
+  struct stat st;
+  stat(patch("patch_b.so"), &st);
+  for (long cut = 0; cut < st.st_size; cut += st.st_size / 7 + 1) {
+    char what[64];
+    snprintf(p, sizeof p, "%s/truncated-%ld.so", tmp, cut);
+    copy_file(patch("patch_b.so"), p, cut, 0644);
+    snprintf(what, sizeof what, "truncated at %ld", cut);
+    expect_refused(what, p, MOLT_ECORRUPT, MOLT_ENOTPATCH);
+    unlink(p);
+  }
+  /* Flip bytes in the ELF and program headers. */
+  for (int off = 16; off < 64 + 56 * 2; off += 13) {
+    char what[64];
+    snprintf(p, sizeof p, "%s/corrupt-%d.so", tmp, off);
+    copy_file(patch("patch_b.so"), p, -1, 0644);
+    int fd = open(p, O_RDWR);
+    unsigned char b;
+    if (pread(fd, &b, 1, off) == 1) {
+      b ^= 0xff;
+      CHECK(pwrite(fd, &b, 1, off) == 1, "pwrite");
+    }
+    close(fd);
+    snprintf(what, sizeof what, "corrupt byte %d", off);
+    char e2[512] = "";
+    uint64_t g = molt_generation();
+    int rc = molt_apply(p, MOLT_POLICY_IMMEDIATE, -1, e2, sizeof e2);
+    /* A flipped byte the loader does not care about may still load: then
+     * it must be a complete, working apply; otherwise a clean refusal. */
+    if (rc == 0) {
+      CHECK(version_tag(3) == 2003, "%s: applied but wrong version", what);
+      CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, e2, sizeof e2) == 0, "%s", e2);
+    } else {
+      CHECK(molt_generation() == g && version_tag(3) == 1003 && e2[0], "%s: %d", what, rc);
+    }
+    unlink(p);
+  }
+  snprintf(p, sizeof p, "%s/garbage.so", tmp);
+  int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  unsigned seed = 42;
+  for (int i = 0; i < 4096; i++) {
+    seed = seed * 1103515245u + 12345u;
+    unsigned char c = (unsigned char)(seed >> 16);
+    CHECK(write(fd, &c, 1) == 1, "write");
+  }
+  close(fd);
+  expect_refused("random bytes", p, MOLT_ENOTPATCH, MOLT_ECORRUPT);
+  unlink(p);
+  rmdir(tmp);
+  CHECK(version_tag(3) == 1003, "still serving patch_a");
+}
+
+/* ---- the control socket: other uids and malformed messages -------------------*/
+
+static int connect_self(void) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "molt.%d", (int)getppid());
+  if (connect(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) != 0) {
+    close(fd);
+    return -1;
+  }
+  struct timeval tv = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+/* Frame header of docs/protocol.md, built by hand: an independent check of
+ * the server's parser. */
+static void put_header(unsigned char *h, unsigned magic, unsigned version, unsigned kind, unsigned len) {
+  memset(h, 0, 16);
+  memcpy(h, &magic, 4);
+  memcpy(h + 4, &version, 2);
+  memcpy(h + 6, &kind, 2);
+  memcpy(h + 12, &len, 4);
+}
+
+/* Runs in a child; returns the response status, or 201..205 when the
+ * exchange itself failed (204: closed without a response). */
+static int child_request(uid_t uid, const void *msg, size_t len) {
+  if (uid != 0 && (setgid(65534) != 0 || setuid(uid) != 0))
+    return 201;
+  int fd = connect_self();
+  if (fd < 0)
+    return 202;
+  if (write(fd, msg, len) != (ssize_t)len)
+    return 203;
+  shutdown(fd, SHUT_WR);
+  unsigned char h[16];
+  ssize_t n = recv(fd, h, 16, MSG_WAITALL);
+  close(fd);
+  if (n == 0)
+    return 204; /* closed without a response */
+  if (n != 16)
+    return 205;
+  int status;
+  memcpy(&status, h + 8, 4);
+  return status;
+}
+
+static int in_child(uid_t uid, const void *msg, size_t len) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int st = child_request(uid, msg, len);
+    _exit(st < 0 ? -st : st);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+}
+
+static void case_socket(void) {
+  unsigned char req[16];
+  put_header(req, 0x544c4f4d, 1, 1 /* STATUS */, 0);
+  int ok = in_child(0, req, 16);
+  CHECK(ok == 0, "status request as root answered %d", ok);
+  if (geteuid() == 0) {
+    int r = in_child(65534, req, 16);
+    CHECK(r == -MOLT_EPERM, "request from uid 65534 answered %d, expected %d", r, -MOLT_EPERM);
+  }
+  unsigned char bad[16];
+  put_header(bad, 0xdeadbeef, 1, 1, 0);
+  int r = in_child(0, bad, 16);
+  CHECK(r == -MOLT_EPROTO || r == 204, "bad magic answered %d", r);
+  put_header(bad, 0x544c4f4d, 99, 1, 0);
+  r = in_child(0, bad, 16);
+  CHECK(r == -MOLT_EVERSION, "bad version answered %d", r);
+  put_header(bad, 0x544c4f4d, 1, 2 /* APPLY */, 1u << 30);
+  r = in_child(0, bad, 16);
+  CHECK(r == -MOLT_EPROTO || r == 204, "huge length answered %d", r);
+  put_header(bad, 0x544c4f4d, 1, 2, 100); /* truncated payload */
+  r = in_child(0, bad, 16);
+  CHECK(r == -MOLT_EPROTO || r == 204, "truncated payload answered %d", r);
+  r = in_child(0, "hello", 5);
+  CHECK(r == -MOLT_EPROTO || r == 204, "short garbage answered %d", r);
+  CHECK(in_child(0, req, 16) == 0, "the control channel still serves after bad clients");
+  CHECK(version_tag(1) == 1, "process unchanged");
+}
+
+/* ---- a long-running program for the CLI tests --------------------------------*/
+
+static void case_serve(void) {
+  /* Prints the tag it observes whenever it changes; exits when stdin closes. */
+  printf("ready %d\n", (int)getpid());
+  fflush(stdout);
+  int last = -1;
+  fcntl(0, F_SETFL, O_NONBLOCK);
+  for (;;) {
+    int t = version_tag(0) / 1000;
+    if (t != last) {
+      printf("tag %d gen %llu\n", t, (unsigned long long)molt_generation());
+      fflush(stdout);
+      last = t;
+    }
+    char c;
+    ssize_t n = read(0, &c, 1);
+    if (n == 0 || (n < 0 && errno != EAGAIN))
+      break;
+    sleep_ms(5);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s stress|inflight|static|maps|refuse|socket|serve PATCH_DIR [ROUNDS]\n", argv[0]);
+    return 2;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0); /* progress survives a crash */
+  dir = argv[2];
+  int rounds = argc > 3 ? atoi(argv[3]) : 1000;
+  const char *c = argv[1];
+  if (!strcmp(c, "stress")) case_stress(rounds);
+  else if (!strcmp(c, "inflight")) case_inflight();
+  else if (!strcmp(c, "static")) case_static();
+  else if (!strcmp(c, "maps")) case_maps(rounds);
+  else if (!strcmp(c, "refuse")) case_refuse();
+  else if (!strcmp(c, "socket")) case_socket();
+  else if (!strcmp(c, "serve")) case_serve();
+  else {
+    fprintf(stderr, "unknown case %s\n", c);
+    return 2;
+  }
+  if (failures)
+    fprintf(stderr, "%s: %d check(s) failed\n", c, failures);
+  else
+    printf("%s: ok\n", c);
+  return failures ? 1 : 0;
+}

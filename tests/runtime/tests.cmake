@@ -1,0 +1,49 @@
+# Runtime tests: a program with updatable functions (manual interface), real
+# patches stamped with its build-id, and bad patches for the refusal tests.
+set(RT ${CMAKE_CURRENT_LIST_DIR})
+set(RT_OUT ${CMAKE_CURRENT_BINARY_DIR}/runtime)
+file(MAKE_DIRECTORY ${RT_OUT})
+
+add_executable(test_runtime ${RT}/test_runtime.c ${RT}/target.c)
+target_link_libraries(test_runtime PRIVATE molt pthread)
+target_include_directories(test_runtime PRIVATE ${RT})
+
+add_executable(other_program ${RT}/other_program.c)
+
+# molt_runtime_patch(NAME SRC STAMP_TARGET): ${RT_OUT}/NAME.so built from SRC
+# and stamped with STAMP_TARGET's build-id ("" = left unstamped).  The
+# stamped file is a separate output that depends on both files, so it is
+# stamped again whenever the target is relinked.
+set(RT_PATCH_FILES "")
+function(molt_runtime_patch name src stamp)
+  add_library(${name}_obj SHARED ${src})
+  set_target_properties(${name}_obj PROPERTIES PREFIX "" OUTPUT_NAME ${name}.unstamped
+    LIBRARY_OUTPUT_DIRECTORY ${RT_OUT}/unstamped)
+  set(out ${RT_OUT}/${name}.so)
+  if(stamp)
+    set(step COMMAND moltstamp ${out} $<TARGET_FILE:${stamp}>)
+    set(deps ${stamp} moltstamp)
+  endif()
+  add_custom_command(OUTPUT ${out}
+    COMMAND ${CMAKE_COMMAND} -E copy $<TARGET_FILE:${name}_obj> ${out}
+    ${step}
+    DEPENDS ${name}_obj ${deps}
+    COMMENT "patch ${name}.so (stamped for '${stamp}')")
+  set(RT_PATCH_FILES ${RT_PATCH_FILES} ${out} PARENT_SCOPE)
+endfunction()
+
+molt_runtime_patch(patch_a ${RT}/patch_a.c test_runtime)
+molt_runtime_patch(patch_b ${RT}/patch_b.c test_runtime)
+molt_runtime_patch(patch_missing ${RT}/patch_missing.c test_runtime)
+molt_runtime_patch(patch_nofunc ${RT}/patch_nofunc.c test_runtime)
+molt_runtime_patch(patch_foreign ${RT}/patch_b.c other_program)
+molt_runtime_patch(patch_unstamped ${RT}/patch_b.c "")
+add_library(plain_lib SHARED ${RT}/plain_lib.c)
+set_target_properties(plain_lib PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${RT_OUT})
+
+add_custom_target(runtime_test_files ALL DEPENDS ${RT_PATCH_FILES} plain_lib)
+
+foreach(case stress inflight static maps refuse socket)
+  add_test(NAME runtime_${case} COMMAND test_runtime ${case} ${RT_OUT})
+  set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
+endforeach()
