@@ -1,0 +1,111 @@
+"""Symbol table of a linked program, read with readelf.
+
+moltcc only needs names, types and binding, grouped the way the runtime
+matches statics: every local symbol belongs to the STT_FILE symbol that
+precedes it, keyed by that file's basename (what gcc writes in `.file`).
+pyelftools is not a dependency: readelf (binutils) is always next to gcc.
+"""
+import os
+import re
+import subprocess
+
+_LINE = re.compile(
+    r"^\s*\d+:\s+([0-9a-fA-F]+)\s+(\S+)\s+(\w+)\s+(\w+)\s+(\w+)\s+(\S+)\s*(.*)$")
+
+
+class SymbolError(Exception):
+    pass
+
+
+class Symtab:
+    def __init__(self):
+        self.globals = {}   # name -> type   (defined GLOBAL/WEAK symbols)
+        self.files = {}     # basename -> {name: type} (LOCAL symbols)
+        self.has_symtab = False
+
+    # -- queries ---------------------------------------------------------
+    def has_global(self, name, types=None):
+        t = self.globals.get(name)
+        return t is not None and (types is None or t in types)
+
+    def groups(self, tu):
+        return [g for b, g in self._by_base.get(tu, [])]
+
+    def static_count(self, tu, name, types=None):
+        """How many STT_FILE groups named `tu` define local `name`."""
+        n = 0
+        for g in self.groups(tu):
+            t = g.get(name)
+            if t is not None and (types is None or t in types):
+                n += 1
+        return n
+
+    def renamed_static(self, tu, name):
+        """Local symbols of `tu` that are `name` renamed by the compiler
+        (name.lto_priv.0, name.constprop.0, ...)."""
+        out = []
+        for g in self.groups(tu):
+            # not name.N: that is how gcc names function-local statics
+            out += [n for n in g if n.startswith(name + ".lto_priv.")]
+        return out
+
+    def has_local_anywhere(self, name, types=None):
+        for groups in self._by_base.values():
+            for _, g in groups:
+                t = g.get(name)
+                if t is not None and (types is None or t in types):
+                    return True
+        return False
+
+
+def read_symtab(path):
+    if not os.path.exists(path):
+        raise SymbolError("target %s does not exist" % path)
+    env = dict(os.environ, LC_ALL="C")
+    try:
+        p = subprocess.run(["readelf", "-sW", path], capture_output=True,
+                           text=True, env=env)
+    except FileNotFoundError:
+        raise SymbolError("readelf not found (install binutils)")
+    if p.returncode != 0:
+        msg = p.stderr.strip().splitlines()
+        raise SymbolError("cannot read the symbol table of %s: %s"
+                          % (path, msg[-1] if msg else "readelf failed"))
+    st = Symtab()
+    st._by_base = {}
+    section = None
+    current = None
+    for line in p.stdout.splitlines():
+        if line.startswith("Symbol table"):
+            section = ".symtab" if "'.symtab'" in line else "other"
+            if section == ".symtab":
+                st.has_symtab = True
+            current = None
+            continue
+        if section != ".symtab":
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        _value, _size, typ, bind, _vis, ndx, name = m.groups()
+        name = name.strip()
+        if typ == "FILE":
+            group = {}
+            base = os.path.basename(name)
+            st._by_base.setdefault(base, []).append((name, group))
+            current = group
+            continue
+        if not name or ndx == "UND":
+            continue
+        if "@" in name:
+            # Versioned names are copies of library symbols (copy
+            # relocations, e.g. stdout@GLIBC_2.2.5): the program does not
+            # own them, ordinary dynamic linking reaches them.
+            continue
+        if bind == "LOCAL":
+            if current is not None:
+                current[name] = typ
+        elif bind in ("GLOBAL", "WEAK", "UNIQUE", "GNU_UNIQUE"):
+            st.globals[name] = typ
+    st.files = {b: [g for _, g in v] for b, v in st._by_base.items()}
+    return st
