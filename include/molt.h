@@ -111,6 +111,34 @@ MOLT_EXTERN int molt_rollback(molt_policy_t policy, int timeout_ms,
 MOLT_EXTERN uint64_t molt_generation(void);
 
 /*
+ * Update timing (SPEC H3, H4).  A thread takes part simply by calling these.
+ *
+ * molt_quiesce(): the calling thread is at a local quiescence point (it
+ *   holds no pointers into code or data that an update could change, e.g.
+ *   between two requests).  From its first call on, the thread runs one
+ *   generation as a whole between two quiescence points and moves to the
+ *   newest generation here.  Never blocks.  Under policy `local` this is the
+ *   only place the thread switches; under `immediate` it switches at once.
+ *
+ * molt_update_point(name): the thread is at an update point.  Normally
+ *   returns 0 at once.  While a `global` update is pending, the thread waits
+ *   here until every participating thread (every thread that has called
+ *   molt_update_point) has arrived, the update is switched in, and all are
+ *   released; it then returns 1.  If some thread does not arrive within the
+ *   update's timeout, everyone is released, nothing changes, and it returns
+ *   0.  An update point is also a quiescence point.  `name` must be a string
+ *   that lives as long as the thread (a literal).
+ *
+ * molt_on_update_pending(cb, arg): cb(arg) is called (on the thread that runs
+ *   the update) when a global update starts waiting, so that the program can
+ *   wake threads blocked in I/O or on condition variables and let them reach
+ *   an update point.  NULL removes the callback.
+ */
+MOLT_EXTERN void molt_quiesce(void);
+MOLT_EXTERN int molt_update_point(const char *name);
+MOLT_EXTERN void molt_on_update_pending(void (*cb)(void *arg), void *arg);
+
+/*
  * Marks the next function definition as updatable for moltcc
  * (`MOLT_UPDATABLE int handle(struct req *r) { ... }`).  moltcc reads the
  * mark through libclang; a plain compiler sees nothing.

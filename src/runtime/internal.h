@@ -11,6 +11,7 @@
  *   module.c    registered program modules and their updatable functions
  *   patch.c     checking and loading patch files, resolving imports
  *   runtime.c   the runtime thread, the request queue, public API, state
+ *   timing.c    update timing: molt_quiesce, molt_update_point, policies
  *   control.c   the control socket server (runs on the runtime thread)
  *   protocol.c  control protocol framing (shared with the CLI)
  *
@@ -96,6 +97,9 @@ MOLT__HIDDEN void molt__threads_after_fork_child(void);
 MOLT__HIDDEN size_t molt__threads_count(void);
 /* For fork handlers only: hold the registry across fork(). */
 MOLT__HIDDEN void molt__threads_lock(void);
+/* Points the view of every thread that has one at g (immediate and global
+ * switches).  Caller holds molt__rt_lock. */
+MOLT__HIDDEN void molt__threads_set_views(molt__gen *g);
 MOLT__HIDDEN void molt__threads_unlock(void);
 
 /* ---- module.c ------------------------------------------------------------*/
@@ -266,8 +270,26 @@ MOLT__HIDDEN bool molt__refusing(char *reason, size_t len);
 /* molt__rt_lock: the runtime state (modules, generations, objects, history). */
 MOLT__HIDDEN void molt__rt_lock_acquire(void);
 MOLT__HIDDEN void molt__rt_lock_release(void);
+/* In a forked child, starts the runtime thread and control channel on the
+ * first registration (cheap no-op otherwise). */
+MOLT__HIDDEN void molt__runtime_started(void);
 /* Asks the runtime thread to run a reclamation pass soon. */
 MOLT__HIDDEN void molt__runtime_kick(void);
+
+/* ---- timing.c ------------------------------------------------------------*/
+#define MOLT__DEFAULT_TIMEOUT_MS 10000
+MOLT__HIDDEN void molt__timing_init(void);
+/* Makes g current under `policy` (op_lock held, molt__rt_lock not held):
+ * immediate: now, for every thread; local: now for threads without a view,
+ * at their next quiescence point for the others; global: once every
+ * participant waits at an update point, else MOLT_ETIMEDOUT with the
+ * missing threads in err and nothing changed (g is not published). */
+MOLT__HIDDEN int molt__timing_switch(molt__gen *g, molt_policy_t policy,
+                                     int timeout_ms, char *err, size_t errlen);
+MOLT__HIDDEN void molt__timing_thread_exit(void);
+MOLT__HIDDEN void molt__timing_after_fork_child(void);
+MOLT__HIDDEN void molt__timing_foreach(
+    void (*fn)(void *arg, pid_t tid, const char *point, bool parked), void *arg);
 
 /* ---- control.c -----------------------------------------------------------*/
 /* Creates the listening socket for this process (abstract name

@@ -9,6 +9,8 @@
  *                 Never held across dlopen/dlclose, because a module
  *                 registers itself from a constructor, i.e. while the
  *                 loader lock is held.
+ *   (bar_lock, timing.c: taken between op_lock and molt__rt_lock by a
+ *    global switch; alone by application threads at update points)
  *   registry lock (thread.c), log lock (log.c): leaves.
  * Application threads take only molt__rt_lock (registering a module from a
  * constructor), the registry lock (first call, thread exit) and op_lock if
@@ -40,6 +42,9 @@ static int listen_err;
 static pthread_t rt_thread;
 static bool rt_started;
 static uint64_t last_number; /* highest generation number handed out */
+/* Set in a forked child; read without a lock by every registration, then
+ * rechecked under op_lock (relaxed: op_lock orders the start itself). */
+static _Atomic bool child_needs_start;
 
 static molt__object *history[HISTORY_MAX];
 static size_t nhistory;
@@ -176,6 +181,7 @@ static void fork_parent(void) {
  * give it its own runtime thread and control socket (named by its pid). */
 static void fork_child(void) {
   molt__threads_after_fork_child();
+  molt__timing_after_fork_child();
   pthread_mutex_init(&rt_lock, NULL);
   pthread_mutex_init(&op_lock, NULL);
   if (listen_fd >= 0)
@@ -184,15 +190,32 @@ static void fork_child(void) {
   if (wake_fd >= 0)
     close(wake_fd);
   wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  molt__log(MOLT__EV_START, molt__gen_current()->number, NULL,
-            "forked child %d of the molt process", (int)getpid());
-  start_runtime_thread();
+  /* No thread is started here: most children exec at once, and a thread
+   * per fork() would tax every system() and popen().  The forking thread's
+   * next updatable call takes the registration slow path, which starts the
+   * child's runtime thread and control channel (molt__runtime_started). */
+  atomic_store_explicit(&child_needs_start, true, memory_order_relaxed);
+  molt__self.viewp = NULL;
+}
+
+void molt__runtime_started(void) {
+  if (!atomic_load_explicit(&child_needs_start, memory_order_relaxed))
+    return;
+  pthread_mutex_lock(&op_lock);
+  if (atomic_load_explicit(&child_needs_start, memory_order_relaxed)) {
+    molt__log(MOLT__EV_START, molt__gen_current()->number, NULL,
+              "runtime started in pid %d, a child of a molt process", (int)getpid());
+    start_runtime_thread();
+    atomic_store_explicit(&child_needs_start, false, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&op_lock);
 }
 
 __attribute__((constructor(101))) static void runtime_init(void) {
   molt__log_init();
   molt__threads_init();
   molt__gen_init();
+  molt__timing_init();
   wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd < 0)
     molt__fail("cannot create an eventfd: %s", strerror(errno));
@@ -215,14 +238,9 @@ static const char *policy_name(molt_policy_t p) {
 }
 
 static int check_policy(molt_policy_t p, char *err, size_t errlen) {
-  if (p == MOLT_POLICY_IMMEDIATE)
+  if (p == MOLT_POLICY_IMMEDIATE || p == MOLT_POLICY_LOCAL || p == MOLT_POLICY_GLOBAL)
     return 0;
-  if (p == MOLT_POLICY_LOCAL || p == MOLT_POLICY_GLOBAL) {
-    molt__errmsg(err, errlen, "policy %s is not available in this version of molt; use immediate",
-                 policy_name(p));
-    return MOLT_ENOTSUP;
-  }
-  molt__errmsg(err, errlen, "unknown policy %d", (int)p);
+  molt__errmsg(err, errlen, "unknown policy %d (use immediate, local or global)", (int)p);
   return MOLT_EPOLICY;
 }
 
@@ -273,33 +291,38 @@ static int do_apply(const molt__request *req, molt__buf *out, char *err, size_t 
   if (rc < 0)
     return rc;
   molt__rt_lock_acquire();
-  molt__gen *cur = molt__gen_current(), *g;
-  rc = molt__patch_build_gen(obj, cur, &g, err, errlen);
+  molt__gen *g = NULL;
+  rc = molt__patch_build_gen(obj, molt__gen_current(), &g, err, errlen);
+  if (rc == 0)
+    g->number = last_number + 1; /* op_lock: nobody else numbers meanwhile */
+  molt__rt_lock_release();
   if (rc == 0) {
-    g->number = last_number + 1;
-    rc = molt__gen_publish_checked(g);
+    rc = molt__timing_switch(g, req->policy, req->timeout_ms, err, errlen);
     if (rc < 0) {
+      molt__rt_lock_acquire();
       molt__gen_discard(g);
-      molt__errmsg(err, errlen, "%s", molt_strerror(rc));
+      molt__rt_lock_release();
     }
   }
-  if (rc == 0) {
-    last_number++;
-    obj->gen = g->number;
-    history_push(obj);
-    molt__log(MOLT__EV_SWITCH, g->number, obj->id,
-              "applied %s (%zu functions, policy %s): %s", obj->path,
-              (size_t)(obj->hdr->fns_end - obj->hdr->fns), policy_name(req->policy),
-              obj->description);
-  }
-  molt__rt_lock_release();
   if (rc < 0) {
+    molt__rt_lock_acquire();
+    molt__object_leave_history(obj); /* releases what it would roll back to */
+    molt__rt_lock_release();
     drop_unused_object(obj);
     return rc;
   }
+  molt__rt_lock_acquire();
+  last_number++;
+  obj->gen = g->number;
+  history_push(obj);
+  molt__log(MOLT__EV_SWITCH, g->number, obj->id, "applied %s (%zu functions, policy %s): %s",
+            obj->path, (size_t)(obj->hdr->fns_end - obj->hdr->fns), policy_name(req->policy),
+            obj->description);
+  molt__rt_lock_release();
   put_number(out, "generation", obj->gen);
   char msg[512];
-  snprintf(msg, sizeof msg, "applied patch %s: generation %" PRIu64, obj->id, obj->gen);
+  snprintf(msg, sizeof msg, "applied patch %s: generation %" PRIu64 " (policy %s)", obj->id,
+           obj->gen, policy_name(req->policy));
   put_kv(out, "message", msg);
   return 0;
 }
@@ -324,8 +347,8 @@ static int do_rollback(const molt__request *req, molt__buf *out, char *err, size
       goto undo_reloads;
   }
   molt__rt_lock_acquire();
-  molt__gen *cur = molt__gen_current(), *g;
-  rc = molt__gen_new(cur, &g);
+  molt__gen *g;
+  rc = molt__gen_new(molt__gen_current(), &g);
   if (rc == 0) {
     for (size_t i = 0; i < top->nprev; i++) {
       molt__object *o = top->prev[i].owner;
@@ -339,21 +362,29 @@ static int do_rollback(const molt__request *req, molt__buf *out, char *err, size
       }
       molt__gen_set(g, idx, impl, o);
     }
-    if (rc == 0) {
+    if (rc == 0)
       g->number = last_number + 1;
-      rc = molt__gen_publish_checked(g);
-    }
-    if (rc < 0)
+    else
       molt__gen_discard(g);
   } else {
     molt__errmsg(err, errlen, "%s", molt_strerror(rc));
   }
+  molt__rt_lock_release();
   if (rc == 0) {
+    rc = molt__timing_switch(g, req->policy, req->timeout_ms, err, errlen);
+    if (rc < 0) {
+      molt__rt_lock_acquire();
+      molt__gen_discard(g);
+      molt__rt_lock_release();
+    }
+  }
+  if (rc == 0) {
+    molt__rt_lock_acquire();
     last_number++;
     nhistory--;
     molt__log(MOLT__EV_ROLLBACK, g->number, top->id,
-              "rolled back %s: generation %" PRIu64 " restores the state before it",
-              top->id, g->number);
+              "rolled back %s (policy %s): generation %" PRIu64 " restores the state before it",
+              top->id, policy_name(req->policy), g->number);
     put_number(out, "generation", g->number);
     char msg[512];
     snprintf(msg, sizeof msg, "rolled back patch %s: generation %" PRIu64, top->id, g->number);
@@ -361,10 +392,9 @@ static int do_rollback(const molt__request *req, molt__buf *out, char *err, size
     /* Last: this may free top (it is still referenced by the retired
      * generation, so in practice it stays until reclaimed). */
     molt__object_leave_history(top);
-  }
-  molt__rt_lock_release();
-  if (rc == 0)
+    molt__rt_lock_release();
     return 0;
+  }
 undo_reloads:
   /* Objects reloaded for a rollback that did not happen are closed again. */
   for (size_t i = 0; i < top->nprev; i++) {

@@ -48,9 +48,11 @@ static void on_thread_exit(void *arg) {
   if (r->registered)
     unlink_locked(r);
   pthread_mutex_unlock(&reg_lock);
+  molt__timing_thread_exit();
   /* A later TLS destructor that calls an updatable function registers the
    * thread again (pthread_setspecific re-arms this destructor). */
   r->t->viewp = NULL;
+  atomic_store_explicit(&r->t->view, NULL, memory_order_relaxed);
 }
 
 void molt__threads_init(void) {
@@ -62,6 +64,7 @@ void molt__thread_register(void) {
   reg *r = &self_reg;
   if (t->viewp)
     return;
+  molt__runtime_started();
   r->t = t;
   r->tid = molt__gettid();
   pthread_mutex_lock(&reg_lock);
@@ -100,6 +103,17 @@ size_t molt__threads_count(void) {
   size_t n = count;
   pthread_mutex_unlock(&reg_lock);
   return n;
+}
+
+void molt__threads_set_views(molt__gen *g) {
+  pthread_mutex_lock(&reg_lock);
+  for (reg *r = head; r; r = r->next)
+    /* A thread may race us in molt_quiesce with an older value; its recheck
+     * against molt__current (already g) then moves it to g itself.
+     * release: pairs with the acquire recheck in molt__enter. */
+    if (atomic_load_explicit(&r->t->view, memory_order_relaxed))
+      atomic_store_explicit(&r->t->view, g, memory_order_release);
+  pthread_mutex_unlock(&reg_lock);
 }
 
 void molt__threads_lock(void) { pthread_mutex_lock(&reg_lock); }

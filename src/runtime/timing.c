@@ -1,0 +1,275 @@
+/* Update timing: local quiescence points (WFPATCH) and global update points
+ * (Kitsune-style barrier), and how a new generation reaches the threads
+ * under each policy.
+ *
+ * Local policy without a kernel extension: a participating thread reads its
+ * generation through its own `view` pointer (molt__thread.viewp == &view),
+ * which only it moves, at molt_quiesce().  The view is also the thread's
+ * hazard pointer: the reclaimer never frees a generation some view names.
+ *
+ * Lock: bar_lock protects the participant list and the barrier state.  It
+ * is taken by application threads in molt_update_point (slow path only,
+ * never together with another molt lock) and by the updating thread, which
+ * nests it inside op_lock and outside molt__rt_lock (to publish while all
+ * participants are parked). */
+#include "internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct participant {
+  pid_t tid;
+  /* Last update point reached (a literal).  Written by the thread without
+   * bar_lock, read by the updater for its error message: relaxed atomic. */
+  _Atomic(const char *) point;
+  bool parked;       /* waiting in molt_update_point */
+  bool linked;
+  struct participant *next, *prev;
+} participant;
+
+static __thread participant self_part __attribute__((tls_model("initial-exec")));
+
+static pthread_mutex_t bar_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t bar_arrive = PTHREAD_COND_INITIALIZER; /* to the updater */
+static pthread_cond_t bar_release;                           /* to the threads */
+static participant *parts;
+static size_t nparts, nparked;
+static uint64_t release_seq; /* bumped when a barrier ends */
+static bool release_updated; /* did the last barrier switch generations */
+
+/* Read without bar_lock on every molt_update_point: relaxed, because a
+ * thread that misses a just-raised flag simply parks at its next point;
+ * the barrier state itself is read under bar_lock. */
+static _Atomic bool pending;
+
+static _Atomic(void (*)(void *)) pending_cb;
+static _Atomic(void *) pending_arg;
+
+static pthread_once_t cond_once = PTHREAD_ONCE_INIT;
+static void init_conds(void) {
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(&bar_release, &a);
+  pthread_cond_destroy(&bar_arrive);
+  pthread_cond_init(&bar_arrive, &a);
+  pthread_condattr_destroy(&a);
+}
+
+void molt__timing_init(void) { pthread_once(&cond_once, init_conds); }
+
+/* Moves the calling thread's view to the current generation (hazard-pointer
+ * protocol as in molt__enter: publish the view, then recheck). */
+static void refresh_view(molt__thread *t) {
+  for (;;) {
+    molt__gen *g = atomic_load_explicit(&molt__current, memory_order_relaxed);
+    if (atomic_load_explicit(&t->view, memory_order_relaxed) == g)
+      break; /* already our view, hence already pinned */
+    /* release: pairs with the reclaimer's acquire read of views. */
+    atomic_store_explicit(&t->view, g, memory_order_release);
+    /* Compiler barrier; the CPU fence comes from the reclaimer's
+     * membarrier(), exactly as for the call counters. */
+    atomic_signal_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&molt__current, memory_order_acquire) == g)
+      break;
+  }
+}
+
+void molt_quiesce(void) {
+  molt__thread *t = &molt__self;
+  if (__builtin_expect(t->viewp == NULL, 0))
+    molt__thread_register();
+  refresh_view(t);
+  /* From now on this thread reads its generation through its view.  Only
+   * this thread reads viewp, so a plain store suffices. */
+  t->viewp = &t->view;
+}
+
+static void unlink_part(participant *p) {
+  if (p->prev)
+    p->prev->next = p->next;
+  else
+    parts = p->next;
+  if (p->next)
+    p->next->prev = p->prev;
+  p->next = p->prev = NULL;
+  p->linked = false;
+  nparts--;
+}
+
+void molt__timing_thread_exit(void) {
+  participant *p = &self_part;
+  if (!p->linked)
+    return;
+  pthread_mutex_lock(&bar_lock);
+  unlink_part(p);
+  /* The updater may be waiting for exactly this thread. */
+  pthread_cond_broadcast(&bar_arrive);
+  pthread_mutex_unlock(&bar_lock);
+}
+
+int molt_update_point(const char *name) {
+  participant *p = &self_part;
+  if (__builtin_expect(!p->linked, 0)) {
+    molt__timing_init();
+    molt__thread *t = &molt__self;
+    if (!t->viewp)
+      molt__thread_register();
+    pthread_mutex_lock(&bar_lock);
+    p->tid = molt__gettid();
+    p->next = parts;
+    p->prev = NULL;
+    if (parts)
+      parts->prev = p;
+    parts = p;
+    p->linked = true;
+    nparts++;
+    pthread_mutex_unlock(&bar_lock);
+  }
+  atomic_store_explicit(&p->point, name, memory_order_relaxed);
+  if (!atomic_load_explicit(&pending, memory_order_relaxed)) {
+    if (molt__self.viewp == &molt__self.view)
+      refresh_view(&molt__self);
+    return 0;
+  }
+  pthread_mutex_lock(&bar_lock);
+  int updated = 0;
+  if (atomic_load_explicit(&pending, memory_order_relaxed)) {
+    uint64_t seq = release_seq;
+    p->parked = true;
+    nparked++;
+    pthread_cond_broadcast(&bar_arrive);
+    while (release_seq == seq)
+      pthread_cond_wait(&bar_release, &bar_lock);
+    p->parked = false;
+    nparked--;
+    updated = release_updated;
+  }
+  pthread_mutex_unlock(&bar_lock);
+  if (molt__self.viewp == &molt__self.view)
+    refresh_view(&molt__self);
+  return updated;
+}
+
+void molt_on_update_pending(void (*cb)(void *), void *arg) {
+  /* arg first, then cb with release: a caller that sees the new cb with
+   * acquire also sees its argument. */
+  atomic_store_explicit(&pending_arg, arg, memory_order_relaxed);
+  atomic_store_explicit(&pending_cb, cb, memory_order_release);
+}
+
+static void describe_missing(char *err, size_t errlen, int timeout_ms) {
+  size_t used = 0;
+  int n = snprintf(err, errlen, "global update timed out after %d ms; threads that did not "
+                   "reach an update point:", timeout_ms);
+  used = n > 0 ? (size_t)n : 0;
+  for (participant *q = parts; q && used + 1 < errlen; q = q->next) {
+    if (q->parked)
+      continue;
+    char name[32] = "";
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)q->tid);
+    FILE *f = fopen(path, "re");
+    if (f) {
+      if (fgets(name, sizeof name, f))
+        name[strcspn(name, "\n")] = '\0';
+      fclose(f);
+    }
+    const char *point = atomic_load_explicit(&q->point, memory_order_relaxed);
+    n = snprintf(err + used, errlen - used, " %d (%s, last point \"%s\")", (int)q->tid,
+                 name[0] ? name : "?", point ? point : "?");
+    if (n < 0)
+      break;
+    used += (size_t)n;
+  }
+  if (used + 1 < errlen)
+    snprintf(err + used, errlen - used, "; nothing was changed");
+}
+
+int molt__timing_switch(molt__gen *g, molt_policy_t policy, int timeout_ms,
+                        char *err, size_t errlen) {
+  if (policy != MOLT_POLICY_GLOBAL) {
+    molt__rt_lock_acquire();
+    int rc = molt__gen_publish_checked(g);
+    /* immediate: threads that switch at quiescence points switch now too
+     * (every call that starts after the apply returns runs g, H2). */
+    if (rc == 0 && policy == MOLT_POLICY_IMMEDIATE)
+      molt__threads_set_views(g);
+    molt__rt_lock_release();
+    return rc;
+  }
+  molt__timing_init();
+  if (timeout_ms < 0)
+    timeout_ms = MOLT__DEFAULT_TIMEOUT_MS;
+  struct timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  deadline.tv_sec += timeout_ms / 1000;
+  deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&bar_lock);
+  atomic_store_explicit(&pending, true, memory_order_relaxed);
+  pthread_mutex_unlock(&bar_lock);
+  void (*cb)(void *) = atomic_load_explicit(&pending_cb, memory_order_acquire);
+  if (cb)
+    cb(atomic_load_explicit(&pending_arg, memory_order_relaxed));
+
+  pthread_mutex_lock(&bar_lock);
+  int rc = 0;
+  while (nparked < nparts) {
+    int w = pthread_cond_timedwait(&bar_arrive, &bar_lock, &deadline);
+    if (w == ETIMEDOUT && nparked < nparts) {
+      rc = MOLT_ETIMEDOUT;
+      break;
+    }
+  }
+  if (rc == 0) {
+    /* Every participant is parked: none runs updatable code, so switching
+     * all of them (and everyone else) now cannot mix generations. */
+    molt__rt_lock_acquire();
+    rc = molt__gen_publish_checked(g);
+    molt__rt_lock_release();
+    /* Parked participants move their own views when released; threads that
+     * only use molt_quiesce move at their next quiescence point. */
+    if (rc < 0)
+      molt__errmsg(err, errlen, "%s", molt_strerror(rc));
+  } else {
+    describe_missing(err, errlen, timeout_ms);
+  }
+  atomic_store_explicit(&pending, false, memory_order_relaxed);
+  release_updated = rc == 0;
+  release_seq++;
+  pthread_cond_broadcast(&bar_release);
+  pthread_mutex_unlock(&bar_lock);
+  return rc;
+}
+
+/* After fork only the forking thread exists. */
+void molt__timing_after_fork_child(void) {
+  participant *self = self_part.linked ? &self_part : NULL;
+  parts = NULL;
+  nparts = nparked = 0;
+  if (self) {
+    self->next = self->prev = NULL;
+    self->parked = false;
+    self->tid = molt__gettid();
+    parts = self;
+    nparts = 1;
+  }
+  pthread_mutex_init(&bar_lock, NULL);
+  atomic_store(&pending, false);
+}
+
+/* For status: participants that are not parked (or all). */
+void molt__timing_foreach(void (*fn)(void *arg, pid_t tid, const char *point, bool parked),
+                          void *arg) {
+  pthread_mutex_lock(&bar_lock);
+  for (participant *q = parts; q; q = q->next)
+    fn(arg, q->tid, atomic_load_explicit(&q->point, memory_order_relaxed), q->parked);
+  pthread_mutex_unlock(&bar_lock);
+}
