@@ -23,7 +23,7 @@ MOLT_PATCH_FUNCTION(int, block_call, (void)) {
 /* The static function doubler of target.c, new version: it still counts in
  * the program's own static 'hits' (H6). */
 MOLT_PATCH_STATIC_FUNCTION(int, doubler, (int x), "target.c") {
-  MOLT_REF(hits) += 10;
+  __atomic_add_fetch(&MOLT_REF(hits), 10, __ATOMIC_RELAXED);
   __atomic_add_fetch(&MOLT_REF(counter), 1, __ATOMIC_RELAXED);
   return 1 * 1000 + 2 * x;
 }

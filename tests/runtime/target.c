@@ -23,12 +23,12 @@ MOLT_FUNCTION(int, block_call, (void), ()) {
 }
 
 MOLT_STATIC_FUNCTION(int, doubler, (int x), (x)) {
-  hits++;
+  __atomic_add_fetch(&hits, 1, __ATOMIC_RELAXED);
   return 2 * x;
 }
 
 MOLT_FUNCTION(int, through_static, (int x), (x)) { return doubler(x); }
 
-int hits_value(void) { return hits; }
+int hits_value(void) { return __atomic_load_n(&hits, __ATOMIC_RELAXED); }
 
 __attribute__((constructor)) static void take_address(void) { stored_fp = &version_tag; }
