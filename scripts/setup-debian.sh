@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what molt needs to build, test and run its demo on Debian 12.
+# Idempotent: asks apt only for packages that are missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  python3 python3-pytest        # integration tests
+  python3-clang-14 libclang1-14 # moltcc's source transformer (libclang)
+  clang-14                      # second compiler for tests and benchmarks
+  binutils procps
+)
+if [ "${MOLT_WITH_BENCH:-0}" = 1 ]; then
+  packages+=(python3-matplotlib valgrind linux-perf)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

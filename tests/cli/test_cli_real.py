@@ -1,0 +1,172 @@
+"""The molt CLI end to end against a real molt process (tests/runtime's
+test program in its `serve` mode, which prints the version tag it observes).
+
+Environment (set by tests/cli/tests.cmake):
+  MOLT_CLI      the molt binary
+  TEST_RUNTIME  the test program
+  PATCH_DIR     its patches (patch_a.so tag 1, patch_b.so tag 2, bad ones)
+"""
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+
+import pytest
+
+CLI = os.environ["MOLT_CLI"]
+PROG = os.environ["TEST_RUNTIME"]
+PATCHES = os.environ["PATCH_DIR"]
+
+
+def patch(name):
+    return os.path.join(PATCHES, name)
+
+
+class Served:
+    """The program in serve mode; .tags collects the tags it reports."""
+
+    def __init__(self):
+        self.p = subprocess.Popen([PROG, "serve", PATCHES], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, bufsize=0)
+        self.pending = b""
+        self.tags = []
+        line = self._line(5.0)
+        assert line and line.startswith("ready "), line
+        self.pid = int(line.split()[1])
+        self.wait_tag(0)
+
+    def _line(self, timeout):
+        """Next line of output, or None after `timeout` seconds.  Reads the
+        pipe unbuffered, so select() sees everything not yet consumed."""
+        end = time.time() + timeout
+        while b"\n" not in self.pending:
+            left = end - time.time()
+            if left <= 0:
+                return None
+            r, _, _ = select.select([self.p.stdout], [], [], left)
+            if r:
+                chunk = os.read(self.p.stdout.fileno(), 4096)
+                if not chunk:
+                    return None
+                self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line.decode()
+
+    def wait_tag(self, tag, timeout=5.0):
+        end = time.time() + timeout
+        while True:
+            if self.tags and self.tags[-1] == tag:
+                return
+            line = self._line(max(0.0, end - time.time()))
+            if line is None:
+                raise AssertionError("program never reported tag %d (saw %s)" % (tag, self.tags))
+            if line.startswith("tag "):
+                self.tags.append(int(line.split()[1]))
+
+    def close(self):
+        self.p.stdin.close()
+        assert self.p.wait(timeout=10) == 0
+
+
+@pytest.fixture
+def served():
+    s = Served()
+    yield s
+    s.close()
+
+
+def molt(*args, check=None):
+    r = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=60)
+    if check is not None:
+        assert r.returncode == check, (args, r.returncode, r.stdout, r.stderr)
+    return r
+
+
+def status(pid):
+    return json.loads(molt("status", pid, "--json", check=0).stdout)
+
+
+def test_ps_lists_the_process(served):
+    out = molt("ps", check=0).stdout
+    rows = [l.split() for l in out.splitlines()[1:]]
+    assert any(r and r[0] == str(served.pid) for r in rows), out
+
+
+def test_status_apply_log_rollback(served):
+    st = status(served.pid)
+    assert st["pid"] == served.pid and st["state"] == "ok" and st["generation"] == 0
+    fns = {f["name"]: f for f in st["functions"]}
+    assert fns["version_tag"]["version"] == "base"
+    assert "doubler" in fns  # static updatable function
+
+    r = molt("apply", served.pid, patch("patch_a.so"), check=0)
+    assert "generation 1" in r.stdout
+    served.wait_tag(1)
+    st = status(served.pid)
+    assert st["generation"] == 1
+    assert {f["name"]: f["version"] for f in st["functions"]}["version_tag"] == "patch-a"
+    assert [p["id"] for p in st["patches"]] == ["patch-a"]
+
+    molt("apply", served.pid, patch("patch_b.so"), "--policy", "local", check=0)
+    served.wait_tag(2)
+
+    table = molt("status", served.pid, check=0).stdout
+    assert "patch-b" in table and "version_tag" in table
+
+    molt("rollback", served.pid, check=0)
+    served.wait_tag(1)
+    molt("rollback", served.pid, "--policy", "global", "--timeout", "2", check=0)
+    served.wait_tag(0)
+    r = molt("rollback", served.pid, check=1)
+    assert "nothing to roll back" in r.stderr and r.stderr.count("\n") == 1
+
+    log = json.loads(molt("log", served.pid, "--json", check=0).stdout)
+    events = [e["event"] for e in log]
+    assert events.count("switch") == 2 and events.count("rollback") == 2, events
+    text = molt("log", served.pid, check=0).stdout
+    assert "patch-a" in text and "rollback" in text
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("patch_foreign.so", "build-id"),
+    ("patch_missing.so", "no_such_variable_in_target"),
+    ("patch_nofunc.so", "not_an_updatable_function"),
+    ("patch_unstamped.so", "not stamped"),
+    ("libplain_lib.so", "not a molt patch"),
+])
+def test_bad_patches_are_refused_and_nothing_changes(served, name, needle):
+    before = status(served.pid)
+    r = molt("apply", served.pid, patch(name), check=1)
+    assert r.stderr.startswith("molt: ") and r.stderr.count("\n") == 1, r.stderr
+    assert needle in r.stderr or needle.replace("not a molt patch", "molt patch") in r.stderr, r.stderr
+    after = status(served.pid)
+    assert after["generation"] == before["generation"] and after["state"] == "ok"
+    served.wait_tag(0)
+
+
+def test_writable_patch_is_refused(served, tmp_path):
+    p = tmp_path / "w.so"
+    shutil.copy(patch("patch_a.so"), p)
+    os.chmod(p, 0o666)
+    r = molt("apply", served.pid, p, check=1)
+    assert "writable" in r.stderr
+    served.wait_tag(0)
+
+
+def test_unknown_pid_and_usage():
+    r = molt("status", 999999999, check=3)
+    assert r.stderr.startswith("molt: ") and r.stderr.count("\n") == 1
+    molt("apply", check=2)
+    molt("frobnicate", check=2)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another uid")
+def test_other_uid_is_refused(served):
+    r = subprocess.run([CLI, "status", str(served.pid)], capture_output=True, text=True,
+                       user=65534, group=65534, timeout=30)
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert "not allowed" in r.stderr or "not permitted" in r.stderr, r.stderr
+    log = json.loads(molt("log", served.pid, "--json", check=0).stdout)
+    assert any(e["event"] == "denied" for e in log)
