@@ -58,7 +58,33 @@ extern void kv_molt_quiesce(void) __asm__("molt_quiesce")
     __attribute__((weak));
 extern void kv_molt_update_point(const char *name)
     __asm__("molt_update_point") __attribute__((weak));
+extern void kv_molt_on_update_pending(void (*cb)(void *), void *arg)
+    __asm__("molt_on_update_pending") __attribute__((weak));
 #define UPDATE_POINT_MS 100
+
+/* A global update wakes every thread at once through this eventfd (in the
+ * workers' epoll set and the accept loop's poll set) instead of waiting for
+ * their timeouts; the first thread back from its update point drains it. */
+static int wakefd = -1;
+static char wake_marker;
+
+static void wake_for_update(void *arg) {
+  (void)arg;
+  uint64_t one = 1;
+  if (write(wakefd, &one, sizeof one) < 0) {
+    /* EAGAIN: already signalled */
+  }
+}
+
+static void update_point(const char *where) {
+  if (kv_molt_update_point) {
+    kv_molt_update_point(where);
+    uint64_t v;
+    if (read(wakefd, &v, sizeof v) < 0) {
+      /* EAGAIN: nothing pending, the usual case */
+    }
+  }
+}
 
 static int wait_timeout_ms(void) {
   return kv_molt_update_point ? UPDATE_POINT_MS : -1;
@@ -106,8 +132,7 @@ static void *worker_main(void *arg) {
   (void)arg;
   for (;;) {
     struct epoll_event ev;
-    if (kv_molt_update_point)
-      kv_molt_update_point("worker");
+    update_point("worker");
     int n = epoll_wait(epfd, &ev, 1, wait_timeout_ms());
     if (n < 0) {
       if (errno == EINTR)
@@ -119,6 +144,8 @@ static void *worker_main(void *arg) {
       continue;
     if (ev.data.ptr == NULL) /* the stop eventfd */
       return NULL;
+    if (ev.data.ptr == &wake_marker) /* a global update is waiting for us */
+      continue;
     if (kv_molt_quiesce)
       kv_molt_quiesce();
     if (kv_conn_service(ev.data.ptr, epfd))
@@ -164,6 +191,14 @@ int main(int argc, char **argv) {
   /* Not ONESHOT: every worker must see it. data.ptr NULL marks it. */
   struct epoll_event sev = {.events = EPOLLIN, .data.ptr = NULL};
   epoll_ctl(epfd, EPOLL_CTL_ADD, stopfd, &sev);
+  wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &wake_marker};
+  if (wakefd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, wakefd, &wev) < 0) {
+    perror("kvstore: eventfd");
+    return 1;
+  }
+  if (kv_molt_on_update_pending)
+    kv_molt_on_update_pending(wake_for_update, NULL);
 
   /* No SA_RESTART: poll() in the accept loop returns EINTR; the eventfd
    * covers a signal that arrives just before poll() starts. */
@@ -208,11 +243,11 @@ int main(int argc, char **argv) {
 
   unsigned long next_id = 1;
   while (!atomic_load(&stopping)) {
-    struct pollfd pfd[2] = {{.fd = lfd, .events = POLLIN},
-                            {.fd = stopfd, .events = POLLIN}};
-    if (kv_molt_update_point)
-      kv_molt_update_point("accept");
-    if (poll(pfd, 2, wait_timeout_ms()) < 0) {
+    struct pollfd pfd[3] = {{.fd = lfd, .events = POLLIN},
+                            {.fd = stopfd, .events = POLLIN},
+                            {.fd = wakefd, .events = POLLIN}};
+    update_point("accept");
+    if (poll(pfd, 3, wait_timeout_ms()) < 0) {
       if (errno == EINTR)
         continue;
       perror("kvstore: poll");
