@@ -4,7 +4,12 @@ The build tree comes from $MOLT_BUILD_DIR (default /work/main/build).  moltcc
 is run through <build>/bin/moltcc (the CMake-generated launcher) when it
 exists, else directly from the source tree with /usr/bin/python3 (the
 Python that has Debian's libclang bindings); both find molt.h, libmolt and
-moltstamp in the same build tree.
+moltstamp in the same build tree (the CLI is <build>/bin/molt, moltstamp
+<build>/bin/moltstamp).
+
+Missing prerequisites (libclang bindings, libmolt, moltstamp, the CLI, cmake)
+skip the tests that need them, except under MOLT_REQUIRE_ALL=1 (CI sets it):
+then every skip is a failure, so nothing is skipped silently.
 """
 import os
 import shlex
@@ -20,6 +25,61 @@ MOLTCC_PY = os.path.join(ROOT, "tools", "moltcc", "moltcc.py")
 SYS_PYTHON = "/usr/bin/python3"
 
 sys.path.insert(0, HERE)
+
+REQUIRE_ALL = os.environ.get("MOLT_REQUIRE_ALL", "") not in ("", "0")
+
+
+def skip(reason):
+    """Skips the test, or fails it under MOLT_REQUIRE_ALL=1."""
+    if REQUIRE_ALL:
+        pytest.fail("%s (MOLT_REQUIRE_ALL=1: a missing prerequisite is a failure)" % reason,
+                    pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under MOLT_REQUIRE_ALL=1 any skip that did not go through skip()
+    (skipif marks, pytest.skip in a test, importorskip) fails too."""
+    outcome = yield
+    rep = outcome.get_result()
+    if REQUIRE_ALL and rep.skipped and not hasattr(rep, "wasxfail"):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        rep.outcome = "failed"
+        rep.longrepr = "skipped under MOLT_REQUIRE_ALL=1: %s" % reason
+
+
+def build_sanitize():
+    """MOLT_SANITIZE of the build tree ("", "address" or "thread")."""
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("MOLT_SANITIZE:"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def san_flags():
+    """The flags moltcc adds to every compile and link for this build tree
+    (what the top-level CMakeLists.txt gives libmolt)."""
+    s = build_sanitize()
+    if s == "address":
+        return ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+                "-fno-sanitize-recover=undefined"]
+    if s == "thread":
+        return ["-fsanitize=thread", "-fno-omit-frame-pointer"]
+    return []
+
+
+SANITIZER_REPORT = ("ERROR: AddressSanitizer", "WARNING: ThreadSanitizer", "ERROR: LeakSanitizer",
+                    "runtime error:", "ERROR: ThreadSanitizer")
+
+
+def sanitizer_reports(stderr):
+    """Lines of a sanitizer report in a program's stderr."""
+    return [l for l in (stderr or "").splitlines() if any(m in l for m in SANITIZER_REPORT)]
 
 
 def _has_bindings():
@@ -105,9 +165,9 @@ class Tool:
 @pytest.fixture
 def tool(tmp_path):
     if not HAS_BINDINGS:
-        pytest.skip("%s has no libclang bindings (apt-get install python3-clang-14)" % SYS_PYTHON)
+        skip("%s has no libclang bindings (apt-get install python3-clang-14)" % SYS_PYTHON)
     if not os.path.isfile(os.path.join(ROOT, "include", "molt.h")):
-        pytest.skip("include/molt.h missing")
+        skip("include/molt.h missing")
     return Tool(tmp_path)
 
 
@@ -126,19 +186,19 @@ def have_cli():
 @pytest.fixture
 def needs_lib():
     if not have_lib():
-        pytest.skip("libmolt.so not built in %s" % BUILD)
+        skip("libmolt.so not built in %s" % BUILD)
 
 
 @pytest.fixture
 def needs_stamp(needs_lib):
     if not have_stamp():
-        pytest.skip("moltstamp not built in %s" % BUILD)
+        skip("moltstamp not built in %s/bin" % BUILD)
 
 
 @pytest.fixture
 def needs_cli(needs_stamp):
     if not have_cli():
-        pytest.skip("molt CLI not built in %s" % BUILD)
+        skip("molt CLI not built in %s/bin" % BUILD)
 
 
 def cli_path():

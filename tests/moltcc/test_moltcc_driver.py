@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, ROOT, moltcc_cmd, make_env
+from conftest import BUILD, ROOT, moltcc_cmd, make_env, san_flags, skip
 from elfread import Elf
 
 PLAIN = """#include <stdio.h>
@@ -70,9 +70,11 @@ def test_assembler_and_objects_pass_through(tool, needs_lib):
 
 
 def test_unmarked_file_compiles_exactly_like_cc(tool):
+    # (plus the sanitizer flags of a sanitized build tree)
     tool.write("p.c", PLAIN)
     tool.moltcc("-O2", "-c", "p.c", "-o", "m.o").ok()
-    tool.cc("-O2", "-c", "p.c", "-o", "c.o", "-I" + os.path.join(ROOT, "include")).ok()
+    tool.cc("-O2", "-c", "p.c", "-o", "c.o", "-I" + os.path.join(ROOT, "include"),
+            *san_flags()).ok()
     with open(tool.path("m.o"), "rb") as a, open(tool.path("c.o"), "rb") as b:
         assert a.read() == b.read()
 
@@ -221,11 +223,12 @@ def test_make_cc_moltcc(tool, needs_lib):
     assert "up to date" in r.out or "Nothing to be done" in r.out
 
 
-@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake missing")
 def test_cmake_c_compiler_moltcc(tool, needs_lib):
+    if shutil.which("cmake") is None:
+        skip("cmake missing")
     launcher = os.path.join(BUILD, "bin", "moltcc")
     if not os.path.exists(launcher):
-        pytest.skip("no build-tree launcher (tools/moltcc/moltcc.cmake not included)")
+        skip("no build-tree launcher (tools/moltcc/moltcc.cmake not included)")
     tool.write("proj/CMakeLists.txt",
                "cmake_minimum_required(VERSION 3.16)\nproject(t C)\n"
                "add_executable(prog a.c main.c)\n")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import cli_path, make_env
+from conftest import cli_path, make_env, sanitizer_reports
 
 STORE_H = r"""
 #include <stddef.h>
@@ -231,6 +231,9 @@ def test_patch_applied_with_molt_apply(built, needs_cli):
     finally:
         p.kill()
         p.wait()
+        err = p.stderr.read()   # (stdout belongs to the reader thread)
+    # sanitized build trees: no report before the kill
+    assert not sanitizer_reports(err), err
 
 
 GETTERS = r"""

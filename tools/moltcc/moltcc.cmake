@@ -7,7 +7,9 @@
 #   <prefix>/bin/moltcc        installed launcher; finds <prefix>/include,
 #                              <prefix>/lib relative to itself
 #
-# $MOLT_PREFIX overrides both (see moltcc.py: locate()).
+# $MOLT_PREFIX overrides both (see moltcc.py: locate()).  The build-tree
+# launcher also passes MOLT_SANITIZE's -fsanitize= list; elsewhere moltcc
+# reads it from the libmolt it links (its DT_NEEDED sanitizer runtimes).
 
 set(MOLTCC_PYTHON "/usr/bin/python3" CACHE FILEPATH
     "Python 3 with the libclang bindings (python3-clang-14), used by moltcc")
@@ -16,6 +18,19 @@ set(MOLTCC_DIR ${CMAKE_CURRENT_LIST_DIR})
 # Evaluated at generate time, so this file may be included before the
 # targets are defined.
 set(_moltcc_stamp "$<$<TARGET_EXISTS:moltstamp>:$<TARGET_FILE:moltstamp>>")
+
+# A libmolt built with sanitizers (MOLT_SANITIZE, set by the top-level
+# CMakeLists.txt) needs every program and shared object linked against it
+# to use the same -fsanitize= flags: the sanitizer runtime must come first
+# in the initial library list.  The launcher passes the list to moltcc,
+# which adds it to every compile and link (empty = no sanitizer).
+if(MOLT_SANITIZE STREQUAL "address")
+  set(_moltcc_sanitize "address,undefined")
+elseif(MOLT_SANITIZE STREQUAL "thread")
+  set(_moltcc_sanitize "thread")
+else()
+  set(_moltcc_sanitize "")
+endif()
 
 # The build-tree launcher.  file(GENERATE) because the library and tool
 # locations are generator expressions (multi-config generators, custom
@@ -27,7 +42,8 @@ file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/bin/moltcc
 exec '${MOLTCC_PYTHON}' '${MOLTCC_DIR}/moltcc.py' \\
   '--molt-internal-include=${PROJECT_SOURCE_DIR}/include' \\
   '--molt-internal-libdir=$<TARGET_FILE_DIR:molt>' \\
-  '--molt-internal-moltstamp=${_moltcc_stamp}' \"$@\"
+  '--molt-internal-moltstamp=${_moltcc_stamp}' \\
+  '--molt-internal-sanitize=${_moltcc_sanitize}' \"$@\"
 "
   FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
                    WORLD_READ WORLD_EXECUTE)

@@ -41,9 +41,11 @@ def verbose_enabled():
 # Command line
 # ---------------------------------------------------------------------------
 
+# --molt-internal-* come from the CMake-generated launcher (moltcc.cmake).
+INTERNAL_OPTS = {"--molt-internal-include", "--molt-internal-libdir",
+                 "--molt-internal-moltstamp", "--molt-internal-sanitize"}
 MOLT_VALUE_OPTS = {"--molt-target", "--molt-patch-id", "--molt-description",
-                   "--molt-funcs", "--molt-updatable", "--molt-internal-include",
-                   "--molt-internal-libdir", "--molt-internal-moltstamp"}
+                   "--molt-funcs", "--molt-updatable"} | INTERNAL_OPTS
 MOLT_FLAG_OPTS = {"--molt-patch", "--molt-keep", "--molt-verbose"}
 
 # gcc options whose value is the next argument
@@ -85,9 +87,7 @@ def split_molt_options(argv):
                 molt[name] = True
             else:
                 raise Fatal("unknown option %s (known: %s)" % (
-                    a, ", ".join(sorted(MOLT_FLAG_OPTS | MOLT_VALUE_OPTS - {
-                        "--molt-internal-include", "--molt-internal-libdir",
-                        "--molt-internal-moltstamp"}))))
+                    a, ", ".join(sorted(MOLT_FLAG_OPTS | MOLT_VALUE_OPTS - INTERNAL_OPTS))))
         else:
             rest.append(a)
         i += 1
@@ -194,9 +194,38 @@ class Command:
 # Where molt lives
 # ---------------------------------------------------------------------------
 
+SANITIZERS = ("address", "undefined", "thread", "leak")
+# DT_NEEDED of a sanitized libmolt -> the -fsanitize= name it needs
+_SAN_RUNTIMES = (("libasan.", "address"), ("libubsan.", "undefined"),
+                 ("libtsan.", "thread"), ("liblsan.", "leak"))
+
+
 class Layout:
-    def __init__(self, include, libdir, moltstamp):
+    def __init__(self, include, libdir, moltstamp, sanitize=None):
         self.include, self.libdir, self.moltstamp = include, libdir, moltstamp
+        # list of -fsanitize= names libmolt was built with; None: not known
+        # yet (read from libmolt when first needed)
+        self._sanitize = sanitize
+
+    def sanitizers(self):
+        """The sanitizers libmolt was built with.  A program or shared
+        object linked against a sanitized libmolt must be linked with the
+        same -fsanitize= flags (the sanitizer runtime has to come first in
+        the initial library list), and its code is instrumented too."""
+        if self._sanitize is None:
+            self._sanitize = detect_sanitizers(self.libdir)
+        return self._sanitize
+
+    def san_flags(self):
+        """Flags for every compile and link (empty without sanitizers).
+        The same as the top-level CMakeLists.txt gives libmolt."""
+        san = self.sanitizers()
+        if not san:
+            return []
+        out = ["-fsanitize=" + ",".join(san), "-fno-omit-frame-pointer"]
+        if "undefined" in san:
+            out.append("-fno-sanitize-recover=undefined")
+        return out
 
     def check_include(self):
         if not os.path.isfile(os.path.join(self.include, "molt.h")):
@@ -205,6 +234,35 @@ class Layout:
     def check_lib(self):
         if not any(os.path.exists(os.path.join(self.libdir, n)) for n in ("libmolt.so", "libmolt.a")):
             raise Fatal("cannot find libmolt.so in %s (build the 'molt' target or set MOLT_PREFIX)" % self.libdir)
+
+
+def parse_sanitize(value):
+    names = [n for n in value.replace(" ", "").split(",") if n]
+    bad = [n for n in names if n not in SANITIZERS]
+    if bad:
+        raise Fatal("--molt-internal-sanitize: unknown sanitizer %s (known: %s)"
+                    % (bad[0], ", ".join(SANITIZERS)))
+    return names
+
+
+def detect_sanitizers(libdir):
+    """Sanitizers of the libmolt in libdir, from its DT_NEEDED entries
+    (gcc links a sanitized shared library against libasan/libubsan/libtsan).
+    Used when no launcher says it (MOLT_PREFIX, installed tree)."""
+    lib = os.path.join(libdir or ".", "libmolt.so")
+    if not os.path.exists(lib):
+        return []
+    try:
+        p = subprocess.run(["readelf", "-dW", lib], capture_output=True, text=True,
+                           env=dict(os.environ, LC_ALL="C"))
+    except OSError:
+        return []
+    found = []
+    for m in re.finditer(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", p.stdout):
+        for prefix, name in _SAN_RUNTIMES:
+            if m.group(1).startswith(prefix) and name not in found:
+                found.append(name)
+    return found
 
 
 def locate(molt):
@@ -217,8 +275,10 @@ def locate(molt):
                 break
         return Layout(os.path.join(prefix, "include"), libdir, os.path.join(prefix, "bin", "moltstamp"))
     if "--molt-internal-include" in molt:
+        san = molt.get("--molt-internal-sanitize")
         return Layout(molt["--molt-internal-include"], molt.get("--molt-internal-libdir", ""),
-                      molt.get("--molt-internal-moltstamp", ""))
+                      molt.get("--molt-internal-moltstamp", ""),
+                      parse_sanitize(san) if san is not None else None)
     here = os.path.dirname(os.path.realpath(__file__))
     # installed: <prefix>/lib/molt/moltcc/moltcc.py
     pfx = os.path.normpath(os.path.join(here, "..", "..", ".."))
@@ -380,6 +440,13 @@ def clang_args(cmd, layout):
                 out.append(a)
         i += 1
     out += ["-I" + layout.include, "-Wno-everything", "-ferror-limit=0"]
+    # gcc defines these under -fsanitize=; clang 14 does not: libclang must
+    # see the same preprocessor branches as the compile.
+    san = layout.sanitizers()
+    if "address" in san:
+        out.append("-D__SANITIZE_ADDRESS__=1")
+    if "thread" in san:
+        out.append("-D__SANITIZE_THREAD__=1")
     return out
 
 
@@ -530,7 +597,8 @@ def program_main(cmd, molt, layout):
     report = None
     mode = cmd.mode
     if mode == "passthrough" or not cmd.inputs:
-        extra = ["-I" + layout.include] if cmd.inputs else []
+        # -E/-M see the macros (__SANITIZE_ADDRESS__) the compile will see
+        extra = ["-I" + layout.include] + layout.san_flags() if cmd.inputs else []
         exec_cc(cmd.args + extra)
     layout.check_include()
     from_funcs = set()
@@ -543,11 +611,17 @@ def program_main(cmd, molt, layout):
             todo.append(x)
     linking = mode == "link"
     link_extra = []
+    san = layout.san_flags()
     if linking and not cmd.has("-r", "-nostdlib", "-nodefaultlibs"):
         layout.check_lib()
         link_extra = ["-L" + layout.libdir, "-lmolt", "-Wl,-rpath," + layout.libdir,
                       "-Wl,--build-id", "-pthread"]
-    inc = ["-I" + layout.include]
+    elif linking:
+        san = []    # partial or bare link: no sanitizer runtime pulled in
+    # Every compile and link gets molt.h's directory and, when libmolt was
+    # built with sanitizers, the same -fsanitize= flags (a program or shared
+    # object linked against a sanitized libmolt must be linked with them).
+    inc = ["-I" + layout.include] + san
     if not todo:
         exec_cc(cmd.args + inc + link_extra)
 
@@ -831,7 +905,9 @@ def patch_main(cmd, molt, layout):
         # warnings there are expected, not the user's problem.
         pic = ["-fPIC", "-fvisibility=hidden", "-DMOLT__NO_AUTO_REGISTER",
                "-Wno-unused-function", "-Wno-unused-variable", "-Wno-unused-const-variable"]
-        inc = ["-I" + layout.include]
+        # the same -fsanitize= flags as libmolt (see program_main)
+        san = layout.san_flags()
+        inc = ["-I" + layout.include] + san
         objs = []
         for x, u, fns in units:
             try:
@@ -862,7 +938,7 @@ def patch_main(cmd, molt, layout):
             raise Fatal("internal error: cannot compile the patch header")
         objs.append(hobj)
         rc, _ = run(real_cc() + ["-shared", "-o", out] + objs + [x.path for x in others]
-                    + clean + ["-Wl,--build-id"])
+                    + clean + san + ["-Wl,--build-id"])
         if rc != 0:
             return rc
         stamp = layout.moltstamp
