@@ -202,6 +202,18 @@ def test_patch_applied_from_inside(built):
     assert lines[-1].startswith("done load=")
 
 
+def patch_copies(pid, name):
+    """Distinct loaded copies of a patch in a process: molt loads each
+    apply from its own sealed memfd, named after the file."""
+    inodes = set()
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5].endswith(name):
+                inodes.add(fields[4])
+    return inodes
+
+
 def test_patch_applied_with_molt_apply(built, needs_cli):
     t = built
     env = make_env()
@@ -228,6 +240,17 @@ def test_patch_applied_with_molt_apply(built, needs_cli):
         time.sleep(0.2)
         check_switch(parse(list(lines)), 9)
         assert p.poll() is None           # still serving
+        # The same patch again is a new object; the first one's code can no
+        # longer run, so it must be unloaded: one copy stays mapped.
+        assert len(patch_copies(p.pid, "fix1.so")) == 1
+        r = t.run([cli_path(), "apply", str(p.pid), t.path("fix1.so")], timeout=60)
+        assert r.rc == 0, r
+        deadline = time.time() + 5
+        while time.time() < deadline and len(patch_copies(p.pid, "fix1.so")) != 1:
+            time.sleep(0.05)
+        copies = patch_copies(p.pid, "fix1.so")
+        assert len(copies) == 1, copies
+        assert p.poll() is None
     finally:
         p.kill()
         p.wait()
