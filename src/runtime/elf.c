@@ -1100,20 +1100,8 @@ int molt__symtab_open(const char *path, molt__symtab **out) {
     return MOLT_EINVAL;
   *out = NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    switch (errno) {
-    case ENOENT:
-    case ENOTDIR:
-      return MOLT_ENOENT;
-    case EACCES:
-    case EPERM:
-      return MOLT_EPERM;
-    case ENOMEM:
-      return MOLT_ENOMEM;
-    default:
-      return MOLT_EIO;
-    }
-  }
+  if (fd < 0)
+    return molt__from_errno(errno);
   elf_file f;
   int rc = elf_open(&f, fd, 0, MOLT_ENOTSUP, NULL, 0);
   molt__symtab *st = NULL;

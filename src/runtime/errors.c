@@ -1,5 +1,7 @@
 /* Error codes and messages: everything derives from MOLT_ERRNO_MAP. */
-#include "molt.h"
+#include "internal.h"
+
+#include <errno.h>
 
 const char *molt_strerror(int err) {
   switch (err) {
@@ -26,5 +28,20 @@ const char *molt_err_name(int err) {
 #undef MOLT__ERR_NAME
   default:
     return "MOLT_EUNKNOWN";
+  }
+}
+
+int molt__from_errno(int e) {
+  switch (e) {
+  case ENOENT:
+  case ENOTDIR:
+    return MOLT_ENOENT;
+  case EACCES:
+  case EPERM:
+    return MOLT_EPERM;
+  case ENOMEM:
+    return MOLT_ENOMEM;
+  default:
+    return MOLT_EIO;
   }
 }

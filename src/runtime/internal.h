@@ -35,6 +35,10 @@
 
 #define MOLT__HIDDEN __attribute__((visibility("hidden")))
 
+/* ---- errors.c ------------------------------------------------------------*/
+/* The MOLT_E* code for a failed system call's errno (file operations). */
+MOLT__HIDDEN int molt__from_errno(int e);
+
 /* ---- buf.c ---------------------------------------------------------------*/
 typedef struct molt__buf {
   char *data;

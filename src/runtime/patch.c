@@ -26,21 +26,6 @@ static size_t nsymtabs;
 
 molt__object *molt__objects_head(void) { return objects; }
 
-static int errno_code(int e) {
-  switch (e) {
-  case ENOENT:
-  case ENOTDIR:
-    return MOLT_ENOENT;
-  case EACCES:
-  case EPERM:
-    return MOLT_EPERM;
-  case ENOMEM:
-    return MOLT_ENOMEM;
-  default:
-    return MOLT_EIO;
-  }
-}
-
 /* R7: the file is opened once; everything after this looks at that open
  * file and its private copy, never at the path again. */
 static int check_file(int fd, const char *path, char *err, size_t errlen) {
@@ -250,7 +235,7 @@ static int private_copy(int fd, const char *path, char *err, size_t errlen) {
   int mfd = memfd_create(base ? base + 1 : path, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (mfd < 0) {
     molt__errmsg(err, errlen, "cannot create a memfd: %s", strerror(errno));
-    return errno_code(errno);
+    return molt__from_errno(errno);
   }
   char buf[65536];
   off_t off = 0;
@@ -281,7 +266,7 @@ int molt__patch_open(const char *path, molt__object **out, char *err,
   if (ffd < 0) {
     int e = errno;
     molt__errmsg(err, errlen, "cannot open %s: %s", path, strerror(e));
-    return errno_code(e);
+    return molt__from_errno(e);
   }
   int rc = check_file(ffd, path, err, errlen);
   int fd = rc < 0 ? rc : private_copy(ffd, path, err, errlen);
