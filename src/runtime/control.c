@@ -28,12 +28,14 @@
 
 #define ERRLEN 1024
 
-/* Current generation number for log entries.  Only the runtime thread
- * publishes generations and this runs on it, so a relaxed load sees the
- * latest value; the pointed-to generation cannot be retired under us. */
+/* Current generation number for log entries.  Generations are published
+ * and recycled under molt__rt_lock (also by application threads that call
+ * molt_apply), so the number is read under it. */
 static uint64_t current_gen(void) {
-  molt__gen *g = atomic_load_explicit(&molt__current, memory_order_relaxed);
-  return g != NULL ? g->number : 0;
+  molt__rt_lock_acquire();
+  uint64_t n = molt__gen_current()->number;
+  molt__rt_lock_release();
+  return n;
 }
 
 static int code_of_errno(int e) {

@@ -551,11 +551,12 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
     reclaim_locked();
     rc = req->op == MOLT__OP_APPLY ? do_apply(req, out, err, errlen)
                                    : do_rollback(req, out, err, errlen);
-    pthread_mutex_unlock(&op_lock);
+    /* Under op_lock: the current generation cannot be reclaimed meanwhile. */
     if (rc < 0)
       molt__log(MOLT__EV_REFUSE, molt__gen_current()->number, NULL, "%s %s refused: %s",
                 req->op == MOLT__OP_APPLY ? "apply" : "rollback",
                 req->op == MOLT__OP_APPLY ? req->path : "", err);
+    pthread_mutex_unlock(&op_lock);
     break;
   }
   default:
