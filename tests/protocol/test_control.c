@@ -40,6 +40,12 @@
 
 molt__gen molt__gens[MOLT__SLOTS];
 _Atomic(molt__gen *) molt__current = &molt__gens[0];
+/* The scripted runtime has one thread of updates: no lock needed. */
+void molt__rt_lock_acquire(void) {}
+void molt__rt_lock_release(void) {}
+molt__gen *molt__gen_current(void) {
+  return atomic_load_explicit(&molt__current, memory_order_relaxed);
+}
 
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 
