@@ -113,6 +113,10 @@ typedef struct molt__module {
   char *path;            /* file the module was loaded from */
   char build_id[MOLT__BUILD_ID_HEX_MAX + 1]; /* hex; "" if none */
   uint32_t first_index;  /* index of start[0] in generation tables */
+  /* Open-addressing index (name, tu of statics) -> descriptor, built on the
+   * first lookup so that start-up does not pay for it (P4). */
+  molt__fn_desc **index;
+  size_t index_mask;
 } molt__module;
 
 MOLT__HIDDEN size_t molt__modules_count(void);
@@ -217,9 +221,14 @@ struct molt__object {
   /* What this patch replaced, for rollback: entry index and the object that
    * supplied the previous version (NULL = the program's version 0).  Each
    * named object has prev_refs counted, so it outlives this record. */
-  struct molt__prev { uint32_t index; molt__object *owner; } *prev;
+  struct molt__prev { uint32_t index; uint32_t rec; molt__object *owner; } *prev;
   size_t nprev;
   size_t prev_refs;
+  /* (table index, position in hdr->fns) of each function it brings, sorted
+   * by table index: finds "this object's version of entry i" in O(log n)
+   * (rec is stable across reloads: the file does not change). */
+  struct molt__by_index { uint32_t index, rec; } *by_index;
+  size_t nby_index;
   uint64_t mark;       /* scratch for owner-set computation (gen.c) */
   molt__object *close_next; /* list of objects to dlclose */
   molt__object *all_next, *all_prev; /* all objects not yet freed */
@@ -236,9 +245,6 @@ MOLT__HIDDEN int molt__patch_reload(molt__object *obj, char *err, size_t errlen)
 MOLT__HIDDEN int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
                                        molt__gen **out, char *err,
                                        size_t errlen);
-/* The new version of (name, tu) in a loaded object, or NULL. */
-MOLT__HIDDEN void *molt__patch_find_impl(const molt__object *obj,
-                                         const char *name, const char *tu);
 /* Reference counting by live generations (molt__rt_lock held).  unref
  * returns true when the object must be dlclosed (it is then unloaded by
  * molt__objects_close, outside molt__rt_lock). */

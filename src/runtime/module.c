@@ -38,18 +38,60 @@ static const char *base_name(const char *p) {
   return s ? s + 1 : p;
 }
 
+/* FNV-1a over the name and, for statics, the basename of their file. */
+static uint64_t key_hash(const char *name, const char *tu_base) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = name; *p; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  h = (h ^ 0xff) * 1099511628211ull; /* separator: "ab"+"c" != "a"+"bc" */
+  if (tu_base)
+    for (const char *p = tu_base; *p; p++)
+      h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  return h;
+}
+
+static bool desc_matches(const molt__fn_desc *d, const char *name, const char *tu_base) {
+  if (d->magic != MOLT__DESC_MAGIC || strcmp(d->name, name) != 0)
+    return false;
+  if (d->is_static)
+    return tu_base && strcmp(base_name(d->tu), tu_base) == 0;
+  return !tu_base;
+}
+
+static bool build_index(molt__module *m) {
+  size_t n = (size_t)(m->stop - m->start), cap = 16;
+  while (cap < 2 * n)
+    cap *= 2;
+  molt__fn_desc **t = calloc(cap, sizeof *t);
+  if (!t)
+    return false;
+  for (molt__fn_desc *d = m->start; d < m->stop; d++) {
+    if (d->magic != MOLT__DESC_MAGIC)
+      continue;
+    size_t i = key_hash(d->name, d->is_static ? base_name(d->tu) : NULL) & (cap - 1);
+    while (t[i])
+      i = (i + 1) & (cap - 1);
+    t[i] = d;
+  }
+  m->index = t;
+  m->index_mask = cap - 1;
+  return true;
+}
+
 molt__fn_desc *molt__module_find_fn(molt__module *m, const char *name,
                                     const char *tu) {
-  for (molt__fn_desc *d = m->start; d < m->stop; d++) {
-    if (d->magic != MOLT__DESC_MAGIC || strcmp(d->name, name) != 0)
-      continue;
-    if (d->is_static) {
-      if (tu && strcmp(base_name(d->tu), base_name(tu)) == 0)
+  const char *tu_base = tu ? base_name(tu) : NULL;
+  if (!m->index && !build_index(m)) {
+    /* Out of memory: a linear scan still gives the right answer. */
+    for (molt__fn_desc *d = m->start; d < m->stop; d++)
+      if (desc_matches(d, name, tu_base))
         return d;
-    } else if (!tu) {
-      return d;
-    }
+    return NULL;
   }
+  for (size_t i = key_hash(name, tu_base) & m->index_mask; m->index[i];
+       i = (i + 1) & m->index_mask)
+    if (desc_matches(m->index[i], name, tu_base))
+      return m->index[i];
   return NULL;
 }
 

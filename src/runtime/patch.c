@@ -347,22 +347,18 @@ int molt__patch_reload(molt__object *obj, char *err, size_t errlen) {
   return rc;
 }
 
-void *molt__patch_find_impl(const molt__object *obj, const char *name,
-                            const char *tu) {
-  if (!obj->hdr)
-    return NULL;
-  for (const molt__patch_fn *f = obj->hdr->fns; f < obj->hdr->fns_end; f++) {
-    if (strcmp(f->name, name) != 0)
-      continue;
-    if (!tu && !f->tu)
-      return f->impl;
-    if (tu && f->tu) {
-      const char *a = strrchr(tu, '/'), *b = strrchr(f->tu, '/');
-      if (strcmp(a ? a + 1 : tu, b ? b + 1 : f->tu) == 0)
-        return f->impl;
-    }
-  }
-  return NULL;
+static int by_index_cmp(const void *a, const void *b) {
+  uint32_t x = ((const struct molt__by_index *)a)->index;
+  uint32_t y = ((const struct molt__by_index *)b)->index;
+  return x < y ? -1 : x > y;
+}
+
+/* Position in o->hdr->fns of o's version of table entry idx. */
+static uint32_t rec_of(const molt__object *o, uint32_t idx) {
+  struct molt__by_index key = {idx, 0};
+  const struct molt__by_index *hit =
+      bsearch(&key, o->by_index, o->nby_index, sizeof key, by_index_cmp);
+  return hit ? hit->rec : 0; /* always found: o owns the entry */
 }
 
 int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
@@ -387,6 +383,18 @@ int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
       break;
     }
   }
+  if (rc == 0 && !obj->by_index) {
+    obj->by_index = malloc(n * sizeof *obj->by_index);
+    if (!obj->by_index) {
+      molt__errmsg(err, errlen, "out of memory");
+      rc = MOLT_ENOMEM;
+    } else {
+      for (size_t i = 0; i < n; i++)
+        obj->by_index[i] = (struct molt__by_index){descs[i]->index, (uint32_t)i};
+      qsort(obj->by_index, n, sizeof *obj->by_index, by_index_cmp);
+      obj->nby_index = n;
+    }
+  }
   molt__gen *g = NULL;
   if (rc == 0 && (rc = molt__gen_new(from, &g)) < 0)
     molt__errmsg(err, errlen, "%s", molt_strerror(rc));
@@ -403,9 +411,11 @@ int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
       for (size_t i = 0; i < n; i++) {
         uint32_t idx = descs[i]->index;
         obj->prev[i].index = idx;
-        obj->prev[i].owner = idx < from->size && fp->entry_owner ? fp->entry_owner[idx] : NULL;
-        if (obj->prev[i].owner)
-          obj->prev[i].owner->prev_refs++;
+        molt__object *o = idx < from->size && fp->entry_owner ? fp->entry_owner[idx] : NULL;
+        obj->prev[i].owner = o;
+        obj->prev[i].rec = o ? rec_of(o, idx) : 0;
+        if (o)
+          o->prev_refs++;
       }
       obj->nprev = n;
     }
@@ -452,6 +462,7 @@ void molt__object_free_if_unused(molt__object *obj) {
   if (obj->all_next)
     obj->all_next->all_prev = obj->all_prev;
   close(obj->fd);
+  free(obj->by_index);
   free(obj->prev);
   free(obj->id);
   free(obj->description);

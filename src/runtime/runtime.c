@@ -353,13 +353,8 @@ static int do_rollback(const molt__request *req, molt__buf *out, char *err, size
     for (size_t i = 0; i < top->nprev; i++) {
       molt__object *o = top->prev[i].owner;
       uint32_t idx = top->prev[i].index;
-      molt__fn_desc *d = molt__fn_at(idx);
-      void *impl = o ? molt__patch_find_impl(o, d->name, d->is_static ? d->tu : NULL) : d->body;
-      if (!impl) {
-        rc = MOLT_EINTERNAL;
-        molt__errmsg(err, errlen, "patch %s no longer provides %s", o->id, d->name);
-        break;
-      }
+      /* o was reloaded above if needed; its records are in file order. */
+      void *impl = o ? o->hdr->fns[top->prev[i].rec].impl : molt__fn_at(idx)->body;
       molt__gen_set(g, idx, impl, o);
     }
     if (rc == 0)
