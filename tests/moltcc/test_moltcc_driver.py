@@ -127,7 +127,10 @@ def test_md_names_the_users_file(tool, flags, dep):
     with open(tool.path(dep)) as f:
         text = f.read()
     assert "src/x.c" in text
-    assert "moltcc-" not in text and "/tmp/" not in text.replace(tool.cwd, "")
+    # No path into moltcc's private build directory (under $TMPDIR); the
+    # test's own directory and the molt tree itself may well be under /tmp.
+    rest = text.replace(tool.cwd, "").replace(ROOT, "")
+    assert "moltcc-" not in rest and "/tmp/" not in rest
     assert "src/local.h" in text
     if "-MT" in flags:
         assert text.startswith("custom-target:")
