@@ -438,12 +438,58 @@ static void case_socket(void) {
 
 /* ---- update timing (issue: local quiescence and global update points) ------*/
 
+
+static void put_header(unsigned char *h, unsigned magic, unsigned version, unsigned kind, unsigned len);
+
+/* This process's own status records, fetched over its control socket as the
+ * CLI would (the runtime thread serves them). */
+static char *own_status(void) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "molt.%d", (int)getpid());
+  if (connect(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) != 0) {
+    close(fd);
+    return NULL;
+  }
+  unsigned char h[16];
+  put_header(h, 0x544c4f4d, 1, 1 /* STATUS */, 0);
+  char *body = NULL;
+  unsigned len = 0;
+  if (write(fd, h, 16) == 16 && recv(fd, h, 16, MSG_WAITALL) == 16) {
+    memcpy(&len, h + 12, 4);
+    body = calloc(1, len + 1);
+    if (body && len && recv(fd, body, len, MSG_WAITALL) != (ssize_t)len) {
+      free(body);
+      body = NULL;
+    }
+  }
+  close(fd);
+  return body;
+}
+
+/* The "follows" field of thread tid's status record, e.g. "generation 3". */
+static bool thread_follows(const char *status, int tid, char *out, size_t len) {
+  char key[32];
+  snprintf(key, sizeof key, "thread\t%d\t", tid);
+  const char *p = status ? strstr(status, key) : NULL;
+  if (!p)
+    return false;
+  p = strchr(p + strlen(key), '\t'); /* skip the name */
+  if (!p)
+    return false;
+  p++;
+  size_t n = strcspn(p, "\t\n");
+  snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), p);
+  return true;
+}
+
 static pthread_mutex_t L = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int phase;      /* 0 free, 1 A holds L, 2 A lets go */
 static atomic_int a_tag = -1, b_tag = -1, a_holding;
-static atomic_int b_tid;
+static atomic_int a_tid, b_tid;
 
 static void *lock_thread_a(void *arg) {
+  atomic_store(&a_tid, (int)gettid());
   while (!atomic_load(&stop)) {
     pthread_mutex_lock(&L);
     atomic_store(&a_tag, version_tag(0) / 1000);
@@ -517,6 +563,17 @@ static void case_locks(void) {
   CHECK(rc == 0, "local apply: %s", err);
   CHECK(wait_for(&a_tag, 1, 2000), "A switched at its quiescence point");
   CHECK(atomic_load(&b_tag) == 0, "B, still blocked, has not switched");
+  /* molt status shows which threads have not moved yet. */
+  char *st = own_status();
+  char follows[64] = "";
+  char want[64];
+  snprintf(want, sizeof want, "generation %llu", (unsigned long long)g);
+  CHECK(thread_follows(st, atomic_load(&b_tid), follows, sizeof follows) && !strcmp(follows, want),
+        "status shows B still on %s: \"%s\"", want, follows);
+  CHECK(thread_follows(st, atomic_load(&a_tid), follows, sizeof follows) &&
+        strcmp(follows, want) != 0 && !strncmp(follows, "generation ", 11),
+        "status shows A on the new generation: \"%s\"", follows);
+  free(st);
   atomic_store(&phase, 2);
   CHECK(wait_for(&b_tag, 1, 2000), "B switched after it passed its quiescence point");
 
