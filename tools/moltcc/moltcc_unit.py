@@ -83,6 +83,30 @@ def _in_system_header(loc):
     return bool(fn(loc))
 
 
+def file_location(loc):
+    """clang_getFileLocation: (file name or None, byte offset).  For a token
+    that comes from a macro argument this is where the argument is written
+    (the extent of such a reference is the macro's expansion point); for a
+    token of a macro's replacement list it is the expansion point."""
+    fn = getattr(file_location, "fn", None)
+    if fn is None:
+        import ctypes
+        fn = ci.conf.lib.clang_getFileLocation
+        fn.argtypes = [ci.SourceLocation, ctypes.POINTER(ci.c_object_p),
+                       ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
+                       ctypes.POINTER(ctypes.c_uint)]
+        fn.restype = None
+        file_location.fn = fn
+        file_location.ctypes = ctypes
+    ctypes = file_location.ctypes
+    f = ci.c_object_p()
+    line, col, off = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
+    fn(loc, ctypes.byref(f), ctypes.byref(line), ctypes.byref(col), ctypes.byref(off))
+    if not f:
+        return None, off.value
+    return ci.File(f).name, off.value
+
+
 class Token:
     __slots__ = ("start", "end", "spelling", "kind")
 
@@ -698,6 +722,9 @@ class Unit:
                 o = d.extent.start.offset
                 if self.is_literal(o, name):
                     ok_refs.add(o)
+                o = self.arg_spelling(d, name)
+                if o is not None:
+                    ok_refs.add(o)
                 continue
             if d.kind.is_declaration() and d.get_usr() in ok_usrs:
                 continue
@@ -713,6 +740,17 @@ class Unit:
                     continue  # a macro body: exactly what the override redirects
                 return True
         return False
+
+    def arg_spelling(self, d, name):
+        """Offset of the literal token `name` in the main file where the
+        reference d is written inside a macro argument (its extent is the
+        macro's expansion point), or None.  A reference from a macro's
+        replacement list has no such token (its file location is the
+        expansion point, or a #define line: refused)."""
+        f, o = file_location(d.location)
+        if f != self.path or not self.is_literal(o, name) or self.in_directive(o):
+            return None
+        return o
 
     def in_directive(self, off):
         """True if `off` is on a preprocessor directive line (including its

@@ -156,6 +156,23 @@ class _Base:
     def header_text(self, fn):
         return self.u.text(fn.ext_start, fn.body_start)
 
+    def empty_parens(self, fn):
+        """(start, end) of the inside of `()` right after the name of a
+        function without parameters, or None.  `T f()` declares no
+        prototype; a generated declaration or definition says `(void)`
+        instead, the same type for a definition, so that it passes
+        -Wstrict-prototypes and -Wmissing-prototypes.  fn.proto cannot tell:
+        libclang reports `T f() {...}` as prototyped after `T f(void);`."""
+        if fn.args or fn.variadic or fn.body_start is None:
+            return None
+        toks = self.u.tokens_in(fn.name_off + len(fn.name.encode()), fn.body_start)
+        i = 0
+        while i < len(toks) and toks[i].spelling == ")":
+            i += 1          # a parenthesized name: `T (f)()`
+        if i + 1 < len(toks) and toks[i].spelling == "(" and toks[i + 1].spelling == ")":
+            return toks[i].end, toks[i + 1].start
+        return None
+
     def header_variant(self, fn, newname, storage=None, valist=False):
         """The header of a plain function with its name replaced, its literal
         storage-class tokens dropped (then `storage` prepended) and, for a
@@ -163,6 +180,9 @@ class _Base:
         sub = Rewriter(self.u.data[fn.ext_start:fn.body_start])
         base = fn.ext_start
         sub.replace(fn.name_off - base, fn.name_off - base + len(fn.name.encode()), newname)
+        ep = self.empty_parens(fn)
+        if ep:
+            sub.replace(ep[0] - base, ep[1] - base, "void")
         for t in fn.storage_tokens:
             sub.replace(t.start - base, t.end - base, "")
         for s, e in fn.linkage_attrs:
@@ -180,6 +200,9 @@ class _Base:
         literal `static`, turns `extern` into `static`, or prepends it."""
         rw = self.rw
         rw.replace(fn.name_off, fn.name_off + len(fn.name.encode()), newname)
+        ep = self.empty_parens(fn)
+        if ep:
+            rw.replace(ep[0], ep[1], "void")
         for s, e in fn.linkage_attrs:
             rw.replace(s, e, "")
         statics = [t for t in fn.storage_tokens if t.spelling == "static"]
@@ -239,7 +262,10 @@ class _Base:
             decl = ", ".join(types)
             defn = ", ".join("%s %s" % (t, n) for t, n in zip(types, names))
         else:
-            decl = defn = "void" if fn.proto else ""
+            # the generated declarations are prototypes (-Wstrict-prototypes);
+            # the definition of f keeps what the user wrote
+            decl = "void"
+            defn = "void" if fn.proto else ""
         return ret, decl, defn, names
 
 
@@ -360,7 +386,7 @@ class Import:
 
     @property
     def expr(self):
-        return "(*(__typeof__(%s) *)%s)" % (self.decl_name, self.slot)
+        return "(__extension__ (*(__typeof__(%s) *)%s))" % (self.decl_name, self.slot)
 
 
 class PatchPlan:
