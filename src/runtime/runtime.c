@@ -282,6 +282,19 @@ static void drop_unused_object(molt__object *obj) {
   }
 }
 
+/* Makes the built generation g current under the request's policy; if
+ * that fails (global timeout), g is discarded and nothing has changed. */
+static int switch_or_discard(molt__gen *g, const molt__request *req, char *err,
+                             size_t errlen) {
+  int rc = molt__timing_switch(g, req->policy, req->timeout_ms, err, errlen);
+  if (rc < 0) {
+    molt__rt_lock_acquire();
+    molt__gen_discard(g);
+    molt__rt_lock_release();
+  }
+  return rc;
+}
+
 static int do_apply(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
   int rc = check_policy(req->policy, err, errlen);
   if (rc < 0)
@@ -296,14 +309,8 @@ static int do_apply(const molt__request *req, molt__buf *out, char *err, size_t 
   if (rc == 0)
     g->number = last_number + 1; /* op_lock: nobody else numbers meanwhile */
   molt__rt_lock_release();
-  if (rc == 0) {
-    rc = molt__timing_switch(g, req->policy, req->timeout_ms, err, errlen);
-    if (rc < 0) {
-      molt__rt_lock_acquire();
-      molt__gen_discard(g);
-      molt__rt_lock_release();
-    }
-  }
+  if (rc == 0)
+    rc = switch_or_discard(g, req, err, errlen);
   if (rc < 0) {
     molt__rt_lock_acquire();
     molt__object_leave_history(obj); /* releases what it would roll back to */
@@ -365,14 +372,8 @@ static int do_rollback(const molt__request *req, molt__buf *out, char *err, size
     molt__errmsg(err, errlen, "%s", molt_strerror(rc));
   }
   molt__rt_lock_release();
-  if (rc == 0) {
-    rc = molt__timing_switch(g, req->policy, req->timeout_ms, err, errlen);
-    if (rc < 0) {
-      molt__rt_lock_acquire();
-      molt__gen_discard(g);
-      molt__rt_lock_release();
-    }
-  }
+  if (rc == 0)
+    rc = switch_or_discard(g, req, err, errlen);
   if (rc == 0) {
     molt__rt_lock_acquire();
     last_number++;
