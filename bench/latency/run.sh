@@ -1,0 +1,30 @@
+#!/bin/sh
+# run.sh — the WFPATCH section 4.3 experiment on the kvstore (SPEC P8).
+#
+#   bench/latency/run.sh [--quick] [latbench.py options]
+#
+# Builds molt (Release, in $MOLT_BUILD, default /tmp/lat-build), the kvstore,
+# two patches and the load client (in $LAT_WORK, default /tmp/molt-latency),
+# then runs latbench.py: the same open-loop load with no patching and with a
+# `molt apply` every 1.5 s under --policy immediate, local and global, and
+# writes bench/latency/results/ (latency.json, summary.md, PNGs).
+#
+#   full run  ~5 min: 4 policies x 4 blocks x 16.5 s (44 patch requests,
+#             66 s of load per policy)
+#   --quick   ~1.5 min: 2 blocks x 9 s (12 patch requests per policy);
+#             indicative only, and says so in its output
+# See README.md for the other options (--reverse, --nowake, --sched, ...).
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+export MOLT_BUILD=${MOLT_BUILD:-/tmp/lat-build}
+export LAT_WORK=${LAT_WORK:-/tmp/molt-latency}
+
+# numpy and matplotlib of the system python (Debian packages).
+PY=/usr/bin/python3
+if ! "$PY" -c 'import numpy, matplotlib' 2>/dev/null; then
+  echo "run.sh: needs python3-numpy and python3-matplotlib (apt-get install -y python3-matplotlib)" >&2
+  exit 2
+fi
+
+"$HERE/build.sh"
+exec "$PY" "$HERE/latbench.py" "$@"
