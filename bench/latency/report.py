@@ -49,7 +49,7 @@ COLORS = {"none": "#444444", "none2": "#aaaaaa", "immediate": "#1f77b4", "local"
           "cli-status": "#9467bd"}
 P8_LIMIT = 1.1
 QUIET_CPUS = 0.3     # a "quiet" round: other jobs used at most this many CPUs
-QUIET_STEAL = 0.1    # ... and the hypervisor stole at most this many
+QUIET_STEAL = 0.004  # ... and the hypervisor stole at most one 10 ms tick per segment
 MS = 1_000_000
 
 
@@ -401,14 +401,14 @@ def write_summary(out, policies, results):
     q = out.get("quiet_rounds")
     if q and q["policies"]:
         lines += ["", f"Quiet rounds only ({q['rounds']} of {out['rounds']}: other jobs used "
-                  f"≤ {q['limit_cpus']} CPUs and steal ≤ {q['limit_steal']} in each of their "
+                  f"≤ {q['limit_cpus']} CPUs and the hypervisor stole ≤ 10 ms in each of their "
                   "segments): " + "; ".join(
                       f"{p} p99.9 {v['p999_us']:.0f} µs, {v['ratio_p999']:.2f}× "
                       f"[{v['ratio_p999_ci95'][0]:.2f}–{v['ratio_p999_ci95'][1]:.2f}]"
                       for p, v in q["policies"].items())]
     elif q:
         lines += ["", f"Quiet rounds only: {q['rounds']} of {out['rounds']} rounds had other "
-                  f"jobs at ≤ {q['limit_cpus']} CPUs and steal ≤ {q['limit_steal']}; too few "
+                  f"jobs at ≤ {q['limit_cpus']} CPUs and ≤ 10 ms stolen per segment; too few "
                   "for a comparison."]
     p8 = out["p8"]
     lines += ["", f"slow = above none's p99.9 ({out['policies']['none']['p999_us']:.0f} µs); "
