@@ -5,15 +5,17 @@
 #
 # Builds molt (Release, in $MOLT_BUILD, default /tmp/lat-build), the kvstore,
 # two patches and the load client (in $LAT_WORK, default /tmp/molt-latency),
-# then runs latbench.py: the same open-loop load with no patching and with a
-# `molt apply` every 1.5 s under --policy immediate, local and global, and
-# writes bench/latency/results/ (latency.json, summary.md, PNGs).
+# then runs latbench.py: one kvstore per policy (none, immediate, local,
+# global, and none2 as the A/A control), the same open-loop load moving
+# between them in 3 s segments, and a `molt apply` every 1.5 s to the one
+# under load; writes bench/latency/results/ (latency.json, summary.md, PNGs).
 #
-#   full run  ~5 min: 4 policies x 4 blocks x 16.5 s (44 patch requests,
-#             66 s of load per policy)
-#   --quick   ~1.5 min: 2 blocks x 9 s (12 patch requests per policy);
-#             indicative only, and says so in its output
-# See README.md for the other options (--reverse, --nowake, --sched, ...).
+#   full run  ~5.5 min: 20 rounds = 60 s of load and 40 patch requests per
+#             policy
+#   --quick   ~1.5 min: 5 rounds (15 s, 10 requests per policy); indicative
+#             only, and says so in its output
+# See README.md for the other options (--wait-quiet, --pool, --nowake,
+# --control, --sched, ...).
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 export MOLT_BUILD=${MOLT_BUILD:-/tmp/lat-build}
