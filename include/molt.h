@@ -67,13 +67,16 @@ extern "C" {
   XX(EPOLICY,      -22, "unknown update policy")                               \
   XX(EAMBIGUOUS,   -23, "symbol name is ambiguous in the running program")     \
   XX(ENOTSUP,      -24, "operation not supported")                             \
-  XX(EINTERNAL,    -25, "internal error")
+  XX(EINTERNAL,    -25, "internal error")                                    \
+  XX(ENOTPROGRAM,  -26, "not a molt program image (build it with moltcc --molt-program)") \
+  XX(ENOPROGRAM,   -27, "process does not run a program image (start it with molt run)") \
+  XX(EXFORM,       -28, "state transformation failed; the update was aborted")
 
 typedef enum {
 #define MOLT__ERR_ENUM(name, val, msg) MOLT_##name = (val),
   MOLT_ERRNO_MAP(MOLT__ERR_ENUM)
 #undef MOLT__ERR_ENUM
-  MOLT__ERRNO_MIN = -25
+  MOLT__ERRNO_MIN = -28
 } molt_errno_t;
 
 /* Message for a code ("unknown error" for anything else); never NULL. */
@@ -137,6 +140,72 @@ MOLT_EXTERN uint64_t molt_generation(void);
 MOLT_EXTERN void molt_quiesce(void);
 MOLT_EXTERN int molt_update_point(const char *name);
 MOLT_EXTERN void molt_on_update_pending(void (*cb)(void *arg), void *arg);
+
+/*
+ * Full updates (SPEC F1-F7): the whole program is built as an image
+ * (`moltcc --molt-program -o prog.so *.c`), started with `molt run prog.so`
+ * and replaced with `molt update <pid> prog2.so`.  These calls only matter
+ * in a program image; elsewhere they return 0.
+ *
+ * In a program image every thread started with pthread_create (moltcc links
+ * images with --wrap=pthread_create) takes part in full updates.  An update
+ * waits until every such thread waits in molt_update_point(); then the
+ * state is migrated while they wait.  If that succeeds, molt_update_point()
+ * does not return: each thread starts again in the new version -- the main
+ * thread in the new `main` (same argc/argv), every other thread in the new
+ * version's function of the same name as its entry function, with the same
+ * argument (redirected if it pointed to migrated data).  If it fails, every
+ * thread returns 0 from molt_update_point() and the old version goes on.
+ *
+ * molt_is_updating(): true in a thread that was restarted by a full update
+ *   until it reaches its first update point in the new version.
+ * molt_is_updating_from(point): true if, in addition, the old version
+ *   stopped this thread at update point `point` (compared by string).
+ * MOLT_MIGRATE_LOCAL(var): in the old version, records that `var` (a local
+ *   of the calling function) is to be carried across an update while the
+ *   function's frame is live; in a restarted thread, sets `var` to the old
+ *   value (transformed to the new type) and returns 1.  Returns 0 when there
+ *   is nothing to migrate.  The frame is identified by the frame pointer
+ *   (moltcc builds images with -fno-omit-frame-pointer).
+ */
+MOLT_EXTERN int molt_is_updating(void);
+MOLT_EXTERN int molt_is_updating_from(const char *point);
+MOLT_EXTERN int molt_migrate_local(const char *func, const char *name,
+                                   void *addr, size_t size, void *frame);
+#define MOLT_MIGRATE_LOCAL(var)                                                \
+  molt_migrate_local(__func__, #var, &(var), sizeof(var),                      \
+                     __builtin_frame_address(0))
+
+/*
+ * Type annotations for the state traversal of full updates (Kitsune's
+ * E_* annotations, SPEC F5).  moltcc reads them through libclang; a plain
+ * compiler sees nothing.  Put them after the declarator:
+ *
+ *   static int cache[64] MOLT_NO_MIGRATE;          // re-initialised, not migrated
+ *   struct table { size_t n; struct entry *slots MOLT_PTRARRAY(n); };
+ *   struct conn  { SSL *ssl MOLT_OPAQUE; };         // copied, never followed
+ *   struct list  { void *val MOLT_VAR(t); struct list *next MOLT_INST(t); } MOLT_FORALL(t);
+ *   struct list *users MOLT_INST(struct user);      // a list of struct user
+ *
+ * MOLT_PTRARRAY(n): the pointer addresses n elements; n is an integer or a
+ *   field of the same struct.  Pointers default to one element.
+ * MOLT_OPAQUE: the pointer value is kept as it is and not followed.
+ * MOLT_FORALL(t) / MOLT_VAR(t) / MOLT_INST(type): a struct generic in type
+ *   variable t, a void * field holding a t *, and an instantiation.
+ * An unannotated void * is followed only if it points into the old image
+ * (function, variable, string literal) or to an object already migrated.
+ */
+#if defined(__clang__)
+#define MOLT__ANNOTATE(s) __attribute__((annotate(s)))
+#else
+#define MOLT__ANNOTATE(s)
+#endif
+#define MOLT_NO_MIGRATE MOLT__ANNOTATE("molt_no_migrate")
+#define MOLT_PTRARRAY(n) MOLT__ANNOTATE("molt_ptrarray:" #n)
+#define MOLT_OPAQUE MOLT__ANNOTATE("molt_opaque")
+#define MOLT_FORALL(t) MOLT__ANNOTATE("molt_forall:" #t)
+#define MOLT_VAR(t) MOLT__ANNOTATE("molt_var:" #t)
+#define MOLT_INST(type) MOLT__ANNOTATE("molt_inst:" #type)
 
 /*
  * Marks the next function definition as updatable for moltcc
@@ -435,6 +504,95 @@ static inline __attribute__((always_inline)) void molt__leave(molt__gen *g) {
 #define MOLT__IMPORT(type, name, tu)                                           \
   static type *molt__imp_##name;                                               \
   MOLT__IMPORT_RECORD(name, tu)
+
+/*
+ * Full updates: the ABI between the code moltcc generates into a program
+ * image (tools/moltcc, from DWARF and the .xf file) and the runtime
+ * (src/runtime/xf.c, program.c).  See docs/full-updates.md.
+ *
+ * Every program image defines `const molt__program_info molt__program`.
+ * The runtime calls `migrate` of the NEW image on the runtime thread while
+ * every thread of the old version waits at an update point; it reads the
+ * old version through `in` pointers and writes the new one through `out`.
+ * Any molt__xf_* call may abort the migration (it does not return then);
+ * a fault inside `migrate` aborts it too.  On abort every in-place write is
+ * undone, everything allocated is freed and the old version continues.
+ */
+#define MOLT__PROGRAM_ABI 1u
+
+typedef struct molt__xf_ctx molt__xf_ctx; /* runtime-private */
+
+/* Transforms (or, for unchanged types, fixes the pointers of) one object:
+ * in = old object, out = new object (in == out when fixed in place). */
+typedef void (*molt__xf_fn)(molt__xf_ctx *cx, const void *in, void *out);
+
+enum {
+  /* The new representation differs: a migrated heap object is replaced by a
+   * new one (calloc'ed, then fn(in, out)); the old one is freed after the
+   * update commits. */
+  MOLT__XF_CHANGED = 1u,
+  /* The type (transitively) contains pointers: objects must be visited.
+   * Unchanged types without this flag are copied as bytes, never visited. */
+  MOLT__XF_TRAVERSE = 2u,
+};
+
+/* One (old type -> new type) pair, generated once per pair. */
+typedef struct molt__xf_type {
+  const char *name;       /* for messages, e.g. "struct entry" */
+  size_t old_size, new_size;
+  molt__xf_fn fn;         /* NULL: nothing to do beyond copying bytes */
+  uint32_t flags;         /* MOLT__XF_* */
+} molt__xf_type;
+
+typedef struct molt__program_info {
+  uint32_t abi;                /* MOLT__PROGRAM_ABI */
+  uint32_t reserved;
+  /* Hex build-id of the image this version was built from (--molt-from);
+   * NULL for a first version, which cannot be an update target. */
+  const char *from_build_id;
+  /* Migrates the state from the old version; NULL for a first version. */
+  void (*migrate)(molt__xf_ctx *cx);
+} molt__program_info;
+
+/* Address of variable or function `name` (tu: source file basename of a
+ * static, NULL for a global) in the old / new image.  Aborts the migration
+ * with a message naming the symbol if it does not exist. */
+MOLT_EXTERN void *molt__xf_oldsym(molt__xf_ctx *cx, const char *name,
+                                  const char *tu);
+MOLT_EXTERN void *molt__xf_newsym(molt__xf_ctx *cx, const char *name,
+                                  const char *tu);
+/* Records that the old variable at `in` (count objects of t) lives at `out`
+ * in the new version: later pointers into it are redirected (element-wise
+ * when t changed).  Does not transform it. */
+MOLT_EXTERN void molt__xf_map_var(molt__xf_ctx *cx, const void *in, void *out,
+                                  const molt__xf_type *t, size_t count);
+/* molt__xf_map_var + queues the transformation: unchanged types are copied
+ * byte for byte and then visited (TRAVERSE); changed types run t->fn per
+ * element (the new variable keeps its initializer where fn writes nothing). */
+MOLT_EXTERN void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out,
+                              const molt__xf_type *t, size_t count);
+/* The new value of an old pointer to `count` objects of type t (t NULL: an
+ * untyped pointer -- void *, char *, function pointer).  NULL stays NULL;
+ * an already migrated object maps to its new address (sharing and cycles
+ * are kept); a pointer into the old image is redirected to the new image
+ * (functions and variables by name, string literals copied to memory the
+ * runtime keeps); a heap object of a CHANGED type is replaced; one of an
+ * unchanged TRAVERSE type is queued to be visited in place.  The transform
+ * itself runs later from the work list (no deep recursion). */
+MOLT_EXTERN void *molt__xf_ptr(molt__xf_ctx *cx, const void *old,
+                               const molt__xf_type *t, size_t count);
+/* Stores a pointer into an object being fixed in place (undone on abort).
+ * Generated fixers for unchanged types store every pointer this way. */
+MOLT_EXTERN void molt__xf_setp(molt__xf_ctx *cx, void *slot, void *value);
+/* Runs queued transformations until none is left. */
+MOLT_EXTERN void molt__xf_run(molt__xf_ctx *cx);
+/* Migrates the saved copies of local `var` of function `func` (registered
+ * with MOLT_MIGRATE_LOCAL by the old version) of every thread to type t. */
+MOLT_EXTERN void molt__xf_local(molt__xf_ctx *cx, const char *func,
+                                const char *var, const molt__xf_type *t);
+/* Aborts the migration with a one-line message (never returns). */
+MOLT_EXTERN void molt__xf_fail(molt__xf_ctx *cx, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 2, 3)));
 
 /*
  * Every TU that includes molt.h registers its module's molt_fns section
