@@ -1,0 +1,2 @@
+/* file.c: see internal.h (work in progress). */
+#include "internal.h"

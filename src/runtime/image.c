@@ -1,0 +1,2 @@
+/* image.c: see internal.h (work in progress). */
+#include "internal.h"

@@ -1,0 +1,2 @@
+/* program.c: see internal.h (work in progress). */
+#include "internal.h"

@@ -1,0 +1,2 @@
+/* xf.c: see internal.h (work in progress). */
+#include "internal.h"
