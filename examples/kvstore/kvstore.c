@@ -64,26 +64,33 @@ extern void kv_molt_on_update_pending(void (*cb)(void *), void *arg)
 
 /* A global update wakes every thread at once through this eventfd (in the
  * workers' epoll set and the accept loop's poll set) instead of waiting for
- * their timeouts; the first thread back from its update point drains it. */
+ * their timeouts.  It is a semaphore holding one token per thread: a thread
+ * that is woken by it takes exactly one token, so no thread can swallow the
+ * wake-up meant for another one that is still asleep.  Tokens left over by
+ * threads that reached their update point without sleeping only cause one
+ * spurious wake-up each. */
 static int wakefd = -1;
 static char wake_marker;
+static long wake_tokens = 1; /* threads that may sleep: workers + acceptor */
 
 static void wake_for_update(void *arg) {
   (void)arg;
-  uint64_t one = 1;
-  if (write(wakefd, &one, sizeof one) < 0) {
-    /* EAGAIN: already signalled */
+  uint64_t n = (uint64_t)wake_tokens;
+  if (write(wakefd, &n, sizeof n) < 0) {
+    /* EAGAIN: the counter is saturated, everybody will wake anyway */
+  }
+}
+
+static void take_wake_token(void) {
+  uint64_t v;
+  if (read(wakefd, &v, sizeof v) < 0) {
+    /* EAGAIN: another thread took the last token */
   }
 }
 
 static void update_point(const char *where) {
-  if (kv_molt_update_point) {
+  if (kv_molt_update_point)
     kv_molt_update_point(where);
-    uint64_t v;
-    if (read(wakefd, &v, sizeof v) < 0) {
-      /* EAGAIN: nothing pending, the usual case */
-    }
-  }
 }
 
 static int wait_timeout_ms(void) {
@@ -144,8 +151,10 @@ static void *worker_main(void *arg) {
       continue;
     if (ev.data.ptr == NULL) /* the stop eventfd */
       return NULL;
-    if (ev.data.ptr == &wake_marker) /* a global update is waiting for us */
+    if (ev.data.ptr == &wake_marker) { /* a global update is waiting for us */
+      take_wake_token();
       continue;
+    }
     if (kv_molt_quiesce)
       kv_molt_quiesce();
     if (kv_conn_service(ev.data.ptr, epfd))
@@ -191,7 +200,8 @@ int main(int argc, char **argv) {
   /* Not ONESHOT: every worker must see it. data.ptr NULL marks it. */
   struct epoll_event sev = {.events = EPOLLIN, .data.ptr = NULL};
   epoll_ctl(epfd, EPOLL_CTL_ADD, stopfd, &sev);
-  wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  wake_tokens = nthreads + 1;
+  wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE);
   struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &wake_marker};
   if (wakefd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, wakefd, &wev) < 0) {
     perror("kvstore: eventfd");
@@ -255,6 +265,8 @@ int main(int argc, char **argv) {
     }
     if (pfd[1].revents)
       break;
+    if (pfd[2].revents & POLLIN)
+      take_wake_token();
     if (!(pfd[0].revents & POLLIN))
       continue;
     int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
