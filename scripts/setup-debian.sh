@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   python3 python3-pytest        # integration tests
   python3-clang-14 libclang1-14 # moltcc's source transformer (libclang)
+  python3-pyelftools            # moltcc --molt-from: DWARF of program images
   clang-14                      # second compiler for tests and benchmarks
   binutils procps
 )

@@ -68,4 +68,8 @@ install(FILES
   ${MOLTCC_DIR}/moltcc_rewrite.py
   ${MOLTCC_DIR}/moltcc_unit.py
   ${MOLTCC_DIR}/moltcc_weave.py
+  ${MOLTCC_DIR}/moltcc_program.py
+  ${MOLTCC_DIR}/moltcc_dwarf.py
+  ${MOLTCC_DIR}/moltcc_xfgen.py
+  ${MOLTCC_DIR}/moltcc_xf.py
   DESTINATION lib/molt/moltcc)

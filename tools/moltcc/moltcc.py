@@ -4,6 +4,10 @@ programs updatable with molt, and builds hot patches for them.
 
     make CC=moltcc                  # program build
     moltcc --molt-patch --molt-target ./server -o fix1.so server.c [cflags]
+    moltcc --molt-program -o prog.so *.c [cflags]          # full updates: an image
+    moltcc --molt-program --molt-from prog.so --molt-xf v2.xf -o prog2.so *.c
+                                    # the next version, with its migration code
+                                    # (moltcc_program.py, moltcc_xfgen.py)
 
 Program builds: translation units that contain updatable functions
 (MOLT_UPDATABLE, /** DSU_FUNC */ or /// DSU_FUNC, --molt-funcs=FILE,
@@ -45,8 +49,10 @@ def verbose_enabled():
 INTERNAL_OPTS = {"--molt-internal-include", "--molt-internal-libdir",
                  "--molt-internal-moltstamp", "--molt-internal-sanitize"}
 MOLT_VALUE_OPTS = {"--molt-target", "--molt-patch-id", "--molt-description",
-                   "--molt-funcs", "--molt-updatable"} | INTERNAL_OPTS
-MOLT_FLAG_OPTS = {"--molt-patch", "--molt-keep", "--molt-verbose"}
+                   "--molt-funcs", "--molt-updatable", "--molt-from"} | INTERNAL_OPTS
+# value options that may be given several times (a list in the result)
+MOLT_LIST_OPTS = {"--molt-xf"}
+MOLT_FLAG_OPTS = {"--molt-patch", "--molt-keep", "--molt-verbose", "--molt-program"}
 
 # gcc options whose value is the next argument
 SEP_VALUE = {"-o", "-I", "-D", "-U", "-include", "-imacros", "-isystem", "-idirafter",
@@ -76,18 +82,21 @@ def split_molt_options(argv):
         a = argv[i]
         if a.startswith("--molt-"):
             name, eq, val = a.partition("=")
-            if name in MOLT_VALUE_OPTS:
+            if name in MOLT_VALUE_OPTS or name in MOLT_LIST_OPTS:
                 if not eq:
                     if i + 1 >= len(argv):
                         raise Fatal("%s needs a value" % name)
                     val = argv[i + 1]
                     i += 1
-                molt[name] = val
+                if name in MOLT_LIST_OPTS:
+                    molt.setdefault(name, []).append(val)
+                else:
+                    molt[name] = val
             elif name in MOLT_FLAG_OPTS and not eq:
                 molt[name] = True
             else:
                 raise Fatal("unknown option %s (known: %s)" % (
-                    a, ", ".join(sorted(MOLT_FLAG_OPTS | MOLT_VALUE_OPTS - INTERNAL_OPTS))))
+                    a, ", ".join(sorted(MOLT_FLAG_OPTS | MOLT_LIST_OPTS | MOLT_VALUE_OPTS - INTERNAL_OPTS))))
         else:
             rest.append(a)
         i += 1
@@ -973,6 +982,22 @@ def main(argv):
         rest = expand_response_files(rest)
         layout = locate(molt)
         cmd = Command(rest)
+        if molt.get("--molt-program"):
+            if molt.get("--molt-patch"):
+                raise Fatal("--molt-program and --molt-patch cannot be combined")
+            for k in ("--molt-target", "--molt-patch-id", "--molt-description", "--molt-funcs",
+                      "--molt-updatable"):
+                if k in molt:
+                    raise Fatal("%s is not meaningful with --molt-program" % k)
+            import moltcc_program
+            try:
+                return moltcc_program.main(cmd, molt, layout, sys.modules[__name__])
+            except moltcc_program.XfSyntax as e:
+                sys.stderr.write("%s\n" % e)
+                return 1
+        for k in ("--molt-from", "--molt-xf"):
+            if k in molt:
+                raise Fatal("%s is only meaningful with --molt-program" % k)
         if molt.get("--molt-patch"):
             return patch_main(cmd, molt, layout)
         for k in ("--molt-target", "--molt-patch-id", "--molt-description"):
