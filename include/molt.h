@@ -131,6 +131,13 @@ MOLT_EXTERN uint64_t molt_generation(void);
  *   update's timeout, everyone is released, nothing changes, and it returns
  *   0.  An update point is also a quiescence point.  `name` must be a string
  *   that lives as long as the thread (a literal).
+ *   In a program image (`molt run`), a full update waits here too; if it
+ *   commits, molt_update_point() does NOT return in a program thread: the
+ *   thread starts again in the new version (see "Full updates" below).
+ *   If the update fails or times out it returns 0 and the old version goes
+ *   on.  Threads of a program image take part from their first
+ *   instruction, so each one must reach update points regularly (use
+ *   molt_on_update_pending to wake those that block).
  *
  * molt_on_update_pending(cb, arg): cb(arg) is called (on the thread that runs
  *   the update) when a global update starts waiting, so that the program can
@@ -169,6 +176,11 @@ MOLT_EXTERN void molt_on_update_pending(void (*cb)(void *arg), void *arg);
  *   (moltcc builds images with -fno-omit-frame-pointer).
  */
 MOLT_EXTERN int molt_is_updating(void);
+/* The driver behind `molt run` (bin/molt-run): loads the program image at
+ * `path` and runs its main(argc, argv, environ) as the main program thread
+ * until it returns; returns its status, or 127 (after one line on stderr)
+ * if the image cannot be loaded. */
+MOLT_EXTERN int molt__program_run(const char *path, int argc, char **argv);
 MOLT_EXTERN int molt_is_updating_from(const char *point);
 MOLT_EXTERN int molt_migrate_local(const char *func, const char *name,
                                    void *addr, size_t size, void *frame);

@@ -1,7 +1,7 @@
 /*
  * molt — the command-line client of the molt control protocol.
  *
- *   molt ps | status | apply | rollback | log | help | --version
+ *   molt ps | status | apply | rollback | update | run | log | help | --version
  *
  * The CLI is a thin client: it turns a command line into one request on
  * the target's abstract socket "\0molt.<pid>" (docs/protocol.md), waits for
@@ -54,6 +54,12 @@ static const char usage_text[] =
     "                                   10 s)\n"
     "  molt rollback <pid> [--policy P] [--timeout SEC]\n"
     "                                   return to the previous generation\n"
+    "  molt run <image.so> [args...]    run a program image (built with\n"
+    "                                   'moltcc --molt-program') in this process\n"
+    "  molt update <pid> <image.so> [--timeout SEC] [--check-interior]\n"
+    "                                   full update: replace the running program\n"
+    "                                   image, migrate its state and restart its\n"
+    "                                   threads in the new version (default 10 s)\n"
     "  molt log <pid> [--json]          the process's update log\n"
     "  molt help                        this text\n"
     "  molt --version                   version of molt and of its protocol\n"
@@ -62,7 +68,7 @@ static const char usage_text[] =
     "  0  success\n"
     "  1  the process refused or failed the operation (it keeps running\n"
     "     unchanged)\n"
-    "  2  usage error (bad arguments, patch file not found)\n"
+    "  2  usage error (bad arguments, patch or image file not found)\n"
     "  3  no such molt process, cannot connect, not permitted, or no answer\n"
     "     in time\n"
     "  4  protocol error (malformed or incompatible messages)\n"
@@ -284,6 +290,7 @@ typedef struct opts {
   bool json;
   const char *policy; /* NULL: not given */
   int timeout_ms;     /* -1: not given */
+  bool check_interior;
 } opts;
 
 static bool parse_pid(const char *s, pid_t *out) {
@@ -346,6 +353,8 @@ static int parse_args(int argc, char **argv, opts *o) {
       }
       if (strcmp(a, "--json") == 0) {
         o->json = true;
+      } else if (strcmp(a, "--check-interior") == 0) {
+        o->check_interior = true;
       } else if (klen == 8 && strncmp(a, "--policy", 8) == 0) {
         if (!valid_policy(val))
           return fail(EXIT_USAGE,
@@ -624,6 +633,14 @@ static const char *advice(int status) {
            "libmolt";
   case MOLT_EPOLICY: return "use --policy immediate, local or global";
   case MOLT_ENOTSUP: return "see 'molt help'";
+  case MOLT_ENOTPROGRAM:
+    return "build program images with 'moltcc --molt-program'";
+  case MOLT_ENOPROGRAM:
+    return "start the program with 'molt run <image.so>' to update it as a "
+           "whole";
+  case MOLT_EXFORM:
+    return "the old version goes on unchanged; fix the migration rules (.xf) "
+           "and rebuild the new image";
   default: return "see 'molt log' for details";
   }
 }
@@ -715,6 +732,12 @@ static void json_array(const molt__records *rs, const char *name,
       switch (types[k]) {
       case 'n': json_num(v); break;
       case 'b': fputs(strcmp(v, "1") == 0 ? "true" : "false", stdout); break;
+      case 'e':
+        if (v[0] == '\0')
+          fputs("null", stdout);
+        else
+          json_str(v);
+        break;
       case 'v':
         if (strcmp(v, "-") == 0)
           fputs("null", stdout);
@@ -777,7 +800,36 @@ static void status_json(pid_t pid, const molt__records *rs) {
   json_array(rs, "threads", "thread",
              (const char *const[]){"tid", "name", "view", "active_calls",
                                    NULL},
-             "nstn", true);
+             "nstn", false);
+  /* Full updates: the program image (null unless started by molt run). */
+  const molt__record *im = molt__tsv_find(rs, "image");
+  printf("  ");
+  json_key("image");
+  if (im != NULL) {
+    putchar('{');
+    json_key("path");
+    json_str(F(im, 1));
+    fputs(", ", stdout);
+    json_key("build_id");
+    json_str(F(im, 2));
+    fputs(", ", stdout);
+    json_key("full_updates");
+    json_num(F(im, 3));
+    fputs(", ", stdout);
+    json_key("unloading");
+    if (F(im, 4)[0] != '\0')
+      json_str(F(im, 4));
+    else
+      fputs("null", stdout);
+    putchar('}');
+  } else {
+    fputs("null", stdout);
+  }
+  printf(",\n");
+  json_array(rs, "program_threads", "program_thread",
+             (const char *const[]){"tid", "entry", "tu", "updating",
+                                   "from_point", NULL},
+             "nssbe", true);
   printf("}\n");
 }
 
@@ -804,6 +856,8 @@ static void status_section(const molt__records *rs, const char *title,
       const char *v = F(rec, (size_t)order[c]);
       /* function: static 0/1 reads better as yes/no */
       if (strcmp(key, "function") == 0 && order[c] == 3)
+        v = strcmp(v, "1") == 0 ? "yes" : "no";
+      if (strcmp(key, "program_thread") == 0 && order[c] == 4)
         v = strcmp(v, "1") == 0 ? "yes" : "no";
       row[c] = v;
     }
@@ -855,6 +909,19 @@ static void status_human(pid_t pid, const molt__records *rs) {
   status_section(rs, "threads", "thread", 4,
                  (const char *const[]){"TID", "NAME", "RUNS", "ACTIVE-CALLS"},
                  (const int[]){1, 2, 3, 4});
+  const molt__record *im = molt__tsv_find(rs, "image");
+  if (im != NULL) {
+    char line[8192];
+    snprintf(line, sizeof line, "%s (build-id %s, %s full update%s%s%s)",
+             F(im, 1), F(im, 2), F(im, 3), strcmp(F(im, 3), "1") == 0 ? "" : "s",
+             F(im, 4)[0] ? "; old image still loaded: " : "", F(im, 4));
+    sanitize(line);
+    printf("\nprogram image  %s\n", line);
+    status_section(rs, "program threads", "program_thread", 5,
+                   (const char *const[]){"TID", "ENTRY", "FILE", "UPDATING",
+                                         "FROM-POINT"},
+                   (const int[]){1, 2, 3, 4, 5});
+  }
 }
 
 static int cmd_status(const opts *o, pid_t pid) {
@@ -962,7 +1029,10 @@ static int update(const opts *o, pid_t pid, const char *what, unsigned op,
   molt__buf_init(&body);
   if (path != NULL)
     kv(&body, "path", path);
-  kv(&body, "policy", o->policy != NULL ? o->policy : "immediate");
+  if (op == MOLT__OP_UPDATE)
+    kv(&body, "check_interior", o->check_interior ? "1" : "0");
+  else
+    kv(&body, "policy", o->policy != NULL ? o->policy : "immediate");
   int timeout_ms = o->timeout_ms >= 0 ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
   char tbuf[16];
   snprintf(tbuf, sizeof tbuf, "%d", timeout_ms);
@@ -973,7 +1043,7 @@ static int update(const opts *o, pid_t pid, const char *what, unsigned op,
   }
   if (body.len > MOLT__PROTO_MAX_REQUEST) {
     molt__buf_free(&body);
-    return fail(EXIT_USAGE, "%s: the patch path is too long; use a shorter "
+    return fail(EXIT_USAGE, "%s: the file path is too long; use a shorter "
                             "path", what);
   }
   reply r;
@@ -986,6 +1056,8 @@ static int update(const opts *o, pid_t pid, const char *what, unsigned op,
   char line[4096];
   if (op == MOLT__OP_APPLY)
     snprintf(line, sizeof line, "applied %s to %ld", path, (long)pid);
+  else if (op == MOLT__OP_UPDATE)
+    snprintf(line, sizeof line, "updated %ld to %s", (long)pid, path);
   else
     snprintf(line, sizeof line, "rolled back %ld", (long)pid);
   size_t n = strlen(line);
@@ -1023,6 +1095,91 @@ static int cmd_apply(const opts *o, pid_t pid) {
   int code = update(o, pid, what, MOLT__OP_APPLY, abs);
   free(abs);
   return code;
+}
+
+static int cmd_update(const opts *o, pid_t pid) {
+  const char *arg = o->pos[1];
+  char what[PATH_MAX + 64];
+  snprintf(what, sizeof what, "update %ld to %s", (long)pid, arg);
+  struct stat st;
+  if (stat(arg, &st) < 0)
+    return fail(EXIT_USAGE, "%s: %s; check the path of the program image", what,
+                strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return fail(EXIT_USAGE,
+                "%s: not a regular file; give the .so file built by "
+                "'moltcc --molt-program --molt-from <running image>'",
+                what);
+  char *abs = realpath(arg, NULL);
+  if (abs == NULL)
+    return fail(EXIT_USAGE, "%s: cannot resolve the path: %s; check the path",
+                what, strerror(errno));
+  int code = update(o, pid, what, MOLT__OP_UPDATE, abs);
+  free(abs);
+  return code;
+}
+
+/* molt run: exec the driver (bin/molt-run next to this executable, else
+ * molt-run on PATH), so that the program keeps the PID the user sees.  The
+ * words after the image are the program's, never molt's options. */
+static int cmd_run(int argc, char **argv) {
+  if (argc < 3)
+    return fail(EXIT_USAGE, "run: missing arguments; usage: molt run "
+                            "<image.so> [args...]");
+  const char *image = argv[2];
+  int first = 2;
+  if (strcmp(image, "--") == 0) {
+    if (argc < 4)
+      return fail(EXIT_USAGE, "run: missing arguments; usage: molt run "
+                              "<image.so> [args...]");
+    image = argv[3];
+    first = 3;
+  }
+  struct stat st;
+  if (stat(image, &st) < 0)
+    return fail(EXIT_USAGE, "run %s: %s; check the path of the program image",
+                image, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return fail(EXIT_USAGE,
+                "run %s: not a regular file; give the .so file built by "
+                "'moltcc --molt-program'",
+                image);
+  char *abs = realpath(image, NULL);
+  if (abs == NULL)
+    return fail(EXIT_USAGE, "run %s: cannot resolve the path: %s", image,
+                strerror(errno));
+  /* argv of the driver: molt-run <image> <program args...> */
+  int n = argc - first;
+  char **av = xmalloc(((size_t)n + 2) * sizeof *av);
+  av[0] = "molt-run";
+  av[1] = abs;
+  for (int i = 1; i < n; i++)
+    av[i + 1] = argv[first + i];
+  av[n + 1] = NULL;
+
+  char self[PATH_MAX];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len > 0) {
+    self[len] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash != NULL && (size_t)(slash - self) + sizeof "/molt-run" <= sizeof self) {
+      strcpy(slash + 1, "molt-run");
+      if (access(self, X_OK) == 0) {
+        execv(self, av);
+        int e = errno;
+        free(av);
+        free(abs);
+        return fail(127, "run %s: cannot execute %s: %s; check the molt "
+                         "installation", image, self, strerror(e));
+      }
+    }
+  }
+  execvp("molt-run", av);
+  int e = errno;
+  free(av);
+  free(abs);
+  return fail(127, "run %s: cannot execute molt-run: %s; install molt-run next "
+                   "to molt or on PATH", image, strerror(e));
 }
 
 static int cmd_rollback(const opts *o, pid_t pid) {
@@ -1166,6 +1323,10 @@ int main(int argc, char **argv) {
     return EXIT_OK;
   }
 
+  /* Everything after the image belongs to the program. */
+  if (strcmp(cmd, "run") == 0)
+    return cmd_run(argc, argv);
+
   static const struct {
     const char *name;
     int npos;        /* positional arguments, pid included */
@@ -1173,15 +1334,14 @@ int main(int argc, char **argv) {
   } cmds[] = {
       {"ps", 0, false, false},     {"status", 1, true, false},
       {"apply", 2, false, true},   {"rollback", 1, false, true},
-      {"log", 1, true, false},
+      {"log", 1, true, false},     {"update", 2, false, true},
   };
   int c = -1;
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (strcmp(cmd, cmds[i].name) == 0)
       c = (int)i;
   if (c < 0) {
-    if (strcmp(cmd, "run") == 0 || strcmp(cmd, "update") == 0 ||
-        strcmp(cmd, "promote") == 0 || strcmp(cmd, "attach") == 0)
+    if (strcmp(cmd, "promote") == 0 || strcmp(cmd, "attach") == 0)
       return fail(EXIT_USAGE,
                   "%s: not supported by this version of molt; see 'molt help'",
                   cmd);
@@ -1198,15 +1358,25 @@ int main(int argc, char **argv) {
                 cmd);
   if ((o.policy != NULL || o.timeout_ms >= 0) && !cmds[c].update)
     return fail(EXIT_USAGE,
-                "%s: --policy and --timeout apply only to apply and rollback; "
-                "see 'molt help'",
+                "%s: --policy and --timeout apply only to apply, rollback and "
+                "update; see 'molt help'",
+                cmd);
+  bool is_update = strcmp(cmd, "update") == 0;
+  if (o.policy != NULL && is_update)
+    return fail(EXIT_USAGE,
+                "update: --policy does not apply to full updates (they always "
+                "wait at the update points); see 'molt help'");
+  if (o.check_interior && !is_update)
+    return fail(EXIT_USAGE,
+                "%s: --check-interior applies only to update; see 'molt help'",
                 cmd);
   if (o.npos != cmds[c].npos) {
     static const char *const synopsis[] = {
         "molt ps", "molt status <pid> [--json]",
         "molt apply <pid> <patch.so> [--policy P] [--timeout SEC]",
         "molt rollback <pid> [--policy P] [--timeout SEC]",
-        "molt log <pid> [--json]"};
+        "molt log <pid> [--json]",
+        "molt update <pid> <image.so> [--timeout SEC] [--check-interior]"};
     return fail(EXIT_USAGE, "%s: %s arguments; usage: %s", cmd,
                 o.npos < cmds[c].npos ? "missing" : "too many", synopsis[c]);
   }
@@ -1223,6 +1393,7 @@ int main(int argc, char **argv) {
   case 1: return cmd_status(&o, pid);
   case 2: return cmd_apply(&o, pid);
   case 3: return cmd_rollback(&o, pid);
+  case 5: return cmd_update(&o, pid);
   default: return cmd_log(&o, pid);
   }
 }

@@ -147,10 +147,12 @@ static int build_request(unsigned op, const molt__records *recs,
   req->op = (molt__op)op;
   req->policy = MOLT_POLICY_IMMEDIATE;
   req->timeout_ms = -1; /* the runtime's default */
-  if (op != MOLT__OP_APPLY && op != MOLT__OP_ROLLBACK)
+  if (op != MOLT__OP_APPLY && op != MOLT__OP_ROLLBACK && op != MOLT__OP_UPDATE)
     return 0;
 
-  const molt__record *r = molt__tsv_find(recs, "policy");
+  /* An update has no policy: it always waits at the update points. */
+  const molt__record *r =
+      op == MOLT__OP_UPDATE ? NULL : molt__tsv_find(recs, "policy");
   if (r != NULL) {
     const char *p = molt__tsv_field(r, 1);
     if (strcmp(p, "immediate") == 0)
@@ -177,24 +179,37 @@ static int build_request(unsigned op, const molt__records *recs,
     }
     req->timeout_ms = t < 0 ? -1 : t;
   }
-  if (op != MOLT__OP_APPLY)
+  if (op == MOLT__OP_ROLLBACK)
     return 0;
 
+  const char *what = op == MOLT__OP_APPLY ? "patch" : "image";
+  if (op == MOLT__OP_UPDATE) {
+    r = molt__tsv_find(recs, "check_interior");
+    if (r != NULL) {
+      const char *v = molt__tsv_field(r, 1);
+      if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+        molt__errmsg(err, errlen, "check_interior '%.40s' is not 0 or 1", v);
+        return MOLT_EPROTO;
+      }
+      req->check_interior = v[0] == '1';
+    }
+  }
   r = molt__tsv_find(recs, "path");
   if (r == NULL) {
-    molt__errmsg(err, errlen, "apply request without a path record");
+    molt__errmsg(err, errlen, "%s request without a path record",
+                 molt__proto_op_name(op));
     return MOLT_EPROTO;
   }
   const char *path = molt__tsv_field(r, 1);
   /* The process's working directory is not the client's, so a relative
    * path would name some other file: the CLI always sends realpath(). */
   if (path[0] != '/') {
-    molt__errmsg(err, errlen, "patch path '%.200s' is not absolute", path);
+    molt__errmsg(err, errlen, "%s path '%.200s' is not absolute", what, path);
     return MOLT_EINVAL;
   }
   size_t n = strlen(path);
   if (n >= sizeof req->path) {
-    molt__errmsg(err, errlen, "patch path is longer than %zu bytes",
+    molt__errmsg(err, errlen, "%s path is longer than %zu bytes", what,
                  sizeof req->path - 1);
     return MOLT_EINVAL;
   }

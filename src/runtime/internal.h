@@ -25,6 +25,9 @@
  *                            -> log mutex (log.c)
  * The registry mutex is also taken by a thread that registers or exits;
  * nothing that could block on an application thread is ever done under it.
+ * Full updates add (runtime.c has the whole order): op_lock -> bar_lock
+ * (timing.c) -> prog_lock (program.c, a leaf: never held together with
+ * molt__rt_lock, across dlopen/dlclose, or while waiting). 
  */
 #ifndef MOLT_INTERNAL_H
 #define MOLT_INTERNAL_H
@@ -75,7 +78,9 @@ typedef enum {
   MOLT__EV_REFUSE,  /* a request was refused (bad patch, ...)  */
   MOLT__EV_DENIED,  /* control connection refused (uid)        */
   MOLT__EV_FAIL,    /* internal failure: refusing state        */
-  MOLT__EV_INFO
+  MOLT__EV_INFO,
+  MOLT__EV_UPDATE,  /* a full update committed                 */
+  MOLT__EV_ABORT    /* a full update aborted after the barrier */
 } molt__event;
 
 MOLT__HIDDEN void molt__log_init(void);
@@ -154,6 +159,19 @@ MOLT__HIDDEN int molt__symtab_open(const char *path, molt__symtab **out);
 MOLT__HIDDEN int molt__symtab_lookup(const molt__symtab *st, const char *name,
                                      const char *tu, uintptr_t *value);
 MOLT__HIDDEN void molt__symtab_close(molt__symtab *st);
+/* Reverse lookup: the function or object symbol whose [start, start+size)
+ * holds link-time address `value` (a zero-sized symbol holds its own
+ * address only).  name and tu point into st (tu: basename of the source
+ * file of a local symbol, NULL for a global); at one address a global is
+ * preferred.  Any out pointer may be NULL.  0 or MOLT_ENOSYM. */
+MOLT__HIDDEN int molt__symtab_at(const molt__symtab *st, uintptr_t value,
+                                 const char **name, const char **tu,
+                                 uintptr_t *start, size_t *size, bool *is_func);
+/* Validates the ELF file behind fd as loadable by ld.so on this machine: a
+ * 64-bit shared object (ET_DYN) whose headers, segments and dynamic tables
+ * lie within the file.  0, MOLT_ENOTPROGRAM (not ELF / not a shared object
+ * of this machine), MOLT_ECORRUPT, MOLT_EIO. */
+MOLT__HIDDEN int molt__elf_check_shared_object(int fd, char *err, size_t errlen);
 /* Build-id (hex) of the ELF64 file behind fd, read from its notes (SHT_NOTE
  * sections, else PT_NOTE segments).  0, MOLT_ENOSYM (no build-id),
  * MOLT_ECORRUPT, MOLT_ENOTSUP (not an ELF64 little-endian file), MOLT_EIO,
@@ -263,12 +281,19 @@ MOLT__HIDDEN void molt__object_leave_history(molt__object *obj);
 MOLT__HIDDEN molt__object *molt__objects_head(void);
 
 /* ---- runtime.c -----------------------------------------------------------*/
-typedef enum { MOLT__OP_STATUS = 1, MOLT__OP_APPLY, MOLT__OP_ROLLBACK, MOLT__OP_LOG } molt__op;
+typedef enum {
+  MOLT__OP_STATUS = 1,
+  MOLT__OP_APPLY,
+  MOLT__OP_ROLLBACK,
+  MOLT__OP_LOG,
+  MOLT__OP_UPDATE /* full update: path, timeout_ms, check_interior */
+} molt__op;
 
 typedef struct molt__request {
   molt__op op;
   molt_policy_t policy;
   int timeout_ms;
+  bool check_interior; /* update: refuse interior pointers into objects */
   char path[4096];
 } molt__request;
 
@@ -290,6 +315,12 @@ MOLT__HIDDEN void molt__rt_lock_release(void);
 MOLT__HIDDEN void molt__runtime_started(void);
 /* Asks the runtime thread to run a reclamation pass soon. */
 MOLT__HIDDEN void molt__runtime_kick(void);
+/* A full update commits (op_lock held, program threads parked): publishes
+ * a copy of the current generation numbered one higher, so that patches
+ * and full updates share one generation count.  Returns the new number
+ * in *number, or MOLT_EBUSY / MOLT_ENOMEM (nothing changed). */
+MOLT__HIDDEN int molt__runtime_next_generation(uint64_t *number);
+MOLT__HIDDEN uint64_t molt__runtime_generation(void); /* current number */
 
 /* ---- timing.c ------------------------------------------------------------*/
 #define MOLT__DEFAULT_TIMEOUT_MS 10000
@@ -301,6 +332,31 @@ MOLT__HIDDEN void molt__timing_init(void);
  * missing threads in err and nothing changed (g is not published). */
 MOLT__HIDDEN int molt__timing_switch(molt__gen *g, molt_policy_t policy,
                                      int timeout_ms, char *err, size_t errlen);
+/* How the participants leave a barrier. */
+typedef enum {
+  MOLT__VERDICT_NONE = 0, /* timeout or failure: molt_update_point returns 0 */
+  MOLT__VERDICT_UPDATED,  /* hot patch switched in: it returns 1 */
+  MOLT__VERDICT_RESTART   /* full update committed: program threads restart
+                             (molt__program_restart_self), others return 1 */
+} molt__verdict;
+/* The global barrier (op_lock held, molt__rt_lock and bar_lock not held):
+ * raises the pending flag, calls the molt_on_update_pending callback,
+ * waits until every participant waits at an update point (else
+ * MOLT_ETIMEDOUT, missing threads named in err), then runs
+ * while_parked(arg) WITHOUT bar_lock while they stay parked, and releases
+ * them with on_success if it returned 0, else with MOLT__VERDICT_NONE.
+ * Returns 0 or the error of the wait or of while_parked. */
+MOLT__HIDDEN int molt__timing_barrier(int timeout_ms,
+                                      int (*while_parked)(void *arg, char *err,
+                                                          size_t errlen),
+                                      void *arg, molt__verdict on_success,
+                                      char *err, size_t errlen);
+/* The calling thread is a barrier participant from now on (last point
+ * "(none)"): program threads join from their first instruction. */
+MOLT__HIDDEN void molt__timing_join(void);
+/* The calling thread restarts in a new image: forget its last point (a
+ * literal of the old image). */
+MOLT__HIDDEN void molt__timing_restarted(void);
 MOLT__HIDDEN void molt__timing_thread_exit(void);
 MOLT__HIDDEN void molt__timing_after_fork_child(void);
 MOLT__HIDDEN void molt__timing_foreach(
@@ -355,6 +411,67 @@ MOLT__HIDDEN bool molt__image_sym_at(const molt__image *im, uintptr_t a,
 /* The segment protection (PF_R|PF_W|PF_X) of absolute address a, 0 if a is
  * not inside the image. */
 MOLT__HIDDEN unsigned molt__image_prot_at(const molt__image *im, uintptr_t a);
+
+/* ---- program.c -----------------------------------------------------------*/
+/* A program thread: the main thread of `molt run`, or a thread the image
+ * started with pthread_create (__wrap_pthread_create).  Lives from the
+ * thread's start to its exit; linked into program.c's registry (prog_lock).
+ * Fields marked (parked) are written by the runtime thread only while the
+ * thread is parked in a barrier, and read by the thread after it wakes
+ * (bar_lock orders both). */
+typedef struct molt__pthread molt__pthread;
+struct molt__pthread {
+  pid_t tid;
+  bool is_main;
+  void *(*entry)(void *);   /* entry of the running version (parked) */
+  void *arg;                /* its argument (parked) */
+  int (*main_fn)(int, char **, char **); /* main thread: main (parked) */
+  char *entry_name, *entry_tu; /* (name, tu) of entry in its image; NULL:
+                                  not a function of the image */
+  uintptr_t stack_lo, stack_hi; /* the thread's stack, for frame walks */
+  /* Written by the thread (under prog_lock) and by the runtime thread
+   * (parked, under prog_lock); read without lock by the thread itself and
+   * by molt_update_point's fast path: relaxed atomic. */
+  _Atomic bool updating;
+  char *from_point;         /* point the old version parked at (copy) */
+  char *parked_point;       /* point of the current park (copy, bar_lock) */
+  bool snap_failed;         /* snapshot of its locals ran out of memory */
+  bool restart;             /* (parked) restart when released */
+  void *(*next_entry)(void *); /* (parked) resolved in the new image */
+  struct molt__reg *regs;   /* MOLT_MIGRATE_LOCAL registrations (own) */
+  size_t nregs;
+  struct molt__saved_local *saved; /* snapshot at the update point */
+  void *restart_env;        /* sigjmp_buf of its restart frame */
+  molt__pthread *next, *prev;
+};
+/* The calling thread's record, or NULL if it is not a program thread. */
+MOLT__HIDDEN extern __thread molt__pthread *molt__pthread_self
+    __attribute__((tls_model("initial-exec")));
+/* Hooks of molt_update_point (timing.c) for program threads: */
+/* me->updating was set: this is its first update point in the new version. */
+MOLT__HIDDEN void molt__program_first_point(molt__pthread *me);
+/* Parking for a full update (bar_lock held): snapshot the live migrated
+ * locals along the frame-pointer chain from `frame`; remember `point`. */
+MOLT__HIDDEN void molt__program_park(molt__pthread *me, void *frame,
+                                     const char *point);
+/* Released with MOLT__VERDICT_RESTART: siglongjmps to the restart frame if
+ * the update gave the thread a restart target, else returns. */
+MOLT__HIDDEN void molt__program_restart_self(molt__pthread *me);
+/* true if this process runs a program image (molt run). */
+MOLT__HIDDEN bool molt__program_active(void);
+/* The full update (runtime thread, op_lock held): docs/full-updates.md. */
+MOLT__HIDDEN int molt__program_update(const char *path, int timeout_ms,
+                                      bool check_interior, molt__buf *out,
+                                      char *err, size_t errlen);
+/* Status records of the program image and its threads (op_lock held). */
+MOLT__HIDDEN void molt__program_status(molt__buf *out);
+/* Runtime thread, op_lock held: unloads the old image once every
+ * restarted thread reached an update point in the new version (F7). */
+MOLT__HIDDEN void molt__program_reclaim(void);
+/* fork(): hold / release the registry; in the child keep only the caller. */
+MOLT__HIDDEN void molt__program_fork_prepare(void);
+MOLT__HIDDEN void molt__program_fork_parent(void);
+MOLT__HIDDEN void molt__program_fork_child(void);
 
 /* ---- program.c <-> xf.c ----------------------------------------------------*/
 /* A migrated local (MOLT_MIGRATE_LOCAL) of one thread, saved at the update

@@ -33,6 +33,7 @@ static const char *const names[] = {
     [MOLT__EV_UNLOAD] = "unload",     [MOLT__EV_RECLAIM] = "reclaim",
     [MOLT__EV_REFUSE] = "refuse",     [MOLT__EV_DENIED] = "denied",
     [MOLT__EV_FAIL] = "fail",         [MOLT__EV_INFO] = "info",
+    [MOLT__EV_UPDATE] = "update",     [MOLT__EV_ABORT] = "abort",
 };
 
 const char *molt__event_name(molt__event ev) {

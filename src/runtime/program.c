@@ -1,8 +1,780 @@
-/* program.c: running a program image (work in progress; see internal.h). */
+/* Running a program image (full updates, docs/full-updates.md): the driver
+ * (molt__program_run), program threads (__wrap_pthread_create), restart
+ * frames, molt_is_updating*, MOLT_MIGRATE_LOCAL, and the update operation.
+ *
+ * Program threads.  The main thread of `molt run` and every thread the
+ * image starts with pthread_create (images are linked with
+ * --wrap=pthread_create, so those calls land in __wrap_pthread_create) get
+ * a record (molt__pthread) and a restart frame: a sigsetjmp in the driver
+ * or in the thread's trampoline, below the image's own frames.  A full
+ * update that commits releases the barrier with the verdict `restart`; each
+ * program thread then siglongjmps from molt_update_point() to its restart
+ * frame and calls the new version's main or entry function.  The OS thread
+ * stays the same: PID, TIDs and pthread_t values stay valid.
+ *
+ * Locks.  prog_lock protects the registry (the thread list, the current and
+ * retired images, nupdating, nupdates).  It is taken by the pthread wrapper
+ * and the trampoline at thread start and exit, by a thread at its first
+ * update point after a restart, by status and by the runtime thread.  It is
+ * never held while waiting on anything, nests inside op_lock and bar_lock
+ * (a parking thread calls molt__program_park under bar_lock; the park
+ * itself only touches the thread's own record), and is never held together
+ * with molt__rt_lock or across dlopen/dlclose.
+ *
+ * Per-thread data that is not under prog_lock (registrations, snapshots,
+ * restart targets) is written either by the thread itself or by the
+ * runtime thread while the thread is parked in the barrier; the barrier's
+ * bar_lock orders the two (see timing.c). */
 #include "internal.h"
 
-/* Placeholder until program threads exist: no thread has saved locals. */
+#include <errno.h>
+#include <inttypes.h>
+#include <semaphore.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* Registrations kept per thread: frames that returned are dropped when a
+ * shallower frame registers, so this only bounds pathological programs. */
+#define MAX_REGS 256
+/* Frames followed from an update point towards the thread's start. */
+#define MAX_CHAIN 512
+
+/* One MOLT_MIGRATE_LOCAL registration of the running version.  func and
+ * name are literals of the image that registered them (dropped at a
+ * restart, before that image can be unloaded). */
+typedef struct molt__reg {
+  const char *func, *name;
+  void *addr;
+  size_t size;
+  uintptr_t frame;
+} molt__reg;
+
+__thread molt__pthread *molt__pthread_self __attribute__((tls_model("initial-exec")));
+
+static pthread_mutex_t prog_lock = PTHREAD_MUTEX_INITIALIZER;
+static molt__pthread *threads; /* prog_lock */
+static molt__image *current;   /* running image (prog_lock; changed only by
+                                  the runtime thread under op_lock) */
+static molt__image *retired;   /* old image awaiting F7 (prog_lock) */
+static size_t nupdating;       /* restarted threads still updating (prog_lock) */
+static uint64_t nupdates;      /* committed full updates (prog_lock) */
+/* Set once by the driver before the image runs; read by the wrapper and
+ * the runtime.  release/acquire: a reader that sees true sees `current`. */
+static _Atomic bool active;
+
+static pthread_key_t exit_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static bool key_ok;
+
+/* ---- thread records ---------------------------------------------------------*/
+
+static void free_saved_list(molt__saved_local *l) {
+  while (l) {
+    molt__saved_local *next = l->next;
+    free(l->func);
+    free(l->name);
+    free(l->old_copy);
+    free(l->new_value);
+    free(l);
+    l = next;
+  }
+}
+
+static void free_record(molt__pthread *t) {
+  free_saved_list(t->saved);
+  free(t->regs);
+  free(t->entry_name);
+  free(t->entry_tu);
+  free(t->from_point);
+  free(t->parked_point);
+  free(t);
+}
+
+static void end_thread(molt__pthread *t);
+
+static void on_thread_exit(void *arg) {
+  /* pthread_exit() from image code: the trampoline never sees the return. */
+  if (arg)
+    end_thread(arg);
+}
+
+static void make_key(void) { key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0; }
+
+static void stack_bounds(molt__pthread *t) {
+  pthread_attr_t a;
+  void *addr = NULL;
+  size_t size = 0;
+  if (pthread_getattr_np(pthread_self(), &a) == 0) {
+    if (pthread_attr_getstack(&a, &addr, &size) != 0)
+      addr = NULL;
+    pthread_attr_destroy(&a);
+  }
+  if (addr) {
+    t->stack_lo = (uintptr_t)addr;
+    t->stack_hi = (uintptr_t)addr + size;
+  } else {
+    /* Unknown: allow the walk from here up to 8 MiB above (it stops at
+     * the first frame that is not strictly above its callee anyway). */
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    t->stack_lo = here - (64u << 10);
+    t->stack_hi = here + (8u << 20);
+  }
+}
+
+/* The calling thread becomes program thread t: a barrier participant
+ * first (so a barrier that completes from now on includes it), then a
+ * registry member. */
+static void begin_thread(molt__pthread *t) {
+  t->tid = molt__gettid();
+  stack_bounds(t);
+  molt__pthread_self = t;
+  molt__timing_join();
+  pthread_once(&key_once, make_key);
+  if (key_ok)
+    pthread_setspecific(exit_key, t);
+  pthread_mutex_lock(&prog_lock);
+  t->prev = NULL;
+  t->next = threads;
+  if (threads)
+    threads->prev = t;
+  threads = t;
+  pthread_mutex_unlock(&prog_lock);
+}
+
+static void end_thread(molt__pthread *t) {
+  bool kick = false;
+  pthread_mutex_lock(&prog_lock);
+  if (t->prev)
+    t->prev->next = t->next;
+  else if (threads == t)
+    threads = t->next;
+  if (t->next)
+    t->next->prev = t->prev;
+  /* relaxed: prog_lock orders it against status and the runtime. */
+  if (atomic_load_explicit(&t->updating, memory_order_relaxed)) {
+    atomic_store_explicit(&t->updating, false, memory_order_relaxed);
+    if (nupdating && --nupdating == 0 && retired)
+      kick = true;
+  }
+  pthread_mutex_unlock(&prog_lock);
+  if (kick)
+    molt__runtime_kick();
+  molt__timing_thread_exit(); /* idempotent; the updater may wait for us */
+  molt__pthread_self = NULL;
+  free_record(t);
+}
+
+typedef struct start {
+  molt__pthread *t;
+  sem_t started; /* on the creator's stack: posted once, never touched after */
+} start;
+
+static void *trampoline(void *p) {
+  start *s = p;
+  molt__pthread *t = s->t; /* not modified after sigsetjmp below */
+  begin_thread(t);
+  sem_post(&s->started); /* s may be gone from here on */
+  sigjmp_buf env;
+  t->restart_env = &env;
+  /* Restart frame.  A full update siglongjmps here with t->entry and
+   * t->arg already set to the new version's entry and the (redirected)
+   * argument; the signal mask is the one the thread started with. */
+  (void)sigsetjmp(env, 1);
+  void *ret = t->entry(t->arg);
+  if (key_ok)
+    pthread_setspecific(exit_key, NULL);
+  end_thread(t);
+  return ret;
+}
+
+static char *dup_or_null(const char *s, bool *oom) {
+  if (!s)
+    return NULL;
+  char *d = strdup(s);
+  if (!d)
+    *oom = true;
+  return d;
+}
+
+MOLT_EXTERN int __wrap_pthread_create(pthread_t *th, const pthread_attr_t *attr,
+                          void *(*fn)(void *), void *arg) {
+  /* acquire: pairs with the driver's release store of `active`. */
+  if (!atomic_load_explicit(&active, memory_order_acquire) || !fn)
+    return pthread_create(th, attr, fn, arg);
+  molt__pthread *t = calloc(1, sizeof *t);
+  if (!t)
+    return EAGAIN;
+  t->entry = fn;
+  t->arg = arg;
+  bool oom = false;
+  /* The current image cannot be unloaded while we hold prog_lock: it is
+   * retired (under prog_lock) before it is closed. */
+  pthread_mutex_lock(&prog_lock);
+  const char *name = NULL, *tu = NULL;
+  uintptr_t start_addr = 0;
+  bool is_func = false;
+  if (current &&
+      molt__image_sym_at(current, (uintptr_t)fn, &name, &tu, &start_addr, NULL, &is_func) &&
+      is_func && start_addr == (uintptr_t)fn) {
+    t->entry_name = dup_or_null(name, &oom);
+    t->entry_tu = dup_or_null(tu, &oom);
+  }
+  pthread_mutex_unlock(&prog_lock);
+  if (oom) {
+    free_record(t);
+    return EAGAIN;
+  }
+  start s = {.t = t};
+  if (sem_init(&s.started, 0, 0) != 0) {
+    free_record(t);
+    return EAGAIN;
+  }
+  int rc = pthread_create(th, attr, trampoline, &s);
+  if (rc != 0) {
+    sem_destroy(&s.started);
+    free_record(t);
+    return rc;
+  }
+  /* Wait until the thread is a participant: returning earlier would let
+   * an update complete (we could park right away) without it, and it
+   * would then start in the old version after the switch. */
+  while (sem_wait(&s.started) != 0 && errno == EINTR)
+    ;
+  sem_destroy(&s.started);
+  return 0;
+}
+
+/* ---- the driver ---------------------------------------------------------------*/
+
+int molt__program_run(const char *path, int argc, char **argv) {
+  if (!path || !*path) {
+    fprintf(stderr, "molt-run: no program image given\n");
+    return 127;
+  }
+  /* libmolt's constructor started the runtime thread and the control
+   * socket; in a forked child this starts them (no-op otherwise). */
+  molt__runtime_started();
+  char err[1024] = "";
+  molt__image *im = NULL;
+  int rc = molt__image_open(path, &im, err, sizeof err);
+  if (rc < 0) {
+    /* The driver speaks for itself here: the program has not started. */
+    fprintf(stderr, "molt-run: cannot run %s: %s\n", path, err[0] ? err : molt_strerror(rc));
+    return 127;
+  }
+  molt__pthread *t = calloc(1, sizeof *t);
+  char *mname = strdup("main");
+  if (!t || !mname) {
+    free(t);
+    free(mname);
+    molt__image_close(im);
+    fprintf(stderr, "molt-run: cannot run %s: out of memory\n", path);
+    return 127;
+  }
+  pthread_mutex_lock(&prog_lock);
+  bool busy = current != NULL;
+  if (!busy)
+    current = im;
+  pthread_mutex_unlock(&prog_lock);
+  if (busy) {
+    free(t);
+    free(mname);
+    molt__image_close(im);
+    fprintf(stderr, "molt-run: cannot run %s: this process already runs a program image\n",
+            path);
+    return 127;
+  }
+  atomic_store_explicit(&active, true, memory_order_release);
+  molt__log(MOLT__EV_INFO, molt__runtime_generation(), NULL,
+            "running program image %s (build-id %s) in pid %d", im->path,
+            im->build_id[0] ? im->build_id : "none", (int)getpid());
+  t->is_main = true;
+  t->main_fn = im->main;
+  t->entry_name = mname;
+  begin_thread(t);
+  sigjmp_buf env;
+  t->restart_env = &env;
+  /* Restart frame of the main thread: a full update comes back here with
+   * t->main_fn set to the new main; same argc/argv. */
+  (void)sigsetjmp(env, 1);
+  int status = t->main_fn(argc, argv, environ);
+  if (key_ok)
+    pthread_setspecific(exit_key, NULL);
+  end_thread(t);
+  return status;
+}
+
+/* ---- public API: updating state and migrated locals ----------------------------*/
+
+int molt_is_updating(void) {
+  molt__pthread *me = molt__pthread_self;
+  /* relaxed: only this thread clears it; the runtime set it while we were
+   * parked (ordered by bar_lock). */
+  return me && atomic_load_explicit(&me->updating, memory_order_relaxed);
+}
+
+int molt_is_updating_from(const char *point) {
+  molt__pthread *me = molt__pthread_self;
+  return point && me && atomic_load_explicit(&me->updating, memory_order_relaxed) &&
+         me->from_point && strcmp(me->from_point, point) == 0;
+}
+
+static bool same_str(const char *a, const char *b) { return a == b || strcmp(a, b) == 0; }
+
+/* Records (func, name) -> (addr, size, frame) for the next update. */
+static void register_local(molt__pthread *me, const char *func, const char *name, void *addr,
+                           size_t size, uintptr_t frame) {
+  /* The caller's frame is the innermost live one of this thread (stacks
+   * grow down): registrations of frames below it belong to calls that have
+   * returned.  The same (function, variable, frame) is replaced. */
+  size_t w = 0;
+  for (size_t i = 0; i < me->nregs; i++) {
+    molt__reg *r = &me->regs[i];
+    if (r->frame < frame ||
+        (r->frame == frame && same_str(r->func, func) && same_str(r->name, name)))
+      continue;
+    me->regs[w++] = *r;
+  }
+  me->nregs = w;
+  if (me->nregs == MAX_REGS) {
+    memmove(me->regs, me->regs + 1, (MAX_REGS - 1) * sizeof *me->regs);
+    me->nregs--;
+  }
+  if (!me->regs) {
+    me->regs = malloc(MAX_REGS * sizeof *me->regs);
+    if (!me->regs) {
+      molt__log(MOLT__EV_INFO, 0, NULL,
+                "thread %d: out of memory registering local %s of %s: it will not migrate",
+                (int)me->tid, name, func);
+      return;
+    }
+  }
+  me->regs[me->nregs++] = (molt__reg){func, name, addr, size, frame};
+}
+
+int molt_migrate_local(const char *func, const char *name, void *addr, size_t size,
+                       void *frame) {
+  molt__pthread *me = molt__pthread_self;
+  if (!me || !func || !name || !addr || !size)
+    return 0;
+  register_local(me, func, name, addr, size, (uintptr_t)frame);
+  if (!atomic_load_explicit(&me->updating, memory_order_relaxed))
+    return 0;
+  /* The saved list is this thread's own (the runtime filled it while we
+   * were parked); each saved value is handed out once. */
+  for (molt__saved_local *l = me->saved; l; l = l->next) {
+    if (!l->new_value || strcmp(l->func, func) != 0 || strcmp(l->name, name) != 0)
+      continue;
+    int done = 0;
+    if (l->new_size == size) {
+      memcpy(addr, l->new_value, size);
+      done = 1;
+    } else {
+      molt__log(MOLT__EV_INFO, 0, NULL,
+                "thread %d: migrated local %s of %s has %zu bytes, the new variable %zu: "
+                "left unchanged",
+                (int)me->tid, name, func, l->new_size, size);
+    }
+    free(l->new_value);
+    l->new_value = NULL;
+    return done;
+  }
+  return 0;
+}
+
+/* ---- hooks of molt_update_point ---------------------------------------------------*/
+
+void molt__program_first_point(molt__pthread *me) {
+  /* Values no MOLT_MIGRATE_LOCAL asked for by now are dropped. */
+  free_saved_list(me->saved);
+  me->saved = NULL;
+  bool kick = false;
+  pthread_mutex_lock(&prog_lock);
+  atomic_store_explicit(&me->updating, false, memory_order_relaxed);
+  if (nupdating && --nupdating == 0 && retired)
+    kick = true;
+  pthread_mutex_unlock(&prog_lock);
+  if (kick)
+    molt__runtime_kick(); /* the runtime thread unloads the old image (F7) */
+}
+
+void molt__program_park(molt__pthread *me, void *frame, const char *point) {
+  /* bar_lock held; only this thread's record is touched.  A snapshot of an
+   * earlier, failed attempt is stale. */
+  free_saved_list(me->saved);
+  me->saved = NULL;
+  me->snap_failed = false;
+  free(me->parked_point);
+  me->parked_point = strdup(point ? point : "");
+  if (!me->parked_point)
+    me->snap_failed = true;
+  if (!me->nregs)
+    return;
+  /* The frame-pointer chain from molt_update_point's frame towards the
+   * thread's start (images are built -fno-omit-frame-pointer).  Each
+   * saved frame pointer must lie inside the stack, be aligned, and be
+   * strictly above the previous one, so a frame of code built without
+   * frame pointers ends the walk instead of sending it astray. */
+  uintptr_t chain[MAX_CHAIN];
+  size_t n = 0;
+  uintptr_t f = (uintptr_t)frame;
+  while (n < MAX_CHAIN && f >= me->stack_lo && f + 2 * sizeof(void *) <= me->stack_hi &&
+         (f & (sizeof(void *) - 1)) == 0) {
+    chain[n++] = f;
+    uintptr_t next = *(const uintptr_t *)f;
+    if (next <= f)
+      break;
+    f = next;
+  }
+  molt__saved_local **tail = &me->saved;
+  for (size_t i = 0; i < me->nregs; i++) {
+    const molt__reg *r = &me->regs[i];
+    bool live = false;
+    for (size_t k = 0; k < n && !live; k++)
+      live = chain[k] == r->frame;
+    if (!live)
+      continue;
+    molt__saved_local *l = calloc(1, sizeof *l);
+    if (l) {
+      l->func = strdup(r->func);
+      l->name = strdup(r->name);
+      l->old_copy = malloc(r->size);
+    }
+    if (!l || !l->func || !l->name || !l->old_copy) {
+      free_saved_list(l);
+      me->snap_failed = true;
+      return;
+    }
+    memcpy(l->old_copy, r->addr, r->size);
+    l->old_addr = r->addr;
+    l->old_size = r->size;
+    *tail = l;
+    tail = &l->next;
+  }
+}
+
+void molt__program_restart_self(molt__pthread *me) {
+  if (!me->restart)
+    return;
+  me->restart = false;
+  /* Registrations of the old version are gone with its frames (and name
+   * literals of the image about to be unloaded). */
+  me->nregs = 0;
+  molt__timing_restarted();
+  /* Every updatable call this thread had in progress is abandoned with
+   * its frame: drop its pins.  release, as in molt__leave: the reclaimer
+   * reads the counters with acquire. */
+  for (unsigned s = 0; s < MOLT__SLOTS; s++)
+    atomic_store_explicit(&molt__self.active[s], 0, memory_order_release);
+  siglongjmp(*(sigjmp_buf *)me->restart_env, 1);
+}
+
+bool molt__program_active(void) { return atomic_load_explicit(&active, memory_order_acquire); }
+
+/* Called by xf.c during a migration, on the runtime thread, while every
+ * program thread is parked.  Deliberately without prog_lock: fn may abort
+ * the migration with a siglongjmp (molt__xf_fail), which would leave the
+ * lock held.  The list cannot change meanwhile: threads join it only when
+ * a creator (a program thread, parked) is inside __wrap_pthread_create,
+ * and leave it only by returning (parked threads do not). */
 void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_local *l), void *arg) {
-  (void)fn;
-  (void)arg;
+  for (molt__pthread *t = threads; t; t = t->next)
+    for (molt__saved_local *l = t->saved; l; l = l->next)
+      fn(arg, l);
+}
+
+/* ---- the update -------------------------------------------------------------------*/
+
+typedef struct upd {
+  molt__image *old, *new;
+  bool check_interior;
+  bool reached;      /* the barrier completed: the step ran */
+  uint64_t gen;      /* generation after the commit */
+  uint64_t objects, bytes, xf_ns, pause_ns;
+  size_t nthreads;
+} upd;
+
+/* Resolves the entry of every program thread in the new image into
+ * t->next_entry.  prog_lock held.  0 or MOLT_ENOSYM with err set. */
+static int resolve_entries(const upd *u, char *err, size_t errlen) {
+  for (molt__pthread *t = threads; t; t = t->next) {
+    if (t->is_main)
+      continue;
+    if (t->entry_name) {
+      void *e = molt__image_sym(u->new, t->entry_name, t->entry_tu);
+      if (!e || !(molt__image_prot_at(u->new, (uintptr_t)e) & 1u /* PF_X */)) {
+        molt__errmsg(err, errlen,
+                     "the new image %s has no function '%s'%s%s%s, the entry function of "
+                     "thread %d; a full update restarts every thread in the function of "
+                     "the same name: keep it in the new version",
+                     u->new->path, t->entry_name, t->entry_tu ? " (" : "",
+                     t->entry_tu ? t->entry_tu : "", t->entry_tu ? ")" : "", (int)t->tid);
+        return MOLT_ENOSYM;
+      }
+      t->next_entry = (void *(*)(void *))e;
+    } else if (molt__image_prot_at(u->old, (uintptr_t)t->entry)) {
+      molt__errmsg(err, errlen,
+                   "thread %d was started in a function of the running image that has no "
+                   "symbol, so it cannot be found in the new image",
+                   (int)t->tid);
+      return MOLT_ENOSYM;
+    } else {
+      t->next_entry = t->entry; /* outside the image: it stays loaded */
+    }
+  }
+  return 0;
+}
+
+static void drop_snapshots(void) {
+  /* Program threads are parked (or the barrier failed before any step):
+   * the runtime thread may free their snapshots. */
+  for (molt__pthread *t = threads; t; t = t->next) {
+    free_saved_list(t->saved);
+    t->saved = NULL;
+  }
+}
+
+/* The step run while every participant is parked (bar_lock not held). */
+static int parked_step(void *arg, char *err, size_t errlen) {
+  upd *u = arg;
+  uint64_t t0 = molt__now_ns();
+  u->reached = true;
+  int rc = 0;
+  pthread_mutex_lock(&prog_lock);
+  for (molt__pthread *t = threads; t && rc == 0; t = t->next)
+    if (t->snap_failed) {
+      molt__errmsg(err, errlen, "out of memory saving the migrated locals of thread %d",
+                   (int)t->tid);
+      rc = MOLT_ENOMEM;
+    }
+  /* Again, now that no thread can start: one may have started since the
+   * check before the barrier. */
+  if (rc == 0)
+    rc = resolve_entries(u, err, errlen);
+  pthread_mutex_unlock(&prog_lock);
+  if (rc < 0) {
+    drop_snapshots();
+    return rc;
+  }
+
+  molt__xf_ctx *cx = NULL;
+  rc = molt__xf_begin(u->old, u->new, u->check_interior, &cx);
+  if (rc < 0) {
+    molt__errmsg(err, errlen, "cannot prepare the state migration: %s", molt_strerror(rc));
+    drop_snapshots();
+    return rc;
+  }
+  rc = molt__xf_migrate(cx, err, errlen);
+  if (rc == 0) {
+    rc = molt__runtime_next_generation(&u->gen);
+    if (rc < 0)
+      molt__errmsg(err, errlen, "cannot number the new version: %s", molt_strerror(rc));
+  }
+  if (rc < 0) {
+    molt__xf_end(cx, false); /* undoes in-place writes, frees new objects */
+    drop_snapshots();
+    return rc;
+  }
+  molt__xf_stats(cx, &u->objects, &u->bytes, &u->xf_ns);
+
+  /* Commit.  Everything written here is read by each thread after it
+   * wakes (bar_lock orders it); prog_lock orders it against status. */
+  size_t n = 0;
+  pthread_mutex_lock(&prog_lock);
+  for (molt__pthread *t = threads; t; t = t->next) {
+    if (t->is_main) {
+      t->main_fn = u->new->main;
+    } else {
+      t->entry = t->next_entry;
+      t->arg = molt__xf_redirect(cx, t->arg);
+    }
+    free(t->from_point);
+    t->from_point = t->parked_point;
+    t->parked_point = NULL;
+    atomic_store_explicit(&t->updating, true, memory_order_relaxed);
+    t->restart = true;
+    n++;
+  }
+  /* Every thread restarted by an earlier update has reached an update
+   * point in its new version (it is parked at one, and a restarted thread
+   * stops updating at its first point), so nupdating is 0 and an image
+   * the runtime thread has not unloaded yet can go now. */
+  molt__image *earlier = retired;
+  retired = u->old;
+  nupdating = n;
+  current = u->new;
+  nupdates++;
+  pthread_mutex_unlock(&prog_lock);
+  molt__xf_end(cx, true); /* frees the replaced old heap objects */
+  u->nthreads = n;
+  if (earlier) {
+    molt__log(MOLT__EV_UNLOAD, u->gen, NULL, "unloaded program image %s (build-id %s)",
+              earlier->path, earlier->build_id);
+    molt__image_close(earlier);
+  }
+  u->pause_ns = molt__now_ns() - t0;
+  return 0;
+}
+
+static void put_kv(molt__buf *out, const char *k, const char *v) {
+  const char *f[] = {k, v};
+  molt__buf_record(out, 2, f);
+}
+
+int molt__program_update(const char *path, int timeout_ms, bool check_interior,
+                         molt__buf *out, char *err, size_t errlen) {
+  uint64_t gen = molt__runtime_generation();
+  if (!molt__program_active()) {
+    molt__errmsg(err, errlen,
+                 "process %d does not run a program image; start the program with "
+                 "'molt run <image.so>' to update it as a whole, or use 'molt apply' for "
+                 "hot patches",
+                 (int)getpid());
+    molt__log(MOLT__EV_REFUSE, gen, NULL, "update %s refused: %s", path, err);
+    return MOLT_ENOPROGRAM;
+  }
+  upd u = {.check_interior = check_interior};
+  /* current changes only here, on the runtime thread under op_lock. */
+  pthread_mutex_lock(&prog_lock);
+  u.old = current;
+  pthread_mutex_unlock(&prog_lock);
+
+  uint64_t t_start = molt__now_ns();
+  int rc = molt__image_open(path, &u.new, err, errlen);
+  if (rc < 0) {
+    molt__log(MOLT__EV_REFUSE, gen, NULL, "update %s refused: %s", path, err);
+    return rc;
+  }
+  const char *from = u.new->info->from_build_id;
+  if (!from || !*from) {
+    molt__errmsg(err, errlen,
+                 "%s is a first version (built without --molt-from), so it carries no "
+                 "migration from the running image %s (build-id %s); build it with "
+                 "moltcc --molt-from <running image>",
+                 path, u.old->path, u.old->build_id[0] ? u.old->build_id : "none");
+    rc = MOLT_EBUILDID;
+  } else if (!u.old->build_id[0] || strcmp(from, u.old->build_id) != 0) {
+    molt__errmsg(err, errlen,
+                 "%s was built from build-id %s, but the running image %s has build-id %s; "
+                 "rebuild it with --molt-from the running image",
+                 path, from, u.old->path, u.old->build_id[0] ? u.old->build_id : "none");
+    rc = MOLT_EBUILDID;
+  }
+  if (rc == 0) {
+    /* Before any thread is disturbed (step 4); again while parked. */
+    pthread_mutex_lock(&prog_lock);
+    rc = resolve_entries(&u, err, errlen);
+    pthread_mutex_unlock(&prog_lock);
+  }
+  if (rc < 0) {
+    molt__image_close(u.new);
+    molt__log(MOLT__EV_REFUSE, gen, NULL, "update %s refused: %s", path, err);
+    return rc;
+  }
+
+  rc = molt__timing_barrier(timeout_ms, parked_step, &u, MOLT__VERDICT_RESTART, err, errlen);
+  if (rc < 0) {
+    /* The threads are running the old version again; nothing references
+     * the new image. */
+    molt__image_close(u.new);
+    if (u.reached)
+      molt__log(MOLT__EV_ABORT, gen, NULL, "update to %s aborted, the old version goes on: %s",
+                path, err);
+    else
+      molt__log(MOLT__EV_REFUSE, gen, NULL, "update %s refused: %s", path, err);
+    /* Snapshots taken by threads that parked before a timeout stay with
+     * them (they are running again) until their next park or exit. */
+    return rc;
+  }
+  double pause_ms = (double)u.pause_ns / 1e6;
+  double total_ms = (double)(molt__now_ns() - t_start) / 1e6;
+  molt__log(MOLT__EV_UPDATE, u.gen, NULL,
+            "updated to %s (build-id %s) from %s: %zu threads restarted, %" PRIu64
+            " objects migrated (%" PRIu64 " bytes), pause %.3f ms, total %.3f ms",
+            u.new->path, u.new->build_id, u.old->path, u.nthreads, u.objects, u.bytes,
+            pause_ms, total_ms);
+  char num[24], msg[768];
+  snprintf(num, sizeof num, "%" PRIu64, u.gen);
+  put_kv(out, "generation", num);
+  snprintf(msg, sizeof msg,
+           "%zu threads restarted in %s, %" PRIu64 " objects migrated, pause %.3f ms",
+           u.nthreads, u.new->path, u.objects, pause_ms);
+  put_kv(out, "message", msg);
+  return 0;
+}
+
+void molt__program_reclaim(void) {
+  molt__image *im = NULL;
+  pthread_mutex_lock(&prog_lock);
+  if (retired && nupdating == 0) {
+    im = retired;
+    retired = NULL;
+  }
+  pthread_mutex_unlock(&prog_lock);
+  if (!im)
+    return;
+  molt__log(MOLT__EV_UNLOAD, molt__runtime_generation(), NULL,
+            "unloaded the old program image %s (build-id %s): every restarted thread has "
+            "reached an update point in the new version",
+            im->path, im->build_id[0] ? im->build_id : "none");
+  molt__image_close(im); /* dlclose outside prog_lock */
+}
+
+/* ---- status -----------------------------------------------------------------------*/
+
+void molt__program_status(molt__buf *out) {
+  if (!molt__program_active())
+    return;
+  char num[24], num2[24];
+  pthread_mutex_lock(&prog_lock);
+  if (current) {
+    snprintf(num, sizeof num, "%" PRIu64, nupdates);
+    const char *f[] = {"image", current->path, current->build_id, num,
+                       retired ? retired->path : ""};
+    molt__buf_record(out, 5, f);
+  }
+  /* Oldest first: the list is pushed at the front. */
+  molt__pthread *last = threads;
+  while (last && last->next)
+    last = last->next;
+  for (molt__pthread *t = last; t; t = t->prev) {
+    snprintf(num2, sizeof num2, "%d", (int)t->tid);
+    bool upd = atomic_load_explicit(&t->updating, memory_order_relaxed);
+    const char *f[] = {"program_thread", num2, t->entry_name ? t->entry_name : "?",
+                       t->entry_tu ? t->entry_tu : "", upd ? "1" : "0",
+                       upd && t->from_point ? t->from_point : ""};
+    molt__buf_record(out, 6, f);
+  }
+  pthread_mutex_unlock(&prog_lock);
+}
+
+/* ---- fork ---------------------------------------------------------------------------*/
+
+void molt__program_fork_prepare(void) { pthread_mutex_lock(&prog_lock); }
+void molt__program_fork_parent(void) { pthread_mutex_unlock(&prog_lock); }
+
+void molt__program_fork_child(void) {
+  /* Only the forking thread exists in the child. */
+  molt__pthread *me = molt__pthread_self;
+  molt__pthread *t = threads;
+  while (t) {
+    molt__pthread *next = t->next;
+    if (t != me)
+      free_record(t);
+    t = next;
+  }
+  threads = me;
+  nupdating = 0;
+  if (me) {
+    me->next = me->prev = NULL;
+    me->tid = molt__gettid();
+    if (atomic_load_explicit(&me->updating, memory_order_relaxed))
+      nupdating = 1;
+  }
+  pthread_mutex_init(&prog_lock, NULL);
 }

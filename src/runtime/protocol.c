@@ -58,6 +58,7 @@ const char *molt__proto_op_name(unsigned op) {
   case MOLT__OP_APPLY: return "apply";
   case MOLT__OP_ROLLBACK: return "rollback";
   case MOLT__OP_LOG: return "log";
+  case MOLT__OP_UPDATE: return "update";
   default: return NULL;
   }
 }

@@ -11,6 +11,8 @@
  *                 loader lock is held.
  *   (bar_lock, timing.c: taken between op_lock and molt__rt_lock by a
  *    global switch; alone by application threads at update points)
+ *   (prog_lock, program.c: the program-thread registry; inside op_lock and
+ *    bar_lock, never held together with molt__rt_lock)
  *   registry lock (thread.c), log lock (log.c): leaves.
  * Application threads take only molt__rt_lock (registering a module from a
  * constructor), the registry lock (first call, thread exit) and op_lock if
@@ -101,6 +103,9 @@ static size_t reclaim_locked(void) {
 static size_t reclaim_pass(void) {
   pthread_mutex_lock(&op_lock);
   size_t left = reclaim_locked();
+  /* An old program image whose threads have all moved on (F7); it kicks
+   * us when the last one does, so it needs no polling. */
+  molt__program_reclaim();
   pthread_mutex_unlock(&op_lock);
   return left;
 }
@@ -163,10 +168,44 @@ static void start_runtime_thread(void) {
     molt__fail("cannot start the runtime thread");
 }
 
+/* ---- generations for full updates ------------------------------------------*/
+
+int molt__runtime_next_generation(uint64_t *number) {
+  molt__rt_lock_acquire();
+  molt__gen *g = NULL;
+  int rc = molt__gen_new(molt__gen_current(), &g);
+  if (rc == 0) {
+    g->number = last_number + 1; /* op_lock: nobody else numbers meanwhile */
+    rc = molt__gen_publish_checked(g);
+    if (rc == 0) {
+      /* Same table: threads with local views may follow at once, which
+       * lets the previous generation be reclaimed without waiting for
+       * their next quiescence point. */
+      molt__threads_set_views(g);
+      last_number++;
+      *number = g->number;
+    } else {
+      molt__gen_discard(g);
+    }
+  }
+  molt__rt_lock_release();
+  if (rc == 0)
+    molt__runtime_kick(); /* reclaim the retired generation */
+  return rc;
+}
+
+uint64_t molt__runtime_generation(void) {
+  molt__rt_lock_acquire();
+  uint64_t n = molt__gen_current()->number;
+  molt__rt_lock_release();
+  return n;
+}
+
 /* ---- fork ----------------------------------------------------------------------*/
 
 static void fork_prepare(void) {
   pthread_mutex_lock(&op_lock);
+  molt__program_fork_prepare();
   molt__rt_lock_acquire();
   molt__threads_lock();
 }
@@ -174,6 +213,7 @@ static void fork_prepare(void) {
 static void fork_parent(void) {
   molt__threads_unlock();
   molt__rt_lock_release();
+  molt__program_fork_parent();
   pthread_mutex_unlock(&op_lock);
 }
 
@@ -182,6 +222,7 @@ static void fork_parent(void) {
 static void fork_child(void) {
   molt__threads_after_fork_child();
   molt__timing_after_fork_child();
+  molt__program_fork_child();
   pthread_mutex_init(&rt_lock, NULL);
   pthread_mutex_init(&op_lock, NULL);
   if (listen_fd >= 0)
@@ -505,6 +546,8 @@ static void do_status(molt__buf *out) {
   for (unsigned s = 0; s < MOLT__SLOTS; s++)
     numbers[s] = molt__gens[s].number;
   molt__rt_lock_release();
+  /* The program image and its threads (prog_lock, not molt__rt_lock). */
+  molt__program_status(out);
   for (size_t i = 0; i < tl.n; i++) {
     char name[64], follows[48];
     thread_name(tl.v[i].tid, name, sizeof name);
@@ -541,6 +584,19 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
       rc = MOLT_EREFUSING;
       break;
     }
+    /* A program image is replaced as a whole: a hot patch is stamped for
+     * one image's build-id and would point into an image that a full
+     * update later unloads, and patched code would not be carried over. */
+    if (molt__program_active()) {
+      molt__errmsg(err, errlen,
+                   "hot patches are not supported in a process that runs a program "
+                   "image; use 'molt update <pid> <new image>' instead");
+      rc = MOLT_ENOTSUP;
+      molt__log(MOLT__EV_REFUSE, molt__runtime_generation(), NULL, "%s %s refused: %s",
+                req->op == MOLT__OP_APPLY ? "apply" : "rollback",
+                req->op == MOLT__OP_APPLY ? req->path : "", err);
+      break;
+    }
     pthread_mutex_lock(&op_lock);
     /* Reclaim first: back-to-back updates would otherwise outrun the
      * runtime thread's passes and run out of generation slots. */
@@ -552,6 +608,22 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
       molt__log(MOLT__EV_REFUSE, molt__gen_current()->number, NULL, "%s %s refused: %s",
                 req->op == MOLT__OP_APPLY ? "apply" : "rollback",
                 req->op == MOLT__OP_APPLY ? req->path : "", err);
+    pthread_mutex_unlock(&op_lock);
+    break;
+  }
+  case MOLT__OP_UPDATE: {
+    char reason[sizeof refuse_reason];
+    if (molt__refusing(reason, sizeof reason)) {
+      molt__errmsg(err, errlen, "the runtime refuses updates after an internal failure: %s", reason);
+      rc = MOLT_EREFUSING;
+      break;
+    }
+    pthread_mutex_lock(&op_lock);
+    reclaim_locked();
+    molt__program_reclaim();
+    /* Logs its own outcome (refused before the barrier, aborted after). */
+    rc = molt__program_update(req->path, req->timeout_ms, req->check_interior, out, err,
+                              errlen);
     pthread_mutex_unlock(&op_lock);
     break;
   }

@@ -7,11 +7,29 @@
  * which only it moves, at molt_quiesce().  The view is also the thread's
  * hazard pointer: the reclaimer never frees a generation some view names.
  *
+ * The barrier (molt__timing_barrier) serves both the hot-patch `global`
+ * policy and full updates (program.c).  It raises the pending flag, waits
+ * until every participant waits in molt_update_point(), runs the caller's
+ * `while_parked` step while they wait, and releases them with a verdict:
+ *   none     timeout or failure: molt_update_point() returns 0
+ *   updated  a hot patch was switched in: it returns 1
+ *   restart  a full update committed: a program thread siglongjmps to its
+ *            restart frame (program.c) instead of returning; any other
+ *            participant returns 1.
+ *
+ * Participants: a thread becomes one at its first molt_update_point(), or
+ * from its first instruction if it is a program thread (molt__timing_join,
+ * called by the pthread wrapper and the driver), so that a program thread
+ * that never reaches an update point is named in a timeout error.
+ *
  * Lock: bar_lock protects the participant list and the barrier state.  It
- * is taken by application threads in molt_update_point (slow path only,
- * never together with another molt lock) and by the updating thread, which
- * nests it inside op_lock and outside molt__rt_lock (to publish while all
- * participants are parked). */
+ * is taken by application threads in molt_update_point (slow path only)
+ * and by the updating thread, which nests it inside op_lock and outside
+ * molt__rt_lock.  `while_parked` runs WITHOUT bar_lock: the participants
+ * stay parked because release_seq does not change, and the step may
+ * dlopen/dlclose (image destructors must not find bar_lock held).  A
+ * program thread that parks for a full update snapshots its migrated locals
+ * under bar_lock (program.c's prog_lock nests inside bar_lock). */
 #include "internal.h"
 
 #include <errno.h>
@@ -22,8 +40,9 @@
 
 typedef struct participant {
   pid_t tid;
-  /* Last update point reached (a literal).  Written by the thread without
-   * bar_lock, read by the updater for its error message: relaxed atomic. */
+  /* Last update point reached (a literal); NULL: none yet.  Written by the
+   * thread without bar_lock, read by the updater for its error message and
+   * by status: relaxed atomic (a stale value only makes a message stale). */
   _Atomic(const char *) point;
   bool parked;       /* waiting in molt_update_point */
   bool linked;
@@ -37,8 +56,11 @@ static pthread_cond_t bar_arrive = PTHREAD_COND_INITIALIZER; /* to the updater *
 static pthread_cond_t bar_release;                           /* to the threads */
 static participant *parts;
 static size_t nparts, nparked;
-static uint64_t release_seq; /* bumped when a barrier ends */
-static bool release_updated; /* did the last barrier switch generations */
+static uint64_t release_seq;         /* bumped when a barrier ends */
+static molt__verdict release_verdict; /* verdict of the last barrier */
+/* The pending barrier is a full update (bar_lock): parking program threads
+ * snapshot their migrated locals first. */
+static bool pending_restart;
 
 /* Read without bar_lock on every molt_update_point: relaxed, because a
  * thread that misses a just-raised flag simply parks at its next point;
@@ -111,47 +133,87 @@ void molt__timing_thread_exit(void) {
   pthread_mutex_unlock(&bar_lock);
 }
 
+/* Links the calling thread into the participant list (once).  Registering
+ * it with thread.c first means its exit unlinks it (thread.c's key
+ * destructor calls molt__timing_thread_exit). */
+static void join_self(void) {
+  participant *p = &self_part;
+  if (p->linked)
+    return;
+  molt__timing_init();
+  molt__thread *t = &molt__self;
+  if (!t->viewp)
+    molt__thread_register();
+  pthread_mutex_lock(&bar_lock);
+  p->tid = molt__gettid();
+  p->next = parts;
+  p->prev = NULL;
+  if (parts)
+    parts->prev = p;
+  parts = p;
+  p->linked = true;
+  nparts++;
+  /* A barrier may be waiting right now: it now waits for us too, and we
+   * will park at our first update point. */
+  pthread_mutex_unlock(&bar_lock);
+}
+
+void molt__timing_join(void) {
+  join_self();
+  atomic_store_explicit(&self_part.point, NULL, memory_order_relaxed);
+}
+
+void molt__timing_restarted(void) {
+  /* The last point was a literal of the old image, which is about to be
+   * unloaded: forget it. */
+  atomic_store_explicit(&self_part.point, NULL, memory_order_relaxed);
+}
+
 int molt_update_point(const char *name) {
   participant *p = &self_part;
-  if (__builtin_expect(!p->linked, 0)) {
-    molt__timing_init();
-    molt__thread *t = &molt__self;
-    if (!t->viewp)
-      molt__thread_register();
-    pthread_mutex_lock(&bar_lock);
-    p->tid = molt__gettid();
-    p->next = parts;
-    p->prev = NULL;
-    if (parts)
-      parts->prev = p;
-    parts = p;
-    p->linked = true;
-    nparts++;
-    pthread_mutex_unlock(&bar_lock);
-  }
+  if (__builtin_expect(!p->linked, 0))
+    join_self();
+  molt__pthread *me = molt__pthread_self;
+  /* A restarted program thread has reached its first update point in the
+   * new version: it is no longer updating (F7 counts these).  relaxed:
+   * only this thread clears the flag; the runtime set it while we were
+   * parked, and bar_lock ordered that write before our wake-up. */
+  if (__builtin_expect(me != NULL, 0) &&
+      atomic_load_explicit(&me->updating, memory_order_relaxed))
+    molt__program_first_point(me);
   atomic_store_explicit(&p->point, name, memory_order_relaxed);
   if (!atomic_load_explicit(&pending, memory_order_relaxed)) {
     if (molt__self.viewp == &molt__self.view)
       refresh_view(&molt__self);
     return 0;
   }
+  /* Taken here, where the caller's frame is the image function that
+   * called us: the start of the frame-pointer chain for migrated locals.
+   * (Using it also makes this function keep a frame pointer.) */
+  void *frame = __builtin_frame_address(0);
   pthread_mutex_lock(&bar_lock);
-  int updated = 0;
+  molt__verdict verdict = MOLT__VERDICT_NONE;
   if (atomic_load_explicit(&pending, memory_order_relaxed)) {
+    if (pending_restart && me)
+      molt__program_park(me, frame, name); /* prog_lock inside bar_lock */
     uint64_t seq = release_seq;
     p->parked = true;
     nparked++;
     pthread_cond_broadcast(&bar_arrive);
     while (release_seq == seq)
       pthread_cond_wait(&bar_release, &bar_lock);
-    p->parked = false;
-    nparked--;
-    updated = release_updated;
+    /* The releaser already counted us out (p->parked, nparked), so a next
+     * barrier that starts before we wake up does not take us for parked. */
+    /* Read under bar_lock: the barrier wrote it before bumping release_seq
+     * under the same lock. */
+    verdict = release_verdict;
   }
   pthread_mutex_unlock(&bar_lock);
+  if (verdict == MOLT__VERDICT_RESTART && me)
+    molt__program_restart_self(me); /* does not return if restarted */
   if (molt__self.viewp == &molt__self.view)
     refresh_view(&molt__self);
-  return updated;
+  return verdict != MOLT__VERDICT_NONE;
 }
 
 void molt_on_update_pending(void (*cb)(void *), void *arg) {
@@ -161,10 +223,10 @@ void molt_on_update_pending(void (*cb)(void *), void *arg) {
   atomic_store_explicit(&pending_cb, cb, memory_order_release);
 }
 
-static void describe_missing(char *err, size_t errlen, int timeout_ms) {
+static void describe_missing(char *err, size_t errlen, int timeout_ms, bool full) {
   size_t used = 0;
-  int n = snprintf(err, errlen, "global update timed out after %d ms; threads that did not "
-                   "reach an update point:", timeout_ms);
+  int n = snprintf(err, errlen, "%s timed out after %d ms; threads that did not "
+                   "reach an update point:", full ? "update" : "global update", timeout_ms);
   used = n > 0 ? (size_t)n : 0;
   for (participant *q = parts; q && used + 1 < errlen; q = q->next) {
     if (q->parked)
@@ -179,8 +241,9 @@ static void describe_missing(char *err, size_t errlen, int timeout_ms) {
       fclose(f);
     }
     const char *point = atomic_load_explicit(&q->point, memory_order_relaxed);
-    n = snprintf(err + used, errlen - used, " %d (%s, last point \"%s\")", (int)q->tid,
-                 name[0] ? name : "?", point ? point : "?");
+    n = snprintf(err + used, errlen - used, " %d (%s, last point %s%s%s)", (int)q->tid,
+                 name[0] ? name : "?", point ? "\"" : "", point ? point : "(none)",
+                 point ? "\"" : "");
     if (n < 0)
       break;
     used += (size_t)n;
@@ -189,18 +252,10 @@ static void describe_missing(char *err, size_t errlen, int timeout_ms) {
     snprintf(err + used, errlen - used, "; nothing was changed");
 }
 
-int molt__timing_switch(molt__gen *g, molt_policy_t policy, int timeout_ms,
-                        char *err, size_t errlen) {
-  if (policy != MOLT_POLICY_GLOBAL) {
-    molt__rt_lock_acquire();
-    int rc = molt__gen_publish_checked(g);
-    /* immediate: threads that switch at quiescence points switch now too
-     * (every call that starts after the apply returns runs g, H2). */
-    if (rc == 0 && policy == MOLT_POLICY_IMMEDIATE)
-      molt__threads_set_views(g);
-    molt__rt_lock_release();
-    return rc;
-  }
+int molt__timing_barrier(int timeout_ms,
+                         int (*while_parked)(void *arg, char *err, size_t errlen),
+                         void *arg, molt__verdict on_success, char *err,
+                         size_t errlen) {
   molt__timing_init();
   if (timeout_ms < 0)
     timeout_ms = MOLT__DEFAULT_TIMEOUT_MS;
@@ -212,7 +267,9 @@ int molt__timing_switch(molt__gen *g, molt_policy_t policy, int timeout_ms,
     deadline.tv_sec++;
     deadline.tv_nsec -= 1000000000L;
   }
+  bool full = on_success == MOLT__VERDICT_RESTART;
   pthread_mutex_lock(&bar_lock);
+  pending_restart = full;
   atomic_store_explicit(&pending, true, memory_order_relaxed);
   pthread_mutex_unlock(&bar_lock);
   void (*cb)(void *) = atomic_load_explicit(&pending_cb, memory_order_acquire);
@@ -229,24 +286,60 @@ int molt__timing_switch(molt__gen *g, molt_policy_t policy, int timeout_ms,
     }
   }
   if (rc == 0) {
-    /* Every participant is parked: none runs updatable code, so switching
-     * all of them (and everyone else) now cannot mix generations. */
-    molt__rt_lock_acquire();
-    rc = molt__gen_publish_checked(g);
-    molt__rt_lock_release();
-    /* Parked participants move their own views when released; threads that
-     * only use molt_quiesce move at their next quiescence point. */
-    if (rc < 0)
-      molt__errmsg(err, errlen, "%s", molt_strerror(rc));
+    /* Every participant is parked and stays parked until release_seq
+     * changes, which only we do.  Acquiring bar_lock after each of them
+     * released it (in pthread_cond_wait) makes everything they wrote
+     * before parking visible to the step; our release of bar_lock below
+     * makes everything the step writes visible to them when they wake. */
+    pthread_mutex_unlock(&bar_lock);
+    rc = while_parked ? while_parked(arg, err, errlen) : 0;
+    pthread_mutex_lock(&bar_lock);
   } else {
-    describe_missing(err, errlen, timeout_ms);
+    describe_missing(err, errlen, timeout_ms, full);
   }
   atomic_store_explicit(&pending, false, memory_order_relaxed);
-  release_updated = rc == 0;
+  pending_restart = false;
+  release_verdict = rc == 0 ? on_success : MOLT__VERDICT_NONE;
+  /* Count every parked thread out now, not when it wakes: otherwise a
+   * barrier started right after this one could see a thread that is still
+   * waking up (and about to run) as parked. */
+  for (participant *q = parts; q; q = q->next)
+    q->parked = false;
+  nparked = 0;
   release_seq++;
   pthread_cond_broadcast(&bar_release);
   pthread_mutex_unlock(&bar_lock);
   return rc;
+}
+
+/* The hot-patch step: publish g while every participant is parked. */
+static int publish_parked(void *arg, char *err, size_t errlen) {
+  /* None of the participants runs updatable code, so switching all of
+   * them (and everyone else) now cannot mix generations. */
+  molt__rt_lock_acquire();
+  int rc = molt__gen_publish_checked(arg);
+  molt__rt_lock_release();
+  /* Parked participants move their own views when released; threads that
+   * only use molt_quiesce move at their next quiescence point. */
+  if (rc < 0)
+    molt__errmsg(err, errlen, "%s", molt_strerror(rc));
+  return rc;
+}
+
+int molt__timing_switch(molt__gen *g, molt_policy_t policy, int timeout_ms,
+                        char *err, size_t errlen) {
+  if (policy != MOLT_POLICY_GLOBAL) {
+    molt__rt_lock_acquire();
+    int rc = molt__gen_publish_checked(g);
+    /* immediate: threads that switch at quiescence points switch now too
+     * (every call that starts after the apply returns runs g, H2). */
+    if (rc == 0 && policy == MOLT_POLICY_IMMEDIATE)
+      molt__threads_set_views(g);
+    molt__rt_lock_release();
+    return rc;
+  }
+  return molt__timing_barrier(timeout_ms, publish_parked, g, MOLT__VERDICT_UPDATED, err,
+                              errlen);
 }
 
 /* After fork only the forking thread exists. */
@@ -263,9 +356,10 @@ void molt__timing_after_fork_child(void) {
   }
   pthread_mutex_init(&bar_lock, NULL);
   atomic_store(&pending, false);
+  pending_restart = false;
 }
 
-/* For status: participants that are not parked (or all). */
+/* For status: every participant, parked or not. */
 void molt__timing_foreach(void (*fn)(void *arg, pid_t tid, const char *point, bool parked),
                           void *arg) {
   pthread_mutex_lock(&bar_lock);

@@ -167,7 +167,8 @@ def test_status_json(fake):
     s = json.loads(r.stdout)
     assert list(s) == ["pid", "state", "refusing_reason", "generation",
                        "reclaim", "programs", "patches", "objects",
-                       "live_generations", "functions", "threads"]
+                       "live_generations", "functions", "threads", "image",
+                       "program_threads"]
     assert s["pid"] == fake
     assert s["state"] == "ok" and s["refusing_reason"] is None
     assert s["generation"] == 0 and s["reclaim"] is True

@@ -241,6 +241,12 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err,
     rec(out, 2, "message", "switched");
     break;
   }
+  case MOLT__OP_UPDATE: { /* echoes the request */
+    char t[32];
+    snprintf(t, sizeof t, "%d", req->timeout_ms);
+    rec(out, 4, "echo", req->path, req->check_interior ? "1" : "0", t);
+    break;
+  }
   case MOLT__OP_ROLLBACK:
     if (depth == 0) {
       rc = MOLT_ENOHISTORY;
@@ -432,6 +438,30 @@ static void test_requests(void) {
   r = call_op(MOLT__OP_APPLY, "path\t/x.so\ntimeout_ms\t99999999999\n");
   CHECK(is_error(&r, MOLT_EPROTO, "not an integer"));
   molt__tsv_free(&r.recs);
+  /* update: path, timeout_ms, check_interior; policy is ignored */
+  r = call_op(MOLT__OP_UPDATE, "path\t/v2.so\ncheck_interior\t1\ntimeout_ms\t500\npolicy\tbogus\n");
+  CHECK(r.rc == 0 && r.h.status == 0);
+  CHECK(strcmp(field(&r, "echo", 1), "/v2.so") == 0);
+  CHECK(strcmp(field(&r, "echo", 2), "1") == 0);
+  CHECK(strcmp(field(&r, "echo", 3), "500") == 0);
+  molt__tsv_free(&r.recs);
+  r = call_op(MOLT__OP_UPDATE, "path\t/v2.so\n");
+  CHECK(strcmp(field(&r, "echo", 2), "0") == 0);
+  CHECK(strcmp(field(&r, "echo", 3), "-1") == 0);
+  molt__tsv_free(&r.recs);
+  r = call_op(MOLT__OP_UPDATE, "timeout_ms\t5\n");
+  CHECK(is_error(&r, MOLT_EPROTO, "update request without a path"));
+  molt__tsv_free(&r.recs);
+  r = call_op(MOLT__OP_UPDATE, "path\tv2.so\n");
+  CHECK(is_error(&r, MOLT_EINVAL, "image path 'v2.so' is not absolute"));
+  molt__tsv_free(&r.recs);
+  r = call_op(MOLT__OP_UPDATE, "path\t/v2.so\ncheck_interior\tyes\n");
+  CHECK(is_error(&r, MOLT_EPROTO, "check_interior"));
+  molt__tsv_free(&r.recs);
+  r = call_op(MOLT__OP_UPDATE, "path\t/v2.so\ntimeout_ms\t1e3\n");
+  CHECK(is_error(&r, MOLT_EPROTO, "not an integer"));
+  molt__tsv_free(&r.recs);
+
   char longpath[5000] = "path\t/";
   memset(longpath + 6, 'a', 4200);
   strcpy(longpath + 4206, "\n");
