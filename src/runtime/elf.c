@@ -820,6 +820,13 @@ int molt__elf_read_patch_note(int fd, molt__patch_note *note, char *err,
   return 0;
 }
 
+int molt__elf_check_shared_object(int fd, char *err, size_t errlen) {
+  elf_file f;
+  int rc = elf_open(&f, fd, LOAD_PATCH, MOLT_ENOTPROGRAM, err, errlen);
+  elf_free(&f);
+  return rc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Build-ids                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -984,12 +991,22 @@ typedef struct sym_ent {
   const char *file; /* basename of the STT_FILE group; NULL for globals */
   uint64_t value;
   int kind;
+  uint64_t size;    /* st_size (for address -> symbol lookups) */
+  bool is_func;     /* STT_FUNC (else STT_OBJECT) */
 } sym_ent;
 
 struct molt__symtab {
   char *strtab[2]; /* .strtab, .dynstr: the names point into them */
   sym_ent *ents;   /* sorted by name */
   size_t n, cap;
+  /* Address index for molt__symtab_at: entries sorted by value (one per
+   * distinct symbol: .dynsym duplicates of .symtab entries are dropped),
+   * and per position the largest value+size of that entry and all before
+   * it, so that a backward scan knows when nothing earlier can contain an
+   * address. */
+  const sym_ent **by_addr;
+  uint64_t *max_end;
+  size_t naddr;
 };
 
 static const char *base_name(const char *p) {
@@ -1075,7 +1092,8 @@ static int load_symbols(elf_file *f, molt__symtab *st, size_t secidx,
       if (sym->st_shndx == SHN_UNDEF || sym->st_shndx == SHN_ABS ||
           sym->st_shndx == SHN_COMMON || name[0] == '\0')
         continue;
-      sym_ent e = {name, NULL, sym->st_value, SYM_GLOBAL};
+      sym_ent e = {name, NULL, sym->st_value, SYM_GLOBAL, sym->st_size,
+                   type == STT_FUNC};
       if (bind == STB_LOCAL) {
         if (dynamic)
           continue;
@@ -1093,6 +1111,107 @@ static int load_symbols(elf_file *f, molt__symtab *st, size_t secidx,
   }
   free(chunk);
   return rc;
+}
+
+/* By address; at one address globals first, then larger sizes first, then
+ * by name (so that the choice among aliases is deterministic). */
+static int addr_cmp(const void *a, const void *b) {
+  const sym_ent *x = *(const sym_ent *const *)a, *y = *(const sym_ent *const *)b;
+  if (x->value != y->value)
+    return x->value < y->value ? -1 : 1;
+  if (x->kind != y->kind)
+    return x->kind == SYM_GLOBAL ? -1 : 1;
+  if (x->size != y->size)
+    return x->size > y->size ? -1 : 1;
+  int c = strcmp(x->name, y->name);
+  if (c)
+    return c;
+  /* Same name, kind and place: a .symtab/.dynsym pair; keep them adjacent. */
+  return (x->file ? 1 : 0) - (y->file ? 1 : 0);
+}
+
+static uint64_t ent_end(const sym_ent *e) {
+  uint64_t end;
+  /* A zero-sized symbol (e.g. a label) covers its own address only. */
+  if (__builtin_add_overflow(e->value, e->size ? e->size : 1, &end))
+    end = UINT64_MAX;
+  return end;
+}
+
+static int build_addr_index(molt__symtab *st) {
+  if (st->n == 0)
+    return 0;
+  st->by_addr = malloc(st->n * sizeof *st->by_addr);
+  st->max_end = malloc(st->n * sizeof *st->max_end);
+  if (!st->by_addr || !st->max_end)
+    return MOLT_ENOMEM;
+  for (size_t i = 0; i < st->n; i++)
+    st->by_addr[i] = &st->ents[i];
+  qsort(st->by_addr, st->n, sizeof *st->by_addr, addr_cmp);
+  size_t k = 0;
+  uint64_t max_end = 0;
+  for (size_t i = 0; i < st->n; i++) {
+    const sym_ent *e = st->by_addr[i];
+    if (k > 0) {
+      const sym_ent *p = st->by_addr[k - 1];
+      if (p->value == e->value && p->kind == e->kind && p->size == e->size &&
+          strcmp(p->name, e->name) == 0)
+        continue; /* the .dynsym copy of a .symtab symbol */
+    }
+    uint64_t end = ent_end(e);
+    if (end > max_end)
+      max_end = end;
+    st->by_addr[k] = e;
+    st->max_end[k] = max_end;
+    k++;
+  }
+  st->naddr = k;
+  return 0;
+}
+
+int molt__symtab_at(const molt__symtab *st, uintptr_t value, const char **name,
+                    const char **tu, uintptr_t *start, size_t *size,
+                    bool *is_func) {
+  if (!st)
+    return MOLT_EINVAL;
+  /* Last entry with by_addr[i]->value <= value. */
+  size_t lo = 0, hi = st->naddr;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (st->by_addr[mid]->value <= value)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  /* Scan backwards: the first containing entry has the greatest start (the
+   * innermost symbol if symbols nest); among entries with that start the
+   * sort order prefers globals, then the largest.  max_end stops the scan as soon as nothing earlier can
+   * reach value, so this is O(log n) for ordinary, disjoint symbols. */
+  const sym_ent *hit = NULL;
+  uint64_t best = 0;
+  for (size_t i = lo; i-- > 0 && st->max_end[i] > value;) {
+    const sym_ent *e = st->by_addr[i];
+    if (hit && e->value != best)
+      break;
+    /* A lower index at the same start is preferred: it overrides. */
+    if (ent_end(e) > value) {
+      hit = e;
+      best = e->value;
+    }
+  }
+  if (!hit)
+    return MOLT_ENOSYM;
+  if (name)
+    *name = hit->name;
+  if (tu)
+    *tu = hit->kind == SYM_LOCAL ? hit->file : NULL;
+  if (start)
+    *start = (uintptr_t)hit->value;
+  if (size)
+    *size = (size_t)hit->size;
+  if (is_func)
+    *is_func = hit->is_func;
+  return 0;
 }
 
 int molt__symtab_open(const char *path, molt__symtab **out) {
@@ -1128,6 +1247,11 @@ int molt__symtab_open(const char *path, molt__symtab **out) {
   }
   if (st->n > 1)
     qsort(st->ents, st->n, sizeof *st->ents, ent_cmp);
+  rc = build_addr_index(st);
+  if (rc) {
+    molt__symtab_close(st);
+    return rc;
+  }
   *out = st;
   return 0;
 }
@@ -1173,5 +1297,7 @@ void molt__symtab_close(molt__symtab *st) {
   free(st->strtab[0]);
   free(st->strtab[1]);
   free(st->ents);
+  free(st->by_addr);
+  free(st->max_end);
   free(st);
 }

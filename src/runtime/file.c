@@ -1,2 +1,109 @@
-/* file.c: see internal.h (work in progress). */
+/* Opening update files (patches and program images) once and checking them
+ * (R7), then handing out a private, sealed copy.
+ *
+ * Everything after molt__file_open_checked() looks at the copy, never at the
+ * path again: a file replaced or rewritten after the check cannot change
+ * what is loaded. */
 #include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* R7: regular file, owned by the process owner or root, not writable by
+ * group or others.  Checked on the open file (fstat), not on the path. */
+static int check_file(int fd, const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    molt__errmsg(err, errlen, "cannot stat %s: %s", path, strerror(errno));
+    return MOLT_EIO;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    molt__errmsg(err, errlen, "%s is not a regular file", path);
+    return MOLT_EINVAL;
+  }
+  uid_t me = geteuid();
+  if (st.st_uid != me && st.st_uid != 0) {
+    molt__errmsg(err, errlen,
+                 "%s is owned by uid %u; an update file must belong to the "
+                 "process owner (uid %u) or root",
+                 path, (unsigned)st.st_uid, (unsigned)me);
+    return MOLT_EUNSAFE;
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    molt__errmsg(err, errlen,
+                 "%s is writable by group or others (mode %03o); run chmod go-w on it",
+                 path, (unsigned)(st.st_mode & 0777));
+    return MOLT_EUNSAFE;
+  }
+  return 0;
+}
+
+/* Copies the checked file into a sealed memfd.
+ *
+ * Why a copy: the dynamic loader shares one mapping between all dlopens of
+ * the same inode and keeps the first name it was opened under.  If the same
+ * file were loaded twice, the mapping could outlive the first load's
+ * /proc/self/fd/N name, and a later file opened on a reused fd number N
+ * would be handed that stale mapping.  A fresh inode per load makes every
+ * load's mapping its own, and the seals make the copy immutable. */
+static int private_copy(int fd, const char *path, size_t max_bytes, char *err,
+                        size_t errlen) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size > max_bytes) {
+    molt__errmsg(err, errlen, "%s is larger than %zu MiB: refusing to load it",
+                 path, max_bytes >> 20);
+    return MOLT_EINVAL;
+  }
+  const char *base = strrchr(path, '/');
+  int mfd = memfd_create(base ? base + 1 : path, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (mfd < 0) {
+    int e = errno;
+    molt__errmsg(err, errlen, "cannot create a memfd: %s", strerror(e));
+    return molt__from_errno(e);
+  }
+  char buf[65536];
+  off_t off = 0;
+  for (;;) {
+    ssize_t n = pread(fd, buf, sizeof buf, off);
+    if (n == 0)
+      break;
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 || write(mfd, buf, (size_t)n) != n ||
+        (uint64_t)(off += n) > max_bytes) {
+      molt__errmsg(err, errlen, "cannot copy %s: %s", path,
+                   n < 0 ? strerror(errno) : "short write or file grew");
+      close(mfd);
+      return MOLT_EIO;
+    }
+  }
+  if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+    molt__errmsg(err, errlen, "cannot seal the copy of %s: %s", path, strerror(errno));
+    close(mfd);
+    return MOLT_EIO;
+  }
+  return mfd;
+}
+
+int molt__file_open_checked(const char *path, size_t max_bytes, char *err,
+                            size_t errlen) {
+  if (!path || !*path) {
+    molt__errmsg(err, errlen, "no file name given");
+    return MOLT_EINVAL;
+  }
+  int ffd = open(path, O_RDONLY | O_CLOEXEC);
+  if (ffd < 0) {
+    int e = errno;
+    molt__errmsg(err, errlen, "cannot open %s: %s", path, strerror(e));
+    return molt__from_errno(e);
+  }
+  int rc = check_file(ffd, path, err, errlen);
+  int fd = rc < 0 ? rc : private_copy(ffd, path, max_bytes, err, errlen);
+  close(ffd);
+  return fd;
+}

@@ -1,2 +1,236 @@
-/* image.c: see internal.h (work in progress). */
+/* Program images (full updates): opening and checking an image file,
+ * loading it, and looking at it -- its own symbols (statics included) and
+ * the address ranges of its segments.
+ *
+ * An image is found through its OWN file symbol table, never through
+ * dlsym: both versions of a program are loaded at once, RTLD_LOCAL, and a
+ * name looked up through the loader could resolve in the other version or
+ * in any library either one depends on. */
 #include "internal.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A program image is a whole program; 1 GiB is far beyond a real one and
+ * bounds what a bad file can make us copy. */
+#define MAX_IMAGE_BYTES ((size_t)1 << 30)
+
+typedef struct phdr_ctx {
+  uintptr_t base;
+  const char *name;
+  molt__image *im;
+  int rc;
+  bool found;
+} phdr_ctx;
+
+static int range_cmp(const void *a, const void *b) {
+  const struct molt__range *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Collects the PT_LOAD segments of the module loaded at ctx->base under
+ * ctx->name (both must match: the load bias alone is not unique if the
+ * executable is not position-independent). */
+static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data) {
+  phdr_ctx *c = data;
+  (void)size;
+  if (info->dlpi_addr != c->base || !info->dlpi_name ||
+      strcmp(info->dlpi_name, c->name) != 0)
+    return 0;
+  c->found = true;
+  size_t n = 0;
+  for (size_t i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_LOAD && info->dlpi_phdr[i].p_memsz)
+      n++;
+  struct molt__range *r = calloc(n ? n : 1, sizeof *r);
+  if (!r) {
+    c->rc = MOLT_ENOMEM;
+    return 1;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *p = &info->dlpi_phdr[i];
+    if (p->p_type != PT_LOAD || !p->p_memsz)
+      continue;
+    r[k].lo = info->dlpi_addr + p->p_vaddr;
+    r[k].hi = r[k].lo + p->p_memsz;
+    r[k].prot = p->p_flags & (PF_R | PF_W | PF_X);
+    k++;
+  }
+  qsort(r, k, sizeof *r, range_cmp);
+  c->im->ranges = r;
+  c->im->nranges = k;
+  return 1;
+}
+
+void molt__image_close(molt__image *im) {
+  if (!im)
+    return;
+  if (im->handle)
+    dlclose(im->handle);
+  molt__symtab_close(im->symtab);
+  if (im->fd >= 0)
+    close(im->fd);
+  free(im->ranges);
+  free(im->path);
+  free(im);
+}
+
+/* The absolute address of a global symbol of the image itself, and
+ * whether it is a function; NULL if the image does not define it. */
+static void *own_global(const molt__image *im, const char *name, bool *is_func) {
+  uintptr_t v;
+  if (molt__symtab_lookup(im->symtab, name, NULL, &v) != 0)
+    return NULL;
+  bool f = false;
+  uintptr_t start = 0;
+  if (molt__symtab_at(im->symtab, v, NULL, NULL, &start, NULL, &f) != 0 || start != v)
+    f = false;
+  *is_func = f;
+  return (void *)(im->base + v);
+}
+
+int molt__image_open(const char *path, molt__image **out, char *err,
+                     size_t errlen) {
+  if (!out)
+    return MOLT_EINVAL;
+  *out = NULL;
+  char e2[400] = "";
+  int fd = molt__file_open_checked(path, MAX_IMAGE_BYTES, err, errlen);
+  if (fd < 0)
+    return fd;
+  molt__image *im = calloc(1, sizeof *im);
+  if (!im || !(im->path = strdup(path))) {
+    free(im);
+    close(fd);
+    molt__errmsg(err, errlen, "out of memory");
+    return MOLT_ENOMEM;
+  }
+  im->fd = fd;
+
+  /* Headers, segments and dynamic tables are checked before ld.so sees
+   * the file, so a malformed one is refused instead of faulting in dlopen. */
+  int rc = molt__elf_check_shared_object(fd, e2, sizeof e2);
+  if (rc < 0) {
+    molt__errmsg(err, errlen, "%s: %s%s", path, e2,
+                 rc == MOLT_ENOTPROGRAM ? " (a program image is a shared object built "
+                                          "with moltcc --molt-program)" : "");
+    goto fail;
+  }
+  rc = molt__elf_file_build_id(fd, im->build_id, sizeof im->build_id, e2, sizeof e2);
+  if (rc == MOLT_ENOSYM) {
+    im->build_id[0] = '\0'; /* no build-id: cannot be an update's source */
+    rc = 0;
+  } else if (rc < 0) {
+    molt__errmsg(err, errlen, "%s: %s", path, e2);
+    goto fail;
+  }
+
+  char p[64];
+  snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+  rc = molt__symtab_open(p, &im->symtab);
+  if (rc < 0) {
+    molt__errmsg(err, errlen, "cannot read the symbol table of %s: %s", path,
+                 molt_strerror(rc));
+    goto fail;
+  }
+
+  dlerror();
+  im->handle = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+  if (!im->handle) {
+    const char *e = dlerror();
+    molt__errmsg(err, errlen, "the dynamic loader rejected %s: %s", path,
+                 e ? e : "unknown error");
+    rc = MOLT_EDLOPEN;
+    goto fail;
+  }
+  struct link_map *lm = NULL;
+  if (dlinfo(im->handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm) {
+    molt__errmsg(err, errlen, "cannot find the load address of %s", path);
+    rc = MOLT_EINTERNAL;
+    goto fail;
+  }
+  im->base = (uintptr_t)lm->l_addr;
+  phdr_ctx pc = {.base = im->base, .name = lm->l_name ? lm->l_name : p, .im = im};
+  dl_iterate_phdr(phdr_cb, &pc);
+  if (pc.rc < 0 || !pc.found || im->nranges == 0) {
+    molt__errmsg(err, errlen, "cannot find the segments of %s%s", path,
+                 pc.rc < 0 ? ": out of memory" : "");
+    rc = pc.rc < 0 ? pc.rc : MOLT_EINTERNAL;
+    goto fail;
+  }
+
+  bool is_func = false;
+  const molt__program_info *info = own_global(im, "molt__program", &is_func);
+  if (!info || is_func) {
+    molt__errmsg(err, errlen,
+                 "%s defines no molt__program of its own: not a molt program "
+                 "image (build it with moltcc --molt-program)", path);
+    rc = MOLT_ENOTPROGRAM;
+    goto fail;
+  }
+  unsigned prot = molt__image_prot_at(im, (uintptr_t)info);
+  if (!(prot & PF_R) || molt__image_prot_at(im, (uintptr_t)(info + 1) - 1) != prot) {
+    molt__errmsg(err, errlen, "%s: molt__program lies outside the loaded segments",
+                 path);
+    rc = MOLT_ECORRUPT;
+    goto fail;
+  }
+  if (info->abi != MOLT__PROGRAM_ABI) {
+    molt__errmsg(err, errlen,
+                 "%s was built for molt program ABI %u, this runtime speaks %u",
+                 path, info->abi, MOLT__PROGRAM_ABI);
+    rc = MOLT_EABI;
+    goto fail;
+  }
+  void *m = own_global(im, "main", &is_func);
+  if (!m || !is_func || !(molt__image_prot_at(im, (uintptr_t)m) & PF_X)) {
+    molt__errmsg(err, errlen,
+                 "%s defines no function main of its own: not a molt program "
+                 "image (build it with moltcc --molt-program)", path);
+    rc = MOLT_ENOTPROGRAM;
+    goto fail;
+  }
+  im->info = info;
+  im->main = (int (*)(int, char **, char **))m;
+  *out = im;
+  return 0;
+
+fail:
+  /* molt__image_close handles a partly built image (NULL handle, symtab). */
+  molt__image_close(im);
+  return rc;
+}
+
+void *molt__image_sym(const molt__image *im, const char *name, const char *tu) {
+  uintptr_t v;
+  if (!im || !name || molt__symtab_lookup(im->symtab, name, tu, &v) != 0)
+    return NULL;
+  return (void *)(im->base + v);
+}
+
+bool molt__image_sym_at(const molt__image *im, uintptr_t a, const char **name,
+                        const char **tu, uintptr_t *start, size_t *size,
+                        bool *is_func) {
+  if (!im || a < im->base)
+    return false;
+  uintptr_t s;
+  if (molt__symtab_at(im->symtab, a - im->base, name, tu, &s, size, is_func) != 0)
+    return false;
+  if (start)
+    *start = s + im->base;
+  return true;
+}
+
+unsigned molt__image_prot_at(const molt__image *im, uintptr_t a) {
+  /* A handful of segments: a linear scan beats anything cleverer. */
+  for (size_t i = 0; i < im->nranges; i++)
+    if (a >= im->ranges[i].lo && a < im->ranges[i].hi)
+      return im->ranges[i].prot;
+  return 0;
+}

@@ -26,34 +26,6 @@ static size_t nsymtabs;
 
 molt__object *molt__objects_head(void) { return objects; }
 
-/* R7: the file is opened once; everything after this looks at that open
- * file and its private copy, never at the path again. */
-static int check_file(int fd, const char *path, char *err, size_t errlen) {
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    molt__errmsg(err, errlen, "cannot stat %s: %s", path, strerror(errno));
-    return MOLT_EIO;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    molt__errmsg(err, errlen, "%s is not a regular file", path);
-    return MOLT_EINVAL;
-  }
-  uid_t me = geteuid();
-  if (st.st_uid != me && st.st_uid != 0) {
-    molt__errmsg(err, errlen,
-                 "%s is owned by uid %u; a patch must belong to the process "
-                 "owner (uid %u) or root", path, (unsigned)st.st_uid, (unsigned)me);
-    return MOLT_EUNSAFE;
-  }
-  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-    molt__errmsg(err, errlen,
-                 "%s is writable by group or others (mode %03o); run chmod go-w on it",
-                 path, (unsigned)(st.st_mode & 0777));
-    return MOLT_EUNSAFE;
-  }
-  return 0;
-}
-
 static const char *module_desc(size_t i) {
   molt__module *m = molt__module_at(i);
   return m && m->path && *m->path ? m->path : "?";
@@ -215,64 +187,14 @@ static void unload_handle(molt__object *obj) {
   }
 }
 
-/* Copies the checked patch file into a sealed memfd; everything after this
- * (note, dlopen, rollback reloads) reads that private, immutable copy.
- *
- * Why a copy: the dynamic loader shares one mapping between all dlopens of
- * the same inode and keeps the first name it was opened under.  If the same
- * patch file were applied twice, the mapping could outlive the first
- * object's /proc/self/fd/N name, and a later patch opened on a reused fd
- * number N would be handed that stale mapping.  A fresh inode per load
- * makes every object's mapping its own. */
-static int private_copy(int fd, const char *path, char *err, size_t errlen) {
-  struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size > MAX_PATCH_BYTES) {
-    molt__errmsg(err, errlen, "%s is larger than %d MiB: not a patch", path,
-                 MAX_PATCH_BYTES >> 20);
-    return MOLT_EINVAL;
-  }
-  const char *base = strrchr(path, '/');
-  int mfd = memfd_create(base ? base + 1 : path, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (mfd < 0) {
-    molt__errmsg(err, errlen, "cannot create a memfd: %s", strerror(errno));
-    return molt__from_errno(errno);
-  }
-  char buf[65536];
-  off_t off = 0;
-  for (;;) {
-    ssize_t n = pread(fd, buf, sizeof buf, off);
-    if (n == 0)
-      break;
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 || write(mfd, buf, (size_t)n) != n || (off += n) > MAX_PATCH_BYTES) {
-      molt__errmsg(err, errlen, "cannot copy %s: %s", path,
-                   n < 0 ? strerror(errno) : "short write or file grew");
-      close(mfd);
-      return MOLT_EIO;
-    }
-  }
-  if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
-    molt__errmsg(err, errlen, "cannot seal the copy of %s: %s", path, strerror(errno));
-    close(mfd);
-    return MOLT_EIO;
-  }
-  return mfd;
-}
-
 int molt__patch_open(const char *path, molt__object **out, char *err,
                      size_t errlen) {
-  int ffd = open(path, O_RDONLY | O_CLOEXEC);
-  if (ffd < 0) {
-    int e = errno;
-    molt__errmsg(err, errlen, "cannot open %s: %s", path, strerror(e));
-    return molt__from_errno(e);
-  }
-  int rc = check_file(ffd, path, err, errlen);
-  int fd = rc < 0 ? rc : private_copy(ffd, path, err, errlen);
-  close(ffd);
+  /* R7: opened once and checked; everything after this (note, dlopen,
+   * rollback reloads) reads the sealed private copy (file.c). */
+  int fd = molt__file_open_checked(path, MAX_PATCH_BYTES, err, errlen);
   if (fd < 0)
     return fd;
+  int rc = 0;
   molt__patch_note note;
   if (rc == 0)
     rc = molt__elf_read_patch_note(fd, &note, err, errlen);
