@@ -357,6 +357,10 @@ MOLT__HIDDEN void molt__timing_join(void);
 /* The calling thread restarts in a new image: forget its last point (a
  * literal of the old image). */
 MOLT__HIDDEN void molt__timing_restarted(void);
+/* The molt_on_update_pending callback, and forgetting it if it is still cb
+ * (a full update clears a callback that lives in the image it unloads). */
+MOLT__HIDDEN void (*molt__timing_pending_cb(void))(void *);
+MOLT__HIDDEN void molt__timing_forget_pending_cb(void (*cb)(void *));
 MOLT__HIDDEN void molt__timing_thread_exit(void);
 MOLT__HIDDEN void molt__timing_after_fork_child(void);
 MOLT__HIDDEN void molt__timing_foreach(
@@ -413,6 +417,11 @@ MOLT__HIDDEN bool molt__image_sym_at(const molt__image *im, uintptr_t a,
 MOLT__HIDDEN unsigned molt__image_prot_at(const molt__image *im, uintptr_t a);
 
 /* ---- program.c -----------------------------------------------------------*/
+/* True while the calling program thread's record is still in the program
+ * thread registry: program.c then takes it out of the barrier itself
+ * (end_thread), after it has left the registry, so that an update never
+ * commits while an exiting thread may still run old code. */
+MOLT__HIDDEN bool molt__program_owns_exit(void);
 /* A program thread: the main thread of `molt run`, or a thread the image
  * started with pthread_create (__wrap_pthread_create).  Lives from the
  * thread's start to its exit; linked into program.c's registry (prog_lock).

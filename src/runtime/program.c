@@ -52,6 +52,10 @@ typedef struct molt__reg {
   void *addr;
   size_t size;
   uintptr_t frame;
+  /* The return address saved in that frame when it registered: a later
+   * call that reuses the frame's address (the registering call returned)
+   * has another one, unless it comes from the same call site. */
+  uintptr_t ret;
 } molt__reg;
 
 __thread molt__pthread *molt__pthread_self __attribute__((tls_model("initial-exec")));
@@ -118,11 +122,11 @@ static void stack_bounds(molt__pthread *t) {
     t->stack_lo = (uintptr_t)addr;
     t->stack_hi = (uintptr_t)addr + size;
   } else {
-    /* Unknown: allow the walk from here up to 8 MiB above (it stops at
-     * the first frame that is not strictly above its callee anyway). */
-    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
-    t->stack_lo = here - (64u << 10);
-    t->stack_hi = here + (8u << 20);
+    /* Unknown: no walk at all (its locals do not migrate).  Guessing a
+     * range could make the walk read past the end of the mapped stack,
+     * following a frame pointer register that code built without frame
+     * pointers used for data, and fault in the parked thread. */
+    t->stack_lo = t->stack_hi = 0;
   }
 }
 
@@ -147,6 +151,11 @@ static void begin_thread(molt__pthread *t) {
 }
 
 static void end_thread(molt__pthread *t) {
+  /* Not cancellable half-way (molt__runtime_kick writes): a thread
+   * cancelled between leaving the registry and leaving the barrier would
+   * stay a participant for ever. */
+  int cs;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
   bool kick = false;
   pthread_mutex_lock(&prog_lock);
   if (t->prev)
@@ -164,9 +173,28 @@ static void end_thread(molt__pthread *t) {
   pthread_mutex_unlock(&prog_lock);
   if (kick)
     molt__runtime_kick();
-  molt__timing_thread_exit(); /* idempotent; the updater may wait for us */
+  /* Out of the registry first, then out of the barrier (an update that
+   * completes from now on neither waits for us nor touches t).  Cleared
+   * before, so that molt__timing_thread_exit does not leave it to us. */
   molt__pthread_self = NULL;
+  molt__timing_thread_exit(); /* idempotent; the updater may wait for us */
   free_record(t);
+  pthread_setcancelstate(cs, NULL);
+}
+
+/* The calling thread is past the end of its entry function or main (in
+ * pthread_exit()'s key destructors): it must not restart. */
+static __thread bool exiting __attribute__((tls_model("initial-exec")));
+
+bool molt__program_owns_exit(void) {
+  /* Called when thread.c's key destructor runs, i.e. the thread exits.
+   * Only this thread reads or writes its molt__pthread_self and `exiting`.
+   * Without the key, pthread_exit() never reaches end_thread: thread.c must
+   * then take the thread out of the barrier itself. */
+  if (!molt__pthread_self)
+    return false;
+  exiting = true;
+  return key_ok;
 }
 
 typedef struct start {
@@ -242,9 +270,14 @@ MOLT_EXTERN int __wrap_pthread_create(pthread_t *th, const pthread_attr_t *attr,
   }
   /* Wait until the thread is a participant: returning earlier would let
    * an update complete (we could park right away) without it, and it
-   * would then start in the old version after the switch. */
+   * would then start in the old version after the switch.  sem_wait is a
+   * cancellation point and pthread_create is not one: a creator cancelled
+   * here would unwind `s` while the new thread still posts to it. */
+  int cs;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
   while (sem_wait(&s.started) != 0 && errno == EINTR)
     ;
+  pthread_setcancelstate(cs, NULL);
   sem_destroy(&s.started);
   return 0;
 }
@@ -289,14 +322,17 @@ int molt__program_run(const char *path, int argc, char **argv) {
             path);
     return 127;
   }
+  t->is_main = true;
+  t->main_fn = im->main;
+  t->entry_name = mname;
+  /* A participant and in the registry BEFORE updates are accepted: an
+   * update that ran in between would find no thread, commit, and leave
+   * this thread to call the old main of an image it then unloads. */
+  begin_thread(t);
   atomic_store_explicit(&active, true, memory_order_release);
   molt__log(MOLT__EV_INFO, molt__runtime_generation(), NULL,
             "running program image %s (build-id %s) in pid %d", im->path,
             im->build_id[0] ? im->build_id : "none", (int)getpid());
-  t->is_main = true;
-  t->main_fn = im->main;
-  t->entry_name = mname;
-  begin_thread(t);
   sigjmp_buf env;
   t->restart_env = &env;
   /* Restart frame of the main thread: a full update comes back here with
@@ -329,14 +365,21 @@ static bool same_str(const char *a, const char *b) { return a == b || strcmp(a, 
 /* Records (func, name) -> (addr, size, frame) for the next update. */
 static void register_local(molt__pthread *me, const char *func, const char *name, void *addr,
                            size_t size, uintptr_t frame) {
+  /* The frame is live (the caller's own): its return address slot, next
+   * to the saved frame pointer (x86-64 and AArch64 frame records), can be
+   * read. */
+  uintptr_t ret = frame ? ((const uintptr_t *)frame)[1] : 0;
   /* The caller's frame is the innermost live one of this thread (stacks
    * grow down): registrations of frames below it belong to calls that have
-   * returned.  The same (function, variable, frame) is replaced. */
+   * returned, and so do those of the same frame by another function or
+   * from another call site.  The same (function, variable, frame) is
+   * replaced. */
   size_t w = 0;
   for (size_t i = 0; i < me->nregs; i++) {
     molt__reg *r = &me->regs[i];
     if (r->frame < frame ||
-        (r->frame == frame && same_str(r->func, func) && same_str(r->name, name)))
+        (r->frame == frame &&
+         (r->ret != ret || !same_str(r->func, func) || same_str(r->name, name))))
       continue;
     me->regs[w++] = *r;
   }
@@ -354,7 +397,7 @@ static void register_local(molt__pthread *me, const char *func, const char *name
       return;
     }
   }
-  me->regs[me->nregs++] = (molt__reg){func, name, addr, size, frame};
+  me->regs[me->nregs++] = (molt__reg){func, name, addr, size, frame, ret};
 }
 
 int molt_migrate_local(const char *func, const char *name, void *addr, size_t size,
@@ -435,8 +478,9 @@ void molt__program_park(molt__pthread *me, void *frame, const char *point) {
   for (size_t i = 0; i < me->nregs; i++) {
     const molt__reg *r = &me->regs[i];
     bool live = false;
+    /* chain[k] + 2 words is inside the stack (checked by the walk). */
     for (size_t k = 0; k < n && !live; k++)
-      live = chain[k] == r->frame;
+      live = chain[k] == r->frame && ((const uintptr_t *)chain[k])[1] == r->ret;
     if (!live)
       continue;
     molt__saved_local *l = calloc(1, sizeof *l);
@@ -462,6 +506,13 @@ void molt__program_restart_self(molt__pthread *me) {
   if (!me->restart)
     return;
   me->restart = false;
+  /* A key destructor of an exiting thread called molt_update_point: a
+   * siglongjmp out of pthread_exit()'s destructor loop would be undefined.
+   * The thread goes on exiting (molt_update_point returns 1); it counts
+   * as updating (so the old image whose code it runs stays loaded) until
+   * it reaches another update point or end_thread. */
+  if (exiting)
+    return;
   /* Registrations of the old version are gone with its frames (and name
    * literals of the image about to be unloaded). */
   me->nregs = 0;
@@ -479,9 +530,12 @@ bool molt__program_active(void) { return atomic_load_explicit(&active, memory_or
 /* Called by xf.c during a migration, on the runtime thread, while every
  * program thread is parked.  Deliberately without prog_lock: fn may abort
  * the migration with a siglongjmp (molt__xf_fail), which would leave the
- * lock held.  The list cannot change meanwhile: threads join it only when
- * a creator (a program thread, parked) is inside __wrap_pthread_create,
- * and leave it only by returning (parked threads do not). */
+ * lock held.  The list cannot change meanwhile: a thread that starts
+ * during the step (its creator is not a program thread: those are parked)
+ * waits in molt__timing_join, before it enters the list, until the barrier
+ * ends; a thread that exits leaves the barrier only after it left the
+ * list (end_thread, molt__program_owns_exit), so while it is in the list
+ * and not parked the barrier cannot complete. */
 void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_local *l), void *arg) {
   for (molt__pthread *t = threads; t; t = t->next)
     for (molt__saved_local *l = t->saved; l; l = l->next)
@@ -531,12 +585,15 @@ static int resolve_entries(const upd *u, char *err, size_t errlen) {
 }
 
 static void drop_snapshots(void) {
-  /* Program threads are parked (or the barrier failed before any step):
-   * the runtime thread may free their snapshots. */
+  /* Program threads are parked: the runtime thread may free their
+   * snapshots.  prog_lock for the list (no thread can enter or leave it
+   * during the step anyway, see molt__timing_join and end_thread). */
+  pthread_mutex_lock(&prog_lock);
   for (molt__pthread *t = threads; t; t = t->next) {
     free_saved_list(t->saved);
     t->saved = NULL;
   }
+  pthread_mutex_unlock(&prog_lock);
 }
 
 /* The step run while every participant is parked (bar_lock not held). */
@@ -612,6 +669,12 @@ static int parked_step(void *arg, char *err, size_t errlen) {
   pthread_mutex_unlock(&prog_lock);
   molt__xf_end(cx, true); /* frees the replaced old heap objects */
   u->nthreads = n;
+  /* A molt_on_update_pending callback of the old image would be called by
+   * the next update after that image is unloaded: forget it (the new
+   * version registers its own when it restarts, after this). */
+  void (*cb)(void *) = molt__timing_pending_cb();
+  if (cb && molt__image_prot_at(u->old, (uintptr_t)cb))
+    molt__timing_forget_pending_cb(cb);
   if (earlier) {
     molt__log(MOLT__EV_UNLOAD, u->gen, NULL, "unloaded program image %s (build-id %s)",
               earlier->path, earlier->build_id);

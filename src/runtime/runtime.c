@@ -12,7 +12,8 @@
  *   (bar_lock, timing.c: taken between op_lock and molt__rt_lock by a
  *    global switch; alone by application threads at update points)
  *   (prog_lock, program.c: the program-thread registry; inside op_lock and
- *    bar_lock, never held together with molt__rt_lock)
+ *    bar_lock, never held together with molt__rt_lock except by
+ *    fork_prepare, which takes molt__rt_lock inside it)
  *   registry lock (thread.c), log lock (log.c): leaves.
  * Application threads take only molt__rt_lock (registering a module from a
  * constructor), the registry lock (first call, thread exit) and op_lock if
@@ -82,9 +83,14 @@ bool molt__refusing(char *reason, size_t len) {
 
 void molt__runtime_kick(void) {
   if (wake_fd >= 0) {
+    /* Called by application threads (program.c: at an update point, at
+     * thread exit): write() must not make those cancellation points. */
+    int cs;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
     uint64_t one = 1;
     ssize_t w = write(wake_fd, &one, sizeof one); /* EAGAIN: already kicked */
     (void)w;
+    pthread_setcancelstate(cs, NULL);
   }
 }
 
@@ -204,6 +210,12 @@ uint64_t molt__runtime_generation(void) {
 /* ---- fork ----------------------------------------------------------------------*/
 
 static void fork_prepare(void) {
+  /* The lock order: op_lock, then prog_lock (program.c), then
+   * molt__rt_lock, then the registry.  prog_lock and molt__rt_lock are
+   * held together only here; no path takes prog_lock while holding
+   * molt__rt_lock, so this cannot deadlock.  bar_lock is not taken: the
+   * child rebuilds the barrier from scratch (timing.c), and a barrier
+   * holds op_lock throughout, so none is running now. */
   pthread_mutex_lock(&op_lock);
   molt__program_fork_prepare();
   molt__rt_lock_acquire();

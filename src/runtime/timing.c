@@ -29,7 +29,8 @@
  * stay parked because release_seq does not change, and the step may
  * dlopen/dlclose (image destructors must not find bar_lock held).  A
  * program thread that parks for a full update snapshots its migrated locals
- * under bar_lock (program.c's prog_lock nests inside bar_lock). */
+ * under bar_lock (touching only its own record, without prog_lock; prog_lock
+ * may nest inside bar_lock, never the other way round). */
 #include "internal.h"
 
 #include <errno.h>
@@ -46,6 +47,11 @@ typedef struct participant {
   _Atomic(const char *) point;
   bool parked;       /* waiting in molt_update_point */
   bool linked;
+  /* How the barrier it was parked in ended (bar_lock): written by the
+   * releaser when it counts the thread out, read by the thread when it
+   * wakes.  Per participant, not global: a thread that wakes late, after a
+   * LATER barrier has ended too, must still see the verdict of its own. */
+  molt__verdict verdict;
   struct participant *next, *prev;
 } participant;
 
@@ -57,7 +63,12 @@ static pthread_cond_t bar_release;                           /* to the threads *
 static participant *parts;
 static size_t nparts, nparked;
 static uint64_t release_seq;         /* bumped when a barrier ends */
-static molt__verdict release_verdict; /* verdict of the last barrier */
+/* The pending barrier is complete and its while_parked step runs without
+ * bar_lock (bar_lock).  A program thread that starts meanwhile (its
+ * creator is not a program thread: those are all parked) waits in
+ * molt__timing_join until the barrier ends, so that the step sees the
+ * program-thread registry and every record in it stand still. */
+static bool stepping;
 /* The pending barrier is a full update (bar_lock): parking program threads
  * snapshot their migrated locals first. */
 static bool pending_restart;
@@ -126,6 +137,15 @@ void molt__timing_thread_exit(void) {
   participant *p = &self_part;
   if (!p->linked)
     return;
+  /* thread.c's key destructor runs before program.c's (its key is older):
+   * a program thread that leaves with pthread_exit() (or is cancelled)
+   * must stay a participant until program.c has taken its record out of
+   * the registry, or a barrier could complete without it and the update
+   * step would read and write a record that the exiting thread is about to
+   * free (and commit while the thread still runs image code in a later
+   * key destructor).  program.c's end_thread calls us again then. */
+  if (molt__program_owns_exit())
+    return;
   pthread_mutex_lock(&bar_lock);
   unlink_part(p);
   /* The updater may be waiting for exactly this thread. */
@@ -161,6 +181,16 @@ static void join_self(void) {
 void molt__timing_join(void) {
   join_self();
   atomic_store_explicit(&self_part.point, NULL, memory_order_relaxed);
+  /* A barrier that is complete counted without us: let its step finish
+   * (it reads and writes the program-thread registry, which we are about
+   * to enter) before we go on.  Not a cancellation point. */
+  int cs;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+  pthread_mutex_lock(&bar_lock);
+  while (stepping)
+    pthread_cond_wait(&bar_release, &bar_lock);
+  pthread_mutex_unlock(&bar_lock);
+  pthread_setcancelstate(cs, NULL);
 }
 
 void molt__timing_restarted(void) {
@@ -191,6 +221,13 @@ int molt_update_point(const char *name) {
    * called us: the start of the frame-pointer chain for migrated locals.
    * (Using it also makes this function keep a frame pointer.) */
   void *frame = __builtin_frame_address(0);
+  /* Not a cancellation point: pthread_cond_wait is one, and a thread
+   * cancelled in it would unwind holding bar_lock, counted as parked, and
+   * its exit (molt__timing_thread_exit) would then block on bar_lock for
+   * ever, and every barrier with it.  A pending cancellation is acted on
+   * at the thread's next cancellation point instead. */
+  int cs;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
   pthread_mutex_lock(&bar_lock);
   molt__verdict verdict = MOLT__VERDICT_NONE;
   if (atomic_load_explicit(&pending, memory_order_relaxed)) {
@@ -204,11 +241,13 @@ int molt_update_point(const char *name) {
       pthread_cond_wait(&bar_release, &bar_lock);
     /* The releaser already counted us out (p->parked, nparked), so a next
      * barrier that starts before we wake up does not take us for parked. */
-    /* Read under bar_lock: the barrier wrote it before bumping release_seq
-     * under the same lock. */
-    verdict = release_verdict;
+    /* Read under bar_lock: the releaser wrote it under the same lock
+     * before bumping release_seq; it is ours alone, so a later barrier
+     * that ended before we woke up cannot have overwritten it. */
+    verdict = p->verdict;
   }
   pthread_mutex_unlock(&bar_lock);
+  pthread_setcancelstate(cs, NULL);
   if (verdict == MOLT__VERDICT_RESTART && me)
     molt__program_restart_self(me); /* does not return if restarted */
   if (molt__self.viewp == &molt__self.view)
@@ -291,20 +330,26 @@ int molt__timing_barrier(int timeout_ms,
      * released it (in pthread_cond_wait) makes everything they wrote
      * before parking visible to the step; our release of bar_lock below
      * makes everything the step writes visible to them when they wake. */
+    stepping = true;
     pthread_mutex_unlock(&bar_lock);
     rc = while_parked ? while_parked(arg, err, errlen) : 0;
     pthread_mutex_lock(&bar_lock);
+    stepping = false; /* joiners waiting for it wake on bar_release below */
   } else {
     describe_missing(err, errlen, timeout_ms, full);
   }
   atomic_store_explicit(&pending, false, memory_order_relaxed);
   pending_restart = false;
-  release_verdict = rc == 0 ? on_success : MOLT__VERDICT_NONE;
+  molt__verdict verdict = rc == 0 ? on_success : MOLT__VERDICT_NONE;
   /* Count every parked thread out now, not when it wakes: otherwise a
    * barrier started right after this one could see a thread that is still
-   * waking up (and about to run) as parked. */
-  for (participant *q = parts; q; q = q->next)
+   * waking up (and about to run) as parked.  Each gets its verdict now for
+   * the same reason. */
+  for (participant *q = parts; q; q = q->next) {
+    if (q->parked)
+      q->verdict = verdict;
     q->parked = false;
+  }
   nparked = 0;
   release_seq++;
   pthread_cond_broadcast(&bar_release);
@@ -355,8 +400,38 @@ void molt__timing_after_fork_child(void) {
     nparts = 1;
   }
   pthread_mutex_init(&bar_lock, NULL);
+  /* The condition variables too: a parent thread may have been inside
+   * pthread_cond_wait (just released, not yet out) at fork(), and glibc's
+   * broadcast waits for such waiters to leave, which in the child they
+   * never do.  Initialized over, never destroyed (destroy would wait for
+   * them as well).  No thread of the child waits on them yet. */
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(&bar_release, &a);
+  pthread_cond_init(&bar_arrive, &a);
+  pthread_condattr_destroy(&a);
   atomic_store(&pending, false);
   pending_restart = false;
+  stepping = false;
+}
+
+/* For program.c at the commit of a full update (every participant parked,
+ * bar_lock not held): forgets the molt_on_update_pending callback if it is
+ * still `cb` (a function of the image about to be retired, which a later
+ * update must not call once that image is unloaded).  The compare-exchange
+ * keeps a callback registered meanwhile by some other thread.  release:
+ * as in molt_on_update_pending (the next barrier loads it with acquire). */
+void molt__timing_forget_pending_cb(void (*cb)(void *)) {
+  void (*expected)(void *) = cb;
+  atomic_compare_exchange_strong_explicit(&pending_cb, &expected, NULL, memory_order_release,
+                                          memory_order_relaxed);
+}
+
+/* The callback now registered (program.c, for the check above).  acquire:
+ * pairs with the release store of molt_on_update_pending. */
+void (*molt__timing_pending_cb(void))(void *) {
+  return atomic_load_explicit(&pending_cb, memory_order_acquire);
 }
 
 /* For status: every participant, parked or not. */

@@ -348,10 +348,12 @@ static void fail(molt__xf_ctx *cx, int code, const char *fmt, ...) {
     siglongjmp(cx->jb, 2);
   /* molt__xf_* called outside molt__xf_migrate: only generated code calls
    * them, and only from migrate(), so this is a broken image.  There is no
-   * frame to return to; report it in the log rather than die silently. */
-  molt__log(MOLT__EV_FAIL, 0, NULL, "molt__xf_* called outside a migration: %s",
-            cx->err);
-  abort();
+   * frame to return to (the caller was promised no return), and the runtime
+   * must not kill its host: the runtime refuses further updates (status
+   * shows why) and only the offending thread ends; the rest of the process
+   * keeps running. */
+  molt__fail("molt__xf_* called outside a migration: %s", cx->err);
+  pthread_exit(NULL);
 }
 
 /* ------------------------------------------------------------------------ */

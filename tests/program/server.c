@@ -8,6 +8,10 @@
  *   add N          total += N
  *   spawn-sleeper  starts a thread that blocks without update points
  *   wake-sleeper   lets it finish (and joins it)
+ *   spawn-exiter   starts a thread that calls pthread_exit() and then
+ *                  blocks in a key destructor of the image (still running
+ *                  image code, past libmolt's own key destructor)
+ *   release-exiter lets that destructor return (and joins the thread)
  *   quit           main returns 0
  *
  * Threads: main (update point "main-loop") and two workers started with
@@ -15,6 +19,9 @@
  * migrated with MOLT_MIGRATE_LOCAL (update point "worker-loop").  Every
  * thread prints a line when it starts, saying whether it was restarted by
  * an update and from which point.
+ *
+ * Version 1 registers a molt_on_update_pending callback (a function of
+ * its image); versions 2 and 3 do not.
  *
  * Version 2 changes the types: struct stats gets a field and a wider
  * counter, the workers' counter becomes a long; its hand-written migrate()
@@ -67,6 +74,12 @@ struct worker workers[2] = {{0, 2}, {1, 3}};
 static _Atomic long progress[2]; /* published by the workers */
 static int sleeper_pipe[2] = {-1, -1};
 static pthread_t sleeper;
+static int exiter_pipe[2] = {-1, -1};
+static pthread_t exiter;
+/* Created by a constructor, i.e. while the image is loaded and before
+ * libmolt's per-program-thread key: its destructor runs after libmolt's
+ * thread registry destructor and before the program thread's end. */
+static pthread_key_t exiter_key;
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...) {
@@ -89,6 +102,17 @@ extern int molt_test_no_such_function(int);
 #define worker_main worker_main_renamed
 #endif
 
+/* Registers a migrated local and returns.  The worker calls it right
+ * before molt_update_point(), from the same frame, so molt_update_point's
+ * frame has exactly the address probe's had: its registration must not be
+ * taken for a live one at the update point (the new version would be
+ * handed a stale value).  migrate() asks for it; it should never come. */
+__attribute__((noinline)) static void probe(void) {
+  long scratch = 12345;
+  if (MOLT_MIGRATE_LOCAL(scratch))
+    say("v%d probe restored a stale local scratch=%ld", VERSION, scratch);
+}
+
 static void *worker_main(void *arg) {
   struct worker *w = arg;
   counter_t count = 0;
@@ -104,6 +128,7 @@ static void *worker_main(void *arg) {
     count++;
     progress[w->id] = (long)count;
     usleep((useconds_t)w->delay_ms * 1000);
+    probe();
     molt_update_point("worker-loop");
   }
   return NULL;
@@ -117,6 +142,32 @@ static void *sleeper_main(void *arg) {
   (void)n;
   return NULL;
 }
+
+static void exiter_destructor(void *arg) {
+  (void)arg;
+  char c;
+  ssize_t n = read(exiter_pipe[0], &c, 1); /* until release-exiter */
+  (void)n;
+}
+
+__attribute__((constructor)) static void make_exiter_key(void) {
+  pthread_key_create(&exiter_key, exiter_destructor);
+}
+
+static void *exiter_main(void *arg) {
+  (void)arg;
+  pthread_setspecific(exiter_key, &exiter_key);
+  say("exiter tid=%d exiting", (int)gettid());
+  pthread_exit(NULL);
+}
+
+#if VERSION == 1
+static _Atomic int pending_calls;
+static void on_pending(void *arg) {
+  (void)arg;
+  pending_calls++;
+}
+#endif
 
 static void command(char *line) {
   if (strcmp(line, "state") == 0) {
@@ -146,6 +197,16 @@ static void command(char *line) {
     close(sleeper_pipe[0]);
     close(sleeper_pipe[1]);
     say("sleeper done");
+  } else if (strcmp(line, "spawn-exiter") == 0) {
+    if (pipe(exiter_pipe) != 0 || pthread_create(&exiter, NULL, exiter_main, NULL) != 0)
+      say("error %s", strerror(errno));
+  } else if (strcmp(line, "release-exiter") == 0) {
+    ssize_t n = write(exiter_pipe[1], "x", 1);
+    (void)n;
+    pthread_join(exiter, NULL);
+    close(exiter_pipe[0]);
+    close(exiter_pipe[1]);
+    say("exiter done");
   } else {
     say("error unknown command '%s'", line);
   }
@@ -161,6 +222,9 @@ int main(int argc, char **argv) {
         molt_is_updating_from("main-loop"));
   } else {
     stats = calloc(1, sizeof *stats);
+#if VERSION == 1
+    molt_on_update_pending(on_pending, NULL);
+#endif
     say("v%d main pid=%d tid=%d", VERSION, (int)getpid(), (int)gettid());
     for (int i = 0; i < 2; i++) {
       pthread_t t;
@@ -286,6 +350,7 @@ static void migrate(molt__xf_ctx *cx) {
   fault();
 #endif
   molt__xf_local(cx, "worker_main", "count", &t_counter);
+  molt__xf_local(cx, "probe", "scratch", &t_long);
 }
 
 MOLT_EXTERN const molt__program_info molt__program = {MOLT__PROGRAM_ABI, 0, FROM_BUILD_ID,

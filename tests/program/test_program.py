@@ -402,3 +402,55 @@ def test_back_to_back_updates(server):
     assert sorted(t["tid"] for t in st["program_threads"]) == sorted(
         [s.pid, *s.workers.values()])
     assert st["image"]["full_updates"] == 2
+
+
+def test_pending_callback_of_an_unloaded_image_is_not_called(server):
+    """v1 registers a molt_on_update_pending callback, v2 does not.  Once
+    v1 is unloaded, the next update must not call v1's function (it used
+    to: the runtime thread jumped into the unmapped image and the process
+    died)."""
+    s = server
+    molt("update", s.pid, image("prog_v2.so"), check=0)
+    restarted(s, 2)
+    wait_until(lambda: "memfd:prog_v1.so" not in maps(s.pid), what="prog_v1.so unmapped")
+    r = molt("update", s.pid, image("prog_v3.so"), check=0)
+    assert "generation 2" in r.stdout, r.stdout
+    restarted(s, 3)
+    assert s.state()["v"] == "3"
+
+
+def test_thread_exiting_in_an_image_destructor_is_waited_for(server):
+    """A program thread that called pthread_exit() still runs image code in
+    its key destructors after libmolt's own thread destructor ran.  It is
+    still a participant: an update waits for it (and times out naming it)
+    instead of completing without it, committing, and touching a record
+    that the exiting thread frees."""
+    s = server
+    s.send("spawn-exiter")
+    exiter = int(s.expect(r"^exiter tid=(\d+) exiting$").group(1))
+    time.sleep(0.1)  # now blocked in the image's key destructor
+    r = molt("update", s.pid, image("prog_v2.so"), "--timeout", "0.5", check=1)
+    err = one_line_error(r)
+    assert "timed out" in err and " %d (" % exiter in err, err
+    assert_unchanged(s, "0")
+    s.send("release-exiter")
+    s.expect("^exiter done$")
+    r = molt("update", s.pid, image("prog_v2.so"), check=0)
+    assert "3 threads restarted" in r.stdout, r.stdout
+    restarted(s, 2)
+    assert s.state()["v"] == "2"
+
+
+def test_locals_of_returned_calls_are_not_migrated(server):
+    """probe() registers a migrated local and returns; the worker's next
+    call, molt_update_point(), gets a frame at the same address.  That
+    registration is stale: the restarted worker's probe() must not be
+    handed its value (it used to be, as garbage from the stack)."""
+    s = server
+    time.sleep(0.05)
+    molt("update", s.pid, image("prog_v2.so"), check=0)
+    restarted(s, 2)
+    s.state()  # every line the restart printed has been read by now
+    time.sleep(0.05)
+    s.state()
+    assert not any("probe restored" in line for line in s.seen), s.seen

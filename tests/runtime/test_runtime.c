@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -677,6 +678,154 @@ static void case_wakeup(void) {
   pthread_join(w, NULL);
 }
 
+/* A thread cancelled while it waits at an update point must not take the
+ * barrier with it: molt_update_point is not a cancellation point (it used
+ * to be one, through pthread_cond_wait, and the cancelled thread then
+ * unwound holding the barrier lock and deadlocked in its own exit). */
+static atomic_int cancel_b_go, cancel_p_tid, cancel_b_tid;
+
+static void *cancel_p(void *arg) {
+  (void)arg;
+  atomic_store(&cancel_p_tid, (int)gettid());
+  for (;;) {
+    molt_update_point("P-loop");
+    sleep_ms(1); /* a cancellation point */
+  }
+  return NULL;
+}
+
+static void *cancel_b(void *arg) {
+  (void)arg;
+  atomic_store(&cancel_b_tid, (int)gettid());
+  molt_update_point("B-start"); /* a participant from now on */
+  while (!atomic_load(&cancel_b_go))
+    sleep_ms(2); /* never at an update point meanwhile */
+  return NULL;
+}
+
+static void *cancel_later(void *arg) {
+  sleep_ms(200); /* P is parked by now: the barrier waits for B */
+  pthread_cancel(*(pthread_t *)arg);
+  return NULL;
+}
+
+static void case_cancel(void) {
+  alarm(60); /* a deadlocked barrier fails the test instead of hanging it */
+  char err[1024];
+  pthread_t p, b, c;
+  pthread_create(&p, NULL, cancel_p, NULL);
+  pthread_create(&b, NULL, cancel_b, NULL);
+  for (int t = 0; t < 2000 && !(atomic_load(&cancel_p_tid) && atomic_load(&cancel_b_tid)); t++)
+    sleep_ms(1);
+  sleep_ms(100);
+  pthread_create(&c, NULL, cancel_later, &p);
+  int rc = molt_apply(patch("patch_a.so"), MOLT_POLICY_GLOBAL, 1500, err, sizeof err);
+  CHECK(rc == MOLT_ETIMEDOUT, "global apply with B away: %d %s", rc, err);
+  char tid[32];
+  snprintf(tid, sizeof tid, " %d (", atomic_load(&cancel_b_tid));
+  CHECK(strstr(err, tid) != NULL, "the error names B (%s): %s", tid, err);
+  snprintf(tid, sizeof tid, " %d (", atomic_load(&cancel_p_tid));
+  CHECK(strstr(err, tid) == NULL, "P was parked, not named (%s): %s", tid, err);
+  pthread_join(c, NULL);
+  /* P was released with the others and acted on the cancellation at its
+   * next cancellation point. */
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += 10;
+  void *ret = NULL;
+  int j = pthread_timedjoin_np(p, &ret, &dl);
+  CHECK(j == 0 && ret == PTHREAD_CANCELED, "P ended cancelled: join %d", j);
+  atomic_store(&cancel_b_go, 1);
+  pthread_join(b, NULL);
+  /* Nobody is left: a global update completes at once. */
+  rc = molt_apply(patch("patch_a.so"), MOLT_POLICY_GLOBAL, 3000, err, sizeof err);
+  CHECK(rc == 0, "global apply after the cancellation: %d %s", rc, err);
+  CHECK(version_tag(1) == 1001, "patched");
+  alarm(0);
+}
+
+/* Each parked thread leaves a barrier with the verdict of THAT barrier,
+ * even if it wakes up only after a later barrier has ended as well (here:
+ * held in a signal handler while the first barrier switches and a second
+ * one times out).  It used to read the last barrier's verdict. */
+static atomic_int verdict_q_go, verdict_in_handler, verdict_handler_go, verdict_p_saw,
+    verdict_stop, verdict_p_started, verdict_apply_done, verdict_apply_rc;
+
+static void verdict_on_usr1(int sig) {
+  (void)sig;
+  atomic_store(&verdict_in_handler, 1);
+  while (!atomic_load(&verdict_handler_go)) {
+    struct timespec ts = {0, 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void *verdict_p(void *arg) {
+  (void)arg;
+  atomic_store(&verdict_p_started, 1);
+  while (!atomic_load(&verdict_stop)) {
+    if (molt_update_point("P-loop"))
+      atomic_store(&verdict_p_saw, 1);
+    sleep_ms(1);
+  }
+  return NULL;
+}
+
+static void *verdict_q(void *arg) {
+  (void)arg;
+  molt_update_point("Q-start");
+  while (!atomic_load(&verdict_q_go))
+    sleep_ms(2);
+  molt_update_point("Q-again"); /* completes the first barrier */
+  return NULL;
+}
+
+static void *verdict_apply(void *arg) {
+  (void)arg;
+  char err[1024];
+  int rc = molt_apply(patch("patch_a.so"), MOLT_POLICY_GLOBAL, 10000, err, sizeof err);
+  if (rc != 0)
+    fprintf(stderr, "first global apply: %s\n", err);
+  atomic_store(&verdict_apply_rc, rc);
+  atomic_store(&verdict_apply_done, 1);
+  return NULL;
+}
+
+static void case_verdict(void) {
+  alarm(60);
+  struct sigaction sa = {0};
+  sa.sa_handler = verdict_on_usr1;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+  char err[1024];
+  pthread_t p, q, m;
+  pthread_create(&p, NULL, verdict_p, NULL);
+  pthread_create(&q, NULL, verdict_q, NULL);
+  CHECK(wait_for(&verdict_p_started, 1, 2000), "P started");
+  sleep_ms(50);
+  pthread_create(&m, NULL, verdict_apply, NULL);
+  sleep_ms(150); /* P parks; the barrier waits for Q */
+  pthread_kill(p, SIGUSR1);
+  CHECK(wait_for(&verdict_in_handler, 1, 5000), "P is held in its signal handler");
+  atomic_store(&verdict_q_go, 1); /* the first barrier completes and switches */
+  CHECK(wait_for(&verdict_apply_done, 1, 10000), "first global apply returned");
+  pthread_join(m, NULL);
+  CHECK(atomic_load(&verdict_apply_rc) == 0, "first global apply: %d",
+        atomic_load(&verdict_apply_rc));
+  pthread_join(q, NULL);
+  /* P has not woken up yet: a second barrier times out at once. */
+  int rc = molt_apply(patch("patch_b.so"), MOLT_POLICY_GLOBAL, 0, err, sizeof err);
+  CHECK(rc == MOLT_ETIMEDOUT, "second global apply with P held: %d %s", rc, err);
+  CHECK(version_tag(1) == 1001, "the first patch is in, the second is not");
+  atomic_store(&verdict_handler_go, 1);
+  sleep_ms(50);
+  atomic_store(&verdict_stop, 1);
+  pthread_join(p, NULL);
+  CHECK(atomic_load(&verdict_p_saw) == 1,
+        "P's update point returned 1 for the barrier that switched");
+  alarm(0);
+}
+
 /* ---- a long-running program for the CLI tests --------------------------------*/
 
 static void case_serve(void) {
@@ -702,7 +851,7 @@ static void case_serve(void) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s stress|inflight|static|maps|refuse|socket|locks|atomic|wakeup|serve PATCH_DIR [ROUNDS]\n", argv[0]);
+    fprintf(stderr, "usage: %s stress|inflight|static|maps|refuse|socket|locks|atomic|wakeup|cancel|verdict|serve PATCH_DIR [ROUNDS]\n", argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0); /* progress survives a crash */
@@ -719,6 +868,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "locks")) case_locks();
   else if (!strcmp(c, "atomic")) case_atomic(rounds > 300 ? 300 : rounds);
   else if (!strcmp(c, "wakeup")) case_wakeup();
+  else if (!strcmp(c, "cancel")) case_cancel();
+  else if (!strcmp(c, "verdict")) case_verdict();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
