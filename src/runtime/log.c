@@ -67,6 +67,10 @@ void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
   vsnprintf(e.msg, sizeof e.msg, fmt, ap);
   va_end(ap);
 
+  /* write() below is a cancellation point: an application thread that logs
+   * (program threads do) must not be cancelled while it holds log_lock. */
+  int cancel_state;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
   pthread_mutex_lock(&log_lock);
   e.seq = next_seq++;
   ring[e.seq % RING] = e;
@@ -84,6 +88,7 @@ void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
     }
   }
   pthread_mutex_unlock(&log_lock);
+  pthread_setcancelstate(cancel_state, NULL);
 }
 
 void molt__log_dump(molt__buf *out) {

@@ -248,8 +248,10 @@ static struct sigaction guard_prev[NGUARD];
 #define GUARD_STACK_BYTES (256u << 10)
 
 static void guard_handler(int sig, siginfo_t *si, void *uc) {
-  (void)uc;
-  if (guard_armed &&
+  /* si_code > 0: raised by the kernel for an instruction of this thread.
+   * A SIGSEGV sent with kill()/tgkill() (si_code <= 0) is not a fault of
+   * the transformer and is passed on like any other signal. */
+  if (guard_armed && si->si_code > 0 &&
       atomic_load_explicit(&guard_tid, memory_order_relaxed) == molt__gettid()) {
     guard_armed = 0;
     guard_cx->fault_sig = sig;
@@ -258,16 +260,30 @@ static void guard_handler(int sig, siginfo_t *si, void *uc) {
      * again) and leaves the alternate stack. */
     siglongjmp(guard_cx->jb, 1);
   }
-  /* Not the migrating thread (or not armed): this fault is not ours.  Put
-   * the previous action back and return: a synchronous fault re-executes
-   * the faulting instruction and is handled exactly as it would have been
-   * without us (default action, or AddressSanitizer's report).  A signal
-   * sent with kill() is raised again so that it is not lost. */
-  for (size_t i = 0; i < NGUARD; i++)
-    if (guard_sigs[i] == sig)
-      sigaction(sig, &guard_prev[i], NULL);
-  if (si->si_code <= 0)
-    raise(sig);
+  /* Not ours.  Chain to the previous handler when there is one, so that
+   * the guard stays in place for the migrating thread (another thread's
+   * fault must not leave the rest of the migration unguarded).  With the
+   * default action, put it back and return: a synchronous fault
+   * re-executes the instruction and gets exactly the default treatment (the
+   * process is going down anyway); a signal sent with kill() is raised
+   * again so that it is not lost. */
+  for (size_t i = 0; i < NGUARD; i++) {
+    if (guard_sigs[i] != sig)
+      continue;
+    const struct sigaction *prev = &guard_prev[i];
+    if (prev->sa_flags & SA_SIGINFO) {
+      prev->sa_sigaction(sig, si, uc);
+      return;
+    }
+    if (prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
+      prev->sa_handler(sig);
+      return;
+    }
+    sigaction(sig, prev, NULL);
+    if (si->si_code <= 0)
+      raise(sig);
+    return;
+  }
 }
 
 typedef struct guard_state {
