@@ -953,6 +953,8 @@ static int uptr_cmp(const void *a, const void *b) {
  * Stable.  Falls back to qsort (with cmp) when out of memory. */
 #define DEFINE_RADIX(fname, type, KEY)                                         \
   static void fname(type *a, size_t n, int (*cmp)(const void *, const void *)) { \
+    if (n < 2) /* also: a may be NULL when nothing was recorded */             \
+      return;                                                                  \
     type *tmp = n > 256 ? malloc(n * sizeof *tmp) : NULL;                      \
     if (!tmp) {                                                                \
       qsort(a, n, sizeof *a, cmp);                                             \
