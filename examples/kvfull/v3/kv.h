@@ -1,0 +1,60 @@
+/* kvfull v3 -- a small threaded TCP key-value server built as a molt
+ * program image (moltcc --molt-program) and updated whole with
+ * `molt update`.  See ../README.md. */
+#ifndef KV_H
+#define KV_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include <molt.h>
+
+#define KV_WORKERS_MAX 16
+#define KV_CONNS_MAX 256
+#define KV_LINE_MAX 1024
+
+/* One client connection.  Owned by one worker, which alone reads and
+ * writes rbuf/rlen; the acceptor fills a free slot (fd == -1) under
+ * conn_lock, the owner frees it under conn_lock.  A half-received request
+ * stays in rbuf across an update: the array is a global and migrates. */
+struct conn {
+  int fd;                /* -1: free slot */
+  int worker;            /* owning worker */
+  size_t rlen;           /* bytes in rbuf */
+  unsigned long served;  /* requests answered on this connection */
+  char rbuf[KV_LINE_MAX];
+};
+
+struct worker {
+  int wakefd;            /* eventfd: new connection, update pending, stop */
+  int restarts;          /* times this worker was relaunched by an update */
+  unsigned long served;
+};
+
+extern struct conn conns[KV_CONNS_MAX];
+extern struct worker workers[KV_WORKERS_MAX];
+extern pthread_t worker_threads[KV_WORKERS_MAX];
+extern int nworkers;
+extern pthread_mutex_t conn_lock;
+extern unsigned long requests_served; /* every request (v1-v2: total_served) */
+extern volatile int stopping;
+
+/* worker.c */
+void *worker_main(void *arg);
+void wake_worker(int id);
+
+/* store.c: the key-value table.  Values are copied out under the lock. */
+long store_set(const char *key, const char *value);    /* the new revision */
+long store_rev(const char *key);                        /* -1: missing */
+int store_incr(const char *key, long *result);          /* -1: not a number */
+long store_get(const char *key, char *out, size_t outlen); /* -1: missing */
+int store_del(const char *key);                         /* 1: deleted */
+size_t store_count(void);
+size_t store_fill(size_t n);                            /* bench: n keys fill:<i> */
+
+/* v1's slot array, handed over by v2.xf; main frees it after the update. */
+extern void *retired_slots;
+
+#define KV_VERSION "3"
+
+#endif
