@@ -1,0 +1,68 @@
+/* MOLT_MIGRATE_LOCAL in main and in a worker thread. */
+#include "fu.h"
+#include <pthread.h>
+#include <time.h>
+
+struct acc {
+  int sum;
+  int cnt;
+};
+
+int main_restored = -1, worker_restored = -1;
+long worker_seen; /* the worker's local, published every loop */
+
+void *worker(void *arg) {
+  long wl = 0;
+  worker_restored = MOLT_MIGRATE_LOCAL(wl);
+  for (;;) {
+    molt_update_point("worker");
+    wl++;
+    __atomic_store_n(&worker_seen, wl, __ATOMIC_RELAXED);
+    struct timespec ts = {0, 2000000L};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+/* main keeps its command loop here: the locals are in scope. */
+int main(void) {
+  int n = 0;
+  struct acc acc = {0, 0};
+  main_restored = MOLT_MIGRATE_LOCAL(n) + MOLT_MIGRATE_LOCAL(acc);
+  if (!molt_is_updating()) {
+    pthread_t t;
+    pthread_create(&t, NULL, worker, NULL);
+  }
+  char line[256];
+  for (;;) {
+    molt_update_point("main");
+    struct pollfd p = {0, POLLIN, 0};
+    if (poll(&p, 1, 10) <= 0)
+      continue;
+    if (!fgets(line, sizeof line, stdin))
+      _exit(0);
+    int v;
+    if (sscanf(line, "add %d", &v) == 1) {
+      n++;
+      acc.sum += v;
+      acc.cnt++;
+      printf("ok\n");
+    } else if (!strncmp(line, "dump", 4)) {
+      printf("version=1 n=%d sum=%d cnt=%d main_restored=%d worker_restored=%d "
+             "worker_seen=%ld\n",
+             n, acc.sum, acc.cnt, main_restored, worker_restored,
+             __atomic_load_n(&worker_seen, __ATOMIC_RELAXED));
+    } else if (!strncmp(line, "ping", 4)) {
+      printf("pong\n");
+    } else if (!strncmp(line, "quit", 4)) {
+      printf("bye\n");
+      fflush(stdout);
+      _exit(0);
+    } else {
+      printf("error %s", line);
+    }
+    fflush(stdout);
+  }
+}
+
+static int fu_handle(char *cmd) { return 0; } /* fu_serve is not used here */

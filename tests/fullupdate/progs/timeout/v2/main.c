@@ -1,0 +1,60 @@
+/* A thread that does not reach an update point: the update times out and
+ * v1 goes on.  "block" makes the thread wait in read() on a pipe (no update
+ * point, no wake-up callback); "release" lets it go back to its loop. */
+#include "fu.h"
+#include <pthread.h>
+#include <time.h>
+
+int counter = 1;
+int blocker_tid;
+int pipefd[2];
+volatile int blocked;
+
+void *blocker(void *arg) {
+  blocker_tid = fu_tid();
+  for (;;) {
+    molt_update_point("blocker");
+    if (blocked) {
+      char c;
+      while (read(pipefd[0], &c, 1) < 0) {
+      }
+      blocked = 0;
+    }
+    struct timespec ts = {0, 2000000L};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+static int fu_handle(char *cmd) {
+  FU_COMMON(cmd)
+  if (!strcmp(cmd, "inc")) {
+    counter++;
+    printf("ok\n");
+  } else if (!strcmp(cmd, "block")) {
+    blocked = 1;
+    printf("ok\n");
+  } else if (!strcmp(cmd, "release")) {
+    if (write(pipefd[1], "x", 1) != 1)
+      printf("error write\n");
+    else
+      printf("ok\n");
+  } else if (!strcmp(cmd, "dump")) {
+    printf("version=2 counter=%d blocker_tid=%d blocked=%d\n", counter,
+           blocker_tid, blocked);
+  } else {
+    printf("error %s\n", cmd);
+  }
+  return 1;
+}
+
+int main(void) {
+  if (!molt_is_updating()) {
+    if (pipe(pipefd) != 0)
+      return 1;
+    pthread_t t;
+    pthread_create(&t, NULL, blocker, NULL);
+  }
+  fu_serve();
+  _exit(0);
+}

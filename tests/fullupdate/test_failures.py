@@ -1,0 +1,138 @@
+"""Full updates that must not happen: refused builds, malformed .xf files,
+and updates that fail at run time -- after each, the old version goes on
+serving with its state exactly as it was."""
+
+import time
+
+from fuharness import PROGS, Prog, assert_clean_stderr, build, build_raw
+
+
+def test_build_refuses_changed_types_without_transformers():
+    v1 = build("refuse", "v1")
+    r, out = build_raw("refuse", "v2", frm=v1)
+    assert r.returncode == 1, r.stdout + r.stderr
+    err = r.stderr
+    assert not out.exists(), "an image was written although the build was refused"
+    # every variable that reaches a changed type, and every difference
+    for what in ("table", "struct entry", "'hits'", "'len'", "total", "misses"):
+        assert what in err, "%r is not named in:\n%s" % (what, err)
+    assert "untouched" not in err, err
+
+
+def xf_error(name):
+    v1 = build("init_var", "v1")
+    r, out = build_raw("init_var", "v2", frm=v1,
+                       xf=str(PROGS / "malformed" / name), out_name="bad-" + name + ".so")
+    assert r.returncode != 0, "a malformed .xf was accepted: " + name
+    assert not out.exists()
+    return r.stderr
+
+
+def test_malformed_xf_line_col():
+    err = xf_error("syntax.xf")
+    assert "syntax.xf:3:1: error:" in err, err
+    err = xf_error("midline.xf")
+    assert "midline.xf:2:12: error:" in err, err     # the ':' where a name belongs
+    err = xf_error("unterminated.xf")
+    assert "unterminated.xf:3:" in err and "error:" in err, err
+    err = xf_error("unknown.xf")                      # a rule for no variable of v2
+    assert "unknown.xf:2:" in err and "no_such_variable" in err, err
+
+
+def check_fault_leaves_old_version(xf):
+    v1 = build("fault", "v1")
+    bad = build("fault", "v2", frm=v1, xf=xf, out_name="fault-v2.so")
+    good = build("fault", "v2good", frm=v1)
+    with Prog(v1) as p:
+        assert p.cmd("inc") == "ok"
+        before = p.cmd("dump")
+        assert before.startswith("version=1 counter=2 label=v1 label")
+        r = p.update(bad)
+        assert r.returncode != 0, "an update whose transformer faults succeeded"
+        assert p.alive(), "the process died: " + p.stderr()
+        # same version, same values, same addresses: the in-place pointer
+        # fixes (label, fn, self) were undone, nothing was replaced
+        assert p.cmd("dump") == before
+        assert p.mapped("fault-v1.so")
+        assert not p.mapped("fault-v2.so"), "the failed image is still mapped"
+        assert p.cmd("inc") == "ok"
+        assert p.dump()["counter"] == "3"
+        # and a correct update still goes through afterwards
+        p.update_ok(good)
+        assert p.dump() == {"version": "2", "counter": "300", "label": "v1",
+                            "fn": "43", "self_ok": "1"}
+        assert p.quit() == 0
+        assert_clean_stderr(p)
+        return r.stdout
+
+
+def test_faulting_transformer_leaves_old_version():
+    out = check_fault_leaves_old_version("v2wild.xf")
+    assert "counter" in out or "SIGSEGV" in out or "fault" in out, out
+
+
+def test_null_dereference_in_transformer_leaves_old_version():
+    # the same with NULL: in a build with UBSan, the sanitizer's null check
+    # sees the load before the CPU does
+    check_fault_leaves_old_version("v2null.xf")
+
+
+def loops(p):
+    return int(p.dump()["helper_loops"])
+
+
+def test_missing_symbol_and_missing_entry_function():
+    v1 = build("missing", "v1")
+    undef = build("missing", "v2", frm=v1)
+    noentry = build("missing", "v2noentry", frm=v1)
+    with Prog(v1) as p:
+        assert p.cmd("inc") == "ok"
+        # the new image calls a function nobody defines
+        r = p.update(undef)
+        assert r.returncode != 0
+        assert "fu_not_defined_anywhere" in r.stdout, r.stdout
+        assert p.alive() and p.dump()["version"] == "1"
+        # the new image has no function `helper` for the running thread
+        r = p.update(noentry)
+        assert r.returncode != 0
+        assert "helper" in r.stdout, r.stdout
+        assert p.alive()
+        assert p.dump()["counter"] == "2"
+        n = loops(p)
+        time.sleep(0.1)
+        assert loops(p) > n, "the helper thread stopped"
+        assert p.cmd("inc") == "ok"
+        assert p.dump() == {"version": "1", "counter": "3",
+                            "helper_loops": p.dump()["helper_loops"]}
+        assert not p.mapped("missing-v2")
+        assert p.quit() == 0
+        assert_clean_stderr(p)
+
+
+def test_timeout_leaves_old_version():
+    v1 = build("timeout", "v1")
+    v2 = build("timeout", "v2", frm=v1)
+    with Prog(v1) as p:
+        assert p.cmd("inc") == "ok"
+        assert p.cmd("block") == "ok"
+        time.sleep(0.1)   # the blocker is now in read(), far from its point
+        d = p.dump()
+        assert d["blocked"] == "1"
+        t0 = time.monotonic()
+        r = p.update(v2, timeout=1)
+        took = time.monotonic() - t0
+        assert r.returncode != 0, "the update succeeded although a thread was blocked"
+        assert 0.9 <= took < 8, "molt update --timeout 1 took %.2f s" % took
+        # the thread that did not arrive is named (by tid or entry function)
+        assert d["blocker_tid"] in r.stdout or "blocker" in r.stdout, r.stdout
+        assert p.alive()
+        assert p.dump() == d
+        assert p.cmd("inc") == "ok"
+        assert p.cmd("release") == "ok"
+        time.sleep(0.1)
+        assert p.dump()["blocked"] == "0"
+        p.update_ok(v2)
+        d2 = p.dump()
+        assert (d2["version"], d2["counter"], d2["blocker_tid"]) == ("2", "3", d["blocker_tid"])
+        assert p.quit() == 0
+        assert_clean_stderr(p)
