@@ -19,7 +19,7 @@ typedef struct entry {
   molt__event ev;
   uint64_t gen;
   char patch[64];
-  char msg[256];
+  char msg[512]; /* a full update names two images, a build-id and figures */
 } entry;
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -76,7 +76,7 @@ void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
   ring[e.seq % RING] = e;
   int fd = log_fd;
   if (fd >= 0) {
-    char line[512];
+    char line[768];
     int n = snprintf(line, sizeof line, "%" PRIu64 " %" PRIu64 ".%06" PRIu64
                      " pid=%d %s gen=%" PRIu64 " patch=%s %s\n",
                      e.seq, e.time_ns / 1000000000u, (e.time_ns / 1000u) % 1000000u,
