@@ -1072,51 +1072,41 @@ static int update(const opts *o, pid_t pid, const char *what, unsigned op,
   return EXIT_OK;
 }
 
-static int cmd_apply(const opts *o, pid_t pid) {
+/* apply and update: send an absolute, symlink-free path (the process
+ * resolves it in its own working directory and mount namespace view), and
+ * fail here, clearly, if there is no such file.  `kind` names the file in
+ * messages, `built_by` says how to make one. */
+static int send_file_op(const opts *o, pid_t pid, const char *what, molt__op op,
+                        const char *kind, const char *built_by) {
   const char *arg = o->pos[1];
-  char what[PATH_MAX + 64];
-  snprintf(what, sizeof what, "apply %s to %ld", arg, (long)pid);
-  /* The process resolves the path in its own working directory and mount
-   * namespace view, so send an absolute, symlink-free path; and fail here,
-   * clearly, if there is no such file. */
   struct stat st;
   if (stat(arg, &st) < 0)
-    return fail(EXIT_USAGE, "%s: %s; check the path of the patch file", what,
-                strerror(errno));
+    return fail(EXIT_USAGE, "%s: %s; check the path of the %s", what,
+                strerror(errno), kind);
   if (!S_ISREG(st.st_mode))
-    return fail(EXIT_USAGE,
-                "%s: not a regular file; give the .so file built by "
-                "'moltcc --molt-patch'",
-                what);
+    return fail(EXIT_USAGE, "%s: not a regular file; give the .so file built by '%s'",
+                what, built_by);
   char *abs = realpath(arg, NULL);
   if (abs == NULL)
     return fail(EXIT_USAGE, "%s: cannot resolve the path: %s; check the path",
                 what, strerror(errno));
-  int code = update(o, pid, what, MOLT__OP_APPLY, abs);
+  int code = update(o, pid, what, op, abs);
   free(abs);
   return code;
 }
 
-static int cmd_update(const opts *o, pid_t pid) {
-  const char *arg = o->pos[1];
+static int cmd_apply(const opts *o, pid_t pid) {
   char what[PATH_MAX + 64];
-  snprintf(what, sizeof what, "update %ld to %s", (long)pid, arg);
-  struct stat st;
-  if (stat(arg, &st) < 0)
-    return fail(EXIT_USAGE, "%s: %s; check the path of the program image", what,
-                strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    return fail(EXIT_USAGE,
-                "%s: not a regular file; give the .so file built by "
-                "'moltcc --molt-program --molt-from <running image>'",
-                what);
-  char *abs = realpath(arg, NULL);
-  if (abs == NULL)
-    return fail(EXIT_USAGE, "%s: cannot resolve the path: %s; check the path",
-                what, strerror(errno));
-  int code = update(o, pid, what, MOLT__OP_UPDATE, abs);
-  free(abs);
-  return code;
+  snprintf(what, sizeof what, "apply %s to %ld", o->pos[1], (long)pid);
+  return send_file_op(o, pid, what, MOLT__OP_APPLY, "patch file",
+                      "moltcc --molt-patch");
+}
+
+static int cmd_update(const opts *o, pid_t pid) {
+  char what[PATH_MAX + 64];
+  snprintf(what, sizeof what, "update %ld to %s", (long)pid, o->pos[1]);
+  return send_file_op(o, pid, what, MOLT__OP_UPDATE, "program image",
+                      "moltcc --molt-program --molt-from <running image>");
 }
 
 /* molt run: exec the driver (bin/molt-run next to this executable, else
