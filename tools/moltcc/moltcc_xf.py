@@ -274,6 +274,25 @@ def _skip_literal(src, j):
             i += 1
 
 
+def _skip_c_literal_or_comment(src, text, j, default):
+    """Where scanning C text resumes when text[j] may open a string or
+    character literal or a comment: the index after it, or `default` when
+    nothing opens at j (a lone '/', or a C23 digit separator)."""
+    c = text[j]
+    if c == '"' or (c == "'" and not _is_digit_separator(text, j)):
+        return _skip_literal(src, j)
+    if c == "/":
+        nxt = text[j + 1:j + 2]
+        if nxt == "*":
+            k = text.find("*/", j + 2)
+            if k < 0:
+                raise src.error(j, "unterminated comment: '/*' without '*/'")
+            return k + 2
+        if nxt == "/":
+            return _skip_line_comment(text, j)
+    return default
+
+
 def _skip_line_comment(text, j):
     """Index of the '\\n' ending the // comment at j (backslash-newline continues it)."""
     while True:
@@ -326,20 +345,8 @@ def _scan_c(src, i, open_brace):
                 return j, dollars
         elif c == "$":
             dollars.append(j)
-        elif c == '"':
-            i = _skip_literal(src, j)
-        elif c == "'":
-            if not _is_digit_separator(text, j):
-                i = _skip_literal(src, j)
-        elif c == "/":
-            nxt = text[j + 1:j + 2]
-            if nxt == "*":
-                k = text.find("*/", j + 2)
-                if k < 0:
-                    raise src.error(j, "unterminated comment: '/*' without '*/'")
-                i = k + 2
-            elif nxt == "/":
-                i = _skip_line_comment(text, j)
+        elif c in "\"'/":
+            i = _skip_c_literal_or_comment(src, text, j, i)
     if open_brace is not None:
         raise src.error(open_brace, "unterminated body: no '}' closes this '{'")
     return len(text), dollars
@@ -762,20 +769,8 @@ def _find_args(src, open_paren, name):
         elif c == "," and depth == 1:
             args.append((a, j))
             a = j + 1
-        elif c == '"':
-            i = _skip_literal(src, j)
-        elif c == "'":
-            if not _is_digit_separator(text, j):
-                i = _skip_literal(src, j)
-        elif c == "/":
-            nxt = text[j + 1:j + 2]
-            if nxt == "*":
-                k = text.find("*/", j + 2)
-                if k < 0:
-                    raise src.error(j, "unterminated comment: '/*' without '*/'")
-                i = k + 2
-            elif nxt == "/":
-                i = _skip_line_comment(text, j)
+        elif c in "\"'/":
+            i = _skip_c_literal_or_comment(src, text, j, i)
 
 
 def scan_specials(rule, path="<xf>"):
