@@ -602,6 +602,13 @@ MOLT_EXTERN void molt__xf_run(molt__xf_ctx *cx);
  * with MOLT_MIGRATE_LOCAL by the old version) of every thread to type t. */
 MOLT_EXTERN void molt__xf_local(molt__xf_ctx *cx, const char *func,
                                 const char *var, const molt__xf_type *t);
+/* Frees an old heap object after the update commits; never on abort (the
+ * old version goes on with it).  Same safety rules as replaced objects:
+ * only an object in the heap or an anonymous private mapping is freed, once
+ * (also when it was replaced too, or asked for twice), and never one that
+ * lies inside another freed or replaced object.  For rule bodies
+ * (MOLT_XF_FREE_OLD) that drop old data the runtime does not replace. */
+MOLT_EXTERN void molt__xf_free_old(molt__xf_ctx *cx, const void *old);
 /* Aborts the migration with a one-line message (never returns). */
 MOLT_EXTERN void molt__xf_fail(molt__xf_ctx *cx, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 2, 3)));

@@ -14,7 +14,20 @@
  * Cost model: the per-object path (molt__xf_ptr -> run -> fn) does no
  * system call and no allocation beyond the new object itself; every table
  * grows geometrically; the work list is an explicit stack, so a list of a
- * million nodes never recurses.
+ * million nodes never recurses.  What a million objects cost is memory
+ * traffic, so the tables are laid out for it:
+ *  - the old->new map is sized up front from the heap's size, holds 16-byte
+ *    slots (key + index of a record appended in insertion order), and lives
+ *    in huge pages where the kernel gives them (big_alloc);
+ *  - a bitmap with one bit per 16-byte granule of the old heap says which
+ *    granules hold a map key, so that an untyped pointer (a string, a
+ *    buffer) that cannot be a migrated object is answered without probing
+ *    the map;
+ *  - the same bitmap tells the commit whether a replaced object can contain
+ *    another one; when none can (the usual case), the replaced objects are
+ *    freed without sorting them;
+ *  - the work loop prefetches the old objects of queued items and the map
+ *    slots of the pointers of pointer arrays a few iterations ahead.
  */
 #include "internal.h"
 
@@ -22,28 +35,41 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
 /* Context                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Markers stored as the type of map entries that are not typed objects. */
+/* Markers stored as the type of map records that are not typed objects.
+ * Their flags are 0: never CHANGED, so never freed as replaced objects. */
 static const molt__xf_type pool_marker = {"string literal", 0, 0, NULL, 0};
 static const molt__xf_type image_marker = {"old image address", 0, 0, NULL, 0};
 
+/* A slot of the map: the old address (0 = empty) and the index of its
+ * record.  16 bytes, so that a 4 KiB window of the table (see hash_ptr)
+ * covers one page of the old heap. */
 typedef struct map_ent {
-  uintptr_t key;           /* old address; 0 = empty slot */
+  uintptr_t key;
+  size_t rec;
+} map_ent;
+
+/* What an old address maps to; appended in insertion order (cx->recs), so
+ * that commit and abort walk a dense array instead of the whole table. */
+typedef struct map_rec {
+  uintptr_t key;           /* old address */
   void *val;               /* new address */
   const molt__xf_type *t;  /* type it was migrated as, or a marker */
   size_t count;
-} map_ent;
+} map_rec;
 
 typedef struct work_item {
   const void *in;
@@ -71,10 +97,19 @@ typedef struct span {
   const char *what; /* interior check: type name of the object */
 } span;
 
-/* A growable array of fixed-size elements (amortised O(1) push). */
+/* A heap mapping and where its granules start in the key bitmap. */
+typedef struct heap_span {
+  uintptr_t lo, hi;
+  size_t g0;
+} heap_span;
+
+/* A growable array of fixed-size elements (amortised O(1) push).  Small
+ * ones live in malloc memory; from BIG_BYTES on, in an mmap'd region that
+ * grows with mremap (no copy) and may use huge pages (big_alloc). */
 typedef struct vec {
   void *p;
   size_t n, cap;
+  bool mapped;
 } vec;
 
 struct molt__xf_ctx {
@@ -82,16 +117,25 @@ struct molt__xf_ctx {
   uintptr_t old_lo, old_hi; /* hull of the old image's segments: fast reject */
   bool check_interior;
 
-  map_ent *map;
+  map_ent *map;           /* big_alloc'ed */
   size_t map_mask, map_n; /* capacity = mask + 1, a power of two */
   unsigned map_shift;     /* 64 - log2(capacity) */
+  vec recs;               /* map_rec, indexed by map_ent.rec */
+  vec pools;              /* void *: literal copies (freed on abort, kept on commit) */
+  vec freeold;            /* uintptr_t: molt__xf_free_old requests */
+
+  vec heap;               /* heap_span: [heap] and anonymous private mappings */
+  size_t heap_last;       /* index of the span that answered last */
+  uintptr_t heap_lo, heap_hi; /* hull of the heap spans */
+  uint64_t *kbits;        /* one bit per 16-byte heap granule holding a key */
+  size_t kbits_bytes;     /* 0: no bitmap (every pointer probes the map) */
+  bool kbits_shared;      /* some granule holds more than one key */
 
   vec work;   /* work_item, used as a stack */
   vec undo;   /* undo_ent */
   vec vars;   /* var_range */
   bool vars_sorted;
   vec locals; /* molt__saved_local * whose new_value this migration set */
-  vec heap;   /* span: [heap] and anonymous private mappings (from begin) */
   vec objs;   /* span: interior check, migrated and visited old objects */
   vec targets;/* uintptr_t: interior check, every pointer asked for */
 
@@ -119,16 +163,62 @@ static vec kept_pool;
 static void fail(molt__xf_ctx *cx, int code, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
 
+/* ------------------------------------------------------------------------ */
+/* Memory for big tables                                                     */
+/* ------------------------------------------------------------------------ */
+
+#define HUGE_BYTES ((size_t)2 << 20)
+#define BIG_BYTES ((size_t)1 << 20)
+
+/* Zeroed memory straight from the kernel.  Pages are materialised on first
+ * touch, so a generously sized table costs only what is used.  With huge,
+ * transparent huge pages are requested (MADV_HUGEPAGE; the kernel may say
+ * no, which only costs speed): one fault and one TLB entry per 2 MiB
+ * instead of per 4 KiB, which is most of the cost of probing a table of
+ * millions of entries at random. */
+static void *big_alloc(size_t bytes, bool huge) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    return NULL;
+  if (huge && bytes >= HUGE_BYTES)
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+  return p;
+}
+
+static void big_free(void *p, size_t bytes) {
+  if (p)
+    munmap(p, bytes);
+}
+
 static bool vec_reserve(vec *v, size_t elem, size_t more) {
   if (v->cap - v->n >= more)
     return true;
   size_t cap = v->cap ? v->cap : 64;
   while (cap - v->n < more)
     cap *= 2;
-  void *p = realloc(v->p, cap * elem);
-  if (!p)
-    return false;
-  v->p = p;
+  size_t bytes = cap * elem;
+  if (bytes < BIG_BYTES) {
+    void *p = realloc(v->p, bytes);
+    if (!p)
+      return false;
+    v->p = p;
+  } else if (v->mapped) {
+    void *p = mremap(v->p, v->cap * elem, bytes, MREMAP_MAYMOVE);
+    if (p == MAP_FAILED)
+      return false;
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+    v->p = p;
+  } else {
+    void *p = big_alloc(bytes, true);
+    if (!p)
+      return false;
+    if (v->n)
+      memcpy(p, v->p, v->n * elem);
+    free(v->p);
+    v->p = p;
+    v->mapped = true;
+  }
   v->cap = cap;
   return true;
 }
@@ -142,10 +232,90 @@ static bool vec_reserve(vec *v, size_t elem, size_t more) {
     ((type *)(v)->p)[(v)->n++] = (type)__VA_ARGS__;                            \
   } while (0)
 
-static void vec_free(vec *v) {
-  free(v->p);
+static void vec_free(vec *v, size_t elem) {
+  if (v->mapped)
+    big_free(v->p, v->cap * elem);
+  else
+    free(v->p);
   v->p = NULL;
   v->n = v->cap = 0;
+  v->mapped = false;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The old heap and its key bitmap                                           */
+/* ------------------------------------------------------------------------ */
+
+/* The heap mapping holding p, or NULL.  Objects cluster in few mappings:
+ * the one that answered last is tried first. */
+static inline const heap_span *heap_find(molt__xf_ctx *cx, uintptr_t p) {
+  const heap_span *h = cx->heap.p;
+  size_t i = cx->heap_last;
+  if (i < cx->heap.n && p - h[i].lo < h[i].hi - h[i].lo)
+    return &h[i];
+  size_t lo = 0, hi = cx->heap.n; /* /proc/self/maps is sorted */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (h[mid].lo <= p)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo == 0 || p >= h[lo - 1].hi)
+    return NULL;
+  cx->heap_last = lo - 1;
+  return &h[lo - 1];
+}
+
+static inline bool in_heap(molt__xf_ctx *cx, uintptr_t p) {
+  return heap_find(cx, p) != NULL;
+}
+
+static inline size_t granule(const heap_span *h, uintptr_t p) {
+  return h->g0 + ((p - h->lo) >> 4);
+}
+
+/* Records that key k is in the map (a heap address only: other pointers
+ * always probe the map). */
+static inline void kbits_set(molt__xf_ctx *cx, uintptr_t k) {
+  if (!cx->kbits_bytes)
+    return;
+  const heap_span *h = heap_find(cx, k);
+  if (!h)
+    return;
+  size_t g = granule(h, k);
+  uint64_t m = 1ull << (g & 63);
+  if (cx->kbits[g >> 6] & m)
+    cx->kbits_shared = true;
+  cx->kbits[g >> 6] |= m;
+}
+
+/* False only if p is certainly no key of the map. */
+static inline bool maybe_key(molt__xf_ctx *cx, uintptr_t p) {
+  if (!cx->kbits_bytes)
+    return true;
+  const heap_span *h = heap_find(cx, p);
+  if (!h)
+    return true;
+  size_t g = granule(h, p);
+  return (cx->kbits[g >> 6] >> (g & 63)) & 1;
+}
+
+/* Any key bit in granules [a, b)? */
+static bool kbits_any(const molt__xf_ctx *cx, size_t a, size_t b) {
+  const uint64_t *w = cx->kbits;
+  while (a < b && (a & 63)) {
+    if ((w[a >> 6] >> (a & 63)) & 1)
+      return true;
+    a++;
+  }
+  for (; a + 64 <= b; a += 64)
+    if (w[a >> 6])
+      return true;
+  for (; a < b; a++)
+    if ((w[a >> 6] >> (a & 63)) & 1)
+      return true;
+  return false;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -175,47 +345,73 @@ static inline map_ent *map_slot(const molt__xf_ctx *cx, uintptr_t k) {
   }
 }
 
-static inline map_ent *map_find(const molt__xf_ctx *cx, uintptr_t k) {
+static inline map_rec *map_rec_of(const molt__xf_ctx *cx, const map_ent *e) {
+  return &((map_rec *)cx->recs.p)[e->rec];
+}
+
+static inline map_rec *map_find(const molt__xf_ctx *cx, uintptr_t k) {
   map_ent *e = map_slot(cx, k);
-  return e->key ? e : NULL;
+  return e->key ? map_rec_of(cx, e) : NULL;
 }
 
 /* Load factor at most 1/2: linear probing then needs ~2.5 probes for a
  * miss (the common case: every new object is a miss) instead of ~8.5 at
  * 3/4. */
+
 static inline bool map_full(const molt__xf_ctx *cx) {
   return (cx->map_n + 1) * 2 > cx->map_mask + 1;
 }
 
-static bool map_grow(molt__xf_ctx *cx) {
-  size_t cap = (cx->map_mask + 1) * 2;
-  map_ent *m = calloc(cap, sizeof *m);
+static bool map_alloc(molt__xf_ctx *cx, unsigned log2cap) {
+  size_t cap = (size_t)1 << log2cap;
+  map_ent *m = big_alloc(cap * sizeof *m, true);
   if (!m)
     return false;
-  map_ent *old = cx->map;
-  size_t old_cap = cx->map_mask + 1;
   cx->map = m;
   cx->map_mask = cap - 1;
-  cx->map_shift--;
-  for (size_t i = 0; i < old_cap; i++)
-    if (old[i].key)
-      *map_slot(cx, old[i].key) = old[i];
-  free(old);
+  cx->map_shift = 64 - log2cap;
   return true;
 }
 
-/* Makes room for one insertion (so that a slot found now stays valid). */
+static bool map_grow(molt__xf_ctx *cx) {
+  map_ent *old = cx->map;
+  size_t old_cap = cx->map_mask + 1;
+  if (!map_alloc(cx, 64 - cx->map_shift + 1)) {
+    cx->map = old;
+    return false;
+  }
+  for (size_t i = 0; i < old_cap; i++)
+    if (old[i].key)
+      *map_slot(cx, old[i].key) = old[i];
+  big_free(old, old_cap * sizeof *old);
+  return true;
+}
+
+/* Makes room for one insertion (so that a slot found now stays valid and
+ * the record can be appended without failing). */
 static inline void map_reserve(molt__xf_ctx *cx) {
   if (__builtin_expect(map_full(cx), 0) && !map_grow(cx))
     fail(cx, MOLT_ENOMEM, "out of memory while migrating the state");
+  if (__builtin_expect(cx->recs.n == cx->recs.cap, 0) &&
+      !vec_reserve(&cx->recs, sizeof(map_rec), 1))
+    fail(cx, MOLT_ENOMEM, "out of memory while migrating the state");
+}
+
+/* Fills the empty slot e (found by map_slot after map_reserve) with k. */
+static inline void map_put(molt__xf_ctx *cx, map_ent *e, uintptr_t k, void *val,
+                           const molt__xf_type *t, size_t count) {
+  size_t r = cx->recs.n++;
+  ((map_rec *)cx->recs.p)[r] = (map_rec){k, val, t, count};
+  *e = (map_ent){k, r};
+  cx->map_n++;
+  kbits_set(cx, k);
 }
 
 /* Inserts k (not present). */
 static inline void map_insert(molt__xf_ctx *cx, uintptr_t k, void *val,
                               const molt__xf_type *t, size_t count) {
   map_reserve(cx);
-  *map_slot(cx, k) = (map_ent){k, val, t, count};
-  cx->map_n++;
+  map_put(cx, map_slot(cx, k), k, val, t, count);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -632,18 +828,29 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
   if (count == 0)
     count = 1;
 
+  /* A pointer that is neither replaced nor visited when it is not in the
+   * map (untyped, or of an unchanged type without pointers) is kept as it
+   * is -- unless it is a key of the map or points into the old image.  The
+   * key bitmap answers the first question for heap addresses without a
+   * probe of the (large, randomly accessed) map. */
+  if ((!t || (!(t->flags & MOLT__XF_CHANGED) &&
+              !((t->flags & MOLT__XF_TRAVERSE) && t->fn))) &&
+      p - cx->old_lo >= cx->old_hi - cx->old_lo && !maybe_key(cx, p))
+    return (void *)old;
+
   /* Reserve first: the slot found below is where a new object goes. */
   map_reserve(cx);
   map_ent *e = map_slot(cx, p);
   if (e->key) {
-    if (t && e->t == t && count > e->count && (t->flags & MOLT__XF_CHANGED))
+    const map_rec *r = map_rec_of(cx, e);
+    if (t && r->t == t && count > r->count && (t->flags & MOLT__XF_CHANGED))
       fail(cx, MOLT_EXFORM,
            "object at 0x%lx was migrated as %zu element(s) of %s but is also "
-           "used as %zu", (unsigned long)p, e->count, tname(t), count);
-    return e->val;
+           "used as %zu", (unsigned long)p, r->count, tname(t), count);
+    return r->val;
   }
 
-  if (p >= cx->old_lo && p < cx->old_hi) {
+  if (p - cx->old_lo < cx->old_hi - cx->old_lo) {
     unsigned prot = molt__image_prot_at(cx->old, p);
     if (prot) {
       uintptr_t np;
@@ -658,6 +865,14 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
        * remember them (a million nodes pointing to the same function cost
        * one symbol lookup).  Variables go through the range table every
        * time, because a later molt__xf_map_var may cover them. */
+      if (pooled) {
+        /* Tracked before anything can fail, so that an abort frees it. */
+        if (!vec_reserve(&cx->pools, sizeof(void *), 1)) {
+          free((void *)np);
+          fail(cx, MOLT_ENOMEM, "out of memory while migrating the state");
+        }
+        ((void **)cx->pools.p)[cx->pools.n++] = (void *)np;
+      }
       if (pooled || (prot & PF_X))
         map_insert(cx, p, (void *)np, pooled ? &pool_marker : &image_marker, 1);
       return (void *)np;
@@ -672,18 +887,20 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
     if (!n)
       fail(cx, MOLT_ENOMEM, "out of memory allocating %zu new %s", count, tname(t));
     /* e is still the empty slot for p unless the image branch above
-     * inserted (it returns, except for the goto, which inserts nothing). */
-    *e = (map_ent){p, n, t, count};
-    cx->map_n++;
-    if (t->fn)
+     * inserted (it returns, except for the goto, which inserts nothing);
+     * map_reserve made room for the record. */
+    map_put(cx, e, p, n, t, count);
+    if (t->fn) {
+      /* The old object is read when its item runs; start fetching it. */
+      __builtin_prefetch(old);
       push_work(cx, old, n, t, count, false);
+    }
     if (cx->check_interior)
       VPUSH(cx, &cx->objs, span, {p, p + t->old_size * count, t->name});
     return n;
   }
   if ((t->flags & MOLT__XF_TRAVERSE) && t->fn) {
-    *e = (map_ent){p, (void *)old, t, count};
-    cx->map_n++;
+    map_put(cx, e, p, (void *)old, t, count);
     push_work(cx, old, (void *)old, t, count, true);
     if (cx->check_interior)
       VPUSH(cx, &cx->objs, span, {p, p + t->old_size * count, t->name});
@@ -718,8 +935,29 @@ void molt__xf_run(molt__xf_ctx *cx) {
     char *out = w.out;
     molt__xf_fn fn = t->fn;
     size_t os = t->old_size, ns = w.in_place || in == out ? t->old_size : t->new_size;
-    for (size_t i = 0; i < w.count; i++)
-      fn(cx, in + i * os, out + i * ns);
+    /* The item that runs AHEAD pops from now (unless this one queues
+     * more): fetch its old object while this one runs. */
+    enum { AHEAD = 4, PTR_AHEAD = 8 };
+    if (cx->work.n >= AHEAD)
+      __builtin_prefetch(((work_item *)cx->work.p)[cx->work.n - AHEAD].in);
+    if (os == sizeof(void *) && w.count > PTR_AHEAD) {
+      /* Probably an array of pointers: each element is looked up in the
+       * map, at a random place.  Fetch the slot PTR_AHEAD elements ahead
+       * (reading an element early is harmless: fn reads it anyway, and a
+       * prefetch never faults). */
+      for (size_t i = 0; i < w.count; i++) {
+        if (i + PTR_AHEAD < w.count) {
+          uintptr_t q;
+          memcpy(&q, in + (i + PTR_AHEAD) * os, sizeof q);
+          if (q)
+            __builtin_prefetch(&cx->map[hash_ptr(cx, q)]);
+        }
+        fn(cx, in + i * os, out + i * ns);
+      }
+    } else {
+      for (size_t i = 0; i < w.count; i++)
+        fn(cx, in + i * os, out + i * ns);
+    }
     cx->objects += w.count;
     cx->bytes += t->new_size * w.count;
   }
@@ -881,11 +1119,11 @@ static int read_heap_maps(molt__xf_ctx *cx) {
       if (sps[i] >= lo && sps[i] < hi)
         keep = false;
     if (keep) {
-      if (!vec_reserve(&cx->heap, sizeof(span), 1)) {
+      if (!vec_reserve(&cx->heap, sizeof(heap_span), 1)) {
         rc = MOLT_ENOMEM;
         break;
       }
-      ((span *)cx->heap.p)[cx->heap.n++] = (span){lo, hi, NULL};
+      ((heap_span *)cx->heap.p)[cx->heap.n++] = (heap_span){lo, hi, 0};
     }
     prev_guard = anon && strcmp(perms, "---p") == 0;
     prev_hi = hi;
@@ -895,18 +1133,15 @@ static int read_heap_maps(molt__xf_ctx *cx) {
   return rc;
 }
 
-static bool in_heap(const molt__xf_ctx *cx, uintptr_t p) {
-  const span *h = cx->heap.p;
-  size_t lo = 0, hi = cx->heap.n; /* /proc/self/maps is sorted */
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (h[mid].lo <= p)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo > 0 && p < h[lo - 1].hi;
-}
+/* Initial capacity of the map, from the size of the old heap: the map is
+ * sized for one key per MAP_HINT_BYTES of heap at load 1/2, so that a
+ * migration of (nearly) the whole heap rarely grows it, and capped (a huge
+ * heap of opaque data would otherwise cost a huge table).  The table's
+ * pages are materialised on first touch, so room that stays unused costs
+ * little. */
+#define MAP_HINT_BYTES 128u
+#define MAP_MIN_LOG2 10u
+#define MAP_MAX_LOG2 22u
 
 int molt__xf_begin(molt__image *old, molt__image *new, bool check_interior,
                    molt__xf_ctx **out) {
@@ -921,13 +1156,33 @@ int molt__xf_begin(molt__image *old, molt__image *new, bool check_interior,
   cx->check_interior = check_interior;
   cx->old_lo = old->ranges[0].lo;
   cx->old_hi = old->ranges[old->nranges - 1].hi;
-  cx->map_mask = 1024 - 1;
-  cx->map_shift = 64 - 10;
-  cx->map = calloc(cx->map_mask + 1, sizeof *cx->map);
-  int rc = cx->map ? read_heap_maps(cx) : MOLT_ENOMEM;
+  /* The heap first: the tables allocated below are no part of it. */
+  int rc = read_heap_maps(cx);
+  size_t granules = 0;
+  heap_span *h = cx->heap.p;
+  if (rc == 0 && cx->heap.n) {
+    cx->heap_lo = h[0].lo;
+    cx->heap_hi = h[cx->heap.n - 1].hi;
+  }
+  for (size_t i = 0; rc == 0 && i < cx->heap.n; i++) {
+    h[i].g0 = granules;
+    granules += (h[i].hi - h[i].lo) >> 4;
+  }
+  if (rc == 0 && granules) {
+    /* Without the bitmap every pointer probes the map: slower, not wrong. */
+    size_t bytes = ((granules + 63) / 64) * sizeof(uint64_t);
+    cx->kbits = big_alloc(bytes, true);
+    cx->kbits_bytes = cx->kbits ? bytes : 0;
+  }
+  unsigned log2cap = MAP_MIN_LOG2;
+  uint64_t want = (uint64_t)(granules << 4) / MAP_HINT_BYTES * 2;
+  while (log2cap < MAP_MAX_LOG2 && ((uint64_t)1 << log2cap) < want)
+    log2cap++;
+  if (rc == 0 && !map_alloc(cx, log2cap) && !map_alloc(cx, MAP_MIN_LOG2))
+    rc = MOLT_ENOMEM;
   if (rc < 0) {
-    free(cx->map);
-    vec_free(&cx->heap);
+    big_free(cx->kbits, cx->kbits_bytes);
+    vec_free(&cx->heap, sizeof(heap_span));
     free(cx);
     return rc;
   }
@@ -1032,15 +1287,24 @@ static void restore_old(molt__xf_ctx *cx) {
   for (size_t i = cx->undo.n; i-- > 0;)
     *u[i].slot = u[i].prev;
   cx->undo.n = 0;
-  for (size_t i = 0; i <= cx->map_mask; i++) {
-    map_ent *e = &cx->map[i];
-    if (!e->key)
-      continue;
-    if (e->t == &pool_marker ||
-        (e->t != &image_marker && (e->t->flags & MOLT__XF_CHANGED)))
-      free(e->val);
-  }
-  memset(cx->map, 0, (cx->map_mask + 1) * sizeof *cx->map);
+  const map_rec *r = cx->recs.p;
+  for (size_t i = 0; i < cx->recs.n; i++)
+    if (r[i].t->flags & MOLT__XF_CHANGED) /* markers have no flags */
+      free(r[i].val);
+  void **pool = cx->pools.p;
+  for (size_t i = 0; i < cx->pools.n; i++)
+    free(pool[i]);
+  cx->pools.n = 0;
+  cx->freeold.n = 0; /* never freed on abort: the old version goes on */
+  /* Empty the map and the bitmap (private anonymous memory reads as zeros
+   * after MADV_DONTNEED; clear by hand if that is refused). */
+  size_t mbytes = (cx->map_mask + 1) * sizeof *cx->map;
+  if (madvise(cx->map, mbytes, MADV_DONTNEED) != 0)
+    memset(cx->map, 0, mbytes);
+  if (cx->kbits_bytes && madvise(cx->kbits, cx->kbits_bytes, MADV_DONTNEED) != 0)
+    memset(cx->kbits, 0, cx->kbits_bytes);
+  cx->kbits_shared = false;
+  cx->recs.n = 0;
   cx->map_n = 0;
   molt__saved_local **l = cx->locals.p;
   for (size_t i = 0; i < cx->locals.n; i++) {
@@ -1132,10 +1396,10 @@ void *molt__xf_redirect(molt__xf_ctx *cx, void *old) {
   if (!cx || !old)
     return old;
   uintptr_t p = (uintptr_t)old;
-  map_ent *e = map_find(cx, p);
-  if (e)
-    return e->val;
-  if (p >= cx->old_lo && p < cx->old_hi) {
+  map_rec *r = map_find(cx, p);
+  if (r)
+    return r->val;
+  if (p - cx->old_lo < cx->old_hi - cx->old_lo) {
     unsigned prot = molt__image_prot_at(cx->old, p);
     if (prot) {
       uintptr_t np;
@@ -1146,12 +1410,14 @@ void *molt__xf_redirect(molt__xf_ctx *cx, void *old) {
       if (pooled) {
         /* Keep it with this migration's pool (kept on commit, freed on
          * abort); if that fails, the copy cannot be tracked: drop it. */
-        if (map_full(cx) && !map_grow(cx)) {
+        if ((map_full(cx) && !map_grow(cx)) ||
+            !vec_reserve(&cx->recs, sizeof(map_rec), 1) ||
+            !vec_reserve(&cx->pools, sizeof(void *), 1)) {
           free((void *)np);
           return old;
         }
-        *map_slot(cx, p) = (map_ent){p, (void *)np, &pool_marker, 1};
-        cx->map_n++;
+        ((void **)cx->pools.p)[cx->pools.n++] = (void *)np;
+        map_put(cx, map_slot(cx, p), p, (void *)np, &pool_marker, 1);
       }
       return (void *)np;
     }
@@ -1159,38 +1425,111 @@ void *molt__xf_redirect(molt__xf_ctx *cx, void *old) {
   return old;
 }
 
-/* Frees the old heap objects that were replaced (commit).  Only objects in
- * the heap or an anonymous private mapping are freed, and never one that
- * lies inside another replaced object (an element or member addressed on
- * its own: not a malloc block of its own). */
-static void free_replaced(molt__xf_ctx *cx) {
-  size_t n = cx->map_n; /* an upper bound */
-  if (n == 0)
+void molt__xf_free_old(molt__xf_ctx *cx, const void *old) {
+  if (!cx)
     return;
-  span *s = malloc(n * sizeof *s);
+  if (!cx->migrating)
+    fail(cx, MOLT_EINVAL, "molt__xf_free_old called outside a migration");
+  if (old)
+    VPUSH(cx, &cx->freeold, uintptr_t, (uintptr_t)old);
+}
+
+/* Frees the old heap objects that were replaced, and those a rule asked
+ * for with molt__xf_free_old (commit).  Only objects in the heap or an
+ * anonymous private mapping are freed, each once, and never one that lies
+ * inside another such object (an element or member addressed on its own:
+ * not a malloc block of its own).
+ *
+ * The general case sorts the objects by address and sweeps them.  When the
+ * key bitmap shows that no replaced object can contain another map key
+ * (no key in any of its granules but its first, no granule with two keys,
+ * no object reaching past its mapping) and no rule asked for frees, no
+ * object lies inside another: every replaced heap object is freed as it
+ * comes, without the sort. */
+static void free_replaced(molt__xf_ctx *cx) {
+  const map_rec *r = cx->recs.p;
+  size_t nr = cx->recs.n;
+  const uintptr_t *fo = cx->freeold.p;
+  size_t nfo = cx->freeold.n;
+  if (nr + nfo == 0)
+    return;
+
+  bool fast = cx->kbits_bytes && !cx->kbits_shared && nfo == 0;
+  for (size_t i = 0; fast && i < nr; i++) {
+    const molt__xf_type *t = r[i].t;
+    if (!(t->flags & MOLT__XF_CHANGED))
+      continue;
+    const heap_span *h = heap_find(cx, r[i].key);
+    if (!h)
+      continue;
+    size_t size = (t->old_size ? t->old_size : 1) * r[i].count;
+    if (size > h->hi - r[i].key ||
+        kbits_any(cx, granule(h, r[i].key) + 1, granule(h, r[i].key + size - 1) + 1))
+      fast = false;
+  }
+  if (fast) {
+    /* Prefetch a few objects ahead: free() reads each chunk's header. */
+    enum { AHEAD = 8 };
+    for (size_t i = 0; i < nr; i++) {
+      if (i + AHEAD < nr)
+        __builtin_prefetch((const char *)r[i + AHEAD].key - 16);
+      if ((r[i].t->flags & MOLT__XF_CHANGED) && in_heap(cx, r[i].key))
+        free((void *)r[i].key);
+    }
+    return;
+  }
+
+  span *s = malloc((nr + nfo) * sizeof *s);
   if (!s) {
     /* Cannot sort: freeing blindly could free an interior address.  Keep
      * the old objects (a leak, never a crash). */
     molt__log(MOLT__EV_INFO, 0, NULL,
-              "full update: out of memory, %zu replaced old objects kept", n);
+              "full update: out of memory, %zu replaced old objects kept", nr + nfo);
     return;
   }
+  /* Requests of the rule are marked: their extent is the malloc block's,
+   * asked for only once it is known that the address is no interior one
+   * of an object before it (malloc_usable_size needs a block start). */
+  static const char free_old_mark[] = "free_old";
   size_t k = 0;
-  for (size_t i = 0; i <= cx->map_mask; i++) {
-    map_ent *e = &cx->map[i];
-    if (e->key && e->t != &pool_marker && e->t != &image_marker &&
-        (e->t->flags & MOLT__XF_CHANGED) && in_heap(cx, e->key))
-      s[k++] = (span){e->key, e->key + (e->t->old_size ? e->t->old_size : 1) * e->count,
+  for (size_t i = 0; i < nr; i++) {
+    const molt__xf_type *t = r[i].t;
+    if ((t->flags & MOLT__XF_CHANGED) && in_heap(cx, r[i].key))
+      s[k++] = (span){r[i].key, r[i].key + (t->old_size ? t->old_size : 1) * r[i].count,
                       NULL};
   }
+  for (size_t i = 0; i < nfo; i++)
+    if (in_heap(cx, fo[i]))
+      s[k++] = (span){fo[i], fo[i] + 1, free_old_mark};
+  /* Stable: at equal starts the replaced object (added first) comes
+   * before requests for the same address. */
   sort_spans(s, k, span_cmp);
-  uintptr_t reach = 0;
+  /* Decide first, free after: sizes of blocks are read while every block
+   * is still allocated.  The starts to free are collected at the front of
+   * s (never past the element being read). */
+  uintptr_t reach = 0, last = 0;
+  size_t nf = 0;
   for (size_t i = 0; i < k; i++) {
-    if (s[i].lo >= reach)
-      free((void *)s[i].lo);
-    if (s[i].hi > reach)
-      reach = s[i].hi;
+    uintptr_t lo = s[i].lo, hi = s[i].hi;
+    bool req = s[i].what == free_old_mark;
+    if (lo >= reach) {
+      if (req) {
+        size_t size = malloc_usable_size((void *)lo);
+        hi = lo + (size ? size : 1);
+      }
+      s[nf++].lo = lo;
+      last = lo;
+    } else if (req && lo == last) {
+      /* The block just taken, asked for again (or replaced and asked
+       * for): freed once, and nothing inside its whole extent. */
+      size_t size = malloc_usable_size((void *)lo);
+      hi = lo + (size ? size : 1);
+    }
+    if (hi > reach)
+      reach = hi;
   }
+  for (size_t i = 0; i < nf; i++)
+    free((void *)s[i].lo);
   free(s);
 }
 
@@ -1200,25 +1539,27 @@ void molt__xf_end(molt__xf_ctx *cx, bool commit) {
   if (commit && cx->migrated && !cx->restored) {
     free_replaced(cx);
     /* Literal copies now belong to the new version for good. */
-    for (size_t i = 0; i <= cx->map_mask; i++) {
-      map_ent *e = &cx->map[i];
-      if (e->key && e->t == &pool_marker) {
-        if (!vec_reserve(&kept_pool, sizeof(void *), 1))
-          break; /* still referenced by the new version: a leak, not a bug */
-        ((void **)kept_pool.p)[kept_pool.n++] = e->val;
-      }
+    void **pool = cx->pools.p;
+    for (size_t i = 0; i < cx->pools.n; i++) {
+      if (!vec_reserve(&kept_pool, sizeof(void *), 1))
+        break; /* still referenced by the new version: a leak, not a bug */
+      ((void **)kept_pool.p)[kept_pool.n++] = pool[i];
     }
   } else {
     restore_old(cx);
   }
-  free(cx->map);
-  vec_free(&cx->work);
-  vec_free(&cx->undo);
-  vec_free(&cx->vars);
-  vec_free(&cx->locals);
-  vec_free(&cx->heap);
-  vec_free(&cx->objs);
-  vec_free(&cx->targets);
+  big_free(cx->map, (cx->map_mask + 1) * sizeof *cx->map);
+  big_free(cx->kbits, cx->kbits_bytes);
+  vec_free(&cx->recs, sizeof(map_rec));
+  vec_free(&cx->pools, sizeof(void *));
+  vec_free(&cx->freeold, sizeof(uintptr_t));
+  vec_free(&cx->work, sizeof(work_item));
+  vec_free(&cx->undo, sizeof(undo_ent));
+  vec_free(&cx->vars, sizeof(var_range));
+  vec_free(&cx->locals, sizeof(molt__saved_local *));
+  vec_free(&cx->heap, sizeof(heap_span));
+  vec_free(&cx->objs, sizeof(span));
+  vec_free(&cx->targets, sizeof(uintptr_t));
   free(cx);
 }
 

@@ -39,6 +39,7 @@ enum {
   SC_INTERIOR = 1,   /* `interior` points 4 bytes into a heap entry */
   SC_MISSING_FN = 2, /* an entry points to a function v2 does not have */
   SC_BIG = 3,        /* `head` is a list of n entries, nothing else */
+  SC_FREE_OLD = 4,   /* SC_NORMAL + `scratch`, a heap buffer v2 dropped */
 };
 
 /* Migration modes of v2 (its global xf_mode). */
@@ -49,6 +50,12 @@ enum {
   XM_FAULT_IN_XF = 3,    /* the entry transformer faults on key 2 */
   XM_STACK_OVERFLOW = 4, /* the entry transformer recurses without end */
   XM_FAIL_IN_XF = 5,     /* the entry transformer calls molt__xf_fail on key 3 */
+  XM_FREE_OLD = 6,       /* molt__xf_free_old of scratch (and of addresses the
+                          * safety rules must not free twice or at all) */
+  XM_FREE_OLD_FAIL = 7,  /* the same, then molt__xf_fail after the run */
 };
+
+/* The size of v1's scratch buffer (SC_FREE_OLD), filled with 'S'. */
+#define SCRATCH_BYTES 1000
 
 #endif

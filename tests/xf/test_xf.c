@@ -5,7 +5,7 @@
  *   test_xf <case> <dir with the images>
  *
  * Cases: image migrate locals abort_fail abort_null abort_fault abort_stack
- *        abort_fail_xf missing_fn interior big
+ *        abort_fail_xf missing_fn interior big free_old
  */
 #include "internal.h"
 #include "layouts.h"
@@ -526,6 +526,76 @@ static void case_interior(void) {
   molt__image_close(r.v1);
 }
 
+/* Bytes of malloc memory a committed migration of (scenario, mode) leaves
+ * allocated beyond what it found: the new objects and literal copies, minus
+ * the old objects it freed. */
+static ssize_t commit_growth(int scenario, int mode) {
+  run r;
+  memset(&r, 0, sizeof r);
+  r.v1 = open_ok("xf_v1.so");
+  r.v2 = open_ok("xf_v2.so");
+  FN(r.v1, void (*)(int, long), "v1_setup")(scenario, 0);
+  *(int *)SYM(r.v2, "xf_mode") = mode;
+  size_t before = heap_in_use();
+  REQUIRE(molt__xf_begin(r.v1, r.v2, false, &r.cx) == 0, "begin");
+  r.rc = molt__xf_migrate(r.cx, r.err, sizeof r.err);
+  REQUIRE(r.rc == 0, "migrate (mode %d): %s", mode, r.err);
+  molt__xf_end(r.cx, true);
+  size_t after = heap_in_use();
+  CHECK(*(int *)SYM(r.v2, "counter") == 77, "mode %d: the state migrated", mode);
+  molt__image_close(r.v1); /* its `scratch` still points to the freed buffer */
+  FN(r.v2, void (*)(void), "v2_free_all")();
+  molt__image_close(r.v2);
+  return (ssize_t)(after - before);
+}
+
+/* molt__xf_free_old: the object is freed when the update commits, once,
+ * under the safety rules (see free_old_rule in v2); never on abort. */
+static void case_free_old(void) {
+  const char *tun = getenv("GLIBC_TUNABLES");
+  bool exact = tun && strstr(tun, "tcache_count=0") && heap_in_use() > 0;
+  /* Commit.  The first migration of the process allocates the kept-pool
+   * array: measure the two compared ones after it. */
+  commit_growth(SC_NORMAL, XM_NORMAL);
+  ssize_t base = commit_growth(SC_NORMAL, XM_NORMAL);
+  ssize_t with = commit_growth(SC_FREE_OLD, XM_FREE_OLD);
+  printf("commit leaves %zd bytes allocated without free_old, %zd with\n", base, with);
+  if (exact)
+    CHECK(base - with >= SCRATCH_BYTES && base - with < SCRATCH_BYTES + 64,
+          "the %d-byte buffer freed on commit (difference %zd)", SCRATCH_BYTES,
+          base - with);
+  /* Under AddressSanitizer the leak checker reports the buffer if it is not
+   * freed, and a double or interior free at once. */
+
+  /* Abort: the buffer is untouched and still allocated (v1_free_all frees
+   * it below: a double free if the engine had). */
+  run r;
+  memset(&r, 0, sizeof r);
+  r.v1 = open_ok("xf_v1.so");
+  r.v2 = open_ok("xf_v2.so");
+  FN(r.v1, void (*)(int, long), "v1_setup")(SC_FREE_OLD, 0);
+  take(r.v1, &r.before);
+  *(int *)SYM(r.v2, "xf_mode") = XM_FREE_OLD_FAIL;
+  size_t used_before = heap_in_use();
+  REQUIRE(molt__xf_begin(r.v1, r.v2, false, &r.cx) == 0, "begin");
+  r.rc = molt__xf_migrate(r.cx, r.err, sizeof r.err);
+  expect_abort(&r, MOLT_EXFORM, "refused after asking to free old objects",
+               "molt__xf_free_old then abort");
+  molt__xf_end(r.cx, false);
+  size_t used_after = heap_in_use();
+  CHECK(!exact || used_after == used_before, "abort: %zd bytes freed or leaked",
+        (ssize_t)(used_before - used_after));
+  const char *scratch = *(char **)SYM(r.v1, "scratch");
+  bool intact = scratch != NULL;
+  for (int i = 0; intact && i < SCRATCH_BYTES; i++)
+    intact = scratch[i] == 'S';
+  CHECK(intact, "abort: the buffer is untouched");
+  CHECK(r.v1->main(0, NULL, NULL) == 77, "old main after abort");
+  FN(r.v1, void (*)(void), "v1_free_all")();
+  molt__image_close(r.v2);
+  molt__image_close(r.v1);
+}
+
 static void case_big(void) {
   const long n = 1000000;
   run r;
@@ -600,6 +670,8 @@ int main(int argc, char **argv) {
     case_interior();
   else if (strcmp(c, "big") == 0)
     case_big();
+  else if (strcmp(c, "free_old") == 0)
+    case_free_old();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;

@@ -46,7 +46,7 @@ target_link_libraries(test_xf PRIVATE dl pthread)
 add_dependencies(test_xf xf_v1 xf_v2 xf_noprog xf_badabi)
 
 foreach(case image migrate locals abort_fail abort_null abort_fault abort_stack
-             abort_fail_xf missing_fn interior big)
+             abort_fail_xf missing_fn interior big free_old)
   add_test(NAME xf_${case} COMMAND test_xf ${case} ${XF_OUT})
   # tcache off: heap_in_use() is then exact (freed chunks stop counting).
   set_tests_properties(xf_${case} PROPERTIES TIMEOUT 300 LABELS "xf"

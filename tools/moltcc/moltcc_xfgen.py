@@ -1049,6 +1049,9 @@ class Generator:
         plain = {n for n, c in nn.items() if c == 1}
         head = [
             "#include <stddef.h>",
+            "#include <stdint.h>",
+            "#include <stdio.h>",
+            "#include <stdlib.h>",
             "#include <string.h>",
             "#include <molt.h>",
             "",
@@ -1057,6 +1060,7 @@ class Generator:
             "#define MOLT_XF_INVOKE(xf, in, out) molt_xf_invoke(cx, (xf), (in), (out))",
             "#define XF_INVOKE MOLT_XF_INVOKE",
             "#define MOLT_XF_PTR(p, xf) molt__xf_ptr(cx, (p), (xf), 1)",
+            "#define MOLT_XF_FREE_OLD(p) molt__xf_free_old(cx, (p))",
             "",
         ]
         head += self.od.emit(set())

@@ -31,6 +31,7 @@ struct entry *table_ptr;
 const char *greeting;
 struct pool pool;
 char *interior;
+char *scratch; /* dropped by v2: its migration frees it (SC_FREE_OLD) */
 
 int op_double(int x) { return 2 * x; }
 static int op_negate(int x) { return -x; }
@@ -91,6 +92,10 @@ void v1_setup(int scenario, long n) {
   pool.slots[2] = &table[1];
   pool.slots[3] = n4; /* reachable only through the pointer array */
   interior = scenario == SC_INTERIOR ? (char *)n2 + 4 : NULL;
+  if (scenario == SC_FREE_OLD) {
+    scratch = malloc(SCRATCH_BYTES);
+    memset(scratch, 'S', SCRATCH_BYTES);
+  }
 }
 
 /* Frees the state (after an aborted update the old version still owns it). */
@@ -115,6 +120,8 @@ void v1_free_all(void) {
   }
   head = NULL;
   pool.slots = NULL;
+  free(scratch);
+  scratch = NULL;
 }
 
 int main(int argc, char **argv) {

@@ -122,7 +122,27 @@ static void fix_pool(molt__xf_ctx *cx, const void *in_, void *out_) {
   molt__xf_setp(cx, &out->slots, molt__xf_ptr(cx, in->slots, &xt_entryp, in->n));
 }
 
+/* v2 has no `scratch`: the rule frees v1's buffer -- and, to exercise the
+ * safety rules, asks for it twice, for an address inside it, for a node the
+ * engine replaces anyway and an address inside one, for a variable of the
+ * old image and for NULL.  Only the buffer and the node may be freed, each
+ * once (a double or interior free crashes the plain build and is reported
+ * by AddressSanitizer). */
+static void free_old_rule(molt__xf_ctx *cx) {
+  char *s = *(char **)molt__xf_oldsym(cx, "scratch", NULL);
+  char *h = *(char **)molt__xf_oldsym(cx, "head", NULL);
+  molt__xf_free_old(cx, s);
+  molt__xf_free_old(cx, s);
+  molt__xf_free_old(cx, s + 16);
+  molt__xf_free_old(cx, h);
+  molt__xf_free_old(cx, h + 8);
+  molt__xf_free_old(cx, molt__xf_oldsym(cx, "counter", NULL));
+  molt__xf_free_old(cx, NULL);
+}
+
 static void migrate(molt__xf_ctx *cx) {
+  if (xf_mode == XM_FREE_OLD || xf_mode == XM_FREE_OLD_FAIL)
+    free_old_rule(cx);
   molt__xf_var(cx, molt__xf_oldsym(cx, "counter", NULL), &counter, &xt_int, 1);
   molt__xf_var(cx, molt__xf_oldsym(cx, "hidden_counter", "prog.c"), &hidden_counter,
                &xt_int, 1);
@@ -140,6 +160,10 @@ static void migrate(molt__xf_ctx *cx) {
   if (xf_mode == XM_FAIL_AFTER_RUN) {
     molt__xf_run(cx); /* in-place writes into the old pool happened */
     molt__xf_fail(cx, "rule for pool refused %zu slots", pool.n);
+  }
+  if (xf_mode == XM_FREE_OLD_FAIL) {
+    molt__xf_run(cx);
+    molt__xf_fail(cx, "refused after asking to free old objects");
   }
   if (xf_mode == XM_NULL_WRITE) {
     molt__xf_run(cx);
