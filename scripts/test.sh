@@ -2,7 +2,7 @@
 # Sets everything up and runs the whole test suite:
 #   1. a normal build: every test
 #   2. AddressSanitizer + UBSan: every test
-#   3. ThreadSanitizer: the concurrency tests and the full-update runtime
+#   3. ThreadSanitizer: the concurrency tests and the full-update tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-debian.sh
@@ -26,5 +26,5 @@ run() { # name, cmake options..., -- ctest options...
 
 run build -DMOLT_SANITIZE=
 run build-asan -DMOLT_SANITIZE=address
-run build-tsan -DMOLT_SANITIZE=thread -- -L "concurrency|program"
+run build-tsan -DMOLT_SANITIZE=thread -- -L "concurrency|program|fullupdate"
 echo "all test runs passed"

@@ -5,6 +5,7 @@
 #define KV_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include <molt.h>
@@ -37,7 +38,10 @@ extern pthread_t worker_threads[KV_WORKERS_MAX];
 extern int nworkers;
 extern pthread_mutex_t conn_lock;
 extern unsigned long total_served;    /* every request, all workers */
-extern volatile int stopping;
+/* Set by the SIGINT/SIGTERM handler, polled by the acceptor and the
+ * workers: relaxed, it publishes nothing (the acceptor joins the workers
+ * before it reads what they wrote). */
+extern _Atomic int stopping;
 
 /* worker.c */
 void *worker_main(void *arg);
@@ -50,9 +54,6 @@ long store_get(const char *key, char *out, size_t outlen); /* -1: missing */
 int store_del(const char *key);                         /* 1: deleted */
 size_t store_count(void);
 size_t store_fill(size_t n);                            /* bench: n keys fill:<i> */
-
-/* v1's slot array, handed over by v2.xf; main frees it after the update. */
-extern void *retired_slots;
 
 #define KV_VERSION "2"
 

@@ -21,7 +21,7 @@
 
 #include "kv.h"
 
-volatile int stopping;
+_Atomic int stopping;
 int listen_fd = -1;
 int accept_wakefd = -1;
 int next_worker;
@@ -39,7 +39,7 @@ static void wake_all(void *arg) {
 static void on_signal(int sig) {
   (void)sig;
   int saved = errno;
-  stopping = 1;
+  atomic_store_explicit(&stopping, 1, memory_order_relaxed);
   wake_all(NULL);
   errno = saved;
 }
@@ -147,13 +147,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kvfull: now running version %s (main restarted at "
                     "update point '%s')\n", KV_VERSION,
             molt_is_updating_from("accept") ? "accept" : "?");
-    free(retired_slots); /* the update has committed: v1's array is garbage */
-    retired_slots = NULL;
   } else if (start(argc, argv) < 0) {
     return 1;
   }
 
-  while (!stopping) {
+  while (!atomic_load_explicit(&stopping, memory_order_relaxed)) {
     molt_update_point("accept");
     struct pollfd p[2] = {{listen_fd, POLLIN, 0}, {accept_wakefd, POLLIN, 0}};
     if (poll(p, 2, 100) <= 0)

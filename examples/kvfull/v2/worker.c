@@ -173,7 +173,7 @@ void *worker_main(void *arg) {
 
   if (molt_is_updating())
     workers[id].restarts++;
-  while (!stopping) {
+  while (!atomic_load_explicit(&stopping, memory_order_relaxed)) {
     molt_update_point("worker");
     int n = 0;
     pfd[n].fd = workers[id].wakefd;

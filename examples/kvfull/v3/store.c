@@ -21,7 +21,6 @@ struct store {
 };
 
 struct store store;
-void *retired_slots;
 static pthread_mutex_t store_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* FNV-1a; v2.xf computes the same function while it builds the chains. */

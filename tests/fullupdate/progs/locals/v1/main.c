@@ -1,6 +1,7 @@
 /* MOLT_MIGRATE_LOCAL in main and in a worker thread. */
 #include "fu.h"
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 
 struct acc {
@@ -8,15 +9,21 @@ struct acc {
   int cnt;
 };
 
-int main_restored = -1, worker_restored = -1;
+int main_restored = -1; /* main's own: written and read by main only */
+/* Written by the worker when it (re)starts, read by main's "dump": relaxed
+ * atomics, each a value on its own that publishes nothing else (the dump
+ * is polled until the values it waits for show up). */
+_Atomic int worker_restored = -1;
 long worker_seen; /* the worker's local, published every loop */
 
 void *worker(void *arg) {
   long wl = 0;
-  worker_restored = MOLT_MIGRATE_LOCAL(wl);
+  atomic_store_explicit(&worker_restored, MOLT_MIGRATE_LOCAL(wl),
+                        memory_order_relaxed);
   for (;;) {
     molt_update_point("worker");
     wl++;
+    /* relaxed: a progress value that publishes nothing else */
     __atomic_store_n(&worker_seen, wl, __ATOMIC_RELAXED);
     struct timespec ts = {0, 2000000L};
     nanosleep(&ts, NULL);
@@ -50,7 +57,8 @@ int main(void) {
     } else if (!strncmp(line, "dump", 4)) {
       printf("version=1 n=%d sum=%d cnt=%d main_restored=%d worker_restored=%d "
              "worker_seen=%ld\n",
-             n, acc.sum, acc.cnt, main_restored, worker_restored,
+             n, acc.sum, acc.cnt, main_restored,
+             atomic_load_explicit(&worker_restored, memory_order_relaxed),
              __atomic_load_n(&worker_seen, __ATOMIC_RELAXED));
     } else if (!strncmp(line, "ping", 4)) {
       printf("pong\n");

@@ -2,6 +2,7 @@
  * worker's `wl` did not. */
 #include "fu.h"
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 
 struct acc {
@@ -10,17 +11,23 @@ struct acc {
   int gen;
 };
 
-int main_restored = -1, worker_restored = -1;
+int main_restored = -1; /* main's own: written and read by main only */
+/* Written by the worker when it (re)starts, read by main's "dump": relaxed
+ * atomics, each a value on its own that publishes nothing else (the dump
+ * is polled until the values it waits for show up). */
+_Atomic int worker_restored = -1;
 long worker_seen;
-long worker_first = -1; /* wl right after it was restored */
+_Atomic long worker_first = -1; /* wl right after it was restored */
 
 void *worker(void *arg) {
   long wl = 0;
-  worker_restored = MOLT_MIGRATE_LOCAL(wl);
-  worker_first = wl;
+  atomic_store_explicit(&worker_restored, MOLT_MIGRATE_LOCAL(wl),
+                        memory_order_relaxed);
+  atomic_store_explicit(&worker_first, wl, memory_order_relaxed);
   for (;;) {
     molt_update_point("worker");
     wl++;
+    /* relaxed: a progress value that publishes nothing else */
     __atomic_store_n(&worker_seen, wl, __ATOMIC_RELAXED);
     struct timespec ts = {0, 2000000L};
     nanosleep(&ts, NULL);
@@ -49,8 +56,10 @@ int main(void) {
     } else if (!strncmp(line, "dump", 4)) {
       printf("version=2 n=%d sum=%d cnt=%d gen=%d main_restored=%d "
              "worker_restored=%d worker_first=%ld worker_seen=%ld\n",
-             n, acc.sum, acc.cnt, acc.gen, main_restored, worker_restored,
-             worker_first, __atomic_load_n(&worker_seen, __ATOMIC_RELAXED));
+             n, acc.sum, acc.cnt, acc.gen, main_restored,
+             atomic_load_explicit(&worker_restored, memory_order_relaxed),
+             atomic_load_explicit(&worker_first, memory_order_relaxed),
+             __atomic_load_n(&worker_seen, __ATOMIC_RELAXED));
     } else if (!strncmp(line, "ping", 4)) {
       printf("pong\n");
     } else if (!strncmp(line, "quit", 4)) {

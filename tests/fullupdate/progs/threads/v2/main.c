@@ -24,7 +24,14 @@ struct config {
   int magic;
 };
 
+/* tinfo[i] is written by thread i (begin(), and `after` after its first
+ * update point) and read by main's "dump": every access but `loops` is
+ * under tinfo_lock, so a dump sees each thread's record either before or
+ * after a begin(), never half-written.  `loops` is a relaxed atomic
+ * counter, also read under the lock for the same reason (a dump that sees
+ * loops > 0 sees the begin() that preceded the first increment). */
 struct tinfo tinfo[2];
+pthread_mutex_t tinfo_lock = PTHREAD_MUTEX_INITIALIZER;
 struct config cfg = {4242};
 int main_tid, main_updating, main_from, main_starts;
 
@@ -34,14 +41,28 @@ static void pause_ms(int ms) {
 }
 
 static void begin(struct tinfo *t, long arg, const char *point) {
-  t->tid = fu_tid();
+  int tid = fu_tid(), updating = molt_is_updating();
+  int from_point = molt_is_updating_from(point);
+  int from_other = molt_is_updating_from("elsewhere");
+  pthread_mutex_lock(&tinfo_lock);
+  t->tid = tid;
   t->arg = arg;
   t->version = VERSION;
   t->starts++;
-  t->updating = molt_is_updating();
-  t->from_point = molt_is_updating_from(point);
-  t->from_other = molt_is_updating_from("elsewhere");
+  t->updating = updating;
+  t->from_point = from_point;
+  t->from_other = from_other;
   t->after = -1;
+  pthread_mutex_unlock(&tinfo_lock);
+}
+
+/* Records molt_is_updating() once, after the thread's first update point. */
+static void note_after(struct tinfo *t) {
+  int updating = molt_is_updating();
+  pthread_mutex_lock(&tinfo_lock);
+  if (t->after < 0)
+    t->after = updating;
+  pthread_mutex_unlock(&tinfo_lock);
 }
 
 void *worker(void *arg) {
@@ -49,8 +70,8 @@ void *worker(void *arg) {
   begin(t, (long)(intptr_t)arg, "worker-point");
   for (;;) {
     molt_update_point("worker-point");
-    if (t->after < 0)
-      t->after = molt_is_updating();
+    note_after(t);
+    /* relaxed: a counter that orders nothing (see tinfo_lock) */
     __atomic_add_fetch(&t->loops, 1, __ATOMIC_RELAXED);
     pause_ms(2);
   }
@@ -63,8 +84,8 @@ void *sampler(void *arg) {
   begin(t, c == &cfg ? c->magic : -1, "sampler-point");
   for (;;) {
     molt_update_point("sampler-point");
-    if (t->after < 0)
-      t->after = molt_is_updating();
+    note_after(t);
+    /* relaxed: a counter that orders nothing (see tinfo_lock) */
     __atomic_add_fetch(&t->loops, 1, __ATOMIC_RELAXED);
     pause_ms(2);
   }
@@ -76,14 +97,31 @@ static int fu_handle(char *cmd) {
   if (!strcmp(cmd, "dump")) {
     printf("version=%d main_tid=%d main_updating=%d main_from=%d main_starts=%d",
            VERSION, main_tid, main_updating, main_from, main_starts);
+    struct tinfo snap[2];
+    pthread_mutex_lock(&tinfo_lock);
     for (int i = 0; i < 2; i++) {
-      struct tinfo *t = &tinfo[i];
+      struct tinfo *t = &tinfo[i], *s = &snap[i];
+      s->tid = t->tid;
+      s->arg = t->arg;
+      s->version = t->version;
+      s->starts = t->starts;
+      s->updating = t->updating;
+      s->from_point = t->from_point;
+      s->from_other = t->from_other;
+      /* A thread that has not yet run begin() in this version still shows
+       * the migrated record of the old one: report "not yet" for it. */
+      s->after = t->version == VERSION ? t->after : -1;
+      /* relaxed: a counter; the lock orders it with the rest of tinfo */
+      s->loops = __atomic_load_n(&t->loops, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&tinfo_lock);
+    for (int i = 0; i < 2; i++) {
+      struct tinfo *t = &snap[i];
       printf(" t%d_tid=%d t%d_arg=%ld t%d_version=%d t%d_starts=%d "
              "t%d_updating=%d t%d_from=%d t%d_from_other=%d t%d_after=%d "
              "t%d_loops=%ld",
              i, t->tid, i, t->arg, i, t->version, i, t->starts, i, t->updating,
-             i, t->from_point, i, t->from_other, i, t->after, i,
-             __atomic_load_n(&t->loops, __ATOMIC_RELAXED));
+             i, t->from_point, i, t->from_other, i, t->after, i, t->loops);
     }
     printf("\n");
   } else {

@@ -3,22 +3,27 @@
  * point, no wake-up callback); "release" lets it go back to its loop. */
 #include "fu.h"
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 
 int counter = 1;
-int blocker_tid;
+/* Shared by the blocker and main's commands, relaxed atomics: each is a
+ * value on its own that publishes nothing else (the test gives the
+ * blocker time to react to `blocked`; pipefd is written before the blocker
+ * is created). */
+_Atomic int blocker_tid;
 int pipefd[2];
-volatile int blocked;
+_Atomic int blocked;
 
 void *blocker(void *arg) {
-  blocker_tid = fu_tid();
+  atomic_store_explicit(&blocker_tid, fu_tid(), memory_order_relaxed);
   for (;;) {
     molt_update_point("blocker");
-    if (blocked) {
+    if (atomic_load_explicit(&blocked, memory_order_relaxed)) {
       char c;
       while (read(pipefd[0], &c, 1) < 0) {
       }
-      blocked = 0;
+      atomic_store_explicit(&blocked, 0, memory_order_relaxed);
     }
     struct timespec ts = {0, 2000000L};
     nanosleep(&ts, NULL);
@@ -32,7 +37,7 @@ static int fu_handle(char *cmd) {
     counter++;
     printf("ok\n");
   } else if (!strcmp(cmd, "block")) {
-    blocked = 1;
+    atomic_store_explicit(&blocked, 1, memory_order_relaxed);
     printf("ok\n");
   } else if (!strcmp(cmd, "release")) {
     if (write(pipefd[1], "x", 1) != 1)
@@ -41,7 +46,8 @@ static int fu_handle(char *cmd) {
       printf("ok\n");
   } else if (!strcmp(cmd, "dump")) {
     printf("version=1 counter=%d blocker_tid=%d blocked=%d\n", counter,
-           blocker_tid, blocked);
+           atomic_load_explicit(&blocker_tid, memory_order_relaxed),
+           atomic_load_explicit(&blocked, memory_order_relaxed));
   } else {
     printf("error %s\n", cmd);
   }
