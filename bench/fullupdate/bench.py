@@ -603,20 +603,27 @@ def notes(res):
                 share[sym] = share.get(sym, 0) + pct
             kern = sum(p for p, d, _ in prof["top"] if d.startswith("[kernel"))
             libc = sum(p for p, d, _ in prof["top"] if d.startswith("libc"))
+            eng = sum(p for p, d, _ in prof["top"] if d.startswith("libmolt"))
             out.append(
-                "The profile says where: `molt__xf_ptr` (classifying every old pointer "
-                "— each entry's `next`, `key`, `value` and its bucket slot — with a "
-                "lookup in the old→new hash map, a random access into a table of "
-                "millions of entries) %.0f%%; `sort_spans` (sorting the replaced objects "
-                "before freeing them, `free_replaced`) %.0f%%; the map's growth "
-                "(`map_grow`) %.0f%%; the allocator (libc) %.0f%% and the kernel "
-                "(page faults of the new objects, memory cgroup accounting) %.0f%% of "
-                "the samples in the top 15. Candidates for the runtime: size the map "
-                "up front, skip the map for untyped pointers that cannot be migrated "
-                "objects, and free replaced objects without a global sort when no "
-                "interior pointer can exist." % (
-                    share.get("molt__xf_ptr", 0), share.get("sort_spans.constprop.0", 0),
-                    share.get("map_grow", 0), libc, kern))
+                "The profile says where: the engine's own code (`molt__xf_ptr`: "
+                "classifying every old pointer — each entry's `next`, `key`, `value` "
+                "and its bucket slot; `molt__xf_run`: the work loop; `molt__xf_end`: "
+                "freeing the replaced objects) %.0f%%, of which `molt__xf_ptr` %.0f%%; "
+                "the allocator (libc: a `calloc` per new object, a `free` per old one "
+                "and the consolidation of the freed chunks) %.0f%%; the kernel (zeroing "
+                "and faulting in fresh pages for the new objects and the engine's "
+                "tables, memory cgroup accounting) %.0f%% of the samples in the top 15. "
+                "The engine sizes its old→new map from the heap and keeps it in huge "
+                "pages, answers untyped pointers (`key`, `value`) from a bitmap of the "
+                "heap without probing the map, frees the replaced objects without "
+                "sorting them when none can contain another, and prefetches ahead in "
+                "its work loop (src/runtime/xf.c); what is left is mostly the "
+                "allocator and fresh memory. The first update at 1M entries of a run "
+                "is the slowest (see min–max), probably the first touch of memory on "
+                "this VM: an earlier run's profiled update took 289 ms with a third of "
+                "its samples in `clear_page_erms` (zeroing fresh pages); not verified "
+                "further." % (
+                    eng, share.get("molt__xf_ptr", 0), libc, kern))
         r2 = big.get("v1_v2_objects_per_s")
         if r2 is not None:
             out.append(
