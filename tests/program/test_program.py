@@ -456,3 +456,42 @@ def test_locals_of_returned_calls_are_not_migrated(server):
     time.sleep(0.05)
     s.state()
     assert not any("probe restored" in line for line in s.seen), s.seen
+
+
+def test_killing_the_cli_mid_update_leaves_all_or_nothing(server):
+    """R6 for full updates: `molt update` killed at a spread of moments
+    leaves the process on the old image with its state, or on the new one
+    with the state migrated -- never in between -- and serving."""
+    import random
+    rnd = random.Random(66)
+    s = server
+    s.send("add 5")
+    s.expect("^ok$")
+    t0 = time.monotonic()
+    molt("update", s.pid, image("prog_v2.so"), check=0)  # measure a whole update
+    span = time.monotonic() - t0
+    restarted(s, 2)
+    v, moved, stayed = 2, 0, 0
+    for i in range(24):
+        if v == 3:
+            break
+        cli = subprocess.Popen([CLI, "update", str(s.pid), image("prog_v%d.so" % (v + 1))],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if i % 3:  # every third CLI is killed as soon as it runs
+            time.sleep(rnd.uniform(0.0, 1.2 * span))
+        cli.kill()
+        cli.wait()
+        st = status(s.pid)  # answered after whatever the killed CLI sent
+        assert st["state"] == "ok"
+        now = int(re.search(r"prog_v(\d)\.so$", st["image"]["path"]).group(1))
+        assert now in (v, v + 1), st["image"]
+        if now == v + 1:
+            moved += 1
+            restarted(s, now)
+            v = now
+        else:
+            stayed += 1
+        state = s.state()
+        assert state["v"] == str(v) and state["total"] == "5", state
+    print("R6 update: %d moved, %d stayed (update takes %.1f ms)" % (moved, stayed, span * 1e3))
+    assert stayed > 0 and moved > 0, (moved, stayed, span)
