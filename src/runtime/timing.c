@@ -232,7 +232,7 @@ int molt_update_point(const char *name) {
   molt__verdict verdict = MOLT__VERDICT_NONE;
   if (atomic_load_explicit(&pending, memory_order_relaxed)) {
     if (pending_restart && me)
-      molt__program_park(me, frame, name); /* prog_lock inside bar_lock */
+      molt__program_park(me, frame, name); /* own record only, no prog_lock */
     uint64_t seq = release_seq;
     p->parked = true;
     nparked++;
