@@ -172,6 +172,15 @@ def test_other_uid_is_refused(served):
     assert any(e["event"] == "denied" for e in log)
 
 
+def stopped_first(argv, first):
+    """argv, or (first) argv behind a shell that stops itself before it
+    execs the CLI: killing that one is certain to happen before the CLI has
+    sent anything."""
+    if not first:
+        return argv
+    return ["/bin/sh", "-c", 'kill -STOP $$; exec "$0" "$@"', *argv]
+
+
 def test_killing_the_cli_mid_apply_leaves_all_or_nothing(served):
     """R6: `molt apply` killed at a spread of moments (before it connects,
     while it sends, while the process applies, while it answers) leaves the
@@ -189,9 +198,11 @@ def test_killing_the_cli_mid_apply_leaves_all_or_nothing(served):
     before = status(served.pid)
     for i in range(40):
         name = "patch_a.so" if i % 2 == 0 else "patch_b.so"
-        cli = subprocess.Popen([CLI, "apply", str(served.pid), patch(name)],
+        argv = [CLI, "apply", str(served.pid), patch(name)]
+        cli = subprocess.Popen(stopped_first(argv, i == 0),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if i % 4:  # every fourth CLI is killed as soon as it runs
+        if i % 4:  # every fourth CLI is killed as soon as it runs (the first
+            #        one before it even starts: it stops itself)
             time.sleep(rnd.uniform(0.0, 1.2 * span))
         cli.kill()
         cli.wait()

@@ -458,6 +458,15 @@ def test_locals_of_returned_calls_are_not_migrated(server):
     assert not any("probe restored" in line for line in s.seen), s.seen
 
 
+def stopped_first(argv, first):
+    """argv, or (first) argv behind a shell that stops itself before it
+    execs the CLI: killing that one is certain to happen before the CLI has
+    sent anything."""
+    if not first:
+        return argv
+    return ["/bin/sh", "-c", 'kill -STOP $$; exec "$0" "$@"', *argv]
+
+
 def test_killing_the_cli_mid_update_leaves_all_or_nothing(server):
     """R6 for full updates: `molt update` killed at a spread of moments
     leaves the process on the old image with its state, or on the new one
@@ -475,9 +484,11 @@ def test_killing_the_cli_mid_update_leaves_all_or_nothing(server):
     for i in range(24):
         if v == 3:
             break
-        cli = subprocess.Popen([CLI, "update", str(s.pid), image("prog_v%d.so" % (v + 1))],
+        argv = [CLI, "update", str(s.pid), image("prog_v%d.so" % (v + 1))]
+        cli = subprocess.Popen(stopped_first(argv, i == 0),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if i % 3:  # every third CLI is killed as soon as it runs
+        if i % 3:  # every third CLI is killed as soon as it runs (the first
+            #        one before it even starts: it stops itself)
             time.sleep(rnd.uniform(0.0, 1.2 * span))
         cli.kill()
         cli.wait()
