@@ -16,9 +16,12 @@
  * grows geometrically; the work list is an explicit stack, so a list of a
  * million nodes never recurses.  What a million objects cost is memory
  * traffic, so the tables are laid out for it:
- *  - the old->new map is sized up front from the heap's size, holds 16-byte
- *    slots (key + index of a record appended in insertion order), and lives
- *    in huge pages where the kernel gives them (big_alloc);
+ *  - the old->new map is sized up front from the heap's size, holds 8-byte
+ *    slots (a tag of the key + index of a record appended in insertion
+ *    order), and lives in huge pages where the kernel gives them
+ *    (big_alloc).  Fresh pages can be the dominant cost on a VM (the kernel
+ *    zeroes each one during the pause, and the table is touched all over),
+ *    so its slots are kept small;
  *  - a bitmap with one bit per 16-byte granule of the old heap says which
  *    granules hold a map key, so that an untyped pointer (a string, a
  *    buffer) that cannot be a migrated object is answered without probing
@@ -54,13 +57,27 @@
 static const molt__xf_type pool_marker = {"string literal", 0, 0, NULL, 0};
 static const molt__xf_type image_marker = {"old image address", 0, 0, NULL, 0};
 
-/* A slot of the map: the old address (0 = empty) and the index of its
- * record.  16 bytes, so that a 4 KiB window of the table (see hash_ptr)
- * covers one page of the old heap. */
+/* A slot of the map: 8 bytes, a tag of the old address and the index of
+ * its record (the record holds the address itself).  The table is touched
+ * all over at random, so every page of it is fresh memory the kernel must
+ * zero during the pause: at 8 bytes a slot (instead of key + index, 16)
+ * that costs half as much, and a 2 KiB window (see hash_ptr) covers one
+ * page of the old heap.  A probe compares the tag first and reads the
+ * record only when the tag matches, i.e. almost only on a hit, which needs
+ * the record anyway. */
 typedef struct map_ent {
-  uintptr_t key;
-  size_t rec;
+  uint32_t tag; /* map_tag(key) */
+  uint32_t rec; /* index of the record + 1; 0 = empty slot */
 } map_ent;
+
+/* Records are indexed by 32 bits: more than this many keys fail the
+ * migration as out of memory (they would need > 128 GiB of records). */
+#define MAP_MAX_RECS ((size_t)UINT32_MAX - 1)
+
+static inline uint32_t map_tag(uintptr_t k) {
+  /* Keys of one window lie in one 4 KiB page: their granules differ. */
+  return (uint32_t)(k >> 4);
+}
 
 /* What an old address maps to; appended in insertion order (cx->recs), so
  * that commit and abort walk a dense array instead of the whole table. */
@@ -336,22 +353,25 @@ static inline size_t hash_ptr(const molt__xf_ctx *cx, uintptr_t k) {
   return ((page << 8) | ((k >> 4) & 255)) & cx->map_mask;
 }
 
-/* The entry for k, or the empty slot where k would be inserted. */
+/* The entry for k, or the empty slot (rec == 0) where k would be
+ * inserted. */
 static inline map_ent *map_slot(const molt__xf_ctx *cx, uintptr_t k) {
+  const map_rec *r = cx->recs.p;
+  uint32_t tag = map_tag(k);
   for (size_t i = hash_ptr(cx, k);; i = (i + 1) & cx->map_mask) {
     map_ent *e = &cx->map[i];
-    if (e->key == k || e->key == 0)
+    if (e->rec == 0 || (e->tag == tag && r[e->rec - 1].key == k))
       return e;
   }
 }
 
 static inline map_rec *map_rec_of(const molt__xf_ctx *cx, const map_ent *e) {
-  return &((map_rec *)cx->recs.p)[e->rec];
+  return &((map_rec *)cx->recs.p)[e->rec - 1];
 }
 
 static inline map_rec *map_find(const molt__xf_ctx *cx, uintptr_t k) {
   map_ent *e = map_slot(cx, k);
-  return e->key ? map_rec_of(cx, e) : NULL;
+  return e->rec ? map_rec_of(cx, e) : NULL;
 }
 
 /* Load factor at most 1/2: linear probing then needs ~2.5 probes for a
@@ -380,9 +400,14 @@ static bool map_grow(molt__xf_ctx *cx) {
     cx->map = old;
     return false;
   }
-  for (size_t i = 0; i < old_cap; i++)
-    if (old[i].key)
-      *map_slot(cx, old[i].key) = old[i];
+  /* Every record is in the map (keys are unique): re-place them in order. */
+  const map_rec *r = cx->recs.p;
+  for (size_t i = 0; i < cx->recs.n; i++) {
+    size_t j = hash_ptr(cx, r[i].key);
+    while (cx->map[j].rec)
+      j = (j + 1) & cx->map_mask;
+    cx->map[j] = (map_ent){map_tag(r[i].key), (uint32_t)(i + 1)};
+  }
   big_free(old, old_cap * sizeof *old);
   return true;
 }
@@ -393,7 +418,7 @@ static inline void map_reserve(molt__xf_ctx *cx) {
   if (__builtin_expect(map_full(cx), 0) && !map_grow(cx))
     fail(cx, MOLT_ENOMEM, "out of memory while migrating the state");
   if (__builtin_expect(cx->recs.n == cx->recs.cap, 0) &&
-      !vec_reserve(&cx->recs, sizeof(map_rec), 1))
+      (cx->recs.n >= MAP_MAX_RECS || !vec_reserve(&cx->recs, sizeof(map_rec), 1)))
     fail(cx, MOLT_ENOMEM, "out of memory while migrating the state");
 }
 
@@ -402,7 +427,7 @@ static inline void map_put(molt__xf_ctx *cx, map_ent *e, uintptr_t k, void *val,
                            const molt__xf_type *t, size_t count) {
   size_t r = cx->recs.n++;
   ((map_rec *)cx->recs.p)[r] = (map_rec){k, val, t, count};
-  *e = (map_ent){k, r};
+  *e = (map_ent){map_tag(k), (uint32_t)(r + 1)};
   cx->map_n++;
   kbits_set(cx, k);
 }
@@ -841,7 +866,7 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
   /* Reserve first: the slot found below is where a new object goes. */
   map_reserve(cx);
   map_ent *e = map_slot(cx, p);
-  if (e->key) {
+  if (e->rec) {
     const map_rec *r = map_rec_of(cx, e);
     if (t && r->t == t && count > r->count && (t->flags & MOLT__XF_CHANGED))
       fail(cx, MOLT_EXFORM,
@@ -1135,10 +1160,11 @@ static int read_heap_maps(molt__xf_ctx *cx) {
 
 /* Initial capacity of the map, from the size of the old heap: the map is
  * sized for one key per MAP_HINT_BYTES of heap at load 1/2, so that a
- * migration of (nearly) the whole heap rarely grows it, and capped (a huge
- * heap of opaque data would otherwise cost a huge table).  The table's
- * pages are materialised on first touch, so room that stays unused costs
- * little. */
+ * migration of (nearly) the whole heap rarely grows it (256 bytes per key
+ * already grows it once at 1M entries of examples/kvfull), and capped (a
+ * huge heap of opaque data would otherwise cost a huge table).  The
+ * table's pages are materialised on first touch, so room that stays unused
+ * costs little. */
 #define MAP_HINT_BYTES 128u
 #define MAP_MIN_LOG2 10u
 #define MAP_MAX_LOG2 22u
@@ -1410,7 +1436,7 @@ void *molt__xf_redirect(molt__xf_ctx *cx, void *old) {
       if (pooled) {
         /* Keep it with this migration's pool (kept on commit, freed on
          * abort); if that fails, the copy cannot be tracked: drop it. */
-        if ((map_full(cx) && !map_grow(cx)) ||
+        if ((map_full(cx) && !map_grow(cx)) || cx->recs.n >= MAP_MAX_RECS ||
             !vec_reserve(&cx->recs, sizeof(map_rec), 1) ||
             !vec_reserve(&cx->pools, sizeof(void *), 1)) {
           free((void *)np);
