@@ -560,8 +560,14 @@ static void case_free_old(void) {
   ssize_t base = commit_growth(SC_NORMAL, XM_NORMAL);
   ssize_t with = commit_growth(SC_FREE_OLD, XM_FREE_OLD);
   printf("commit leaves %zd bytes allocated without free_old, %zd with\n", base, with);
+  /* Not exact to the byte even with the cache off: malloc hands out a whole
+   * free chunk when splitting it would leave less than its minimum chunk, so
+   * which chunks the new objects land in (and that depends on earlier frees,
+   * e.g. of the image paths, whose lengths vary with the checkout's
+   * directory) moves the total by up to a few minimum chunks.  A buffer that
+   * is not freed leaves a difference near 0. */
   if (exact)
-    CHECK(base - with >= SCRATCH_BYTES && base - with < SCRATCH_BYTES + 64,
+    CHECK(base - with > SCRATCH_BYTES - 64 && base - with < SCRATCH_BYTES + 64,
           "the %d-byte buffer freed on commit (difference %zd)", SCRATCH_BYTES,
           base - with);
   /* Under AddressSanitizer the leak checker reports the buffer if it is not
