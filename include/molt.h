@@ -306,7 +306,7 @@ MOLT_EXTERN int molt_migrate_local(const char *func, const char *name,
 /* 4. ABI between generated code and the runtime (not an API)                */
 /* ------------------------------------------------------------------------ */
 
-#define MOLT__ABI 1u
+#define MOLT__ABI 2u
 #define MOLT__DESC_MAGIC 0x6d6f6c74u  /* "molt" */
 #define MOLT__PATCH_MAGIC 0x4d4f4c54u /* "MOLT" */
 
@@ -343,14 +343,26 @@ typedef struct molt__thread {
   _Atomic uint32_t active[MOLT__SLOTS];
 } molt__thread;
 
-/* Descriptor of one updatable function of the program (section molt_fns). */
+/* Descriptor of one updatable function of the program (section molt_fns).
+ *
+ * The stable entry is a 5-byte `jmp rel32` in an 8-byte aligned word
+ * (MOLT__ENTRY_STUB).  While no live generation replaces version 0 it jumps
+ * straight to `direct` (version 0 itself: an updatable call then costs one
+ * direct jump); once a patch replaces the function the runtime rewrites the
+ * jump to `dispatch`, the generation-table path below (molt__enter/leave),
+ * and back to `direct` when the last generation that replaced it is
+ * reclaimed (src/runtime/entry.c). */
 typedef struct molt__fn_desc {
   uint32_t magic;   /* MOLT__DESC_MAGIC                                    */
   uint32_t index;   /* position in generation tables, set at registration */
   const char *name; /* function name                                       */
   const char *tu;   /* source file (static functions: part of the key)    */
   void *entry;      /* the stable entry (the function's own address)       */
-  void *body;       /* version 0                                           */
+  void *body;       /* version 0, as generation tables call it             */
+  void *dispatch;   /* the generation-table path                           */
+  void *direct;     /* entry target while version 0 is the only one alive;
+                       NULL: always dispatch (variadic functions, whose
+                       version 0 takes a va_list)                          */
   uint32_t is_static;
   uint32_t reserved;
 } molt__fn_desc;
@@ -469,13 +481,70 @@ static inline __attribute__((always_inline)) void molt__leave(molt__gen *g) {
 #define MOLT__DESC(linkage, name, is_static)                                   \
   static molt__fn_desc name##__molt_desc MOLT__SECTION("molt_fns") = {         \
       MOLT__DESC_MAGIC, UINT32_MAX, #name, MOLT__TU, (void *)&name,            \
+      (void *)&name##__molt_v0, (void *)&name##__molt_dispatch,                \
       (void *)&name##__molt_v0, is_static, 0}
+
+/*
+ * The stable entry's body: one `jmp rel32` (opcode e9 and a 4-byte
+ * displacement), spelled out so that the assembler cannot pick the 2-byte
+ * form.  The function holding it is naked and 8-byte aligned, so the
+ * displacement lies inside one aligned 8-byte word, which the runtime
+ * rewrites with a single atomic store (src/runtime/entry.c).  Version 0 is
+ * named by its symbol: the TU must not be compiled with -flto, which may
+ * rename static functions.
+ */
+#if !defined(__x86_64__)
+#error "molt's updatable functions are implemented for x86-64 only"
+#endif
+#define MOLT__ENTRY_STUB(target) __asm__(".byte 0xe9\n\t.long " #target " - . - 4")
+/* Instrumentation options (-pg, -finstrument-functions, --coverage,
+ * -fpatchable-function-entry, -fsplit-stack, -fstack-protector-all) would
+ * put code before the jump; these attributes keep it out of the entry. */
+#if defined(__has_attribute)
+#if __has_attribute(no_profile_instrument_function)
+#define MOLT__NO_PROFILE no_profile_instrument_function,
+#endif
+#if __has_attribute(no_split_stack)
+#define MOLT__NO_SPLIT no_split_stack,
+#endif
+#if __has_attribute(no_stack_protector)
+#define MOLT__NO_SSP no_stack_protector,
+#endif
+#if __has_attribute(patchable_function_entry)
+#define MOLT__NO_PATCHABLE patchable_function_entry(0, 0),
+#endif
+#endif
+#ifndef MOLT__NO_PROFILE
+#define MOLT__NO_PROFILE
+#endif
+#ifndef MOLT__NO_SPLIT
+#define MOLT__NO_SPLIT
+#endif
+#ifndef MOLT__NO_SSP
+#define MOLT__NO_SSP
+#endif
+#ifndef MOLT__NO_PATCHABLE
+#define MOLT__NO_PATCHABLE
+#endif
+#define MOLT__ENTRY_ATTRS                                                      \
+  __attribute__((naked, aligned(8), noinline, no_instrument_function,          \
+                 MOLT__NO_PROFILE MOLT__NO_SPLIT MOLT__NO_SSP MOLT__NO_PATCHABLE \
+                 used))
+/* Naked functions leave their parameters unused by construction. */
+#define MOLT__DIAG_PUSH                                                        \
+  _Pragma("GCC diagnostic push")                                               \
+      _Pragma("GCC diagnostic ignored \"-Wunused-parameter\"")
+#define MOLT__DIAG_POP _Pragma("GCC diagnostic pop")
 
 #define MOLT__FUNCTION(linkage, ret, name, params, args)                       \
   linkage ret name params;                                                     \
   static ret name##__molt_v0 params;                                           \
+  static ret name##__molt_dispatch params;                                     \
   MOLT__DESC(linkage, name, sizeof(#linkage) > 1);                             \
-  linkage ret name params {                                                    \
+  MOLT__DIAG_PUSH                                                              \
+  linkage MOLT__ENTRY_ATTRS ret name params { MOLT__ENTRY_STUB(name##__molt_v0); } \
+  MOLT__DIAG_POP                                                               \
+  static __attribute__((used)) ret name##__molt_dispatch params {              \
     molt__gen *molt__g = molt__enter();                                        \
     ret molt__r =                                                              \
         ((ret(*) params)molt__g->table[name##__molt_desc.index]) args;         \
@@ -487,8 +556,12 @@ static inline __attribute__((always_inline)) void molt__leave(molt__gen *g) {
 #define MOLT__VOID_FUNCTION(linkage, name, params, args)                       \
   linkage void name params;                                                    \
   static void name##__molt_v0 params;                                          \
+  static void name##__molt_dispatch params;                                    \
   MOLT__DESC(linkage, name, sizeof(#linkage) > 1);                             \
-  linkage void name params {                                                   \
+  MOLT__DIAG_PUSH                                                              \
+  linkage MOLT__ENTRY_ATTRS void name params { MOLT__ENTRY_STUB(name##__molt_v0); } \
+  MOLT__DIAG_POP                                                               \
+  static __attribute__((used)) void name##__molt_dispatch params {             \
     molt__gen *molt__g = molt__enter();                                        \
     ((void(*) params)molt__g->table[name##__molt_desc.index]) args;            \
     molt__leave(molt__g);                                                      \

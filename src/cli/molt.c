@@ -795,8 +795,8 @@ static void status_json(pid_t pid, const molt__records *rs) {
                                    "active_calls", NULL},
              "nnsn", false);
   json_array(rs, "functions", "function",
-             (const char *const[]){"name", "tu", "static", "version", NULL},
-             "ssbs", false);
+             (const char *const[]){"name", "tu", "static", "version", "entry", NULL},
+             "ssbss", false);
   json_array(rs, "threads", "thread",
              (const char *const[]){"tid", "name", "view", "active_calls",
                                    NULL},
@@ -903,9 +903,9 @@ static void status_human(pid_t pid, const molt__records *rs) {
                  (const char *const[]){"GENERATION", "SLOT", "STATE",
                                        "ACTIVE-CALLS"},
                  (const int[]){1, 2, 3, 4});
-  status_section(rs, "updatable functions", "function", 4,
-                 (const char *const[]){"NAME", "FILE", "STATIC", "VERSION"},
-                 (const int[]){1, 2, 3, 4});
+  status_section(rs, "updatable functions", "function", 5,
+                 (const char *const[]){"NAME", "FILE", "STATIC", "VERSION", "ENTRY"},
+                 (const int[]){1, 2, 3, 4, 5});
   status_section(rs, "threads", "thread", 4,
                  (const char *const[]){"TID", "NAME", "RUNS", "ACTIVE-CALLS"},
                  (const int[]){1, 2, 3, 4});

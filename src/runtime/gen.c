@@ -126,7 +126,16 @@ static int collect_owners(molt__gen *g) {
 }
 
 int molt__gen_publish_checked(molt__gen *g) {
-  int rc = collect_owners(g);
+  /* First the entries: every function g replaces must run its dispatch
+   * path before g can be seen (entry.c). */
+  char why[256];
+  int rc = molt__entries_prepare(g, why, sizeof why);
+  if (rc < 0) {
+    molt__log(MOLT__EV_FAIL, g->number, NULL, "generation %llu not published: %s",
+              (unsigned long long)g->number, why);
+    return rc;
+  }
+  rc = collect_owners(g);
   if (rc < 0)
     return rc;
   molt__gen *old = molt__gen_current();
@@ -153,6 +162,14 @@ int molt__gen_extend_current(void) {
   if (rc < 0)
     molt__gen_discard(g);
   return rc;
+}
+
+bool molt__gen_any_replaces(uint32_t index, const void *body) {
+  for (unsigned s = 0; s < MOLT__SLOTS; s++)
+    if (priv[s].in_use && priv[s].table && index < molt__gens[s].size &&
+        priv[s].table[index] != body)
+      return true;
+  return false;
 }
 
 typedef struct scan_ctx {
@@ -198,6 +215,7 @@ size_t molt__gen_reclaim(molt__object **to_close) {
   }
   molt__gen_usage u;
   molt__gen_scan(&u);
+  bool freed = false;
   for (unsigned s = 0; s < MOLT__SLOTS; s++) {
     molt__gen_priv *p = &priv[s];
     if (!p->in_use || !p->retired || u.active[s] || u.views[s])
@@ -212,6 +230,9 @@ size_t molt__gen_reclaim(molt__object **to_close) {
               (unsigned long long)molt__gens[s].number, s);
     release_slot(s);
     retired--;
+    freed = true;
   }
+  if (freed)
+    molt__entries_relax();
   return retired;
 }

@@ -5,6 +5,7 @@
  *   buf.c       growable text buffer, TSV record writer
  *   log.c       the update log (ring + optional file)
  *   platform.c  membarrier and other Linux specifics
+ *   entry.c     the jump at each updatable function's address (x86-64)
  *   elf.c       reading ELF files and loaded modules (build-ids, symbols, notes)
  *   thread.c    the thread registry
  *   gen.c       generations: slots, tables, publication, reclamation
@@ -96,6 +97,20 @@ MOLT__HIDDEN const char *molt__event_name(molt__event ev);
 MOLT__HIDDEN bool molt__membarrier_init(void);
 /* Full memory barrier on every running thread of the process. */
 MOLT__HIDDEN int molt__membarrier(void);
+/* After code was rewritten: no thread keeps running stale instructions. */
+MOLT__HIDDEN void molt__sync_core(void);
+
+/* ---- entry.c (molt__rt_lock held for all) -------------------------------*/
+/* Checks and records the entries of start[0..n), function indices first..;
+ * on failure `why` names the function. */
+MOLT__HIDDEN int molt__entries_add(const molt__fn_desc *start, uint32_t first,
+                                   uint32_t n, char *why, size_t whylen);
+/* Before g is published: every entry g maps to another version than
+ * version 0 jumps to its dispatch path. */
+MOLT__HIDDEN int molt__entries_prepare(const molt__gen *g, char *err, size_t errlen);
+/* After reclamation: entries no live generation replaces jump direct again. */
+MOLT__HIDDEN void molt__entries_relax(void);
+MOLT__HIDDEN bool molt__entry_dispatching(uint32_t index);
 MOLT__HIDDEN pid_t molt__gettid(void);
 MOLT__HIDDEN uint64_t molt__now_ns(void);      /* CLOCK_MONOTONIC */
 MOLT__HIDDEN uint64_t molt__realtime_ns(void); /* CLOCK_REALTIME  */
@@ -224,6 +239,9 @@ MOLT__HIDDEN molt__gen_priv *molt__gen_priv_of(const molt__gen *g);
  * functions (version 0); the generation number does not change. */
 MOLT__HIDDEN int molt__gen_extend_current(void);
 MOLT__HIDDEN molt__gen *molt__gen_current(void);
+/* True if a live generation maps function `index` to something else than
+ * `body` (its version 0). */
+MOLT__HIDDEN bool molt__gen_any_replaces(uint32_t index, const void *body);
 /* Per-generation statistics from one scan of the thread registry. */
 typedef struct molt__gen_usage {
   uint32_t active[MOLT__SLOTS]; /* calls in progress per slot */

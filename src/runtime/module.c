@@ -131,6 +131,16 @@ void molt__register_module(molt__fn_desc *start, molt__fn_desc *stop) {
     m->build_id[0] = '\0'; /* no build-id: patches cannot target it (H9) */
   m->path = strdup(path);
   uint32_t n = (uint32_t)(stop - start);
+  char why[512];
+  rc = molt__entries_add(start, nfns, n, why, sizeof why);
+  if (rc < 0) {
+    /* Without a usable entry a patch could not reach the function: refuse
+     * every update rather than apply one that silently misses it. */
+    free(m->path);
+    molt__rt_lock_release();
+    molt__fail("cannot register the updatable functions of %s: %s", path[0] ? path : "?", why);
+    return;
+  }
   for (uint32_t i = 0; i < n; i++)
     start[i].index = nfns + i;
   nfns += n;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 static int barrier_cmd = -1;
+static bool sync_core_ok;
 
 bool molt__membarrier_init(void) {
   long mask = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
@@ -16,6 +17,12 @@ bool molt__membarrier_init(void) {
   /* PRIVATE_EXPEDITED interrupts only the CPUs running our threads (IPI, not
    * a signal: application threads are neither stopped nor signalled, H10)
    * and costs microseconds.  It must be registered once per process. */
+  /* SYNC_CORE (entry.c): after rewriting code, every running thread
+   * executes a core-serializing instruction before it returns to user mode,
+   * so none keeps running instructions it fetched before the write. */
+  if ((mask & MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE) &&
+      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) == 0)
+    sync_core_ok = true;
   if ((mask & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
       syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0) {
     barrier_cmd = MEMBARRIER_CMD_PRIVATE_EXPEDITED;
@@ -36,6 +43,16 @@ int molt__membarrier(void) {
   if (syscall(SYS_membarrier, barrier_cmd, 0, 0) != 0)
     return MOLT_EINTERNAL;
   return 0;
+}
+
+void molt__sync_core(void) {
+  if (sync_core_ok && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) == 0)
+    return;
+  /* Without SYNC_CORE: on x86 the expedited barrier interrupts every CPU
+   * running one of our threads, and the return from that interrupt (iret)
+   * serializes the core; a thread that is not running has no instructions
+   * in flight. */
+  (void)molt__membarrier();
 }
 
 pid_t molt__gettid(void) { return (pid_t)syscall(SYS_gettid); }

@@ -550,8 +550,9 @@ static void do_status(molt__buf *out) {
   for (uint32_t i = 0; i < cur->size; i++) {
     molt__fn_desc *d = molt__fn_at(i);
     molt__object *o = cp->entry_owner ? cp->entry_owner[i] : NULL;
-    const char *f[] = {"function", d->name, d->tu, d->is_static ? "1" : "0", o ? o->id : "base"};
-    molt__buf_record(out, 5, f);
+    const char *f[] = {"function", d->name, d->tu, d->is_static ? "1" : "0", o ? o->id : "base",
+                       molt__entry_dispatching(i) ? "dispatch" : "direct"};
+    molt__buf_record(out, 6, f);
   }
   molt__threads_foreach(collect_thread, &tl);
   uint64_t numbers[MOLT__SLOTS];

@@ -148,8 +148,8 @@ def test_status_human(fake):
     assert re.search(r"^state\s+ok$", out, re.M)
     assert re.search(r"^generation\s+0$", out, re.M)
     assert re.search(r"^patches, bottom first: none$", out, re.M)
-    assert re.search(r"^  NAME\s+FILE\s+STATIC\s+VERSION$", out, re.M)
-    assert re.search(r"^  handle_get\s+kv\.c\s+no\s+base$", out, re.M)
+    assert re.search(r"^  NAME\s+FILE\s+STATIC\s+VERSION\s+ENTRY$", out, re.M)
+    assert re.search(r"^  handle_get\s+kv\.c\s+no\s+base\s+direct$", out, re.M)
     # control characters from the target never reach the terminal
     assert "\x1b" not in out and "\t" not in out
     assert "parse?line" in out
@@ -178,7 +178,7 @@ def test_status_json(fake):
     assert s["live_generations"] == [{"generation": 0, "slot": 0,
                                       "state": "current", "active_calls": 2}]
     assert s["functions"][1] == {"name": "parse\tline", "tu": "proto.c",
-                                 "static": True, "version": "base"}
+                                 "static": True, "version": "base", "entry": "direct"}
     assert s["threads"] == [
         {"tid": 4242, "name": "worker-1", "view": "global",
          "generation": None, "active_calls": 1},

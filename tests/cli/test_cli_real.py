@@ -99,6 +99,7 @@ def test_status_apply_log_rollback(served):
     assert st["pid"] == served.pid and st["state"] == "ok" and st["generation"] == 0
     fns = {f["name"]: f for f in st["functions"]}
     assert fns["version_tag"]["version"] == "base"
+    assert fns["version_tag"]["entry"] == "direct"  # one jump to version 0
     assert "doubler" in fns  # static updatable function
 
     r = molt("apply", served.pid, patch("patch_a.so"), check=0)
@@ -107,6 +108,7 @@ def test_status_apply_log_rollback(served):
     st = status(served.pid)
     assert st["generation"] == 1
     assert {f["name"]: f["version"] for f in st["functions"]}["version_tag"] == "patch-a"
+    assert {f["name"]: f["entry"] for f in st["functions"]}["version_tag"] == "dispatch"
     assert [p["id"] for p in st["patches"]] == ["patch-a"]
 
     molt("apply", served.pid, patch("patch_b.so"), "--policy", "local", check=0)

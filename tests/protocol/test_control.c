@@ -145,9 +145,9 @@ static void fake_status(molt__buf *out) {
     rec(out, 5, "object", stack[i].id, stack[i].path, buf[3], "1");
   }
   rec(out, 5, "live", buf[1], "0", "current", "2");
-  rec(out, 5, "function", "handle_get", "kv.c", "0",
-      depth ? stack[depth - 1].id : "base");
-  rec(out, 5, "function", "parse\tline", "proto.c", "1", "base");
+  rec(out, 6, "function", "handle_get", "kv.c", "0",
+      depth ? stack[depth - 1].id : "base", depth ? "dispatch" : "direct");
+  rec(out, 6, "function", "parse\tline", "proto.c", "1", "base", "direct");
   rec(out, 5, "thread", "4242", "worker-1", "global", "1");
   rec(out, 5, "thread", "4243", "w\x1b[31mred", "generation 3", "0");
 }

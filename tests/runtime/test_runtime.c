@@ -91,6 +91,84 @@ static bool wait_unmapped(const char *needle, int ms) {
   return maps_count(needle) == 0;
 }
 
+/* ---- entry: the jump at each function's address --------------------------*/
+
+/* Where the `jmp rel32` at the stable entry of `name` leads: "direct"
+ * (version 0), "dispatch" (the generation-table path) or "other". */
+static const char *entry_state(const char *name) {
+  for (molt__fn_desc *d = molt__fns_start; d < molt__fns_stop; d++) {
+    if (strcmp(d->name, name) != 0)
+      continue;
+    const unsigned char *at = d->entry;
+    int32_t rel;
+    memcpy(&rel, at + 1, 4);
+    const unsigned char *to = at + 5 + rel;
+    if (at[0] != 0xe9 || (uintptr_t)at % 8 > 3)
+      return "other";
+    return to == (const unsigned char *)d->direct     ? "direct"
+           : to == (const unsigned char *)d->dispatch ? "dispatch"
+                                                      : "other";
+  }
+  return "missing";
+}
+
+static bool wait_entry(const char *name, const char *state, int ms) {
+  for (int t = 0; t < ms; t += 5) {
+    if (strcmp(entry_state(name), state) == 0)
+      return true;
+    sleep_ms(5);
+  }
+  return strcmp(entry_state(name), state) == 0;
+}
+
+/* An unpatched function is entered with one direct jump; a patch moves
+ * exactly the functions it replaces to the dispatch path before the apply
+ * returns (H2), and once the generations that replaced them are gone the
+ * entries jump direct again -- with the calls' results right at each step. */
+static void case_entry(void) {
+  char err[512];
+  const char *fns[] = {"version_tag", "rec", "block_call", "doubler", "through_static"};
+  for (int i = 0; i < 5; i++)
+    CHECK(strcmp(entry_state(fns[i]), "direct") == 0, "%s starts %s", fns[i],
+          entry_state(fns[i]));
+  CHECK(version_tag(5) == 5 && through_static(3) == 6, "version 0 through direct entries");
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "%s", err);
+  /* No wait: the apply has returned, so the entries must already dispatch. */
+  for (int i = 0; i < 4; i++)
+    CHECK(strcmp(entry_state(fns[i]), "dispatch") == 0, "%s after apply: %s", fns[i],
+          entry_state(fns[i]));
+  CHECK(strcmp(entry_state("through_static"), "direct") == 0,
+        "through_static is not in the patch and stays direct: %s",
+        entry_state("through_static"));
+  CHECK(version_tag(5) == 1005 && stored_fp(5) == 1005 && rec(3) == 1,
+        "patch a runs: %d %d %d", version_tag(5), stored_fp(5), rec(3));
+  CHECK(through_static(3) == 1006, "static callee through a direct caller: %d",
+        through_static(3));
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  /* The rollback itself runs version 0 at once, through the dispatch path. */
+  CHECK(version_tag(5) == 5 && rec(3) == 0 && through_static(3) == 6,
+        "rolled back: %d %d %d", version_tag(5), rec(3), through_static(3));
+  /* The runtime thread reclaims the patch's generation, then relaxes. */
+  for (int i = 0; i < 4; i++)
+    CHECK(wait_entry(fns[i], "direct", 10000), "%s direct again after reclamation: %s",
+          fns[i], entry_state(fns[i]));
+  CHECK(version_tag(7) == 7 && stored_fp(7) == 7, "version 0 again");
+  /* And a second round trip, with patch b on top of patch a. */
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "%s", err);
+  CHECK(apply("patch_b.so", err, sizeof err) == 0, "%s", err);
+  CHECK(version_tag(1) == 2001 && strcmp(entry_state("version_tag"), "dispatch") == 0,
+        "patch b: %d %s", version_tag(1), entry_state("version_tag"));
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  CHECK(version_tag(1) == 1001, "back to patch a: %d", version_tag(1));
+  sleep_ms(200);
+  CHECK(strcmp(entry_state("version_tag"), "dispatch") == 0,
+        "patch a is current: the entry must keep dispatching: %s", entry_state("version_tag"));
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  CHECK(wait_entry("version_tag", "direct", 10000), "direct after both rollbacks: %s",
+        entry_state("version_tag"));
+  CHECK(version_tag(1) == 1, "version 0: %d", version_tag(1));
+}
+
 /* ---- stress: calls while patches are applied and rolled back ---------------*/
 
 /* The patcher below makes generation g (g >= 1): odd g = apply patch_a when
@@ -859,6 +937,7 @@ int main(int argc, char **argv) {
   int rounds = argc > 3 ? atoi(argv[3]) : 1000;
   const char *c = argv[1];
   if (!strcmp(c, "stress")) case_stress(rounds);
+  else if (!strcmp(c, "entry")) case_entry();
   else if (!strcmp(c, "inflight")) case_inflight();
   else if (!strcmp(c, "static")) case_static();
   else if (!strcmp(c, "maps")) case_maps(rounds);

@@ -43,7 +43,7 @@ set_target_properties(plain_lib PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${RT_OUT})
 
 add_custom_target(runtime_test_files ALL DEPENDS ${RT_PATCH_FILES} plain_lib)
 
-foreach(case stress inflight static maps refuse socket locks atomic wakeup cancel verdict)
+foreach(case entry stress inflight static maps refuse socket locks atomic wakeup cancel verdict)
   add_test(NAME runtime_${case} COMMAND test_runtime ${case} ${RT_OUT})
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 endforeach()
