@@ -175,13 +175,23 @@ class Elf:
         return out
 
     def descriptors(self):
-        """molt_fns: magic/index, name, tu, entry, body, is_static/reserved."""
+        """molt_fns: magic/index, name, tu, entry, body, dispatch, direct
+        (None: always dispatch), is_static/reserved."""
         out = []
-        for (magic, index), name, tu, entry, body, (is_static, _) in self.records(
-                "molt_fns", ["u32pair", "str", "str", "ptr", "ptr", "u32pair"]):
+        for (magic, index), name, tu, entry, body, dispatch, direct, (is_static, _) in self.records(
+                "molt_fns", ["u32pair", "str", "str", "ptr", "ptr", "ptr", "ptr", "u32pair"]):
             out.append(dict(magic=magic, index=index, name=name, tu=tu, entry=entry,
-                            body=body, is_static=is_static))
+                            body=body, dispatch=dispatch, direct=direct, is_static=is_static))
         return out
+
+    def entry_jump(self, addr):
+        """Target of the `jmp rel32` (e9 + 4-byte displacement) at addr, or
+        None when the bytes there are something else.  For linked files
+        only: in an object the displacement is still a relocation."""
+        code = self.read(addr, 5)
+        if len(code) < 5 or code[0] != 0xE9:
+            return None
+        return addr + 5 + struct.unpack_from("<i", code, 1)[0]
 
     def patch_fns(self):
         return [dict(name=n, tu=t, impl=p) for n, t, p in

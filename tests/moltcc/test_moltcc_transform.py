@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from conftest import skip
 from elfread import Elf
 
 DESC_MAGIC = 0x6D6F6C74
@@ -22,19 +23,47 @@ def descs(tool, obj):
     return {d["name"]: d for d in Elf(tool.path(obj)).descriptors()}
 
 
-def check_desc(elf, d, tu):
+def check_desc(elf, d, tu, variadic=False):
     """A descriptor is exactly molt__fn_desc: magic, index UINT32_MAX, the
-    stable entry f and version 0 f__molt_v0."""
+    stable entry f, version 0 f__molt_v0, the dispatch path f__molt_dispatch
+    and the direct target (version 0; NULL for a variadic f).  The entry is
+    8-byte aligned and is a `jmp rel32` (e9) to the direct target, or to the
+    dispatch path when there is none.  elf must be linked (in an object the
+    displacement may still be a relocation)."""
     assert d["magic"] == DESC_MAGIC
     assert d["index"] == 0xFFFFFFFF
     assert d["tu"] == tu
     entry = elf.symbol(d["name"])
     body = elf.symbol(d["name"] + "__molt_v0")
-    assert entry is not None and body is not None
+    dispatch = elf.symbol(d["name"] + "__molt_dispatch")
+    assert entry is not None and body is not None and dispatch is not None
     assert d["entry"] == entry.value
     assert d["body"] == body.value
+    assert d["dispatch"] == dispatch.value
     assert body.bind == "LOCAL"                        # version 0 is static
+    assert dispatch.bind == "LOCAL"                    # so is the dispatch path
     assert d["is_static"] == (1 if entry.bind == "LOCAL" else 0)
+    assert entry.value % 8 == 0, d["name"]
+    assert elf.read(entry.value, 1) == b"\xe9", (d["name"], elf.read(entry.value, 8).hex())
+    if variadic:
+        # version 0 takes a va_list: the entry always dispatches
+        assert d["direct"] is None
+        assert elf.entry_jump(entry.value) == dispatch.value, d["name"]
+    else:
+        assert d["direct"] == body.value
+        assert elf.entry_jump(entry.value) == body.value, d["name"]
+
+
+CLANG = "/usr/bin/clang-14"
+
+
+def compiler_env(compiler):
+    """moltcc's environment for `cc` (gcc here) or clang-14."""
+    if compiler == "cc":
+        return None
+    if not os.path.exists(CLANG):
+        skip("%s is not installed" % CLANG)
+    return {"MOLT_CC": CLANG}
 
 
 # -- markers ---------------------------------------------------------------------
@@ -106,6 +135,7 @@ int main(void) { return gl(0); }
 PROGRAM = r"""
 #define _GNU_SOURCE
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <molt.h>
@@ -159,7 +189,11 @@ MOLT_UPDATABLE int gnu(int a)                     /* GNU extensions in the body 
 {
     __typeof__(a) b = ({ int t = a * 2; t + 1; });
     __auto_type c = b;
-    int inner(int z) { return z + a; }           /* nested function */
+#ifndef NO_NESTED
+    int inner(int z) { return z + a; }           /* nested function (not in clang) */
+#else
+#define inner(z) ((z) + a)
+#endif
     __attribute__((unused)) int unused_local = 0;
     return inner(c) + (a ?: 7);
 }
@@ -209,6 +243,21 @@ int main(void)
         if (!strcmp(fd->name, "pick")) stable &= fd->entry == (void *)&pick;
     }
     printf("stable %d\n", stable);
+    /* every entry: 8-byte aligned `jmp rel32` to version 0, or to the
+     * dispatch path for the variadic ones (no direct target) */
+    int entries = 1;
+    for (char *d = molt_fns_start; d < molt_fns_stop; d += sizeof(molt__fn_desc)) {
+        molt__fn_desc *fd = (molt__fn_desc *)d;
+        const unsigned char *at = fd->entry;
+        int32_t rel;
+        memcpy(&rel, at + 1, 4);
+        int variadic = !strcmp(fd->name, "join") || !strcmp(fd->name, "vnote");
+        entries &= (uintptr_t)at % 8 == 0 && at[0] == 0xe9;
+        entries &= variadic ? fd->direct == NULL : fd->direct == fd->body;
+        entries &= (const void *)(at + 5 + rel) == (variadic ? fd->dispatch : fd->direct);
+        entries &= fd->dispatch != NULL && fd->dispatch != fd->body;
+    }
+    printf("entries %d\n", entries);
     return 0;
 }
 """
@@ -225,13 +274,17 @@ mkpt -9
 table 11
 count 102 104
 stable 1
+entries 1
 """
 
 
+@pytest.mark.parametrize("compiler", ["cc", "clang-14"])
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
-def test_program_behaves_the_same(tool, needs_lib, opt):
+def test_program_behaves_the_same(tool, needs_lib, opt, compiler):
+    env = compiler_env(compiler)
     tool.write("prog.c", PROGRAM)
-    r = tool.moltcc(opt, "-g", "-Wall", "-Wextra", "prog.c", "-o", "prog").ok()
+    extra = ["-DNO_NESTED"] if env else []
+    r = tool.moltcc(opt, "-g", "-Wall", "-Wextra", *extra, "prog.c", "-o", "prog", env=env).ok()
     assert not own_warnings(r.err, "prog.c"), r.err
     out = tool.run(["./prog"]).ok().out
     assert out == EXPECTED
@@ -240,11 +293,141 @@ def test_program_behaves_the_same(tool, needs_lib, opt):
     assert set(ds) == {"fib", "join", "vnote", "get_x", "get_y", "pfx_named", "gnu", "pick",
                        "mkpt", "count_up"}
     for d in ds.values():
-        check_desc(e, d, "prog.c")
+        check_desc(e, d, "prog.c", variadic=d["name"] in ("join", "vnote"))
     # hoisted statics have stable names in the right file group
     assert e.symbol("molt__fib__calls", file="prog.c") is not None
-    assert e.symbol("molt__count_up__n", file="prog.c") is not None
     assert e.symbol("molt__count_up__m", file="prog.c") is not None
+    assert e.symbol("molt__count_up__n", file="prog.c") is not None
+
+
+def kept_source(tool, r, name):
+    kept = re.search(r"kept in (\S+)", r.err).group(1)
+    with open(os.path.join(kept, "1", name)) as f:
+        return f.read()
+
+
+def test_generated_shape(tool):
+    """The text moltcc generates for a plain, a variadic and a
+    macro-defined function: prototypes of version 0 and of the dispatch
+    path, the descriptor with its dispatch and direct targets, the naked
+    entry (one MOLT__ENTRY_STUB) between MOLT__DIAG_PUSH/POP, the dispatch
+    path, then version 0 with the user's body."""
+    tool.write("s.c", """#include <molt.h>
+#include <stdarg.h>
+MOLT_UPDATABLE static int plain(int n) { return n + 1; }
+MOLT_UPDATABLE int vari(int n, ...) { va_list ap; va_start(ap, n); int r = va_arg(ap, int); va_end(ap); return r + n; }
+#define DEF(name) MOLT_UPDATABLE long name(long x) { return x * 2; }
+DEF(made)
+""")
+    r = tool.moltcc("--molt-keep", "-c", "s.c").ok()
+    text = kept_source(tool, r, "s.c")
+    flat = re.sub(r"\s+", " ", text)
+
+    def in_order(*parts):
+        at = 0
+        for p in parts:
+            i = flat.find(p, at)
+            assert i >= 0, (p, flat[at:at + 2000])
+            at = i + len(p)
+
+    in_order("static MOLT_UPDATABLE int plain__molt_v0(int n) ;",
+             "static MOLT_UPDATABLE int plain__molt_dispatch(int n) ;",
+             '(void *)&plain, (void *)&plain__molt_v0, (void *)&plain__molt_dispatch, '
+             '(void *)&plain__molt_v0, 1, 0};',
+             "MOLT__DIAG_PUSH",
+             "MOLT__ENTRY_ATTRS MOLT_UPDATABLE static int plain(int n) "
+             "{ MOLT__ENTRY_STUB(plain__molt_v0); }",
+             "MOLT__DIAG_POP",
+             "static __attribute__((used)) MOLT_UPDATABLE int plain__molt_dispatch(int n) { "
+             "molt__gen *molt__g = molt__enter();",
+             "molt__leave(molt__g); return molt__r; }",
+             "int plain__molt_v0(int n) { return n + 1; }")
+    # variadic: version 0 takes a va_list; the dispatch path keeps the `...`
+    # and is where the entry jumps; no direct target
+    in_order("static MOLT_UPDATABLE int vari__molt_v0(int n, __builtin_va_list molt__ap) ;",
+             "static MOLT_UPDATABLE int vari__molt_dispatch(int n, ...) ;",
+             '(void *)&vari, (void *)&vari__molt_v0, (void *)&vari__molt_dispatch, '
+             '(void *)0, 0, 0};',
+             "MOLT__DIAG_PUSH",
+             "MOLT__ENTRY_ATTRS",
+             "MOLT_UPDATABLE int vari(int n, ...) { MOLT__ENTRY_STUB(vari__molt_dispatch); }",
+             "MOLT__DIAG_POP",
+             "static __attribute__((used)) MOLT_UPDATABLE int vari__molt_dispatch(int n, ...) {",
+             "__builtin_va_start(molt__ap, n)",
+             "int vari__molt_v0(int n, __builtin_va_list molt__ap) {")
+    # defined through a macro
+    in_order("static __typeof__(long) made__molt_v0(__typeof__(long));",
+             "static __typeof__(long) made__molt_dispatch(__typeof__(long));",
+             "#define made made__molt_v0",
+             "DEF(made)",
+             "#undef made",
+             '(void *)&made, (void *)&made__molt_v0, (void *)&made__molt_dispatch, '
+             '(void *)&made__molt_v0, 0, 0};',
+             "MOLT__DIAG_PUSH",
+             "MOLT__ENTRY_ATTRS __typeof__(long) made(__typeof__(long) molt__a0) "
+             "{ MOLT__ENTRY_STUB(made__molt_v0); }",
+             "MOLT__DIAG_POP",
+             "static __attribute__((used)) __typeof__(long) made__molt_dispatch("
+             "__typeof__(long) molt__a0) {")
+    # the object: descriptors carry all four pointers, the entries are
+    # 8-byte aligned jumps
+    e = Elf(tool.path("s.o"))
+    ds = {d["name"]: d for d in e.descriptors()}
+    assert set(ds) == {"plain", "vari", "made"}
+    for name, d in ds.items():
+        entry = e.symbol(name)
+        assert d["entry"] == entry.value and entry.value % 8 == 0
+        assert d["body"] == e.symbol(name + "__molt_v0").value
+        assert d["dispatch"] == e.symbol(name + "__molt_dispatch").value
+        assert d["direct"] == (None if name == "vari" else d["body"])
+        assert e.read(entry.value, 1) == b"\xe9"
+
+
+@pytest.mark.parametrize("compiler", ["cc", "clang-14"])
+@pytest.mark.parametrize("opt", ["-O0", "-Og", "-O2"])
+def test_entry_bytes(tool, needs_lib, opt, compiler):
+    """The first bytes of every entry in the linked program are e9 + rel32
+    to version 0 (variadic: to the dispatch path), with the functions in
+    sections of their own and unused sections collected (the displacement
+    is then a link-time relocation)."""
+    env = compiler_env(compiler)
+    tool.write("b.c", r"""#include <stdarg.h>
+#include <stdio.h>
+#include <molt.h>
+MOLT_UPDATABLE static int twice(int x) { return 2 * x; }
+MOLT_UPDATABLE int sum(int n, ...)
+{
+    va_list ap;
+    va_start(ap, n);
+    int s = 0;
+    for (int i = 0; i < n; i++) s += va_arg(ap, int);
+    va_end(ap);
+    return s;
+}
+MOLT_UPDATABLE void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+MOLT_UPDATABLE void say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+}
+MOLT_UPDATABLE double mix(double a, float b, long c) { return a + b + (double)c; }
+int main(void)
+{
+    say("%d %d %g\n", twice(21), sum(4, 1, 2, 3, 4), mix(0.5, 0.25f, 3));
+    return 0;
+}
+""")
+    r = tool.moltcc(opt, "-Wall", "-Wextra", "-ffunction-sections", "-Wl,--gc-sections",
+                    "b.c", "-o", "b", env=env).ok()
+    assert not own_warnings(r.err, "b.c"), r.err
+    assert tool.run(["./b"]).ok().out == "42 10 3.75\n"
+    e = Elf(tool.path("b"))
+    ds = {d["name"]: d for d in e.descriptors()}
+    assert set(ds) == {"twice", "sum", "say", "mix"}
+    for d in ds.values():
+        check_desc(e, d, "b.c", variadic=d["name"] in ("sum", "say"))
 
 
 def test_recursion_and_pointers_go_through_the_stable_entry(tool):
@@ -289,6 +472,45 @@ int params_named_like_attributes(int weak, int constructor) { return weak + cons
         assert re.search(r"moltcc: warning: bad\.c:\d+: '%s' is not made updatable: .*%s" % (name, why),
                          r.err), (name, r.err)
     assert set(descs(tool, "bad.o")) == {"good", "params_named_like_attributes"}
+
+
+def test_user_macros_named_like_entry_attributes(tool, needs_lib):
+    # MOLT__ENTRY_ATTRS spells naked, aligned, noinline; the dispatch path
+    # `used`: a user's `noinline` macro that the header itself uses stays
+    # defined for the header only
+    tool.write("n.c", """#include <stdio.h>
+#include <molt.h>
+#define noinline __attribute__((noinline))
+#define naked 0
+#define used 1
+#define aligned(n) n
+MOLT_UPDATABLE static noinline int f(int x) { return x + naked + used + aligned(2); }
+MOLT_UPDATABLE noinline int g(int x, ...) { return x + used; }
+int main(void) { printf("%d %d\\n", f(1), g(2)); return 0; }
+""")
+    tool.moltcc("-Wall", "-Wextra", "n.c", "-o", "n").ok()
+    assert tool.run(["./n"]).ok().out == "4 3\n"
+    e = Elf(tool.path("n"))
+    for d in e.descriptors():
+        check_desc(e, d, "n.c", variadic=d["name"] == "g")
+
+
+def test_attributes_a_naked_entry_cannot_carry(tool):
+    tool.write("a.c", """#include <molt.h>
+MOLT_UPDATABLE __attribute__((target_clones("avx2", "default"))) int clones(int x) { return x; }
+MOLT_UPDATABLE __attribute__((patchable_function_entry(4, 0))) int padded(int x) { return x; }
+#define PATCHABLE __attribute__((__patchable_function_entry__(2)))
+MOLT_UPDATABLE PATCHABLE int padded2(int x) { return x; }
+MOLT_UPDATABLE __attribute__((cold, noinline)) int fine(int x) { return x; }
+""")
+    r = tool.moltcc("-c", "a.c").ok()
+    # (libclang 14 does not know target_clones in C: refused either way)
+    for name, why in [("clones", "(target_clones|libclang cannot parse it)"),
+                      ("padded", "patchable_function_entry"),
+                      ("padded2", "patchable_function_entry")]:
+        assert re.search(r"moltcc: warning: a\.c:\d+: '%s' is not made updatable: %s" % (name, why),
+                         r.err), (name, r.err)
+    assert set(descs(tool, "a.o")) == {"fine"}
 
 
 def test_user_macro_named_like_molt_h_fields(tool, needs_lib):

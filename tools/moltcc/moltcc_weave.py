@@ -3,10 +3,22 @@
 Program build, for every updatable function f (see molt.h, MOLT__FUNCTION):
 
     static <header of f renamed f__molt_v0>;              version 0, prototype
+    static <header of f renamed f__molt_dispatch>;         dispatch path, prototype
     static molt__fn_desc f__molt_desc ... = {...};         section molt_fns
-    <original header of f> { enter; call table[index]; leave; }   stable entry
+    MOLT__DIAG_PUSH
+    MOLT__ENTRY_ATTRS <original header of f> { MOLT__ENTRY_STUB(f__molt_v0); }
+    MOLT__DIAG_POP                                         stable entry
+    static __attribute__((used)) <header renamed f__molt_dispatch>
+    { enter; call table[index]; leave; }                   dispatch path
     #line <original line>
     static <header renamed f__molt_v0> { original body }   version 0
+
+The stable entry f is a naked, 8-byte aligned function whose whole body is
+one `jmp rel32`: to version 0 as built (the descriptor's `direct`), and the
+runtime rewrites it to f__molt_dispatch (the descriptor's `dispatch`) while
+a patch replaces f.  A variadic f cannot jump to its version 0, which takes
+a va_list: its entry jumps to f__molt_dispatch and its descriptor's `direct`
+is NULL (always dispatch).
 
 f keeps its name, linkage and address (H5); recursive calls and &f inside
 the body keep naming f, so they go through the stable entry.  The body is
@@ -55,9 +67,35 @@ def c_string(s):
 
 _IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _COMMENT_OR_STRING = re.compile(rb'/\*.*?\*/|//[^\n]*|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'', re.S)
-# Identifiers the generated wrapper and descriptor use outside molt__ names
-# (fields and MOLT__SECTION's attribute names).
-WRAPPER_IDENTS = {"table", "index", "used", "section", "aligned"}
+# Identifiers the generated entry, dispatch path and descriptor use outside
+# molt__ names (fields, the attribute names of MOLT__SECTION and
+# MOLT__ENTRY_ATTRS, the dispatch path's `used`).
+WRAPPER_IDENTS = {"table", "index", "used", "section", "aligned", "naked", "noinline"}
+
+# Attributes the stable entry cannot carry: it keeps the user's header and
+# becomes a naked function whose body is one `jmp rel32` at its very first
+# byte.  (inline, always_inline, naked, ifunc ... are refused earlier, by
+# moltcc_unit.SKIP_IDENTS.)  Like SKIP_IDENTS this looks at every identifier
+# of the header, literal or from a macro, parameter names excepted.
+NAKED_CONFLICTS = {
+    "target_clones": "target_clones function (its entry would be a resolver, not a jump; "
+                     "compilers refuse it on a naked function)",
+    "patchable_function_entry": "patchable_function_entry (the padding would come before "
+                                "the entry's jump)",
+    "interrupt": "interrupt handler (compilers refuse it on a naked function)",
+    "disable_tail_calls": "disable_tail_calls function (clang refuses it on a naked function)",
+}
+NAKED_CONFLICTS.update({"__%s__" % k: v for k, v in list(NAKED_CONFLICTS.items())})
+
+
+def refuse_naked_conflicts(fn):
+    """Sets fn.reason when an attribute of f's header cannot go on the naked
+    stable entry (see NAKED_CONFLICTS)."""
+    if fn.reason is None:
+        for ident in sorted(fn.header_idents):
+            if ident in NAKED_CONFLICTS:
+                fn.reason = NAKED_CONFLICTS[ident]
+                return
 _molt_h_cache = {}
 
 
@@ -248,11 +286,34 @@ class _Base:
                 "  __extension__ __auto_type molt__r = %s;\n"
                 "  molt__leave(molt__g);\n  return molt__r;\n}\n" % call)
 
-    def descriptor(self, fn, v0):
+    def descriptor(self, fn, v0, dispatch):
+        """molt__fn_desc of f: entry f, body v0, dispatch path, and the direct
+        target v0 -- or NULL for a variadic f, whose version 0 takes a
+        va_list, so its entry must always dispatch."""
+        direct = "(void *)0" if fn.variadic else "(void *)&%s" % v0
         return ("__extension__ static molt__fn_desc %s__molt_desc MOLT__SECTION(\"molt_fns\") = "
-                "{MOLT__DESC_MAGIC, UINT32_MAX, %s, %s, (void *)&%s, (void *)&%s, %d, 0};\n"
-                % (fn.name, c_string(fn.name), c_string(self.u.tu_name), fn.name, v0,
-                   1 if fn.static else 0))
+                "{MOLT__DESC_MAGIC, UINT32_MAX, %s, %s, (void *)&%s, (void *)&%s, (void *)&%s, "
+                "%s, %d, 0};\n"
+                % (fn.name, c_string(fn.name), c_string(self.u.tu_name), fn.name, v0, dispatch,
+                   direct, 1 if fn.static else 0))
+
+    def entry_target(self, fn, v0, dispatch):
+        """Where the stable entry jumps as built: version 0, or the dispatch
+        path for a variadic function."""
+        return dispatch if fn.variadic else v0
+
+    def entry_extra_attrs(self, fn):
+        """Attributes the stable entry needs besides MOLT__ENTRY_ATTRS, on
+        lines of their own.  GCC gives a variadic function the prologue that
+        spills the argument registers into its va_list save area even when
+        it is naked, unless the stdarg pass (optimizing compiles only) sees
+        that nothing reads them: at -O0 and -Og the naked entry of a
+        variadic function would start with stores through the caller's frame
+        pointer instead of the jump.  clang emits only the jump."""
+        if not fn.variadic:
+            return ""
+        return ("\n#if defined(__GNUC__) && !defined(__clang__)\n"
+                "__attribute__((__optimize__(\"O1\")))\n#endif\n")
 
     def macro_signature(self, fn):
         ret = "__typeof__(%s)" % fn.c.result_type.spelling
@@ -276,6 +337,7 @@ class ProgramWeaver(_Base):
         chosen = []
         for fn in self.u.functions():
             self.u.analyse(fn)
+            refuse_naked_conflicts(fn)
             why = explicitly_marked(fn, opts)
             if not why and not (opts.all and fn.body is not None):
                 continue
@@ -304,8 +366,11 @@ class ProgramWeaver(_Base):
     def _plain(self, fn):
         u, rw = self.u, self.rw
         v0 = fn.name + "__molt_v0"
+        dispatch = fn.name + "__molt_dispatch"
         header = self.header_text(fn)
         v0_proto = self.header_variant(fn, v0, storage="static", valist=True)
+        # the dispatch path takes f's own parameters, `...` included
+        dispatch_header = self.header_variant(fn, dispatch, valist=False)
         blanks = []
         for h in fn.hoists:
             blanks.append(rw.remove(h.start, h.end))
@@ -328,16 +393,34 @@ class ProgramWeaver(_Base):
             if not fn.has_prior_decl:
                 out.append(header + ";\n")
             out.append(v0_proto + ";\n")
+            out.append("static " + dispatch_header + ";\n")
             for h, blank in zip(fn.hoists, blanks):
                 out.append(self.linemark(h.line))
                 out.append(rw.render(h.start, h.end, skip=[blank]).decode("utf-8", "surrogateescape"))
                 out.append("\n")
             out.append(self.linemark(fn.line))
+            # The user's header text needs the user's macros, also those
+            # named like identifiers of the generated code (`noinline`):
+            # those are undefined only around the generated pieces next to
+            # it (own lines, so that #pragma can reach them), the others
+            # around the whole block.
             guard = [n for n in self.wrap_guard if n not in fn.header_idents]
+            hguard = [n for n in self.wrap_guard if n in fn.header_idents]
+
+            def gen(text):
+                if not hguard:
+                    return text
+                return "\n" + self.push_guard(hguard) + text + "\n" + self.pop_guard(hguard)
+
             out.append(self.push_guard(guard))
-            out.append(self.descriptor(fn, v0))
-            out.append(header + "\n" + self.wrapper_body(fn, v0, fn.name + "__molt_desc",
-                                                          [a.spelling for a in fn.args]))
+            out.append(gen(self.descriptor(fn, v0, dispatch)))
+            out.append("MOLT__DIAG_PUSH\n")
+            out.append(gen("MOLT__ENTRY_ATTRS") + self.entry_extra_attrs(fn) + " " + header
+                       + " { MOLT__ENTRY_STUB(%s); }\n" % self.entry_target(fn, v0, dispatch))
+            out.append("MOLT__DIAG_POP\n")
+            out.append("static " + gen("__attribute__((used))") + " " + dispatch_header + "\n")
+            out.append(gen(self.wrapper_body(fn, v0, fn.name + "__molt_desc",
+                                             [a.spelling for a in fn.args])))
             out.append(self.pop_guard(guard))
             out.append(override)
             out.append(self.resume_with_prefix(fn, prefix))
@@ -351,17 +434,25 @@ class ProgramWeaver(_Base):
     def _macro(self, fn):
         rw = self.rw
         v0 = fn.name + "__molt_v0"
+        dispatch = fn.name + "__molt_dispatch"
         ret, decl, defn, names = self.macro_signature(fn)
         linkage = "static " if fn.static else ""
         rw.insert(fn.ext_start, "\n" + self.include_molt() + self.linemark(fn.line)
-                  + "static %s %s(%s);\n#define %s %s\n" % (ret, v0, decl, fn.name, v0)
+                  + "static %s %s(%s);\n" % (ret, v0, decl)
+                  + "static %s %s(%s);\n" % (ret, dispatch, decl)
+                  + "#define %s %s\n" % (fn.name, v0)
                   + self.linemark(fn.line) + " " * (fn.col - 1))
         after = ["\n#undef %s\n" % fn.name, self.linemark(fn.line)]
         if not fn.has_prior_decl:
             after.append("%s__typeof__(%s) %s;\n" % (linkage, v0, fn.name))
         after.append(self.push_guard(self.wrap_guard))
-        after.append(self.descriptor(fn, v0))
-        after.append("%s%s %s(%s)\n" % (linkage, ret, fn.name, defn))
+        after.append(self.descriptor(fn, v0, dispatch))
+        after.append("MOLT__DIAG_PUSH\n")
+        after.append("MOLT__ENTRY_ATTRS%s %s%s %s(%s) { MOLT__ENTRY_STUB(%s); }\n" % (
+            self.entry_extra_attrs(fn), linkage, ret, fn.name, defn,
+            self.entry_target(fn, v0, dispatch)))
+        after.append("MOLT__DIAG_POP\n")
+        after.append("static __attribute__((used)) %s %s(%s)\n" % (ret, dispatch, defn or "void"))
         after.append(self.wrapper_body(fn, v0, fn.name + "__molt_desc", names))
         after.append(self.pop_guard(self.wrap_guard))
         after.append(self.linemark(fn.end_line) + " " * (fn.end_col - 1))
@@ -411,6 +502,7 @@ class PatchPlan:
         fns = unit.functions()
         for fn in fns:
             unit.analyse(fn)
+            refuse_naked_conflicts(fn)
             if fn.body is None:
                 continue
             if fn.name == "main" or fn.ctor:
