@@ -160,6 +160,13 @@ int molt__entries_add(const molt__fn_desc *start, uint32_t first, uint32_t n,
       mode = d->direct ? MODE_DISPATCH : MODE_ALWAYS_DISPATCH;
     else
       mode = 0xff;
+    if (mode == 0xff && at[0] == 0xf3 && at[1] == 0x0f && at[2] == 0x1e && at[3] == 0xfa) {
+      snprintf(why, whylen,
+               "the entry of %s (%s) starts with endbr64: updatable functions cannot be "
+               "built with -fcf-protection (use -fcf-protection=none for their files)",
+               d->name, d->tu);
+      return MOLT_EINTERNAL;
+    }
     if (mode == 0xff) {
       snprintf(why, whylen,
                "the entry of %s (%s) is not a molt entry jump (was %s built with "

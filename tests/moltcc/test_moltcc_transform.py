@@ -626,3 +626,24 @@ int next_one(int x) { return x; }
 """)
     tool.moltcc("-c", "t.c").ok()
     assert set(descs(tool, "t.o")) == {"get_a"}
+
+
+def test_cf_protection_entry_is_refused_with_its_reason(tool, needs_lib):
+    """-fcf-protection puts endbr64 before the entry's jump, which the
+    runtime cannot rewrite atomically: the program runs (every function at
+    version 0), and the runtime refuses updates, naming the option."""
+    tool.write("c.c", r"""#include <stdio.h>
+#include <molt.h>
+MOLT_UPDATABLE int add(int a, int b) { return a + b; }
+int main(void)
+{
+    char err[512];
+    int rc = molt_apply("/nonexistent.so", MOLT_POLICY_IMMEDIATE, -1, err, sizeof err);
+    printf("%d %d %s\n", add(40, 2), rc == MOLT_EREFUSING, err);
+    return 0;
+}
+""")
+    tool.moltcc("-O2", "-fcf-protection", "c.c", "-o", "c").ok()
+    out = tool.run(["./c"]).ok().out
+    assert out.startswith("42 1 "), out
+    assert "starts with endbr64" in out and "-fcf-protection=none" in out, out
