@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 SRC = os.path.join(BENCH, "src")
-PROTO = os.path.join(BENCH, "proto")
 RESULTS = os.path.join(BENCH, "results")
 INCLUDE = os.path.join(ROOT, "include")
 
@@ -148,7 +147,7 @@ def alternate(ctx, progs, runs, warmup=1):
     after `warmup` rounds that are thrown away (page cache, first-run
     effects of a freshly built binary).
     Returns {label: [record]} where a record has wall_ns, user_ns, sys_ns,
-    maxrss_kb, t_spawn_ns, status, out and the key=value pairs the program
+    maxrss_kb, minflt, t_spawn_ns, status, out and the key=value pairs the program
     printed (as ints where they are numbers)."""
     spec = "".join("%s\t%s\n" % (label, "\t".join(argv)) for label, argv in progs)
     r = subprocess.run([runner(ctx), str(runs + warmup)], input=spec, text=True,

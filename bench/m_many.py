@@ -115,7 +115,10 @@ def p4(ctx):
                      "extra_to_first_call_ns": bl.summary([a - b for a, b in zip(first["molt"], first["plain"])]),
                      "median_diff_to_main_ns": bl.summary(main["molt"])["median"] - bl.summary(main["plain"])["median"],
                      "median_diff_to_first_call_ns": bl.summary(first["molt"])["median"] - bl.summary(first["plain"])["median"],
-                     "binary_bytes": {k: os.path.getsize(p[k]) for k in ("plain", "molt")}})
+                     "binary_bytes": {k: os.path.getsize(p[k]) for k in ("plain", "molt")},
+                     # whole process (start-up is nearly all of `many start`)
+                     "maxrss_kib": {k: bl.summary([r["maxrss_kb"] for r in v]) for k, v in res.items()},
+                     "minor_faults": {k: bl.summary([r["minflt"] for r in v]) for k, v in res.items()}})
     cross = None
     if not ctx.quick:
         n = 10000
@@ -138,7 +141,10 @@ def profile_apply(ctx, p, n):
     """Where an in-process apply spends its instructions: callgrind, counting
     inside molt_apply only; the functions with the largest inclusive counts."""
     f = os.path.join(ctx.wdir("callgrind"), "apply.%d.out" % n)
-    r = subprocess.run(["valgrind", "--tool=callgrind", "--toggle-collect=molt_apply",
+    # --smc-check=all: the apply rewrites the entries' jumps, which `many
+    # apply` has already called once; without it valgrind keeps running its
+    # translation of the old jump and the program sees the old version.
+    r = subprocess.run(["valgrind", "--tool=callgrind", "--smc-check=all", "--toggle-collect=molt_apply",
                         "--callgrind-out-file=" + f, p["molt"], "apply", p["patch"]],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
@@ -222,6 +228,8 @@ def p5(ctx):
                      "cli_first_call_ns": bl.summary(cli_first),
                      "cli_command_ns": bl.summary(cli_total),
                      "inproc_ns_per_function": bl.summary([x / n for x in first]),
+                     # whole `many apply` process: start-up + apply (compare P4's start)
+                     "inproc_minor_faults": bl.summary([r["minflt"] for r in res]),
                      "cli_ns_per_function": bl.summary([x / n for x in cli_first]),
                      "patch_bytes": os.path.getsize(p["patch"])})
     prof = []

@@ -1,8 +1,9 @@
-"""P3: thread create + join in a molt program vs plain (PSU 5.2.3)."""
+"""P3: thread create + join in a molt program vs plain (PSU 5.2.3), without
+and with a live patch of the function the threads call."""
 import os
 
 import benchlib as bl
-from m_calls import COMPILERS, OPTS
+from m_calls import COMPILERS, OPTS, stamped_patch
 
 
 def thread_bin(ctx, cc, opt, variant):
@@ -29,9 +30,11 @@ def p3(ctx):
         for opt in opts:
             plain = thread_bin(ctx, cc, opt, "plain")
             molt = thread_bin(ctx, cc, opt, "molt")
+            patch = stamped_patch(ctx, cc, opt, os.path.join(bl.SRC, "thread_patch.c"), molt)
             progs = [("plain", [plain, str(n)]), ("molt", [molt, str(n)]),
-                     ("molt-idle", [molt, str(n), "idle"])]
-            bl.log("P3 %s -%s: %d create+join x 3 programs x %d runs" % (cc, opt, n, runs))
+                     ("molt-idle", [molt, str(n), "idle"]),
+                     ("molt-patched", [molt, str(n), "call", patch])]
+            bl.log("P3 %s -%s: %d create+join x %d programs x %d runs" % (cc, opt, n, len(progs), runs))
             res = bl.alternate(ctx, progs, runs)
             per = {k: [r["loop_ns"] / n for r in v] for k, v in res.items()}
             best = {k: [r["best_ns"] for r in v] for k, v in res.items()}
@@ -47,9 +50,13 @@ def p3(ctx):
             "config": {"runs": runs, "threads_created_per_run": n, "compilers": compilers,
                        "opts": opts,
                        "variants": {"plain": "no molt; the thread calls a plain bump()",
-                                    "molt": "the thread calls an updatable bump(): "
-                                            "registers on that first call, unregisters at exit",
-                                    "molt-idle": "molt program, the thread makes no updatable call"}},
+                                    "molt": "the thread calls an updatable bump() that no patch "
+                                            "replaces: a direct jump, the thread never registers",
+                                    "molt-idle": "molt program, the thread makes no updatable call",
+                                    "molt-patched": "the molt program after molt_apply() of "
+                                                    "src/thread_patch.c (replaces bump): each thread "
+                                                    "registers on its first (dispatched) call of bump "
+                                                    "and unregisters at exit"}},
             "rows": rows}
     bl.save("p3", data)
     return data

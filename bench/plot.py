@@ -17,9 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as bl  # noqa: E402
 
 PLAIN, MOLT = "#4c72b0", "#dd8452"
-COLORS = {"plain": PLAIN, "molt": MOLT, "moltcc": "#c44e52", "proto-lean": "#8172b3",
-          "proto-hp": "#55a868", "proto-tail": "#937860", "proto-site": "#da8bc3",
-          "proto-ptr": "#8c8c8c", "proto-jmp": "#ccb974", "molt-idle": "#64b5cd"}
+COLORS = {"plain": PLAIN, "molt": MOLT, "moltcc": "#c44e52", "molt-patched": "#8172b3",
+          "molt-idle": "#64b5cd"}
 OPT_STYLE = {"O0": ":", "O1": "-.", "O2": "-", "O3": "--"}
 CC_MARK = {"gcc": "o", "clang": "s"}
 
@@ -41,30 +40,37 @@ def save(fig, name):
 
 
 def fig_5_1(p1):
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), sharey=True)
-    for ax, key, title in ((axes[0], "ratio", "whole program (exec to exit)"),
-                           (axes[1], "loop_ratio", "the calling loop alone")):
-        configs = sorted({(r["cc"], r["opt"]) for r in p1["process"]})
-        for cc, opt in configs:
-            rows = sorted((r for r in p1["process"] if r["cc"] == cc and r["opt"] == opt),
-                          key=lambda r: r["iterations"])
-            x = [r["iterations"] for r in rows]
-            y = [r[key]["ratio"] for r in rows]
-            lo = [r[key]["round_q1"] for r in rows]
-            hi = [r[key]["round_q3"] for r in rows]
-            line, = ax.plot(x, y, OPT_STYLE[opt], marker=CC_MARK[cc], label="%s -%s" % (cc, opt))
-            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.08)
-        ax.axhspan(2.97, 4.24, color="red", alpha=0.08, label="PSU 2.97x-4.24x")
-        ax.axhline(1.5, color="green", ls="--", lw=1.2, label="target <= 1.5x")
-        ax.axhline(1.0, color="grey", lw=0.6)
-        ax.set_xscale("log")
-        ax.set_xlabel("loop iterations (log scale)")
-        ax.set_title(title, fontsize=10)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("execution time ratio, updatable / direct")
-    axes[1].legend(fontsize=7, ncol=2, loc="upper left")
+    variants = ["molt"] + (["molt-patched"] if "ratios" in p1["process"][0] and
+                           "molt-patched" in p1["process"][0]["ratios"] else [])
+    fig, axes = plt.subplots(len(variants), 2, figsize=(12, 4.4 * len(variants)), sharey="row",
+                             squeeze=False)
+    for vi, v in enumerate(variants):
+        for ax, key, title in ((axes[vi][0], "ratios", "whole program (exec to exit)"),
+                               (axes[vi][1], "loop_ratios", "the calling loop alone")):
+            configs = sorted({(r["cc"], r["opt"]) for r in p1["process"]})
+            for cc, opt in configs:
+                rows = sorted((r for r in p1["process"] if r["cc"] == cc and r["opt"] == opt),
+                              key=lambda r: r["iterations"])
+                x = [r["iterations"] for r in rows]
+                rs = [r[key][v] if key in r else r[key.rstrip("s")] for r in rows]
+                y = [q["ratio"] for q in rs]
+                lo = [q["round_q1"] for q in rs]
+                hi = [q["round_q3"] for q in rs]
+                line, = ax.plot(x, y, OPT_STYLE[opt], marker=CC_MARK[cc], label="%s -%s" % (cc, opt))
+                ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.08)
+            ax.axhspan(2.97, 4.24, color="red", alpha=0.08, label="PSU 2.97x-4.24x")
+            ax.axhline(1.5, color="green", ls="--", lw=1.2, label="target <= 1.5x")
+            ax.axhline(1.0, color="grey", lw=0.6)
+            ax.set_xscale("log")
+            ax.set_xlabel("loop iterations (log scale)")
+            ax.set_title("%s: %s" % (v if v != "molt" else "molt (no live patch)", title), fontsize=10)
+            ax.grid(alpha=0.3)
+        axes[vi][0].set_ylabel("time ratio, %s / direct" % v)
+    axes[0][1].legend(fontsize=7, ncol=2, loc="upper left")
     fig.suptitle("P1 (cf. thesis fig. 5.1): ratio of execution time, updatable vs direct call "
-                 "(median of %d runs; band: per-round IQR)" % p1["config"]["runs"], fontsize=10)
+                 "(median of %d runs; band: per-round IQR)\nmolt: no patch (direct jump to "
+                 "version 0); molt-patched: target replaced by a live patch (dispatch path)"
+                 % p1["config"]["runs"], fontsize=10)
     save(fig, "fig5_1_call_ratio.png")
 
 
@@ -80,72 +86,34 @@ def largest_loops(p1):
 
 def fig_5_2(p1):
     rows = largest_loops(p1)
-    fig, ax = plt.subplots(figsize=(11, 4.6))
-    w = 0.38
+    variants = [v for v in ("plain", "molt", "molt-patched") if v in rows[0]["ns_per_call"]]
+    fig, ax = plt.subplots(figsize=(12, 4.8))
+    w = 0.8 / len(variants)
     for i, r in enumerate(rows):
-        for j, v in enumerate(("plain", "molt")):
+        for j, v in enumerate(variants):
             s = r["ns_per_call"][v]
-            ax.bar(i + (j - 0.5) * w, s["median"], w, yerr=err(s), capsize=3,
+            x = i + (j - (len(variants) - 1) / 2) * w
+            ax.bar(x, s["median"], w, yerr=err(s), capsize=3,
                    color=COLORS[v], label=v if i == 0 else None)
-        ax.text(i, max(r["ns_per_call"]["molt"]["max"], r["ns_per_call"]["plain"]["max"]) * 1.03,
-                "%.2fx" % r["ratio"]["molt"]["ratio"], ha="center", fontsize=8)
+            if v != "plain":
+                ax.text(x, s["max"] * 1.03, "%.2fx" % r["ratio"][v]["ratio"], ha="center",
+                        fontsize=7, rotation=90)
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(["%s -%s\n%.0e it." % (r["cc"], r["opt"], r["iterations"]) for r in rows], fontsize=8)
     ax.set_ylabel("ns per loop iteration (call + loop)")
-    ax.set_title("P1 (cf. thesis fig. 5.2): time of a direct vs an updatable call at the largest "
-                 "iteration count (median, bars: min-max; label: ratio)", fontsize=10)
+    ax.set_title("P1 (cf. thesis fig. 5.2): time of a direct call, an updatable call (molt) and a "
+                 "call of a patched function (molt-patched)\nat the largest iteration count "
+                 "(median, bars: min-max; label: ratio to plain)", fontsize=10)
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
     save(fig, "fig5_2_call_time.png")
-
-
-def fig_protos(p1):
-    rows = [r for r in p1["loops"] if r["opt"] == "O2" and "proto-hp" in r["ns_per_call"]]
-    if not rows:
-        return
-    variants = [v for v in ["plain", "molt", "moltcc", "proto-lean", "proto-hp", "proto-tail",
-                            "proto-site", "proto-ptr", "proto-jmp"] if v in rows[0]["ns_per_call"]]
-    counts = {(c["cc"], c["variant"]): c["instr_per_iteration"] for c in p1["callgrind"]
-              if c["opt"] == "O2"}
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
-    w = 0.8 / len(rows)
-    key, rkey = ("best_ns_per_call", "best_ratio") if "best_ns_per_call" in rows[0] else ("ns_per_call", "ratio")
-    for k, r in enumerate(rows):
-        for i, v in enumerate(variants):
-            s = r[key][v]
-            x = i + (k - (len(rows) - 1) / 2) * w
-            axes[0].bar(x, s["median"], w, yerr=err(s), capsize=2, color=COLORS[v],
-                        hatch="//" if r["cc"] == "clang" else None, edgecolor="white")
-            if v != "plain":
-                axes[0].text(x, s["max"] * 1.02, "%.1f" % r[rkey][v]["ratio"], ha="center",
-                             fontsize=7, rotation=90)
-            c = counts.get((r["cc"], v))
-            if c is not None:
-                axes[1].bar(x, c, w, color=COLORS[v], hatch="//" if r["cc"] == "clang" else None,
-                            edgecolor="white")
-                axes[1].text(x, c + 0.5, "%.0f" % c, ha="center", fontsize=7)
-    for ax in axes:
-        ax.set_xticks(range(len(variants)))
-        ax.set_xticklabels(variants, rotation=30, fontsize=8)
-        ax.grid(axis="y", alpha=0.3)
-    plain = rows[0][key]["plain"]["median"]
-    axes[0].axhline(plain * 1.5, color="green", ls="--", lw=1, label="1.5x plain (gcc)")
-    axes[0].set_ylabel("ns per iteration (plain: gcc solid, clang hatched)")
-    axes[0].set_title("ns per call at %.0e iterations, -O2, %s (label: ratio to plain)"
-                      % (rows[0]["iterations"], "fastest chunk, median of runs" if key.startswith("best")
-                         else "median of runs"), fontsize=10)
-    axes[0].legend(fontsize=8)
-    axes[1].set_ylabel("instructions per iteration (callgrind)")
-    axes[1].set_title("instructions per loop iteration, -O2 (deterministic)", fontsize=10)
-    fig.suptitle("P1: molt's dispatch vs fast-path prototypes (bench/proto/molt_proto.h)", fontsize=10)
-    save(fig, "p1_prototypes.png")
 
 
 def fig_5_3(p2):
     rows = p2["rows"]
     ccs = sorted({r["cc"] for r in rows})
     threads = p2["config"]["threads"]
-    variants = [v for v in ("plain", "molt", "proto-hp") if v in rows[0]["loop_ns"]]
+    variants = [v for v in ("plain", "molt", "molt-patched") if v in rows[0]["loop_ns"]]
     fig, axes = plt.subplots(1, len(threads) + 1, figsize=(15, 4.2))
     for ti, t in enumerate(threads):
         ax = axes[ti]
@@ -179,7 +147,7 @@ def fig_5_3(p2):
     ax.set_xlabel("threads (%d CPUs)" % (p2["config"].get("cpus") or 0))
     ax.set_ylabel("ratio to plain, per call (fastest chunk)" if key == "best_ratio" else "ratio to plain")
     ax.set_ylim(bottom=0)
-    ax.set_title("(%s) ratio vs threads (band: +-10%% of 1 thread)" % "abcde"[len(threads)], fontsize=10)
+    ax.set_title("(%s) ratio vs threads (band: +-10%%)" % "abcde"[len(threads)], fontsize=10)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.suptitle("P2 (cf. thesis fig. 5.3): multi-threaded calls, each thread on its own variable",
@@ -190,7 +158,8 @@ def fig_5_3(p2):
 def fig_5_4(p3):
     rows = p3["rows"]
     ccs = sorted({r["cc"] for r in rows})
-    variants = ["plain", "molt", "molt-idle"]
+    variants = [v for v in ("plain", "molt", "molt-idle", "molt-patched")
+                if v in rows[0]["ns_per_thread"]]
     panels = [("ns_per_thread", "ratio", "whole loop (median of runs)")]
     if "best_ns_per_thread" in rows[0]:
         panels.append(("best_ns_per_thread", "best_ratio", "fastest chunk of 50 (median of runs)"))
@@ -204,12 +173,14 @@ def fig_5_4(p3):
             for i, r in enumerate(rr):
                 for vi, v in enumerate(variants):
                     s = r[key][v]
-                    ax.bar(i + (vi - 1) * w, s["median"] / 1e3, w,
+                    ax.bar(i + (vi - (len(variants) - 1) / 2) * w, s["median"] / 1e3, w,
                            yerr=[[x / 1e3 for x in e] for e in err(s)], capsize=2, color=COLORS[v],
                            label=v if i == 0 else None)
                     top = max(top, s["median"] / 1e3)
-                ax.text(i, r[key]["molt"]["median"] / 1e3 * 1.05 + 0.5,
-                        "%.2fx" % r[rkey]["molt"]["ratio"], ha="center", fontsize=8)
+                label = "\n".join("%.2fx" % r[rkey][v]["ratio"] for v in ("molt", "molt-patched")
+                                   if v in r[rkey])
+                ax.text(i, max(r[key][v]["median"] for v in variants) / 1e3 * 1.05 + 0.5,
+                        label, ha="center", fontsize=7)
             ax.set_ylim(0, top * 1.8)  # outliers' bars run off the top; medians matter
             ax.set_xticks(range(len(rr)))
             ax.set_xticklabels(["-" + r["opt"] for r in rr])
@@ -217,8 +188,8 @@ def fig_5_4(p3):
             ax.set_ylabel("us per pthread_create + join")
             ax.grid(axis="y", alpha=0.3)
             ax.legend(fontsize=8)
-    fig.suptitle("P3 (cf. thesis fig. 5.4): thread creation and destruction (label: molt/plain; "
-                 "PSU: up to 24x, target <= 1.2x)", fontsize=10)
+    fig.suptitle("P3 (cf. thesis fig. 5.4): thread creation and destruction (labels: molt/plain, "
+                 "molt-patched/plain; PSU: up to 24x, target <= 1.2x)", fontsize=10)
     save(fig, "fig5_4_thread_create.png")
 
 
@@ -331,7 +302,7 @@ def fig_5_7(p7):
 
 
 def main():
-    for name, fns in (("p1", [fig_5_1, fig_5_2, fig_protos]), ("p2", [fig_5_3]), ("p3", [fig_5_4]),
+    for name, fns in (("p1", [fig_5_1, fig_5_2]), ("p2", [fig_5_3]), ("p3", [fig_5_4]),
                       ("p4", [fig_5_5]), ("p5", [fig_5_6]), ("p6", [fig_p6]), ("p7", [fig_5_7])):
         d = bl.load(name)
         if not d or "error" in d:

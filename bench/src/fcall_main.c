@@ -1,7 +1,7 @@
 /*
  * fcall — the loop of the function-call benchmarks (PSU 5.2.1 and 5.2.2).
  *
- *   fcall ITERATIONS [THREADS]
+ *   fcall ITERATIONS [THREADS [PATCH]]
  *
  * Each thread calls target(&its_value) ITERATIONS times and sums the
  * results.  With THREADS > 1 every thread dereferences its own variable on
@@ -9,39 +9,68 @@
  * invoked function in each thread is unique"), so only the call mechanism can
  * make threads interfere.
  *
+ * PATCH (molt build, -DVARIANT_MOLT, only): before the loop the program
+ * applies this patch in-process (molt_apply, policy immediate).  It replaces
+ * target, so the runtime moves target's stable entry from the direct jump
+ * to version 0 onto the dispatch path (generation table, per-thread
+ * counters), and every call of the loop takes that path: the cost of calling
+ * a function that has a live patch.  The program checks that the entry's
+ * jump really changed (else it fails), and prints entry_moved=1.
+ *
  * Prints `loop_ns=<ns> best_ns=<ns> sum=<sum>`: loop_ns is the time of the
  * loops alone (from before the first thread starts to after the last one is
- * joined), which excludes process start-up; the runner measures the whole
- * process as well.  best_ns is the time per call of the fastest chunk of
- * the first thread's loop, which is cut into chunks of 10,000 calls (fewer
- * for short loops: at least 100 chunks): on a machine shared with other jobs
- * a run is often interrupted, and the fastest chunk is the call's cost when
- * nothing else got in the way.  Chunks are short (microseconds), so that
- * even with more threads than CPUs many of them run without being
- * preempted; the clock read per chunk is ~0.2% of a chunk.  The sum is
- * printed so that the calls cannot be dropped.
+ * joined), which excludes process start-up and the apply; the runner
+ * measures the whole process as well.  best_ns is the time per call of the
+ * fastest chunk of the first thread's loop, which is cut into chunks of
+ * 10,000 calls (fewer for short loops: at least 100 chunks): on a machine
+ * shared with other jobs a run is often interrupted, and the fastest chunk
+ * is the call's cost when nothing else got in the way.  Chunks are short
+ * (microseconds), so that even with more threads than CPUs many of them run
+ * without being preempted; the clock read per chunk is ~0.2% of a chunk.
+ * The sum is printed so that the calls cannot be dropped.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 int target(int *p);
 
-#ifdef CALLSITE
-/* Prototypes: the dispatch is done here, at the call site (molt_proto.h). */
-#include "molt_proto.h"
-extern const uint32_t *const target__molt_indexp;
-#define CALL_TARGET(p) MOLT_PROTO_SITE_CALL(int, target, (int *), (p))
-#elif defined(CALLPTR)
-#include "molt_proto.h"
-extern int (*target__molt_ptr)(int *);
-#define CALL_TARGET(p) MOLT_PROTO_PTR_CALL(int, target, (int *), (p))
-#else
-#define CALL_TARGET(p) target(p)
+#ifdef VARIANT_MOLT
+#include "molt.h"
+
+/* Destination of the `jmp rel32` at target's stable entry. */
+static const void *entry_dest(void) {
+  const unsigned char *e = (const unsigned char *)(void *)&target;
+  int32_t rel;
+  if (e[0] != 0xe9)
+    return NULL;
+  memcpy(&rel, e + 1, sizeof rel);
+  return e + 5 + rel;
+}
+
+static int apply_patch(const char *path) {
+  const void *before = entry_dest();
+  char err[512] = "";
+  int rc = molt_apply(path, MOLT_POLICY_IMMEDIATE, -1, err, sizeof err);
+  if (rc != 0) {
+    fprintf(stderr, "fcall: molt_apply(%s): %s: %s\n", path, molt_err_name(rc), err);
+    return -1;
+  }
+  const void *after = entry_dest();
+  if (!before || !after || before == after) {
+    fprintf(stderr, "fcall: the patch is applied but target's entry still jumps to %p\n",
+            after);
+    return -1;
+  }
+  return 0;
+}
 #endif
+
+#define CALL_TARGET(p) target(p)
 
 #define MAX_THREADS 64
 
@@ -87,8 +116,19 @@ static void *loop(void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: fcall ITERATIONS [THREADS]\n");
+    fprintf(stderr, "usage: fcall ITERATIONS [THREADS [PATCH]]\n");
     return 2;
+  }
+  int moved = 0;
+  if (argc > 3) {
+#ifdef VARIANT_MOLT
+    if (apply_patch(argv[3]) != 0)
+      return 1;
+    moved = 1;
+#else
+    fprintf(stderr, "fcall: PATCH needs the molt build (-DVARIANT_MOLT)\n");
+    return 2;
+#endif
   }
   iterations = atol(argv[1]);
   int threads = argc > 2 ? atoi(argv[2]) : 1;
@@ -111,7 +151,8 @@ int main(int argc, char **argv) {
   long sum = 0;
   for (int i = 0; i < threads; i++)
     sum += lanes[i].sum;
-  printf("loop_ns=%llu best_ns=%.4f sum=%ld\n", (unsigned long long)(t1 - t0),
-         lanes[0].chunk ? (double)lanes[0].best_chunk_ns / (double)lanes[0].chunk : 0.0, sum);
+  printf("loop_ns=%llu best_ns=%.4f sum=%ld%s\n", (unsigned long long)(t1 - t0),
+         lanes[0].chunk ? (double)lanes[0].best_chunk_ns / (double)lanes[0].chunk : 0.0, sum,
+         moved ? " entry_moved=1" : "");
   return 0;
 }

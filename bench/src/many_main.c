@@ -83,7 +83,9 @@ int main(int argc, char **argv) {
   }
 #ifndef PLAIN
   if (strcmp(mode, "apply") == 0 && argc > 2) {
-    /* Both probes once before: the first call registers the thread. */
+    /* Both probes once before (page faults, lazy binding).  They are direct
+     * jumps to version 0: the thread is registered only by its first call
+     * after the apply, on the dispatch path, and that is part of first_ns. */
     if (PROBE_FIRST(0) != FIRST_OLD || PROBE_LAST(0) != LAST_OLD)
       return 1;
     char err[512];

@@ -16,7 +16,7 @@
  *
  * Output: one JSON object per run on stdout:
  *   {"label":..., "run":r, "t_spawn_ns":..., "wall_ns":..., "user_ns":...,
- *    "sys_ns":..., "maxrss_kb":..., "status":..., "out":"<program stdout>"}
+ *    "sys_ns":..., "maxrss_kb":..., "minflt":..., "status":..., "out":"<program stdout>"}
  * t_spawn_ns is CLOCK_MONOTONIC (system-wide) just before the spawn, so a
  * program that prints its own CLOCK_MONOTONIC at main() gives exec-to-main.
  */
@@ -113,10 +113,10 @@ static int run_one(const prog *p, int run) {
   printf("{\"label\": ");
   json_string(p->label, strlen(p->label));
   printf(", \"run\": %d, \"t_spawn_ns\": %llu, \"wall_ns\": %llu, \"user_ns\": %llu, "
-         "\"sys_ns\": %llu, \"maxrss_kb\": %ld, \"status\": %d, \"out\": ",
+         "\"sys_ns\": %llu, \"maxrss_kb\": %ld, \"minflt\": %ld, \"status\": %d, \"out\": ",
          run, (unsigned long long)t0, (unsigned long long)(t1 - t0),
          (unsigned long long)tv_ns(ru.ru_utime), (unsigned long long)tv_ns(ru.ru_stime),
-         ru.ru_maxrss, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+         ru.ru_maxrss, ru.ru_minflt, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   json_string(out, len);
   printf("}\n");
   fflush(stdout);
