@@ -526,10 +526,13 @@ static inline __attribute__((always_inline)) void molt__leave(molt__gen *g) {
 #ifndef MOLT__NO_PATCHABLE
 #define MOLT__NO_PATCHABLE
 #endif
+/* All entries of a module share one section: a patch then rewrites (and
+ * copies on write) a few pages of entries instead of one page per function
+ * scattered through the text. */
 #define MOLT__ENTRY_ATTRS                                                      \
   __attribute__((naked, aligned(8), noinline, no_instrument_function,          \
                  MOLT__NO_PROFILE MOLT__NO_SPLIT MOLT__NO_SSP MOLT__NO_PATCHABLE \
-                 used))
+                 used, section(".text.molt_entries")))
 /* Naked functions leave their parameters unused by construction. */
 #define MOLT__DIAG_PUSH                                                        \
   _Pragma("GCC diagnostic push")                                               \
