@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Runs the molt benchmarks (SPEC P1-P7, the experiments of the PSU thesis,
+"""Runs the molt benchmarks (SPEC P1-P7 and P7b, the experiments of the PSU thesis,
 chapter 5) and writes bench/results/<measure>.json.  Use bench/run.sh, which
 builds molt first and draws the plots and RESULTS.md afterwards.
 
@@ -18,6 +18,7 @@ import m_threads  # noqa: E402
 import m_many  # noqa: E402
 import m_memory  # noqa: E402
 import m_kvstore  # noqa: E402
+import m_memcached  # noqa: E402
 
 MEASURES = [
     ("p1", m_calls.p1),
@@ -27,6 +28,7 @@ MEASURES = [
     ("p5", m_many.p5),
     ("p6", m_memory.p6),
     ("p7", m_kvstore.p7),
+    ("p7b", m_memcached.p7b),
 ]
 
 

@@ -18,7 +18,7 @@ import benchlib as bl  # noqa: E402
 
 PLAIN, MOLT = "#4c72b0", "#dd8452"
 COLORS = {"plain": PLAIN, "molt": MOLT, "moltcc": "#c44e52", "molt-patched": "#8172b3",
-          "molt-idle": "#64b5cd"}
+          "molt-idle": "#64b5cd", "plain-2": "#8fa9d6"}
 OPT_STYLE = {"O0": ":", "O1": "-.", "O2": "-", "O3": "--"}
 CC_MARK = {"gcc": "o", "clang": "s"}
 
@@ -301,9 +301,51 @@ def fig_5_7(p7):
     save(fig, "fig5_7_kvstore.png")
 
 
+def fig_p7b(p7b):
+    """memcached: GET throughput per server (bars: medians, whiskers: min/max,
+    dots: the runs) and server CPU per request."""
+    if p7b.get("skipped"):
+        print("P7b was skipped: no plot")
+        return
+    vs = p7b["variants"]
+    names = {"plain": "memcached\n(gcc)", "molt": "memcached (moltcc,\nall updatable)",
+             "molt-patched": "molt + live patch\n(stats-live)",
+             "plain-2": "2nd plain process\n(A/A control)"}
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.6))
+    for i, v in enumerate(vs):
+        s = p7b["get_rps"][v]
+        ax.bar(i, s["median"] / 1e3, 0.6, yerr=[[x / 1e3 for x in e] for e in err(s)], capsize=4,
+               color=COLORS[v])
+        ax.plot([i] * len(p7b["runs"][v]), [x["get_rps"] / 1e3 for x in p7b["runs"][v]], "k.",
+                alpha=0.4)
+        c = p7b["server_cpu_ns_per_request"][v]
+        bx.bar(i, c["median"] / 1e3, 0.6, yerr=[[x / 1e3 for x in e] for e in err(c)], capsize=4,
+               color=COLORS[v])
+        bx.plot([i] * len(p7b["runs"][v]), [x["cpu_ns_per_request"] / 1e3 for x in p7b["runs"][v]],
+                "k.", alpha=0.4)
+    for a in (ax, bx):
+        a.set_xticks(range(len(vs)))
+        a.set_xticklabels([names[v] for v in vs], fontsize=8)
+        a.grid(axis="y", alpha=0.3)
+    ax.set_ylabel("thousand GETs/s (memcslap)")
+    bx.set_ylabel("server CPU µs per request (schedstat)")
+    r = p7b["ratio"]
+    t = "molt/plain = %.1f%% (per-round median %.1f%%)" % (r["ratio"] * 100, r["round_median"] * 100)
+    if "patched_ratio" in p7b:
+        t += "; patched %.1f%%" % (p7b["patched_ratio"]["ratio"] * 100)
+    if "aa_ratio" in p7b:
+        t += "; A/A %.1f%%" % (p7b["aa_ratio"]["ratio"] * 100)
+    ax.set_title("P7b: memcached GET throughput\n" + t, fontsize=9)
+    e = p7b["cpu_efficiency"]
+    bx.set_title("server CPU per request\nplain/molt = %.1f%% (target >= 98%%, PSU MySQL 95.02%%)"
+                 % (e["ratio"] * 100), fontsize=9)
+    save(fig, "p7b_memcached.png")
+
+
 def main():
     for name, fns in (("p1", [fig_5_1, fig_5_2]), ("p2", [fig_5_3]), ("p3", [fig_5_4]),
-                      ("p4", [fig_5_5]), ("p5", [fig_5_6]), ("p6", [fig_p6]), ("p7", [fig_5_7])):
+                      ("p4", [fig_5_5]), ("p5", [fig_5_6]), ("p6", [fig_p6]), ("p7", [fig_5_7]),
+                      ("p7b", [fig_p7b])):
         d = bl.load(name)
         if not d or "error" in d:
             print("no results for %s: no plot" % name)

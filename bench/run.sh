@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # bench/run.sh [--quick] [--only p1,p5] — build molt and every benchmark
-# program, run SPEC P1-P7 (the experiments of the PSU thesis, chapter 5),
-# write bench/results/*.json and *.png and bench/RESULTS.md.
+# program, run SPEC P1-P7 and P7b (the experiments of the PSU thesis,
+# chapter 5), write bench/results/*.json and *.png and bench/RESULTS.md.
 #
 #   --quick        smoke run, under ~3 minutes (fewer sizes, -O2 only)
-#   --only LIST    just these measures (p1..p7); plots and report use the
-#                  latest results of the others
+#   --only LIST    just these measures (p1..p7, p7b); plots and report use
+#                  the latest results of the others
 #
 # Environment:
 #   MOLT_BUILD=DIR   use this molt build (must be a Release build without
@@ -13,7 +13,10 @@
 #
 # Needs: cmake, ninja, gcc, clang-14, python3-clang-14 (moltcc), valgrind
 # (instruction counts; skipped if absent), /usr/bin/python3 with matplotlib
-# (apt install python3-matplotlib).  See bench/README.md.
+# (apt install python3-matplotlib).  P7b (memcached) installs what it needs
+# with apt (memcached's build dependencies and source, libmemcached-tools),
+# which needs root and Debian's archive; without them it is skipped, with
+# the reason in RESULTS.md.  See bench/README.md.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,7 +29,7 @@ while [ $# -gt 0 ]; do
     --quick) args+=(--quick) ;;
     --only) args+=(--only "$2"); shift ;;
     --only=*) args+=(--only "${1#--only=}") ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
