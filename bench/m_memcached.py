@@ -144,7 +144,7 @@ def _deps(ctx, molt):
     d = [os.path.join(os.path.dirname(__file__), "m_memcached.py")]
     if molt:
         d += [os.path.join(bl.INCLUDE, "molt.h"), ctx.moltcc]
-        d += glob.glob(os.path.join(bl.ROOT, "tools", "moltcc", "*.py"))
+        d += glob.glob(os.path.join(bl.ROOT, "tools", "moltcc", "**", "*.py"), recursive=True)
     return d
 
 

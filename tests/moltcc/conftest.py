@@ -21,7 +21,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 BUILD = os.path.abspath(os.environ.get("MOLT_BUILD_DIR") or os.path.join(ROOT, "build"))
-MOLTCC_PY = os.path.join(ROOT, "tools", "moltcc", "moltcc.py")
+MOLTCC_PY = os.path.join(ROOT, "tools", "moltcc")   # the package, run as a folder
 SYS_PYTHON = "/usr/bin/python3"
 
 sys.path.insert(0, HERE)

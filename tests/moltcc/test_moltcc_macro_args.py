@@ -132,9 +132,9 @@ int main(void) { struct lv l = {0}; return f() + g(&l) + h(); }
 
 def test_arg_spelling_only_for_macro_arguments(tool):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "tools", "moltcc"))
+        os.path.abspath(__file__)))), "tools"))
     import clang.cindex as ci
-    import moltcc_unit
+    from moltcc import unit as moltcc_unit
     path = tool.write("a.c", """struct s { int use_cas; } settings;
 #define SET(a, b) ((a) = (b))
 #define USE() (settings.use_cas)

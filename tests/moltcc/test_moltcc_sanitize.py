@@ -22,7 +22,7 @@ MOLT_UPDATABLE int always(int x) { return x; }
 
 
 def direct(tool, sanitize, *args, env=None):
-    """moltcc.py run the way the build-tree launcher runs it."""
+    """moltcc run the way the build-tree launcher runs it."""
     return tool.run([SYS_PYTHON, MOLTCC_PY,
                      "--molt-internal-include=" + os.path.join(ROOT, "include"),
                      "--molt-internal-libdir=" + tool.path("nolib"),

@@ -1,6 +1,6 @@
 """Full updates, build side: `moltcc --molt-program` images and the
 migration code generated with `--molt-from OLD.so --molt-xf FILE.xf`
-(tools/moltcc/moltcc_program.py, moltcc_dwarf.py, moltcc_xfgen.py).
+(tools/moltcc/image/build.py, dwarf.py, image/xfgen.py).
 
 Real compiles.  The fixture program is tests/moltcc/program/{v1,v2}/ (a
 key-value store whose struct entry changes: float -> double, int -> size_t,

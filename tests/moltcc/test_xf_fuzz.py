@@ -10,10 +10,10 @@ import sys
 import pytest
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools", "moltcc"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 
-import moltcc_xf as xf  # noqa: E402
-from moltcc_xf import XfError  # noqa: E402
+from moltcc.image import xf  # noqa: E402
+from moltcc.image.xf import XfError  # noqa: E402
 
 SEEDS = [
     """\

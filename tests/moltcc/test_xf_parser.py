@@ -1,4 +1,4 @@
-"""The .xf parser (tools/moltcc/moltcc_xf.py): every construct of Kitsune's
+"""The .xf parser (tools/moltcc/image/xf.py): every construct of Kitsune's
 xfgen notation, the $-specials with their offsets, and every error with its
 exact line:column.  Pure Python: no build tree needed."""
 import os
@@ -8,11 +8,11 @@ import sys
 import pytest
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools", "moltcc"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 
-import moltcc_xf as xf  # noqa: E402
-from moltcc_xf import (Ref, Rule, Special, XfError, parse_xf, parse_xf_file,  # noqa: E402
-                       scan_specials)
+from moltcc.image import xf  # noqa: E402
+from moltcc.image.xf import (Ref, Rule, Special, XfError, parse_xf, parse_xf_file,  # noqa: E402
+                             scan_specials)
 
 
 def V(name, line, col, tu=None):

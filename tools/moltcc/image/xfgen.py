@@ -13,7 +13,7 @@ new version's also plain `RED` where that is unambiguous); typedefs are
 """
 import re
 
-from moltcc_dwarf import Type, VOID, describe
+from ..dwarf import Type, VOID, describe
 
 GEN_FILE = "molt__program.c"
 RESYNC = "#line MOLT_RESYNC"
@@ -577,7 +577,7 @@ class Generator:
     def __init__(self, old, new, rules, old_name, new_name):
         import importlib
         try:
-            rmod = importlib.import_module("moltcc_xf")
+            rmod = importlib.import_module(".xf", __package__)
         except ImportError:
             rmod = None
         self.rmod = rmod

@@ -39,8 +39,8 @@ import re
 
 import clang.cindex as ci
 
-from moltcc_rewrite import Rewriter
-from moltcc_unit import CK, SC
+from .rewrite import Rewriter
+from .unit import CK, SC
 
 VAR_SYMTYPES = {"OBJECT", "TLS", "COMMON", "NOTYPE"}
 FUNC_SYMTYPES = {"FUNC", "IFUNC", "NOTYPE"}

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """moltcc — drop-in wrapper around the system C compiler that makes C
 programs updatable with molt, and builds hot patches for them.
 
@@ -27,8 +26,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-
-sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 
 PROG = "moltcc"
 
@@ -503,8 +500,8 @@ class Woven:
 
 def weave_program(inp, cmd, layout, opts, work, report):
     """Returns a Woven, or None when the file has nothing to make updatable."""
-    from moltcc_unit import Unit, UnitError
-    from moltcc_weave import ProgramWeaver
+    from .unit import Unit, UnitError
+    from .weave import ProgramWeaver
     try:
         unit = Unit(os.path.abspath(inp.path), inp.path, clang_args(cmd, layout))
     except UnitError as e:
@@ -634,7 +631,7 @@ def program_main(cmd, molt, layout):
     if not todo:
         exec_cc(cmd.args + inc + link_extra)
 
-    from moltcc_weave import Options, Report
+    from .weave import Options, Report
     report = Report(verbose_enabled() or bool(molt.get("--molt-verbose")))
     opts = Options(opts_all == "all", from_funcs, report.verbose)
     work = Workdir(bool(molt.get("--molt-keep")))
@@ -804,9 +801,9 @@ def _link_mode(cmd, woven, inc, link_extra, work):
 # ---------------------------------------------------------------------------
 
 def patch_main(cmd, molt, layout):
-    from moltcc_elf import SymbolError, read_symtab
-    from moltcc_unit import Unit, UnitError
-    from moltcc_weave import (Options, PatchPlan, PatchWeaver, Report, WeaveError,
+    from .elf import SymbolError, read_symtab
+    from .unit import Unit, UnitError
+    from .weave import (Options, PatchPlan, PatchWeaver, Report, WeaveError,
                               patch_header_source)
     layout.check_include()
     target = molt.get("--molt-target")
@@ -989,7 +986,7 @@ def main(argv):
                       "--molt-updatable"):
                 if k in molt:
                     raise Fatal("%s is not meaningful with --molt-program" % k)
-            import moltcc_program
+            from .image import build as moltcc_program
             try:
                 return moltcc_program.main(cmd, molt, layout, sys.modules[__name__])
             except moltcc_program.XfSyntax as e:
@@ -1010,6 +1007,3 @@ def main(argv):
     except KeyboardInterrupt:
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

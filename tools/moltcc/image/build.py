@@ -57,7 +57,7 @@ def collect_annotations(sources, cargs, fatal):
     """
     import clang.cindex as ci
     try:
-        from moltcc_unit import _in_system_header
+        from ..unit import _in_system_header
     except ImportError:      # pragma: no cover
         def _in_system_header(loc):
             return False
@@ -242,8 +242,8 @@ def program_source(ann, from_build_id=None, migration=None):
     out.append("};\n")
     text = "".join(out)
     if migration is not None:
-        import moltcc_xfgen
-        text = moltcc_xfgen.finalize(text)
+        from . import xfgen
+        text = xfgen.finalize(text)
     return text
 
 
@@ -337,7 +337,7 @@ def main(cmd, molt, layout, mc):
     old = None
     rules = []
     if from_path:
-        import moltcc_dwarf
+        from .. import dwarf as moltcc_dwarf
         if not os.path.isfile(from_path):
             raise Fatal("--molt-from %s: no such file" % from_path)
         try:
@@ -411,8 +411,8 @@ def main(cmd, molt, layout, mc):
 
         # An update: link once without migration code, read the new
         # version's DWARF, generate, link again.
-        import moltcc_dwarf
-        import moltcc_xfgen
+        from .. import dwarf as moltcc_dwarf
+        from . import xfgen as moltcc_xfgen
         pre = work.file("pre.so")
         rc, bad = link_image(program_source(ann, old.build_id.lower()), pre)
         if rc != 0:
@@ -464,7 +464,7 @@ def _parse_xf(paths, mc):
     if not paths:
         return []
     try:
-        import moltcc_xf
+        from . import xf as moltcc_xf
     except ImportError:
         raise mc.Fatal("--molt-xf needs the .xf parser (tools/moltcc/moltcc_xf.py), which is missing")
     rules = []
