@@ -13,6 +13,12 @@ _LINE = re.compile(
     r"^\s*\d+:\s+([0-9a-fA-F]+)\s+(\S+)\s+(\w+)\s+(\w+)\s+(\w+)\s+(\S+)\s*(.*)$")
 
 
+# Symbol types (readelf's spelling) that may be a variable or a function
+# of the program.
+VAR_SYMTYPES = {"OBJECT", "TLS", "COMMON", "NOTYPE"}
+FUNC_SYMTYPES = {"FUNC", "IFUNC", "NOTYPE"}
+
+
 class SymbolError(Exception):
     pass
 

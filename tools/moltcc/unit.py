@@ -2,7 +2,7 @@
 
 Everything here is read-only: it answers "which functions are defined in the
 main file, where exactly are their tokens, can they be rewritten safely".
-The rewriting itself lives in moltcc_weave.py.
+The rewriting itself lives in weave.py and patch/weave.py.
 
 Offsets are byte offsets into the main file.  For code that comes from a
 macro expansion libclang reports the expansion location (the macro
@@ -14,13 +14,12 @@ import re
 
 import clang.cindex as ci
 
+from .markers import MARKER_ANNOTATION, MARKER_MACRO, MARKER_TAG
+
 CK = ci.CursorKind
 TK = ci.TypeKind
 SC = ci.StorageClass
 
-MARKER_MACRO = "MOLT_UPDATABLE"
-MARKER_ANNOTATION = "molt_updatable"
-MARKER_TAG = "DSU_FUNC"
 
 # Identifiers that, when found in a function's header (directly or through a
 # macro), make it non-updatable:

@@ -39,16 +39,10 @@ import re
 
 import clang.cindex as ci
 
+from .elf import FUNC_SYMTYPES, VAR_SYMTYPES
+from .markers import explicitly_marked
 from .rewrite import Rewriter
 from .unit import CK, SC
-
-VAR_SYMTYPES = {"OBJECT", "TLS", "COMMON", "NOTYPE"}
-FUNC_SYMTYPES = {"FUNC", "IFUNC", "NOTYPE"}
-
-
-class WeaveError(Exception):
-    pass
-
 
 def c_string(s):
     out = ['"']
@@ -75,7 +69,7 @@ WRAPPER_IDENTS = {"table", "index", "used", "section", "aligned", "naked", "noin
 # Attributes the stable entry cannot carry: it keeps the user's header and
 # becomes a naked function whose body is one `jmp rel32` at its very first
 # byte.  (inline, always_inline, naked, ifunc ... are refused earlier, by
-# moltcc_unit.SKIP_IDENTS.)  Like SKIP_IDENTS this looks at every identifier
+# unit.SKIP_IDENTS.)  Like SKIP_IDENTS this looks at every identifier
 # of the header, literal or from a macro, parameter names excepted.
 NAKED_CONFLICTS = {
     "target_clones": "target_clones function (its entry would be a resolver, not a jump; "
@@ -113,37 +107,10 @@ def molt_h_identifiers(include_dir):
     return _molt_h_cache[path]
 
 
-class Report:
-    """Where warnings go (the driver prints them)."""
+class Weaver:
+    """What the program weaver and the patch weaver share: one unit, one
+    Rewriter over its bytes, the report, and the molt.h names to guard."""
 
-    def __init__(self, verbose=False):
-        self.verbose = verbose
-        self.messages = []
-
-    def warn(self, msg):
-        self.messages.append("moltcc: warning: " + msg)
-
-    def note(self, msg):
-        if self.verbose:
-            self.messages.append("moltcc: note: " + msg)
-
-
-class Options:
-    def __init__(self, all_functions=False, funcs=(), verbose=False):
-        self.all = all_functions
-        self.funcs = set(funcs)
-        self.verbose = verbose
-
-
-def explicitly_marked(fn, opts):
-    if fn.marker:
-        return fn.marker
-    if fn.name in opts.funcs:
-        return "--molt-funcs"
-    return None
-
-
-class _Base:
     def __init__(self, unit, include_dir, report):
         self.u = unit
         self.rw = Rewriter(unit.data)
@@ -330,16 +297,16 @@ class _Base:
         return ret, decl, defn, names
 
 
-class ProgramWeaver(_Base):
+class ProgramWeaver(Weaver):
     """Makes the selected functions of one TU updatable."""
 
-    def select(self, opts):
+    def select(self, sel):
         chosen = []
         for fn in self.u.functions():
             self.u.analyse(fn)
             refuse_naked_conflicts(fn)
-            why = explicitly_marked(fn, opts)
-            if not why and not (opts.all and fn.body is not None):
+            why = explicitly_marked(fn, sel)
+            if not why and not (sel.all and fn.body is not None):
                 continue
             if fn.reason:
                 if why:
@@ -464,6 +431,9 @@ class ProgramWeaver(_Base):
 # ---------------------------------------------------------------------------
 
 class Import:
+    """One object of the running program that the patch uses: its slot is
+    filled by the runtime (molt__import record) before the patch goes in."""
+
     def __init__(self, symbol, tu, decl_name, is_func, tls=False):
         self.symbol = symbol        # name looked up in the target
         self.tu = tu                # None for globals
@@ -483,10 +453,10 @@ class Import:
 class PatchPlan:
     """What every function defined in the patch sources becomes."""
 
-    def __init__(self, target, target_path, opts, report):
+    def __init__(self, target, target_path, sel, report):
         self.target = target
         self.target_path = target_path
-        self.opts = opts
+        self.sel = sel
         self.report = report
         self.roles = {}          # usr -> 'pfn' | 'copy' | 'removed'
         self.global_roles = {}   # name -> role for external functions
@@ -511,9 +481,9 @@ class PatchPlan:
                 role = "removed"
                 self.report.note("%s: '%s' is not compiled into the patch" % (fn.loc, fn.name))
             else:
-                why = explicitly_marked(fn, self.opts)
+                why = explicitly_marked(fn, self.sel)
                 in_target = self.target_updatable(fn)
-                selected = bool(why) or self.opts.all or in_target
+                selected = bool(why) or self.sel.all or in_target
                 role = "copy"
                 if selected and fn.reason is None and in_target:
                     role = "pfn"
@@ -535,9 +505,13 @@ class PatchPlan:
         return fns
 
 
-class PatchWeaver(_Base):
+class WeaveError(Exception):
+    pass
+
+
+class PatchWeaver(Weaver):
     def __init__(self, unit, include_dir, report, plan):
-        _Base.__init__(self, unit, include_dir, report)
+        Weaver.__init__(self, unit, include_dir, report)
         self.plan = plan
         self.target = plan.target
         self.imports = {}        # slot -> Import

@@ -10,205 +10,18 @@ Every source is compiled with the user's flags plus -g -fPIC
 with one generated TU (molt__program.c) that defines `molt__program` and
 embeds the image's annotations (read with libclang) as JSON in the section
 .molt_types.  With --molt-from the generated TU also carries the migration
-code (moltcc_xfgen.py), generated from the DWARF of the old image and of the
+code (xfgen.py), generated from the DWARF of the old image and of the
 new one (linked once without it first: the types and variables do not
 depend on it).
 """
-import json
 import os
 import sys
 
-GEN_NAME = "molt__program.c"
-ANNOTATION_PREFIX = "molt_"
-_ANN_KINDS = ("molt_no_migrate", "molt_ptrarray:", "molt_opaque", "molt_forall:", "molt_var:",
-              "molt_inst:")
-
-
-# ---------------------------------------------------------------------------
-# Annotations (libclang)
-# ---------------------------------------------------------------------------
-
-def _is_molt_ann(s):
-    return any(s == k or (k.endswith(":") and s.startswith(k)) for k in _ANN_KINDS)
-
-
-def _norm_ann(s):
-    """'molt_inst:struct  user *' -> 'molt_inst:struct user *' (the # of a
-    macro argument keeps the user's spacing)."""
-    if ":" in s:
-        k, v = s.split(":", 1)
-        return k + ":" + " ".join(v.replace("*", " * ").split()).replace(" *", " *")
-    return s
-
-
-def collect_annotations(sources, cargs, fatal):
-    """Reads the molt annotations of every source with libclang.  Returns the
-    JSON-able dict embedded in .molt_types:
-
-      {"version": 1,
-       "types":  {"struct list": ["molt_forall:t"]},
-       "fields": {"struct list": {"val": ["molt_var:t"], "next": ["molt_inst:t"]}},
-       "vars":   [{"name": "users", "tu": null, "file": "kv.c", "line": 7,
-                   "annotations": ["molt_inst:struct user"]}],
-       "locals": [{"func": "worker", "var": "count", "file": "kv.c", "line": 12}]}
-
-    Anonymous structs are named as in the DWARF reader: 'struct {typedef}'
-    or 'struct {parent.field}'.
-    """
-    import clang.cindex as ci
-    try:
-        from ..unit import _in_system_header
-    except ImportError:      # pragma: no cover
-        def _in_system_header(loc):
-            return False
-    out = {"version": 1, "types": {}, "fields": {}, "vars": [], "locals": []}
-    seen_vars = set()
-    seen_locals = set()
-    idx = ci.Index.create()
-    K = ci.CursorKind
-    for src in sources:
-        try:
-            tu = idx.parse(src, args=cargs)
-        except ci.TranslationUnitLoadError as e:
-            raise fatal("libclang could not parse %s: %s" % (src, e))
-        base = os.path.basename(src)
-        anon = {}      # cursor hash -> canonical name of an anonymous struct/union/enum
-
-        def agg_name(c):
-            kind = {K.STRUCT_DECL: "struct", K.UNION_DECL: "union", K.ENUM_DECL: "enum"}.get(c.kind)
-            if kind is None:
-                return None
-            if c.spelling and not c.is_anonymous() and "(" not in c.spelling:
-                return "%s %s" % (kind, c.spelling)
-            return anon.get(c.hash)
-
-        def anns(c):
-            return [_norm_ann(a.spelling) for a in c.get_children()
-                    if a.kind == K.ANNOTATE_ATTR and _is_molt_ann(a.spelling)]
-
-        # pass 1: names of anonymous aggregates (typedefs, member types)
-        def name_anon(c, depth=0):
-            for ch in c.get_children():
-                if ch.kind == K.TYPEDEF_DECL:
-                    d = ch.underlying_typedef_type.get_declaration()
-                    if d is not None and d.kind in (K.STRUCT_DECL, K.UNION_DECL, K.ENUM_DECL) \
-                            and (not d.spelling or d.is_anonymous() or "(" in d.spelling):
-                        kind = {K.STRUCT_DECL: "struct", K.UNION_DECL: "union",
-                                K.ENUM_DECL: "enum"}[d.kind]
-                        anon.setdefault(d.hash, "%s {%s}" % (kind, ch.spelling))
-                elif ch.kind in (K.STRUCT_DECL, K.UNION_DECL) and depth < 16:
-                    pn = agg_name(ch)
-                    if pn:
-                        i = 0
-                        for f in ch.get_children():
-                            if f.kind in (K.STRUCT_DECL, K.UNION_DECL) and \
-                                    (not f.spelling or f.is_anonymous() or "(" in f.spelling):
-                                # the type of a named member, or an unnamed member
-                                fld = _member_of(ch, f)
-                                kind = "struct" if f.kind == K.STRUCT_DECL else "union"
-                                if fld is None:
-                                    anon.setdefault(f.hash, "%s {%s.#%d}" % (kind, pn.split(" ", 1)[1], i))
-                                    i += 1
-                                else:
-                                    anon.setdefault(f.hash, "%s {%s.%s}" % (kind, pn.split(" ", 1)[1], fld))
-                    name_anon(ch, depth + 1)
-
-        def _member_of(parent, rec):
-            for f in parent.get_children():
-                if f.kind == K.FIELD_DECL:
-                    d = f.type.get_declaration()
-                    if d is not None and d.hash == rec.hash:
-                        return f.spelling
-                    # arrays / pointers of the anonymous type
-                    t = f.type
-                    for _ in range(4):
-                        if t.kind in (ci.TypeKind.POINTER,):
-                            t = t.get_pointee()
-                        elif t.kind in (ci.TypeKind.CONSTANTARRAY, ci.TypeKind.INCOMPLETEARRAY):
-                            t = t.element_type
-                        else:
-                            break
-                        d = t.get_declaration()
-                        if d is not None and d.hash == rec.hash:
-                            return f.spelling
-            return None
-
-        name_anon(tu.cursor)
-
-        def record_struct(c):
-            name = agg_name(c)
-            if not name:
-                return
-            a = anns(c)
-            if a:
-                lst = out["types"].setdefault(name, [])
-                for x in a:
-                    if x not in lst:
-                        lst.append(x)
-            for f in c.get_children():
-                if f.kind == K.FIELD_DECL:
-                    fa = anns(f)
-                    if fa:
-                        out["fields"].setdefault(name, {})[f.spelling] = fa
-                elif f.kind in (K.STRUCT_DECL, K.UNION_DECL):
-                    record_struct(f)
-
-        def walk_body(c, func):
-            for ch in c.get_children():
-                if ch.kind == K.CALL_EXPR and ch.spelling == "molt_migrate_local":
-                    args = list(ch.get_arguments())
-                    if len(args) >= 2:
-                        lit = _string_literal(args[1])
-                        if lit is not None:
-                            key = (func, lit)
-                            if key not in seen_locals:
-                                seen_locals.add(key)
-                                out["locals"].append({"func": func, "var": lit, "file": base,
-                                                      "line": ch.location.line})
-                walk_body(ch, func)
-
-        def _string_literal(c):
-            if c.kind == K.STRING_LITERAL:
-                s = c.spelling
-                if len(s) >= 2 and s[0] == '"' and s[-1] == '"':
-                    return s[1:-1]
-                return None
-            for ch in c.get_children():
-                r = _string_literal(ch)
-                if r is not None:
-                    return r
-            return None
-
-        for c in tu.cursor.get_children():
-            loc = c.location
-            if loc.file is None:
-                continue
-            if c.kind in (K.STRUCT_DECL, K.UNION_DECL):
-                if c.is_definition():
-                    if _in_system_header(loc):
-                        continue
-                    record_struct(c)
-            elif c.kind == K.TYPEDEF_DECL:
-                d = c.underlying_typedef_type.get_declaration()
-                if d is not None and d.kind in (K.STRUCT_DECL, K.UNION_DECL) and d.is_definition() \
-                        and not _in_system_header(loc):
-                    record_struct(d)
-            elif c.kind == K.VAR_DECL:
-                a = anns(c)
-                if a:
-                    static = c.storage_class == ci.StorageClass.STATIC
-                    key = (c.spelling, base if static else None)
-                    if key not in seen_vars:
-                        seen_vars.add(key)
-                        out["vars"].append({"name": c.spelling, "tu": base if static else None,
-                                            "file": base, "line": loc.line, "annotations": a})
-            elif c.kind == K.FUNCTION_DECL and c.is_definition() and loc.file.name == src:
-                walk_body(c, c.spelling)
-    return out
-
-
-def annotations_json(ann):
-    return json.dumps(ann, sort_keys=True, separators=(",", ":"))
+from .. import dwarf, gccargs
+from ..errors import PROG, Diagnostic, Fatal
+from ..toolchain import color_flags, strip_lto
+from . import GEN_NAME, xf, xfgen
+from .annotations import annotations_json, collect_annotations
 
 
 # ---------------------------------------------------------------------------
@@ -242,7 +55,6 @@ def program_source(ann, from_build_id=None, migration=None):
     out.append("};\n")
     text = "".join(out)
     if migration is not None:
-        from . import xfgen
         text = xfgen.finalize(text)
     return text
 
@@ -251,58 +63,26 @@ def program_source(ann, from_build_id=None, migration=None):
 # The build
 # ---------------------------------------------------------------------------
 
-def _split_args(mc, cmd):
+def split_args(cmd):
     """The user's options without inputs and outputs: (compile options,
-    link options)."""
-    args = cmd.args
-    input_idx = {x.index for x in cmd.inputs}
-    clean = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if i in input_idx:
-            i += 1
-            continue
-        if a in ("-o", "-x") or a in mc.DEP_VALUE:
-            i += 2
-            continue
-        if a in mc.DEP_FLAGS or a in ("-c", "-S", "-E", "-shared", "-g0") or \
-                a.startswith(("-Wp,-MD", "-Wp,-MMD", "-o")):
-            i += 1
-            continue
-        if a in mc.SEP_VALUE:
-            clean += args[i:i + 2]
-            i += 2
-            continue
-        clean.append(a)
-        i += 1
+    link options).  -shared and -g0 are moltcc's to decide; code generation
+    options (-f, -m, -O, -std, -pthread) go to the link too."""
+    clean = [x for x in gccargs.split(cmd.args)
+             if x.kind not in (gccargs.INPUT, gccargs.OUTPUT, gccargs.DEPS, gccargs.STAGE)
+             and x.option not in ("-shared", "-g0")]
     comp, link = [], []
-    i = 0
-    while i < len(clean):
-        a = clean[i]
-        if a in mc.LINK_ONLY_VALUE:
-            link += clean[i:i + 2]
-            i += 2
+    for x in clean:
+        if x.kind == gccargs.LINK:
+            link += x.words
             continue
-        if a in mc.LINK_ONLY_FLAGS or a.startswith(("-l", "-L", "-Wl,")):
-            link.append(a)
-            i += 1
-            continue
-        if a in mc.SEP_VALUE:
-            comp += clean[i:i + 2]
-            i += 2
-            continue
-        comp.append(a)
-        if a.startswith(("-f", "-m", "-pthread", "-O", "-std")):
-            link.append(a)
-        i += 1
+        comp += x.words
+        if not x.separate and x.option.startswith(("-f", "-m", "-pthread", "-O", "-std")):
+            link += x.words
     return comp, link
 
 
-def main(cmd, molt, layout, mc):
-    """Entry point from moltcc.py (mc: the moltcc module, for Fatal, run,
-    real_cc, Workdir, clang_args, ...)."""
-    Fatal = mc.Fatal
+def build_image(s):
+    cmd, layout, tools = s.cmd, s.layout, s.tools
     layout.check_include()
     out = cmd.output
     if not out:
@@ -328,8 +108,8 @@ def main(cmd, molt, layout, mc):
                     "so source file names must be unique in an image" % dups[0])
     if GEN_NAME in names:
         raise Fatal("%s: this file name is reserved for the code moltcc generates" % GEN_NAME)
-    xf_files = molt.get("--molt-xf") or []
-    from_path = molt.get("--molt-from")
+    xf_files = s.options.xf
+    from_path = s.options.from_image
     if xf_files and not from_path:
         raise Fatal("--molt-xf needs --molt-from OLD.so (the image the new version updates)")
     layout.check_lib()
@@ -337,38 +117,36 @@ def main(cmd, molt, layout, mc):
     old = None
     rules = []
     if from_path:
-        from .. import dwarf as moltcc_dwarf
         if not os.path.isfile(from_path):
             raise Fatal("--molt-from %s: no such file" % from_path)
         try:
-            old = moltcc_dwarf.load_image(from_path, skip_cu=GEN_NAME)
-        except moltcc_dwarf.ImageError as e:
+            old = dwarf.load_image(from_path, skip_cu=GEN_NAME)
+        except dwarf.ImageError as e:
             raise Fatal(str(e))
         if not old.build_id:
             raise Fatal("%s has no build-id (link it with -Wl,--build-id, as moltcc --molt-program does)"
                         % from_path)
-        rules = _parse_xf(xf_files, mc)
+        rules = parse_xf(xf_files)
 
-    comp, link = _split_args(mc, cmd)
+    comp, link = split_args(cmd)
     san = layout.san_flags()
     inc = ["-I" + layout.include] + san
     dbg = ["-g", "-fPIC", "-fno-omit-frame-pointer"]
-    color = mc.color_flags(cmd)
-    work = mc.Workdir(bool(molt.get("--molt-keep")))
+    color = color_flags(cmd)
+    work = s.work
     ok = False
     try:
         objs = []
         for i, x in enumerate(sources):
             d = work.subdir()
             obj = os.path.join(d, os.path.splitext(os.path.basename(x.path))[0] + ".o")
-            args = mc.real_cc() + dbg + mc.strip_lto(comp, x.path) + \
+            args = tools.cc + dbg + strip_lto(comp, x.path) + \
                 (["-x", x.lang] if x.explicit else []) + ["-c", x.path, "-o", obj] + inc + color
-            rc, _ = mc.run(args)
+            rc, _ = tools.run(args)
             if rc != 0:
                 return rc
             objs.append(obj)
-        cargs = mc.clang_args(cmd, layout)
-        ann = collect_annotations([os.path.abspath(x.path) for x in sources], cargs, Fatal)
+        ann = collect_annotations([os.path.abspath(x.path) for x in sources], s.clang_args())
 
         link_tail = [x.path for x in others] + link + san + [
             "-L" + layout.libdir, "-lmolt", "-Wl,-rpath," + layout.libdir, "-pthread",
@@ -376,7 +154,7 @@ def main(cmd, molt, layout, mc):
         gen_dir = work.subdir()
         gen = os.path.join(gen_dir, GEN_NAME)
         gen_obj = gen[:-2] + ".o"
-        gen_cc = mc.real_cc() + dbg + [a for a in comp if a.startswith(("-std", "-m", "-f"))
+        gen_cc = tools.cc + dbg + [a for a in comp if a.startswith(("-std", "-m", "-f"))
                                        and not a.startswith(("-flto", "-fsanitize"))] + \
             ["-DMOLT__NO_AUTO_REGISTER", "-c", gen, "-o", gen_obj] + inc
         # The migration code runs under the runtime's fault guard: a
@@ -390,12 +168,12 @@ def main(cmd, molt, layout, mc):
         def link_image(src_text, path):
             with open(gen, "w") as f:
                 f.write(src_text)
-            rc, err = mc.run(gen_cc + color, capture=True)
+            rc, err = tools.run(gen_cc + color, capture=True)
             if rc != 0:
                 sys.stderr.buffer.write(err)
                 return rc, True
             sys.stderr.buffer.write(err)
-            rc, _ = mc.run(mc.real_cc() + ["-shared", "-o", path] + objs + [gen_obj] + link_tail)
+            rc, _ = tools.run(tools.cc + ["-shared", "-o", path] + objs + [gen_obj] + link_tail)
             return rc, False
 
         if old is None:
@@ -411,8 +189,6 @@ def main(cmd, molt, layout, mc):
 
         # An update: link once without migration code, read the new
         # version's DWARF, generate, link again.
-        from .. import dwarf as moltcc_dwarf
-        from . import xfgen as moltcc_xfgen
         pre = work.file("pre.so")
         rc, bad = link_image(program_source(ann, old.build_id.lower()), pre)
         if rc != 0:
@@ -422,20 +198,20 @@ def main(cmd, molt, layout, mc):
                             % (GEN_NAME, work.path))
             return rc
         try:
-            new = moltcc_dwarf.load_image(pre, need_annotations=False, skip_cu=GEN_NAME)
-        except moltcc_dwarf.ImageError as e:
+            new = dwarf.load_image(pre, need_annotations=False, skip_cu=GEN_NAME)
+        except dwarf.ImageError as e:
             raise Fatal("internal error: %s" % e)
         new.annotations = ann
         try:
-            gen_result = moltcc_xfgen.generate(old, new, rules, old_name=from_path,
+            gen_result = xfgen.generate(old, new, rules, old_name=from_path,
                                                new_name=out)
-        except moltcc_xfgen.XfgenError as e:
+        except xfgen.XfgenError as e:
             for line in e.notes:
-                sys.stderr.write("%s: note: %s\n" % (mc.PROG, line))
-            sys.stderr.write(e.render(mc.PROG) + "\n")
+                sys.stderr.write("%s: note: %s\n" % (PROG, line))
+            sys.stderr.write(e.render(PROG) + "\n")
             return 1
         for line in gen_result.notes:
-            sys.stderr.write("%s: note: %s\n" % (mc.PROG, line))
+            sys.stderr.write("%s: note: %s\n" % (PROG, line))
         text = program_source(ann, old.build_id.lower(), gen_result.code)
         rc, bad = link_image(text, out)
         if rc != 0:
@@ -452,34 +228,22 @@ def main(cmd, molt, layout, mc):
         ok = True
         return 0
     finally:
-        if not ok and os.path.exists(out) and os.path.getmtime(out) >= mc._START:
-            try:
-                os.unlink(out)
-            except OSError:
-                pass
+        if not ok:
+            s.remove_partial_output(out)
         work.finish()
 
 
-def _parse_xf(paths, mc):
-    if not paths:
-        return []
-    try:
-        from . import xf as moltcc_xf
-    except ImportError:
-        raise mc.Fatal("--molt-xf needs the .xf parser (tools/moltcc/moltcc_xf.py), which is missing")
+def parse_xf(paths):
+    """The rules of the .xf files, in order: [(Rule, path)]."""
     rules = []
     for p in paths:
         if not os.path.isfile(p):
-            raise mc.Fatal("--molt-xf %s: no such file" % p)
+            raise Fatal("--molt-xf %s: no such file" % p)
         try:
-            rs = moltcc_xf.parse_xf_file(p)
-        except moltcc_xf.XfError as e:
-            raise XfSyntax(str(e))
+            rs = xf.parse_xf_file(p)
+        except xf.XfError as e:
+            raise Diagnostic(str(e))
         except OSError as e:
-            raise mc.Fatal("cannot read %s: %s" % (p, e.strerror))
+            raise Fatal("cannot read %s: %s" % (p, e.strerror))
         rules.extend((r, p) for r in rs)
     return rules
-
-
-class XfSyntax(Exception):
-    """An .xf error, already formatted as FILE:LINE:COL: error: ..."""

@@ -1,6 +1,6 @@
 """Parser of .xf files: state transformers in Kitsune's xfgen notation.
 
-A .xf file tells the full-update generator (moltcc_xfgen.py) how to carry
+A .xf file tells the full-update generator (xfgen.py) how to carry
 state from the running version of a program to the new one where copying
 by name is not enough.  This module only reads the file: it returns the
 rules with their C bodies as text, and finds the $-specials in a body so

@@ -1,5 +1,5 @@
 """The migration code of a full update (docs/full-updates.md, "The generated
-code"): compares the old and the new image (moltcc_dwarf), checks that every
+code"): compares the old and the new image (dwarf.py), checks that every
 change the migrated state reaches is covered by the .xf rules, and writes the
 C of `static void migrate(molt__xf_ctx *cx)` with one molt__xf_type and one
 function per (old type, new type) pair.
@@ -14,8 +14,7 @@ new version's also plain `RED` where that is unambiguous); typedefs are
 import re
 
 from ..dwarf import Type, VOID, describe
-
-GEN_FILE = "molt__program.c"
+from . import GEN_NAME, xf
 RESYNC = "#line MOLT_RESYNC"
 
 
@@ -49,7 +48,7 @@ def finalize(text):
     out = []
     for i, line in enumerate(text.split("\n")):
         if line.strip() == RESYNC:
-            line = '#line %d "%s"' % (i + 2, GEN_FILE)
+            line = '#line %d "%s"' % (i + 2, GEN_NAME)
         out.append(line)
     return "\n".join(out)
 
@@ -115,7 +114,7 @@ def type_names(t):
 
 
 class Rules:
-    def __init__(self, rules, old, new, rmod):
+    def __init__(self, rules, old, new):
         self.old, self.new = old, new
         self.errors = []
         self.var_rules = {}       # new Variable -> (rule, path, old Variable)
@@ -124,7 +123,6 @@ class Rules:
         self.field_rules = {}     # (new struct canon, new field) -> (old field, rule, path)
         self.init_fields = {}     # (new struct canon, field) -> (rule, path)
         self.init_types = {}      # new struct canon -> (rule, path): runs after the fields
-        self.rmod = rmod
         for rule, path in rules:
             self._add(rule, path)
 
@@ -575,15 +573,9 @@ def _signed(t):
 
 class Generator:
     def __init__(self, old, new, rules, old_name, new_name):
-        import importlib
-        try:
-            rmod = importlib.import_module(".xf", __package__)
-        except ImportError:
-            rmod = None
-        self.rmod = rmod
         self.old, self.new = old, new
         self.old_name, self.new_name = old_name, new_name
-        self.rules = Rules(rules, old, new, rmod)
+        self.rules = Rules(rules, old, new)
         self.oa = Ann(old.annotations)
         self.na = Ann(new.annotations)
         self.od = Decls(old, "molt_o_", "old")
@@ -891,7 +883,7 @@ class Generator:
         missing = []
         problems = []
         for vn in self.new.variables:
-            if vn.name.startswith("molt__") or vn.name.startswith("__") or vn.tu == GEN_FILE:
+            if vn.name.startswith("molt__") or vn.name.startswith("__") or vn.tu == GEN_NAME:
                 continue
             if vn.type.is_const():
                 continue
@@ -1292,13 +1284,11 @@ class Generator:
         """The rule's body with its specials substituted, between #line
         directives so that compiler errors point into the .xf file."""
         text = rule.body or ""
-        specials = []
-        if self.rmod is not None and hasattr(self.rmod, "scan_specials"):
-            try:
-                specials = self.rmod.scan_specials(rule, path)
-            except Exception as e:      # XfError
-                self.code_errors.append(str(e))
-                return []
+        try:
+            specials = xf.scan_specials(rule, path)
+        except Exception as e:      # XfError
+            self.code_errors.append(str(e))
+            return []
         for sp in sorted(specials, key=lambda s: s.start, reverse=True):
             rep = self._special(sp, subst, path, what)
             if rep is None:
