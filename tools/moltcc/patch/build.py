@@ -14,7 +14,8 @@ from ..errors import Fatal
 from ..markers import Selection, read_funcs_file
 from ..toolchain import color_flags, generated_flags
 from ..unit import Unit, UnitError
-from ..weave import PatchPlan, PatchWeaver, WeaveError, patch_header_source
+from .plan import PatchPlan
+from .weave import PatchWeaver, WeaveError, patch_header_source
 
 # Patches compile the whole new file but keep only what the new versions
 # need (main and constructors are dropped), so "unused" warnings there are

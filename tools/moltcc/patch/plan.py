@@ -1,0 +1,84 @@
+"""What each function of the patch sources becomes (PatchPlan), decided
+from the target's symbol table (elf.Symtab): a new version of an updatable
+function ('pfn'), a private copy ('copy'), or left out ('removed': main and
+constructors); and the imports (Import) through which the patch reaches
+the live program's objects.
+"""
+from ..elf import FUNC_SYMTYPES
+from ..markers import explicitly_marked
+from ..weave import refuse_naked_conflicts
+
+
+class Import:
+    """One object of the running program that the patch uses: its slot is
+    filled by the runtime (molt__import record) before the patch goes in."""
+
+    def __init__(self, symbol, tu, decl_name, is_func, tls=False):
+        self.symbol = symbol        # name looked up in the target
+        self.tu = tu                # None for globals
+        self.decl_name = decl_name  # identifier declared in the patch TU
+        self.is_func = is_func
+        self.tls = tls
+
+    @property
+    def slot(self):
+        return "molt__imp_" + self.symbol
+
+    @property
+    def expr(self):
+        return "(__extension__ (*(__typeof__(%s) *)%s))" % (self.decl_name, self.slot)
+
+
+class PatchPlan:
+    """What every function defined in the patch sources becomes."""
+
+    def __init__(self, target, target_path, sel, report):
+        self.target = target
+        self.target_path = target_path
+        self.sel = sel
+        self.report = report
+        self.roles = {}          # usr -> 'pfn' | 'copy' | 'removed'
+        self.global_roles = {}   # name -> role for external functions
+
+    def target_updatable(self, fn):
+        v0 = fn.name + "__molt_v0"
+        if fn.static:
+            return self.target.static_count(fn.unit.tu_name, v0, FUNC_SYMTYPES) > 0
+        return self.target.has_global(fn.name, FUNC_SYMTYPES) and \
+            self.target.has_local_anywhere(v0, FUNC_SYMTYPES)
+
+    def decide(self, unit):
+        fns = unit.functions()
+        for fn in fns:
+            unit.analyse(fn)
+            refuse_naked_conflicts(fn)
+            if fn.body is None:
+                continue
+            if fn.name == "main" or fn.ctor:
+                # Never re-run start-up code inside a live process: main and
+                # constructors are not compiled into the patch.
+                role = "removed"
+                self.report.note("%s: '%s' is not compiled into the patch" % (fn.loc, fn.name))
+            else:
+                why = explicitly_marked(fn, self.sel)
+                in_target = self.target_updatable(fn)
+                selected = bool(why) or self.sel.all or in_target
+                role = "copy"
+                if selected and fn.reason is None and in_target:
+                    role = "pfn"
+                elif selected and fn.reason is None:
+                    if why:
+                        self.report.warn(
+                            "%s: '%s' is marked updatable but %s has no updatable function '%s'%s; "
+                            "it is compiled into the patch as a private copy" % (
+                                fn.loc, fn.name, self.target_path, fn.name,
+                                " in %s" % unit.tu_name if fn.static else ""))
+                elif in_target and fn.reason:
+                    self.report.warn("%s: '%s' is updatable in the target but this patch cannot "
+                                     "replace it: %s; it is compiled as a private copy" % (
+                                         fn.loc, fn.name, fn.reason))
+            fn.role = role
+            self.roles[fn.usr] = role
+            if not fn.static:
+                self.global_roles[fn.name] = role
+        return fns
