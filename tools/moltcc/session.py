@@ -107,11 +107,20 @@ class Session:
         raise Fatal("internal error: the generated source of %s does not compile, but the original "
                     "does; please report this (generated sources kept in %s)" % (what, self.work.path))
 
-    def remove_partial_output(self, path):
-        """After a failed build: removes `path` if this run wrote it (a
-        half-made patch or image must not be taken for a good one)."""
-        if os.path.exists(path) and os.path.getmtime(path) >= self.started:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+    def make_output(self, path, build):
+        """Runs build() -> exit status, which writes `path` (a patch, an
+        image).  Unless it succeeds, `path` is removed if this run wrote it:
+        a half-made patch must not be taken for a good one.  The work
+        directory is finished either way."""
+        ok = False
+        try:
+            rc = build()
+            ok = rc == 0
+            return rc
+        finally:
+            if not ok and os.path.exists(path) and os.path.getmtime(path) >= self.started:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            self.work.finish()

@@ -113,6 +113,41 @@ class Token:
         self.start, self.end, self.spelling, self.kind = start, end, spelling, kind
 
 
+OPEN_BRACKETS = ("(", "[", "{")
+CLOSE_BRACKETS = (")", "]", "}")
+
+
+def closing_bracket(toks, i, opens=("(",), closes=(")",)):
+    """toks[i] opens a bracket: (the index of the token that closes it, or
+    len(toks) if none does; the indexes of the commas directly inside)."""
+    depth = 0
+    commas = []
+    for j in range(i, len(toks)):
+        sp = toks[j].spelling
+        if sp in opens:
+            depth += 1
+        elif sp in closes:
+            depth -= 1
+            if depth == 0:
+                return j, commas
+        elif sp == "," and depth == 1:
+            commas.append(j)
+    return len(toks), commas
+
+
+def top_level_token(toks, spelling):
+    """The first token spelled `spelling` outside any bracket, or None."""
+    depth = 0
+    for t in toks:
+        if t.spelling in OPEN_BRACKETS:
+            depth += 1
+        elif t.spelling in CLOSE_BRACKETS:
+            depth -= 1
+        elif t.spelling == spelling and depth == 0:
+            return t
+    return None
+
+
 class Hoist:
     """A `static` declaration statement inside a function body that moves to
     file scope (all of its declarators are static locals)."""
@@ -524,20 +559,8 @@ class Unit:
             t = toks[i]
             if t.spelling in ("__attribute__", "__attribute") and i + 1 < len(toks) \
                     and toks[i + 1].spelling == "(":
-                depth = 0
-                j = i + 1
-                words = set()
-                while j < len(toks):
-                    sp = toks[j].spelling
-                    if sp == "(":
-                        depth += 1
-                    elif sp == ")":
-                        depth -= 1
-                        if depth == 0:
-                            break
-                    else:
-                        words.add(sp)
-                    j += 1
+                j, _ = closing_bracket(toks, i + 1)
+                words = {x.spelling for x in toks[i + 1:j]} - {"(", ")"}
                 if j < len(toks) and words & LINKAGE_ATTRS:
                     fn.linkage_attrs.append((t.start, toks[j].end))
                 i = j + 1
@@ -559,22 +582,11 @@ class Unit:
         for i, t in enumerate(toks):
             if t.spelling in ("format", "__format__") and i + 1 < len(toks) \
                     and toks[i + 1].spelling == "(":
-                depth = 0
-                last_comma = None
-                for j in range(i + 1, len(toks)):
-                    sp = toks[j].spelling
-                    if sp == "(":
-                        depth += 1
-                    elif sp == ")":
-                        depth -= 1
-                        if depth == 0:
-                            break
-                    elif sp == "," and depth == 1:
-                        last_comma = j
-                else:
+                j, commas = closing_bracket(toks, i + 1)
+                if j == len(toks):
                     continue
-                if last_comma is not None and last_comma + 1 < j:
-                    fn.format_fixes.append((toks[last_comma + 1].start, toks[j - 1].end, "0"))
+                if commas and commas[-1] + 1 < j:
+                    fn.format_fixes.append((toks[commas[-1] + 1].start, toks[j - 1].end, "0"))
             elif t.kind == ci.TokenKind.IDENTIFIER and t.start != fn.name_off \
                     and t.spelling in self.macro_defs:
                 words = self.macro_idents(t.spelling)
@@ -594,23 +606,11 @@ class Unit:
             t = toks[k]
             if t.spelling in ("va_start", "__builtin_va_start") and k + 1 < len(toks) \
                     and toks[k + 1].spelling == "(":
-                depth = 0
-                comma = None
-                j = k + 1
-                while j < len(toks):
-                    s = toks[j].spelling
-                    if s in ("(", "[", "{"):
-                        depth += 1
-                    elif s in (")", "]", "}"):
-                        depth -= 1
-                        if depth == 0:
-                            break
-                    elif s == "," and depth == 1 and comma is None:
-                        comma = j
-                    j += 1
-                if j >= len(toks) or comma is None:
+                j, commas = closing_bracket(toks, k + 1, OPEN_BRACKETS, CLOSE_BRACKETS)
+                if j >= len(toks) or not commas:
                     fn.reason = "cannot rewrite its va_start"
                     return
+                comma = commas[0]
                 ap = u.text(toks[k + 2].start, toks[comma].start).strip()
                 last = u.text(toks[comma + 1].start, toks[j].start).strip()
                 found.append((t.start, toks[j].end, ap, last))

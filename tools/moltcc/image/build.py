@@ -82,7 +82,7 @@ def split_args(cmd):
 
 
 def build_image(s):
-    cmd, layout, tools = s.cmd, s.layout, s.tools
+    cmd, layout = s.cmd, s.layout
     layout.check_include()
     out = cmd.output
     if not out:
@@ -128,109 +128,92 @@ def build_image(s):
                         % from_path)
         rules = parse_xf(xf_files)
 
+    return s.make_output(out, lambda: _compile_and_link(s, sources, others, old, rules))
+
+
+def _compile_and_link(s, sources, others, old, rules):
+    """Compiles the sources, generates molt__program.c (with the migration
+    code from `old` and the rules, for an update) and links the image."""
+    cmd, layout, tools, work = s.cmd, s.layout, s.tools, s.work
+    out = cmd.output
     comp, link = split_args(cmd)
     san = layout.san_flags()
     inc = ["-I" + layout.include] + san
     dbg = ["-g", "-fPIC", "-fno-omit-frame-pointer"]
     color = color_flags(cmd)
-    work = s.work
-    ok = False
+    objs = []
+    for x in sources:
+        d = work.subdir()
+        obj = os.path.join(d, os.path.splitext(os.path.basename(x.path))[0] + ".o")
+        args = tools.cc + dbg + strip_lto(comp, x.path) + \
+            (["-x", x.lang] if x.explicit else []) + ["-c", x.path, "-o", obj] + inc + color
+        rc, _ = tools.run(args)
+        if rc != 0:
+            return rc
+        objs.append(obj)
+    ann = collect_annotations([os.path.abspath(x.path) for x in sources], s.clang_args())
+
+    link_tail = [x.path for x in others] + link + san + [
+        "-L" + layout.libdir, "-lmolt", "-Wl,-rpath," + layout.libdir, "-pthread",
+        "-Wl,--wrap=pthread_create", "-Wl,-Bsymbolic", "-Wl,--build-id"]
+    gen_dir = work.subdir()
+    gen = os.path.join(gen_dir, GEN_NAME)
+    gen_obj = gen[:-2] + ".o"
+    gen_cc = tools.cc + dbg + [a for a in comp if a.startswith(("-std", "-m", "-f"))
+                               and not a.startswith(("-flto", "-fsanitize"))] + \
+        ["-DMOLT__NO_AUTO_REGISTER", "-c", gen, "-o", gen_obj] + inc
+    # The migration code runs under the runtime's fault guard: a
+    # transformer that dereferences NULL must abort the update, not the
+    # process.  UBSan's checks (which abort on the first report in the
+    # sanitizer builds) would pre-empt the guard, so this one TU keeps
+    # AddressSanitizer but not UBSan.
+    if any(a.startswith("-fsanitize=") and "undefined" in a for a in san):
+        gen_cc.append("-fno-sanitize=undefined")
+    internal = "internal error: the generated %s does not compile (kept in %s)" % (GEN_NAME, work.path)
+
+    def link_image(src_text, path, when_it_does_not_compile):
+        """Compiles the generated TU (Fatal if it does not compile) and
+        links the image: the link's exit status."""
+        with open(gen, "w") as f:
+            f.write(src_text)
+        rc, err = tools.run(gen_cc + color, capture=True)
+        sys.stderr.buffer.write(err)
+        if rc != 0:
+            work.keep = True
+            raise Fatal(when_it_does_not_compile)
+        rc, _ = tools.run(tools.cc + ["-shared", "-o", path] + objs + [gen_obj] + link_tail)
+        return rc
+
+    if old is None:
+        return link_image(program_source(ann), out, internal)
+
+    # An update: link once without migration code, read the new
+    # version's DWARF, generate, link again.
+    pre = work.file("pre.so")
+    rc = link_image(program_source(ann, old.build_id.lower()), pre, internal)
+    if rc != 0:
+        return rc
     try:
-        objs = []
-        for i, x in enumerate(sources):
-            d = work.subdir()
-            obj = os.path.join(d, os.path.splitext(os.path.basename(x.path))[0] + ".o")
-            args = tools.cc + dbg + strip_lto(comp, x.path) + \
-                (["-x", x.lang] if x.explicit else []) + ["-c", x.path, "-o", obj] + inc + color
-            rc, _ = tools.run(args)
-            if rc != 0:
-                return rc
-            objs.append(obj)
-        ann = collect_annotations([os.path.abspath(x.path) for x in sources], s.clang_args())
-
-        link_tail = [x.path for x in others] + link + san + [
-            "-L" + layout.libdir, "-lmolt", "-Wl,-rpath," + layout.libdir, "-pthread",
-            "-Wl,--wrap=pthread_create", "-Wl,-Bsymbolic", "-Wl,--build-id"]
-        gen_dir = work.subdir()
-        gen = os.path.join(gen_dir, GEN_NAME)
-        gen_obj = gen[:-2] + ".o"
-        gen_cc = tools.cc + dbg + [a for a in comp if a.startswith(("-std", "-m", "-f"))
-                                       and not a.startswith(("-flto", "-fsanitize"))] + \
-            ["-DMOLT__NO_AUTO_REGISTER", "-c", gen, "-o", gen_obj] + inc
-        # The migration code runs under the runtime's fault guard: a
-        # transformer that dereferences NULL must abort the update, not the
-        # process.  UBSan's checks (which abort on the first report in the
-        # sanitizer builds) would pre-empt the guard, so this one TU keeps
-        # AddressSanitizer but not UBSan.
-        if any(a.startswith("-fsanitize=") and "undefined" in a for a in san):
-            gen_cc.append("-fno-sanitize=undefined")
-
-        def link_image(src_text, path):
-            with open(gen, "w") as f:
-                f.write(src_text)
-            rc, err = tools.run(gen_cc + color, capture=True)
-            if rc != 0:
-                sys.stderr.buffer.write(err)
-                return rc, True
-            sys.stderr.buffer.write(err)
-            rc, _ = tools.run(tools.cc + ["-shared", "-o", path] + objs + [gen_obj] + link_tail)
-            return rc, False
-
-        if old is None:
-            rc, bad = link_image(program_source(ann), out)
-            if rc != 0:
-                if bad:
-                    work.keep = True
-                    raise Fatal("internal error: the generated %s does not compile (kept in %s)"
-                                % (GEN_NAME, work.path))
-                return rc
-            ok = True
-            return 0
-
-        # An update: link once without migration code, read the new
-        # version's DWARF, generate, link again.
-        pre = work.file("pre.so")
-        rc, bad = link_image(program_source(ann, old.build_id.lower()), pre)
-        if rc != 0:
-            if bad:
-                work.keep = True
-                raise Fatal("internal error: the generated %s does not compile (kept in %s)"
-                            % (GEN_NAME, work.path))
-            return rc
-        try:
-            new = dwarf.load_image(pre, need_annotations=False, skip_cu=GEN_NAME)
-        except dwarf.ImageError as e:
-            raise Fatal("internal error: %s" % e)
-        new.annotations = ann
-        try:
-            gen_result = xfgen.generate(old, new, rules, old_name=from_path,
-                                               new_name=out)
-        except xfgen.XfgenError as e:
-            for line in e.notes:
-                sys.stderr.write("%s: note: %s\n" % (PROG, line))
-            sys.stderr.write(e.render(PROG) + "\n")
-            return 1
-        for line in gen_result.notes:
+        new = dwarf.load_image(pre, need_annotations=False, skip_cu=GEN_NAME)
+    except dwarf.ImageError as e:
+        raise Fatal("internal error: %s" % e)
+    new.annotations = ann
+    try:
+        gen_result = xfgen.generate(old, new, rules, old_name=s.options.from_image, new_name=out)
+    except xfgen.XfgenError as e:
+        for line in e.notes:
             sys.stderr.write("%s: note: %s\n" % (PROG, line))
-        text = program_source(ann, old.build_id.lower(), gen_result.code)
-        rc, bad = link_image(text, out)
-        if rc != 0:
-            if bad:
-                if rules:
-                    work.keep = True
-                    raise Fatal("the migration code generated from %s does not compile (see the "
-                                "errors above; generated source kept in %s)"
-                                % (", ".join(xf_files), gen))
-                work.keep = True
-                raise Fatal("internal error: the generated migration code does not compile "
-                            "(kept in %s)" % gen)
-            return rc
-        ok = True
-        return 0
-    finally:
-        if not ok:
-            s.remove_partial_output(out)
-        work.finish()
+        sys.stderr.write(e.render(PROG) + "\n")
+        return 1
+    for line in gen_result.notes:
+        sys.stderr.write("%s: note: %s\n" % (PROG, line))
+    text = program_source(ann, old.build_id.lower(), gen_result.code)
+    if rules:
+        bad = ("the migration code generated from %s does not compile (see the errors above; "
+               "generated source kept in %s)" % (", ".join(s.options.xf), gen))
+    else:
+        bad = "internal error: the generated migration code does not compile (kept in %s)" % gen
+    return link_image(text, out, bad)
 
 
 def parse_xf(paths):

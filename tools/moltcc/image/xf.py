@@ -321,6 +321,24 @@ def _is_digit_separator(text, j):
     return c.isdigit() and c.isascii()
 
 
+def _code_chars(src, i, interest):
+    """(index, character) of each character of C text from i that the
+    regular expression `interest` finds outside literals and comments
+    (interest must also find '"', "'" and '/', which open them)."""
+    text = src.text
+    while True:
+        m = interest.search(text, i)
+        if m is None:
+            return
+        j = m.start()
+        c = text[j]
+        i = j + 1
+        if c in "\"'/":
+            i = _skip_c_literal_or_comment(src, text, j, i)
+        else:
+            yield j, c
+
+
 def _scan_c(src, i, open_brace):
     """Scans C text from i, skipping literals and comments.
 
@@ -330,13 +348,7 @@ def _scan_c(src, i, open_brace):
     text = src.text
     depth = 1
     dollars = []
-    while True:
-        m = _C_INTEREST_RE.search(text, i)
-        if m is None:
-            break
-        j = m.start()
-        c = text[j]
-        i = j + 1
+    for j, c in _code_chars(src, i, _C_INTEREST_RE):
         if c == "{":
             depth += 1
         elif c == "}":
@@ -345,8 +357,6 @@ def _scan_c(src, i, open_brace):
                 return j, dollars
         elif c == "$":
             dollars.append(j)
-        elif c in "\"'/":
-            i = _skip_c_literal_or_comment(src, text, j, i)
     if open_brace is not None:
         raise src.error(open_brace, "unterminated body: no '}' closes this '{'")
     return len(text), dollars
@@ -746,19 +756,10 @@ def parse_ref(text, path="<xf>", line=1, col=1, expect="any"):
 
 def _find_args(src, open_paren, name):
     """Arguments of a special whose '(' is at open_paren: ([(start, end)], index after ')')."""
-    text = src.text
     depth = 1
     args = []
     a = open_paren + 1
-    i = a
-    while True:
-        m = _ARG_INTEREST_RE.search(text, i)
-        if m is None:
-            raise src.error(open_paren, "unbalanced parentheses: no ')' closes the '(' of '$%s'"
-                            % name)
-        j = m.start()
-        c = text[j]
-        i = j + 1
+    for j, c in _code_chars(src, a, _ARG_INTEREST_RE):
         if c == "(":
             depth += 1
         elif c == ")":
@@ -769,8 +770,7 @@ def _find_args(src, open_paren, name):
         elif c == "," and depth == 1:
             args.append((a, j))
             a = j + 1
-        elif c in "\"'/":
-            i = _skip_c_literal_or_comment(src, text, j, i)
+    raise src.error(open_paren, "unbalanced parentheses: no ')' closes the '(' of '$%s'" % name)
 
 
 def scan_specials(rule, path="<xf>"):

@@ -40,7 +40,7 @@ def read_target(target):
 
 
 def build_patch(s):
-    cmd, layout, tools, opts = s.cmd, s.layout, s.tools, s.options
+    cmd, layout, opts = s.cmd, s.layout, s.options
     layout.check_include()
     target = opts.target
     if not target:
@@ -87,57 +87,57 @@ def build_patch(s):
         s.flush_report()
         raise Fatal("no updatable function of %s in %s" % (target, " ".join(x.path for x in sources)))
 
-    work = s.work
-    ok = False
-    try:
-        # The user's options for linking the patch, and for compiling its
-        # TUs (without the link-only ones).
-        clean = gccargs.without(cmd.args, gccargs.INPUT, gccargs.OUTPUT, gccargs.DEPS,
-                                gccargs.STAGE)
-        compile_opts = gccargs.without(clean, gccargs.LINK)
-        # the same -fsanitize= flags as libmolt (see build.build_program)
-        san = layout.san_flags()
-        inc = ["-I" + layout.include] + san
-        objs = []
-        for x, u, fns in units:
-            try:
-                text = PatchWeaver(u, layout.include, report, plan).weave(fns)
-            except WeaveError as e:
-                s.flush_report()
-                raise Fatal(str(e))
+    return s.make_output(out, lambda: _compile_and_link(s, units, plan, others, patch_id, description))
+
+
+def _compile_and_link(s, units, plan, others, patch_id, description):
+    """Weaves and compiles every unit, adds the patch header, links the
+    patch and stamps it with the target's build-id."""
+    cmd, layout, tools, work, report = s.cmd, s.layout, s.tools, s.work, s.report
+    out, target = cmd.output, s.options.target
+    # The user's options for linking the patch, and for compiling its
+    # TUs (without the link-only ones).
+    clean = gccargs.without(cmd.args, gccargs.INPUT, gccargs.OUTPUT, gccargs.DEPS,
+                            gccargs.STAGE)
+    compile_opts = gccargs.without(clean, gccargs.LINK)
+    # the same -fsanitize= flags as libmolt (see build.build_program)
+    san = layout.san_flags()
+    inc = ["-I" + layout.include] + san
+    objs = []
+    for x, u, fns in units:
+        try:
+            text = PatchWeaver(u, layout.include, report, plan).weave(fns)
+        except WeaveError as e:
             s.flush_report()
-            d = work.subdir()
-            src = os.path.join(d, os.path.basename(x.path))
-            with open(src, "wb") as f:
-                f.write(text)
-            obj = os.path.splitext(src)[0] + ".o"
-            front, back = generated_flags(x.path, src)
-            full = tools.cc + front + compile_opts + PATCH_CFLAGS + ["-c", src, "-o", obj] + inc + back \
-                + color_flags(cmd)
-            orig = tools.cc + compile_opts + PATCH_CFLAGS + ["-c", x.path, "-o", obj + ".orig.o"] + inc
-            rc = s.compile_generated(full, orig, x.path)
-            if rc != 0:
-                return rc
-            objs.append(obj)
-        hdr = work.file("molt_patch_header.c")
-        with open(hdr, "w") as f:
-            f.write(patch_header_source(patch_id, description))
-        hobj = hdr[:-2] + ".o"
-        rc, _ = tools.run(tools.cc + ["-fPIC", "-DMOLT__NO_AUTO_REGISTER", "-c", hdr, "-o", hobj] + inc)
-        if rc != 0:
-            raise Fatal("internal error: cannot compile the patch header")
-        objs.append(hobj)
-        rc, _ = tools.run(tools.cc + ["-shared", "-o", out] + objs + [x.path for x in others]
-                          + clean + san + ["-Wl,--build-id"])
+            raise Fatal(str(e))
+        s.flush_report()
+        d = work.subdir()
+        src = os.path.join(d, os.path.basename(x.path))
+        with open(src, "wb") as f:
+            f.write(text)
+        obj = os.path.splitext(src)[0] + ".o"
+        front, back = generated_flags(x.path, src)
+        full = tools.cc + front + compile_opts + PATCH_CFLAGS + ["-c", src, "-o", obj] + inc + back \
+            + color_flags(cmd)
+        orig = tools.cc + compile_opts + PATCH_CFLAGS + ["-c", x.path, "-o", obj + ".orig.o"] + inc
+        rc = s.compile_generated(full, orig, x.path)
         if rc != 0:
             return rc
-        stamp = layout.check_moltstamp()
-        rc, _ = tools.run([stamp, out, target])
-        if rc != 0:
-            raise Fatal("moltstamp could not stamp %s with the build-id of %s" % (out, target))
-        ok = True
-        return 0
-    finally:
-        if not ok:
-            s.remove_partial_output(out)
-        work.finish()
+        objs.append(obj)
+    hdr = work.file("molt_patch_header.c")
+    with open(hdr, "w") as f:
+        f.write(patch_header_source(patch_id, description))
+    hobj = hdr[:-2] + ".o"
+    rc, _ = tools.run(tools.cc + ["-fPIC", "-DMOLT__NO_AUTO_REGISTER", "-c", hdr, "-o", hobj] + inc)
+    if rc != 0:
+        raise Fatal("internal error: cannot compile the patch header")
+    objs.append(hobj)
+    rc, _ = tools.run(tools.cc + ["-shared", "-o", out] + objs + [x.path for x in others]
+                      + clean + san + ["-Wl,--build-id"])
+    if rc != 0:
+        return rc
+    stamp = layout.check_moltstamp()
+    rc, _ = tools.run([stamp, out, target])
+    if rc != 0:
+        raise Fatal("moltstamp could not stamp %s with the build-id of %s" % (out, target))
+    return 0

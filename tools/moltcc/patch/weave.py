@@ -12,7 +12,7 @@ by the runtime from a molt__import record before the patch is switched in.
 import clang.cindex as ci
 
 from ..elf import FUNC_SYMTYPES, VAR_SYMTYPES
-from ..unit import CK, SC
+from ..unit import CK, SC, top_level_token
 from ..weave import Weaver, c_string
 from .plan import Import
 
@@ -213,15 +213,9 @@ class PatchWeaver(Weaver):
     def _construct_end(self, top):
         e = top.extent.end.offset
         if top.kind == CK.VAR_DECL:
-            toks = self.u.tokens_in(e, len(self.u.data))
-            depth = 0
-            for t in toks:
-                if t.spelling in ("(", "[", "{"):
-                    depth += 1
-                elif t.spelling in (")", "]", "}"):
-                    depth -= 1
-                elif t.spelling == ";" and depth == 0:
-                    return t.end
+            semi = top_level_token(self.u.tokens_in(e, len(self.u.data)), ";")
+            if semi is not None:
+                return semi.end
         return e
 
     def _override(self, top, names, start, end, line):
@@ -374,16 +368,9 @@ class PatchWeaver(Weaver):
         storage = [t for t in spec if t.spelling in ("static", "extern")]
         edits = []
         for v in vars_:
-            toks = u.tokens_in(v.location.offset, v.extent.end.offset)
-            depth = 0
-            for t in toks:
-                if t.spelling in ("(", "[", "{"):
-                    depth += 1
-                elif t.spelling in (")", "]", "}"):
-                    depth -= 1
-                elif t.spelling == "=" and depth == 0:
-                    edits.append((t.start, v.extent.end.offset))
-                    break
+            eq = top_level_token(u.tokens_in(v.location.offset, v.extent.end.offset), "=")
+            if eq is not None:
+                edits.append((eq.start, v.extent.end.offset))
         for s, e in edits:
             rw.remove(s, e)
             self.dropped.append((s, e))
