@@ -1,7 +1,7 @@
 """Types, variables and locals of a program image, read from its DWARF
 (pyelftools), plus the image's build-id and its `.molt_types` annotations.
 
-Used by `moltcc --molt-program --molt-from OLD.so` (moltcc_xfgen.py) for both
+Used by `moltcc --molt-program --molt-from OLD.so` (image/xfgen.py) for both
 versions: the old image from its file, the new one from the image just
 linked.
 

@@ -70,15 +70,15 @@ class UnitError(Exception):
     pass
 
 
-def _in_system_header(loc):
+def in_system_header(loc):
     """clang_Location_isInSystemHeader (not wrapped by the 14 bindings)."""
-    fn = getattr(_in_system_header, "fn", None)
+    fn = getattr(in_system_header, "fn", None)
     if fn is None:
         import ctypes
         fn = ci.conf.lib.clang_Location_isInSystemHeader
         fn.argtypes = [ci.SourceLocation]
         fn.restype = ctypes.c_int
-        _in_system_header.fn = fn
+        in_system_header.fn = fn
     return bool(fn(loc))
 
 
@@ -326,7 +326,7 @@ class Unit:
         for name, defs in self.macro_defs.items():
             for c in defs:
                 f = c.location.file
-                if f is None or _in_system_header(c.location):
+                if f is None or in_system_header(c.location):
                     continue
                 if exclude_file and os.path.realpath(f.name) == exclude_file:
                     continue

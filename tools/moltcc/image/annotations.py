@@ -9,7 +9,7 @@ import os
 import clang.cindex as ci
 
 from ..errors import Fatal
-from ..unit import _in_system_header
+from ..unit import in_system_header
 
 _ANN_KINDS = ("molt_no_migrate", "molt_ptrarray:", "molt_opaque", "molt_forall:", "molt_var:",
               "molt_inst:")
@@ -166,13 +166,13 @@ def collect_annotations(sources, cargs):
                 continue
             if c.kind in (K.STRUCT_DECL, K.UNION_DECL):
                 if c.is_definition():
-                    if _in_system_header(loc):
+                    if in_system_header(loc):
                         continue
                     record_struct(c)
             elif c.kind == K.TYPEDEF_DECL:
                 d = c.underlying_typedef_type.get_declaration()
                 if d is not None and d.kind in (K.STRUCT_DECL, K.UNION_DECL) and d.is_definition() \
-                        and not _in_system_header(loc):
+                        and not in_system_header(loc):
                     record_struct(d)
             elif c.kind == K.VAR_DECL:
                 a = anns(c)
