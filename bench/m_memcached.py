@@ -95,33 +95,22 @@ def _install(ctx, pkgs):
 def _source(ctx):
     """The memcached source tree (Debian's, patches applied): examples/
     realworld's copy if it is there, else apt-get source into the work dir."""
-    global _updated
     for base in (os.path.join(os.environ.get("MOLT_WORK", "/tmp/molt-realworld"), "src"),
                  ctx.wdir("memcached", "src")):
         hits = sorted(glob.glob(os.path.join(base, "memcached-*", "memcached.c")))
         if hits:
             return os.path.dirname(hits[0])
-    # deb-src as examples/realworld/run.sh enables it
-    srcs = "/etc/apt/sources.list.d/debian.sources"
-    has_src = any(re.search(r"^(Types:.*deb-src|deb-src)", open(f).read(), re.M)
-                  for f in glob.glob("/etc/apt/sources.list.d/*") + ["/etc/apt/sources.list"]
-                  if os.path.isfile(f))
-    if not has_src:
-        if os.geteuid() != 0 or not os.path.exists(srcs):
-            raise Skip("no memcached source: `apt-get source memcached` needs a deb-src line "
-                       "(or run examples/realworld/run.sh first)")
-        bl.log("P7b: adding deb-src to %s (as examples/realworld/run.sh does)" % srcs)
-        text = open(srcs).read()
-        with open(srcs, "w") as f:
-            f.write(re.sub(r"^Types: deb$", "Types: deb deb-src", text, flags=re.M))
-        _updated = False
-    if not _updated:
-        _apt(ctx, ["update", "-q"], "apt-get update")
-        _updated = True
+    # deb-src lines come from a private apt configuration: the system's apt
+    # sources are never changed (scripts/apt-private.sh).
+    r = subprocess.run(["bash", os.path.join(bl.ROOT, "scripts", "apt-private.sh")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise Skip("no memcached source: %s" % r.stderr.strip()[-300:])
+    apt_env = dict(os.environ, APT_CONFIG=r.stdout.strip())
     d = ctx.wdir("memcached", "src")
     bl.log("P7b: apt-get source memcached")
     r = subprocess.run(["apt-get", "source", "-q", "memcached"], cwd=d, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True)
+                       stderr=subprocess.STDOUT, text=True, env=apt_env)
     hits = sorted(glob.glob(os.path.join(d, "memcached-*", "memcached.c")))
     if r.returncode != 0 or not hits:
         raise Skip("apt-get source memcached failed: %s" % r.stdout[-300:])

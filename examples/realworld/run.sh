@@ -95,19 +95,18 @@ MOLT=${MOLT:-$MOLT_BUILD/bin/molt}
 # ------------------------------------------------------ build deps and source
 need_pkgs="libevent-dev libsasl2-dev libssl-dev libio-socket-ssl-perl pkg-config dpkg-dev time patch binutils"
 if ! dpkg -s $need_pkgs >/dev/null 2>&1 || ! ls "$WORK"/src/memcached-*/memcached.c >/dev/null 2>&1; then
-    if ! grep -qsr '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
-        note "adding deb-src to /etc/apt/sources.list.d/debian.sources"
-        sed -i 's/^Types: deb$/Types: deb deb-src/' /etc/apt/sources.list.d/debian.sources
-    fi
-    note "apt-get update / build-dep memcached"
-    apt-get update -q >"$LOG/apt.log" 2>&1
-    DEBIAN_FRONTEND=noninteractive apt-get build-dep -y -q memcached >>"$LOG/apt.log" 2>&1
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $need_pkgs >>"$LOG/apt.log" 2>&1
+    # deb-src lines come from a private apt configuration; the system's
+    # apt sources are never changed (scripts/apt-private.sh).
+    note "apt-get build-dep memcached (private APT_CONFIG with deb-src)"
+    APT_PRIVATE=$(bash "$REPO/scripts/apt-private.sh")
+    DEBIAN_FRONTEND=noninteractive APT_CONFIG=$APT_PRIVATE apt-get build-dep -y -q memcached >>"$LOG/apt.log" 2>&1
+    DEBIAN_FRONTEND=noninteractive APT_CONFIG=$APT_PRIVATE apt-get install -y -q $need_pkgs >>"$LOG/apt.log" 2>&1
 fi
 if ! ls "$WORK"/src/memcached-*/memcached.c >/dev/null 2>&1; then
     note "apt-get source memcached"
     rm -rf "$WORK/src"; mkdir -p "$WORK/src"
-    (cd "$WORK/src" && apt-get source -q memcached >"$LOG/source.log" 2>&1)
+    APT_PRIVATE=$(bash "$REPO/scripts/apt-private.sh")
+    (cd "$WORK/src" && APT_CONFIG=$APT_PRIVATE apt-get source -q memcached >"$LOG/source.log" 2>&1)
 fi
 SRC=$(ls -d "$WORK"/src/memcached-*/ | head -1); SRC=${SRC%/}
 VER=$(cd "$SRC" && dpkg-parsechangelog -S Version 2>/dev/null || basename "$SRC")
