@@ -1,4 +1,4 @@
-# Tests of the ELF reader (src/runtime/elf.c) and moltstamp.
+# Tests of the ELF reader (src/common/elf.c) and moltstamp.
 # Included from tests/CMakeLists.txt; needs the moltstamp target.
 #
 #   elf_unit     build-ids (loaded vs file), the patch note, symbol lookup
@@ -11,9 +11,9 @@ get_filename_component(MOLT_ELF_ROOT ${CMAKE_CURRENT_LIST_DIR}/../.. ABSOLUTE)
 set(MOLT_ELF_DIR ${CMAKE_CURRENT_LIST_DIR})
 # elf.c's functions are hidden in libmolt, so the tests compile it in.
 set(MOLT_ELF_SRCS
-  ${MOLT_ELF_ROOT}/src/runtime/elf.c
-  ${MOLT_ELF_ROOT}/src/runtime/buf.c
-  ${MOLT_ELF_ROOT}/src/runtime/errors.c)
+  ${MOLT_ELF_ROOT}/src/common/elf.c
+  ${MOLT_ELF_ROOT}/src/common/buf.c
+  ${MOLT_ELF_ROOT}/src/common/errors.c)
 
 # Real files from the real toolchain: a hand-written patch (built like a
 # user's: -shared, not linked with libmolt) and a program to stamp it for.

@@ -3,7 +3,7 @@
 # Included from tests/CMakeLists.txt.  The protocol helpers are hidden
 # inside libmolt, so the tests compile the sources directly, as the CLI does.
 set(PROTO_T ${CMAKE_CURRENT_LIST_DIR})
-set(PROTO_SRC ${PROJECT_SOURCE_DIR}/src/runtime)
+set(PROTO_SRC ${PROJECT_SOURCE_DIR}/src/common)
 set(PROTO_CODEC ${PROTO_SRC}/protocol.c ${PROTO_SRC}/buf.c ${PROTO_SRC}/errors.c)
 
 # MOLT__NO_AUTO_REGISTER: no libmolt here, so molt.h must not emit its
@@ -12,7 +12,7 @@ add_executable(protocol_test_protocol ${PROTO_T}/test_protocol.c ${PROTO_CODEC})
 target_compile_definitions(protocol_test_protocol PRIVATE _GNU_SOURCE MOLT__NO_AUTO_REGISTER)
 
 add_executable(protocol_test_control ${PROTO_T}/test_control.c
-  ${PROTO_SRC}/control.c ${PROTO_CODEC})
+  ${PROJECT_SOURCE_DIR}/src/runtime/service/control.c ${PROTO_CODEC})
 target_compile_definitions(protocol_test_control PRIVATE _GNU_SOURCE MOLT__NO_AUTO_REGISTER)
 target_link_libraries(protocol_test_control PRIVATE pthread)
 
@@ -49,10 +49,10 @@ if(MOLT_LIBFUZZER)
   add_custom_command(OUTPUT ${PROTO_LF}
     COMMAND ${MOLT_CLANG} -g -O1 -std=gnu11 -D_GNU_SOURCE -DMOLT__NO_AUTO_REGISTER
             -DMOLT_LIBFUZZER -fsanitize=fuzzer,address,undefined
-            -I${PROJECT_SOURCE_DIR}/include -I${PROTO_SRC}
+            -I${PROJECT_SOURCE_DIR}/include -I${PROTO_SRC} -I${PROJECT_SOURCE_DIR}/src/runtime
             ${PROTO_T}/fuzz_protocol.c ${PROTO_CODEC} -o ${PROTO_LF}
     DEPENDS ${PROTO_T}/fuzz_protocol.c ${PROTO_CODEC} ${PROTO_SRC}/protocol.h
-            ${PROTO_SRC}/internal.h ${PROJECT_SOURCE_DIR}/include/molt.h
+            ${PROJECT_SOURCE_DIR}/src/runtime/internal.h ${PROJECT_SOURCE_DIR}/include/molt.h
     COMMENT "building protocol_libfuzzer with ${MOLT_CLANG}")
   add_custom_target(protocol_libfuzzer_bin ALL DEPENDS ${PROTO_LF})
   add_test(NAME protocol_libfuzzer

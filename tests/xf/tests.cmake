@@ -1,5 +1,5 @@
 # Tests of full-update images and the state transformation engine
-# (src/runtime/image.c, xf.c, file.c): real program images built here, a
+# (src/runtime/full/image.c, xf.c, file.c): real program images built here, a
 # hand-written v2 migration in the shape moltcc generates, and the test
 # program test_xf.c that loads and migrates them.
 #
@@ -31,14 +31,14 @@ molt_xf_image(xf_noprog ${XF}/bad/prog.c BAD_NOPROG)
 molt_xf_image(xf_badabi ${XF}/bad/prog.c BAD_ABI)
 
 add_executable(test_xf ${XF}/test_xf.c
-  ${MOLT_XF_ROOT}/src/runtime/xf.c
-  ${MOLT_XF_ROOT}/src/runtime/image.c
-  ${MOLT_XF_ROOT}/src/runtime/file.c
-  ${MOLT_XF_ROOT}/src/runtime/elf.c
-  ${MOLT_XF_ROOT}/src/runtime/log.c
-  ${MOLT_XF_ROOT}/src/runtime/buf.c
-  ${MOLT_XF_ROOT}/src/runtime/errors.c
-  ${MOLT_XF_ROOT}/src/runtime/platform.c)
+  ${MOLT_XF_ROOT}/src/runtime/full/xf.c
+  ${MOLT_XF_ROOT}/src/runtime/full/image.c
+  ${MOLT_XF_ROOT}/src/runtime/base/file.c
+  ${MOLT_XF_ROOT}/src/common/elf.c
+  ${MOLT_XF_ROOT}/src/runtime/base/log.c
+  ${MOLT_XF_ROOT}/src/common/buf.c
+  ${MOLT_XF_ROOT}/src/common/errors.c
+  ${MOLT_XF_ROOT}/src/runtime/base/platform.c)
 target_compile_definitions(test_xf PRIVATE _GNU_SOURCE MOLT__NO_AUTO_REGISTER)
 target_include_directories(test_xf PRIVATE ${XF})
 set_target_properties(test_xf PROPERTIES ENABLE_EXPORTS ON)
