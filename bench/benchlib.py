@@ -6,6 +6,7 @@ src/runner.c): the programs of one comparison are run in turns, round r in
 order and round r+1 in reverse order, so the ratio of their medians is taken
 in the same run, under the same load.
 """
+import glob
 import hashlib
 import json
 import os
@@ -125,7 +126,7 @@ def build_many(jobs, items):
 
 
 def molt_deps(ctx):
-    return [os.path.join(INCLUDE, "molt.h")]
+    return [os.path.join(INCLUDE, "molt.h")] + sorted(glob.glob(os.path.join(INCLUDE, "molt", "*.h")))
 
 
 # ---- running ----------------------------------------------------------------------

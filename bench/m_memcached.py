@@ -134,6 +134,7 @@ def _deps(ctx, molt):
     if molt:
         d += [os.path.join(bl.INCLUDE, "molt.h"), ctx.moltcc]
         d += glob.glob(os.path.join(bl.ROOT, "tools", "moltcc", "**", "*.py"), recursive=True)
+        d += glob.glob(os.path.join(bl.INCLUDE, "molt", "*.h"))
     return d
 
 

@@ -34,6 +34,7 @@
 #define MOLT_INTERNAL_H
 
 #include "molt.h"
+#include "molt/program.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -126,9 +126,9 @@ def prog(tool, needs_stamp):
 
 
 def molt_abi():
-    """MOLT__ABI of the molt.h this tree builds with."""
+    """MOLT__ABI of the molt.h (molt/abi.h) this tree builds with."""
     from conftest import ROOT
-    with open(os.path.join(ROOT, "include", "molt.h")) as f:
+    with open(os.path.join(ROOT, "include", "molt", "abi.h")) as f:
         return int(re.search(r"^#define MOLT__ABI (\d+)u", f.read(), re.M).group(1))
 
 

@@ -60,6 +60,7 @@ CHECKER = r"""
 #include <dlfcn.h>
 #include <stdio.h>
 #include <molt.h>
+#include <molt/program.h>
 int main(int argc, char **argv) {
     void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
     if (!h) { printf("dlopen: %s\n", dlerror()); return 1; }

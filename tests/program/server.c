@@ -29,6 +29,7 @@
  * version 2's types. */
 #define _GNU_SOURCE
 #include "molt.h"
+#include "molt/program.h" /* hand-written image: the ABI moltcc generates against */
 
 #include <errno.h>
 #include <poll.h>

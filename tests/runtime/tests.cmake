@@ -38,12 +38,33 @@ molt_runtime_patch(patch_missing ${RT}/patch_missing.c test_runtime)
 molt_runtime_patch(patch_nofunc ${RT}/patch_nofunc.c test_runtime)
 molt_runtime_patch(patch_foreign ${RT}/patch_b.c other_program)
 molt_runtime_patch(patch_unstamped ${RT}/patch_b.c "")
+
+# ABI check: a host program, a patch for it, and an object that claims
+# another molt ABI (test_abi.py).
+add_executable(abi_host ${RT}/abi_host.c ${RT}/target.c)
+target_link_libraries(abi_host PRIVATE molt dl)
+target_include_directories(abi_host PRIVATE ${RT})
+molt_runtime_patch(patch_abi_host ${RT}/patch_b.c abi_host)
+add_library(abi_other SHARED ${RT}/abi_other.c)
+target_compile_definitions(abi_other PRIVATE MOLT__NO_AUTO_REGISTER)
+target_link_libraries(abi_other PRIVATE molt)
+set_target_properties(abi_other PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${RT_OUT})
 add_library(plain_lib SHARED ${RT}/plain_lib.c)
 set_target_properties(plain_lib PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${RT_OUT})
 
-add_custom_target(runtime_test_files ALL DEPENDS ${RT_PATCH_FILES} plain_lib)
+add_custom_target(runtime_test_files ALL DEPENDS ${RT_PATCH_FILES} plain_lib abi_other)
 
 foreach(case entry stress inflight static maps refuse socket locks atomic wakeup cancel verdict)
   add_test(NAME runtime_${case} COMMAND test_runtime ${case} ${RT_OUT})
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 endforeach()
+
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+add_test(NAME runtime_abi
+  COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_abi.py)
+set_tests_properties(runtime_abi PROPERTIES TIMEOUT 300 LABELS "runtime;cli"
+  ENVIRONMENT "MOLT_CLI=$<TARGET_FILE:molt-cli>;ABI_HOST=$<TARGET_FILE:abi_host>;ABI_OTHER=$<TARGET_FILE:abi_other>;ABI_PATCH=${RT_OUT}/patch_abi_host.so")
+add_test(NAME runtime_exports
+  COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_exports.py)
+set_tests_properties(runtime_exports PROPERTIES TIMEOUT 60 LABELS "runtime"
+  ENVIRONMENT "LIBMOLT=$<TARGET_FILE:molt>")

@@ -50,6 +50,8 @@ def file_has_markers(path, cmd, layout, names, seen=None, depth=0):
     except OSError:
         return False
     molt_h = os.path.realpath(os.path.join(layout.include, "molt.h"))
+    if rp.startswith(os.path.realpath(os.path.join(layout.include, "molt")) + os.sep):
+        return False  # molt's ABI headers (molt/*.h, included by molt.h)
     if rp != molt_h:
         if any(m in data for m in MARKERS):
             return True

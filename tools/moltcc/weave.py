@@ -28,6 +28,7 @@ not moved, and `#line` directives put every generated line on the line of
 the function, so diagnostics and debug info point at the user's source.
 
 """
+import glob
 import os
 import re
 
@@ -85,15 +86,18 @@ _molt_h_cache = {}
 
 
 def molt_h_identifiers(include_dir):
-    """Identifiers that molt.h uses and a user macro could clobber."""
+    """Identifiers that molt.h (and the ABI headers it includes, molt/*.h)
+    use and a user macro could clobber."""
     path = os.path.join(include_dir, "molt.h")
     if path not in _molt_h_cache:
-        try:
-            with open(path, "rb") as f:
-                code = _COMMENT_OR_STRING.sub(b" ", f.read())
-            ids = set(m.decode() for m in _IDENT.findall(code))
-        except OSError:
-            ids = set()
+        ids = set()
+        for h in [path] + sorted(glob.glob(os.path.join(include_dir, "molt", "*.h"))):
+            try:
+                with open(h, "rb") as f:
+                    code = _COMMENT_OR_STRING.sub(b" ", f.read())
+                ids |= set(m.decode() for m in _IDENT.findall(code))
+            except OSError:
+                pass
         _molt_h_cache[path] = {i for i in ids if not i.startswith(("molt_", "MOLT_"))}
     return _molt_h_cache[path]
 

@@ -2,8 +2,9 @@
  * updatable functions.  All state here is protected by molt__rt_lock. */
 #include "internal.h"
 
-#include <stdlib.h>
 #include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static molt__module *mods;
@@ -102,7 +103,22 @@ molt__fn_desc *molt__module_find_fn(molt__module *m, const char *name,
  * start-up; it cannot be reported to anyone, so it puts the runtime into the
  * refusing state (calls into such a module would then fault: there is no
  * table to dispatch through). */
-void molt__register_module(molt__fn_desc *start, molt__fn_desc *stop) {
+void molt__register_module(uint32_t abi, molt__fn_desc *start, molt__fn_desc *stop) {
+  if (abi != MOLT__ABI) {
+    /* Built against another molt/abi.h: its descriptors and entries may
+     * not have the layout read below, so nothing of it is touched (its
+     * functions keep running version 0) and no update is accepted any
+     * more, since a patch could not reach its functions. */
+    char path[4096] = "", hex[MOLT__BUILD_ID_HEX_MAX + 1];
+    uintptr_t base;
+    if (molt__elf_build_id_of_loaded((const void *)start, hex, sizeof hex, &base, path,
+                                     sizeof path) < 0 || !path[0])
+      snprintf(path, sizeof path, "the module at %p", (void *)start);
+    molt__fail("cannot register the updatable functions of %s: it was built for molt ABI %u, "
+               "this runtime speaks %u (rebuild it with this release's moltcc or molt.h)",
+               path, (unsigned)abi, MOLT__ABI);
+    return;
+  }
   if (!start || stop <= start)
     return;
   molt__rt_lock_acquire();

@@ -31,6 +31,7 @@
 #include <inttypes.h>
 #include <semaphore.h>
 #include <setjmp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,30 +285,45 @@ MOLT_EXTERN int __wrap_pthread_create(pthread_t *th, const pthread_attr_t *attr,
 
 /* ---- the driver ---------------------------------------------------------------*/
 
-int molt__program_run(const char *path, int argc, char **argv) {
-  if (!path || !*path) {
-    fprintf(stderr, "molt-run: no program image given\n");
-    return 127;
-  }
+/* Why the driver could not start the image: into the log (the runtime
+ * never writes to its host's stdout or stderr, R3) and to the caller,
+ * which is the driver and tells the user. */
+static int cannot_run(const char *path, int rc, char *err, size_t errlen, const char *fmt,
+                      ...) __attribute__((format(printf, 5, 6)));
+static int cannot_run(const char *path, int rc, char *err, size_t errlen, const char *fmt,
+                      ...) {
+  char why[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  molt__log(MOLT__EV_REFUSE, molt__runtime_generation(), NULL, "run %s refused: %s",
+            path && *path ? path : "(none)", why);
+  molt__errmsg(err, errlen, "%s", why);
+  return rc;
+}
+
+int molt__program_run(const char *path, int argc, char **argv, int *status, char *err,
+                      size_t errlen) {
+  if (errlen)
+    err[0] = '\0';
+  if (!path || !*path)
+    return cannot_run(path, MOLT_EINVAL, err, errlen, "no program image given");
   /* libmolt's constructor started the runtime thread and the control
    * socket; in a forked child this starts them (no-op otherwise). */
   molt__runtime_started();
-  char err[1024] = "";
+  char why[1024] = "";
   molt__image *im = NULL;
-  int rc = molt__image_open(path, &im, err, sizeof err);
-  if (rc < 0) {
-    /* The driver speaks for itself here: the program has not started. */
-    fprintf(stderr, "molt-run: cannot run %s: %s\n", path, err[0] ? err : molt_strerror(rc));
-    return 127;
-  }
+  int rc = molt__image_open(path, &im, why, sizeof why);
+  if (rc < 0)
+    return cannot_run(path, rc, err, errlen, "%s", why[0] ? why : molt_strerror(rc));
   molt__pthread *t = calloc(1, sizeof *t);
   char *mname = strdup("main");
   if (!t || !mname) {
     free(t);
     free(mname);
     molt__image_close(im);
-    fprintf(stderr, "molt-run: cannot run %s: out of memory\n", path);
-    return 127;
+    return cannot_run(path, MOLT_ENOMEM, err, errlen, "out of memory");
   }
   pthread_mutex_lock(&prog_lock);
   bool busy = current != NULL;
@@ -318,9 +334,8 @@ int molt__program_run(const char *path, int argc, char **argv) {
     free(t);
     free(mname);
     molt__image_close(im);
-    fprintf(stderr, "molt-run: cannot run %s: this process already runs a program image\n",
-            path);
-    return 127;
+    return cannot_run(path, MOLT_ENOTSUP, err, errlen,
+                      "this process already runs a program image");
   }
   t->is_main = true;
   t->main_fn = im->main;
@@ -338,11 +353,11 @@ int molt__program_run(const char *path, int argc, char **argv) {
   /* Restart frame of the main thread: a full update comes back here with
    * t->main_fn set to the new main; same argc/argv. */
   (void)sigsetjmp(env, 1);
-  int status = t->main_fn(argc, argv, environ);
+  *status = t->main_fn(argc, argv, environ);
   if (key_ok)
     pthread_setspecific(exit_key, NULL);
   end_thread(t);
-  return status;
+  return 0;
 }
 
 /* ---- public API: updating state and migrated locals ----------------------------*/

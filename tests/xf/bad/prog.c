@@ -1,6 +1,7 @@
 /* Images that must be refused: BAD_NOPROG has a main but no molt__program;
  * BAD_ABI has a molt__program of another ABI version. */
 #include "molt.h"
+#include "molt/program.h" /* hand-written image: the ABI moltcc generates against */
 
 int main(int argc, char **argv) {
   (void)argc;

@@ -1,6 +1,7 @@
 /* Version 1 of the xf test program: a program image (molt__program + main)
  * whose state the test builds with v1_setup() and v2 migrates. */
 #include "molt.h"
+#include "molt/program.h" /* hand-written image: the ABI moltcc generates against */
 #include "layouts.h"
 
 #include <stdlib.h>

@@ -3,6 +3,7 @@
  * molt__xf_type and one function per (old type, new type) pair, and a
  * migrate() that hands every variable to the engine. */
 #include "molt.h"
+#include "molt/program.h" /* hand-written image: the ABI moltcc generates against */
 #include "layouts.h"
 
 #include <stdint.h>

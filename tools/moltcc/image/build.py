@@ -44,7 +44,7 @@ def program_source(ann, from_build_id=None, migration=None):
     if migration is not None:
         out.append(migration)
     else:
-        out.append("#include <molt.h>\n")
+        out.append("#include <molt/program.h>\n")
     out.append("\n/* The image's annotations (JSON), read by a later moltcc --molt-from. */\n")
     out.append("__attribute__((section(\".molt_types\"), used, aligned(1)))\n")
     out.append("static const unsigned char molt__types[%d] = {\n%s\n};\n" % (len(data), _bytes_initializer(data)))

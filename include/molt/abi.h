@@ -1,0 +1,341 @@
+/*
+ * molt/abi.h -- the ABI between generated code and libmolt (not an API).
+ *
+ * What moltcc generates into a program (and what the manual interface of
+ * molt.h expands to) meets the runtime here: generation slots and the
+ * per-thread counters that the inline dispatch fast path reads, descriptors
+ * of updatable functions and their registration, the records of a patch and
+ * its ELF note.  Program authors never name any of this; molt.h includes it
+ * because its macros expand to it.  Everything here is versioned by
+ * MOLT__ABI: libmolt refuses a module (molt__register_module) or a patch
+ * (its header and note) built against another version.
+ */
+#ifndef MOLT_ABI_H
+#define MOLT_ABI_H
+
+#include "../molt.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of everything in this header.  3: molt__register_module takes the
+ * version its caller was built with. */
+#define MOLT__ABI 3u
+#define MOLT__DESC_MAGIC 0x6d6f6c74u  /* "molt" */
+#define MOLT__PATCH_MAGIC 0x4d4f4c54u /* "MOLT" */
+
+/*
+ * Generation slots.  A generation is one immutable table "function index ->
+ * current version".  At most MOLT__SLOTS generations are alive at once (the
+ * current one plus old ones some thread still runs); a generation lives in
+ * slot `g - molt__gens`, so the fast path can find a generation's counter
+ * slot without dereferencing a generation that might just have been retired.
+ */
+#define MOLT__SLOTS 128
+
+typedef struct molt__gen {
+  void *const *table; /* version of each function, indexed by desc.index */
+  uint64_t number;    /* generation number (0 = program as built)         */
+  uint32_t size;      /* entries in table                                 */
+  uint32_t slot;      /* == this - molt__gens                             */
+  char pad[40];       /* one cache line per slot                          */
+} molt__gen;
+
+/*
+ * Per-thread state read by the fast path.  It lives in static TLS of
+ * libmolt (initial-exec model, so the access is one %fs-relative
+ * instruction even from the executable).  `active[s]` counts the calls of
+ * this thread that run code of the generation in slot s.  Only the owning
+ * thread writes its counters; the runtime thread reads them.
+ */
+typedef struct molt__thread {
+  /* Where this thread reads its generation: &molt__current for threads that
+   * follow the global generation, &view for threads that switch at their own
+   * quiescence points.  NULL until the thread is registered. */
+  _Atomic(molt__gen *) *viewp;
+  _Atomic(molt__gen *) view;
+  _Atomic uint32_t active[MOLT__SLOTS];
+} molt__thread;
+
+/* Descriptor of one updatable function of the program (section molt_fns).
+ *
+ * The stable entry is a 5-byte `jmp rel32` in an 8-byte aligned word
+ * (MOLT__ENTRY_STUB).  While no live generation replaces version 0 it jumps
+ * straight to `direct` (version 0 itself: an updatable call then costs one
+ * direct jump); once a patch replaces the function the runtime rewrites the
+ * jump to `dispatch`, the generation-table path below (molt__enter/leave),
+ * and back to `direct` when the last generation that replaced it is
+ * reclaimed (src/runtime/core/entry.c). */
+typedef struct molt__fn_desc {
+  uint32_t magic;   /* MOLT__DESC_MAGIC                                    */
+  uint32_t index;   /* position in generation tables, set at registration */
+  const char *name; /* function name                                       */
+  const char *tu;   /* source file (static functions: part of the key)    */
+  void *entry;      /* the stable entry (the function's own address)       */
+  void *body;       /* version 0, as generation tables call it             */
+  void *dispatch;   /* the generation-table path                           */
+  void *direct;     /* entry target while version 0 is the only one alive;
+                       NULL: always dispatch (variadic functions, whose
+                       version 0 takes a va_list)                          */
+  uint32_t is_static;
+  uint32_t reserved;
+} molt__fn_desc;
+
+/* A new version brought by a patch (section molt_pfns of the patch). */
+typedef struct molt__patch_fn {
+  const char *name;
+  const char *tu; /* NULL for external functions */
+  void *impl;
+} molt__patch_fn;
+
+/* A reference from patch code to an object of the running program. */
+typedef struct molt__import {
+  const char *name;
+  const char *tu; /* NULL: global symbol; else the static's source file */
+  void **slot;    /* filled by the runtime before the patch is switched in */
+} molt__import;
+
+typedef struct molt__patch_header {
+  uint32_t magic;
+  uint32_t abi;
+  const char *id;
+  const char *description;
+  const molt__patch_fn *fns, *fns_end;
+  const molt__import *imports, *imports_end;
+} molt__patch_header;
+
+/*
+ * ELF note that identifies a patch before it is loaded: owner "molt",
+ * type MOLT__NOTE_TYPE, descriptor below.  The target build-id (hex) is
+ * written into the file after linking by `moltstamp` (all zeros = unstamped).
+ */
+#define MOLT__NOTE_NAME "molt"
+#define MOLT__NOTE_TYPE 0x4d50u /* "MP" */
+#define MOLT__BUILD_ID_HEX_MAX 128
+typedef struct molt__patch_note {
+  uint32_t abi;
+  uint32_t reserved;
+  char target_build_id[MOLT__BUILD_ID_HEX_MAX + 8]; /* hex, NUL-terminated */
+} molt__patch_note;
+
+MOLT_EXTERN extern molt__gen molt__gens[MOLT__SLOTS];
+MOLT_EXTERN extern _Atomic(molt__gen *) molt__current;
+MOLT_EXTERN extern __thread molt__thread molt__self
+    __attribute__((tls_model("initial-exec")));
+MOLT_EXTERN void molt__thread_register(void);
+/* Registers the descriptors [start, stop) of one module (from the module's
+ * constructor, below).  `abi` is the MOLT__ABI the module was built with:
+ * a module of another version is refused (its functions stay version 0 and
+ * the runtime enters the refusing state, naming the module and both
+ * versions), because its descriptors and entries may not have the layout
+ * this runtime reads. */
+MOLT_EXTERN void molt__register_module(uint32_t abi, molt__fn_desc *start,
+                                       molt__fn_desc *stop);
+
+/*
+ * Fast path, part 1: pin the generation this call will run and return it.
+ *
+ * Protocol (hazard-pointer style, asymmetric fences):
+ *   reader:    g = *viewp; active[slot(g)]++; compiler barrier; recheck *viewp == g
+ *   reclaimer: publish a new generation; membarrier(); read every active[]
+ * membarrier() executes a full fence on every running thread of the process,
+ * so for each reader either (a) its increment is visible to the reclaimer's
+ * scan, or (b) its recheck load happens after the new generation was
+ * published and fails, and the reader undoes the increment and retries.
+ * So once the reclaimer has seen a zero counter for a retired generation, no
+ * thread can start running that generation again: there is no window between
+ * "read the counter location" and "read the function" (PSU 4.2.6), because
+ * both are derived from the same pinned generation.  The slot index is
+ * computed from the pointer value alone, so a stale pointer is never
+ * dereferenced before the recheck succeeds.
+ */
+static inline __attribute__((always_inline)) molt__gen *molt__enter(void) {
+  molt__thread *t = &molt__self;
+  for (;;) {
+    _Atomic(molt__gen *) *vp = t->viewp;
+    if (__builtin_expect(vp == NULL, 0)) {
+      molt__thread_register();
+      continue;
+    }
+    /* relaxed: the value is only trusted after the acquire recheck below. */
+    molt__gen *g = atomic_load_explicit(vp, memory_order_relaxed);
+    size_t s = (size_t)(g - molt__gens);
+    /* Only this thread writes its counters, so load+store is a correct
+     * increment (a signal handler that calls updatable functions nests and
+     * restores the value before we resume).  relaxed: the CPU-level ordering
+     * against the recheck is supplied by the reclaimer's membarrier(). */
+    uint32_t c = atomic_load_explicit(&t->active[s], memory_order_relaxed);
+    atomic_store_explicit(&t->active[s], c + 1, memory_order_relaxed);
+    /* Compiler barrier: keep the increment before the recheck load.  Not a
+     * CPU fence: membarrier() in the reclaimer turns this into a full fence
+     * exactly when it matters. */
+    atomic_signal_fence(memory_order_seq_cst);
+    /* acquire: pairs with the release that published g, so g->table is the
+     * published table (also when the slot was reused: see the comment). */
+    if (__builtin_expect(atomic_load_explicit(vp, memory_order_acquire) == g, 1))
+      return g;
+    atomic_store_explicit(&t->active[s], c, memory_order_relaxed);
+  }
+}
+
+/*
+ * Fast path, part 2: the call has returned.  release: every access the call
+ * made to the generation's code and data happens before the reclaimer (which
+ * reads the counter with acquire) sees the count drop and unloads it.
+ */
+static inline __attribute__((always_inline)) void molt__leave(molt__gen *g) {
+  molt__thread *t = &molt__self;
+  size_t s = (size_t)(g - molt__gens);
+  uint32_t c = atomic_load_explicit(&t->active[s], memory_order_relaxed);
+  atomic_store_explicit(&t->active[s], c - 1, memory_order_release);
+}
+
+#if defined(__FILE_NAME__)
+#define MOLT__TU __FILE_NAME__
+#else
+#define MOLT__TU __FILE__
+#endif
+
+#define MOLT__SECTION(s) __attribute__((used, section(s), aligned(8)))
+
+#define MOLT__DESC(linkage, name, is_static)                                   \
+  static molt__fn_desc name##__molt_desc MOLT__SECTION("molt_fns") = {         \
+      MOLT__DESC_MAGIC, UINT32_MAX, #name, MOLT__TU, (void *)&name,            \
+      (void *)&name##__molt_v0, (void *)&name##__molt_dispatch,                \
+      (void *)&name##__molt_v0, is_static, 0}
+
+/*
+ * The stable entry's body: one `jmp rel32` (opcode e9 and a 4-byte
+ * displacement), spelled out so that the assembler cannot pick the 2-byte
+ * form.  The function holding it is naked and 8-byte aligned, so the
+ * displacement lies inside one aligned 8-byte word, which the runtime
+ * rewrites with a single atomic store (src/runtime/core/entry.c).  Version 0 is
+ * named by its symbol: the TU must not be compiled with -flto, which may
+ * rename static functions.
+ */
+#if !defined(__x86_64__)
+#error "molt's updatable functions are implemented for x86-64 only"
+#endif
+#define MOLT__ENTRY_STUB(target) __asm__(".byte 0xe9\n\t.long " #target " - . - 4")
+/* Instrumentation options (-pg, -finstrument-functions, --coverage,
+ * -fpatchable-function-entry, -fsplit-stack, -fstack-protector-all) would
+ * put code before the jump; these attributes keep it out of the entry. */
+#if defined(__has_attribute)
+#if __has_attribute(no_profile_instrument_function)
+#define MOLT__NO_PROFILE no_profile_instrument_function,
+#endif
+#if __has_attribute(no_split_stack)
+#define MOLT__NO_SPLIT no_split_stack,
+#endif
+#if __has_attribute(no_stack_protector)
+#define MOLT__NO_SSP no_stack_protector,
+#endif
+#if __has_attribute(patchable_function_entry)
+#define MOLT__NO_PATCHABLE patchable_function_entry(0, 0),
+#endif
+#endif
+#ifndef MOLT__NO_PROFILE
+#define MOLT__NO_PROFILE
+#endif
+#ifndef MOLT__NO_SPLIT
+#define MOLT__NO_SPLIT
+#endif
+#ifndef MOLT__NO_SSP
+#define MOLT__NO_SSP
+#endif
+#ifndef MOLT__NO_PATCHABLE
+#define MOLT__NO_PATCHABLE
+#endif
+/* All entries of a module share one section: a patch then rewrites (and
+ * copies on write) a few pages of entries instead of one page per function
+ * scattered through the text. */
+#define MOLT__ENTRY_ATTRS                                                      \
+  __attribute__((naked, aligned(8), noinline, no_instrument_function,          \
+                 MOLT__NO_PROFILE MOLT__NO_SPLIT MOLT__NO_SSP MOLT__NO_PATCHABLE \
+                 used, section(".text.molt_entries")))
+/* Naked functions leave their parameters unused by construction. */
+#define MOLT__DIAG_PUSH                                                        \
+  _Pragma("GCC diagnostic push")                                               \
+      _Pragma("GCC diagnostic ignored \"-Wunused-parameter\"")
+#define MOLT__DIAG_POP _Pragma("GCC diagnostic pop")
+
+#define MOLT__FUNCTION(linkage, ret, name, params, args)                       \
+  linkage ret name params;                                                     \
+  static ret name##__molt_v0 params;                                           \
+  static ret name##__molt_dispatch params;                                     \
+  MOLT__DESC(linkage, name, sizeof(#linkage) > 1);                             \
+  MOLT__DIAG_PUSH                                                              \
+  linkage MOLT__ENTRY_ATTRS ret name params { MOLT__ENTRY_STUB(name##__molt_v0); } \
+  MOLT__DIAG_POP                                                               \
+  static __attribute__((used)) ret name##__molt_dispatch params {              \
+    molt__gen *molt__g = molt__enter();                                        \
+    ret molt__r =                                                              \
+        ((ret(*) params)molt__g->table[name##__molt_desc.index]) args;         \
+    molt__leave(molt__g);                                                      \
+    return molt__r;                                                            \
+  }                                                                            \
+  static ret name##__molt_v0 params
+
+#define MOLT__VOID_FUNCTION(linkage, name, params, args)                       \
+  linkage void name params;                                                    \
+  static void name##__molt_v0 params;                                          \
+  static void name##__molt_dispatch params;                                    \
+  MOLT__DESC(linkage, name, sizeof(#linkage) > 1);                             \
+  MOLT__DIAG_PUSH                                                              \
+  linkage MOLT__ENTRY_ATTRS void name params { MOLT__ENTRY_STUB(name##__molt_v0); } \
+  MOLT__DIAG_POP                                                               \
+  static __attribute__((used)) void name##__molt_dispatch params {             \
+    molt__gen *molt__g = molt__enter();                                        \
+    ((void(*) params)molt__g->table[name##__molt_desc.index]) args;            \
+    molt__leave(molt__g);                                                      \
+  }                                                                            \
+  static void name##__molt_v0 params
+
+#define MOLT__PATCH_NOTE                                                       \
+  __attribute__((used, section(".note.molt"), aligned(4))) static const struct { \
+    uint32_t namesz, descsz, type;                                             \
+    char name[8];                                                              \
+    molt__patch_note desc;                                                     \
+  } molt__note = {5, sizeof(molt__patch_note), MOLT__NOTE_TYPE, "molt",        \
+                  {MOLT__ABI, 0, {0}}}
+
+#define MOLT__PATCH_FUNCTION(ret, name, params, tu)                            \
+  static ret name##__molt_p params;                                            \
+  static const molt__patch_fn name##__molt_pfn MOLT__SECTION("molt_pfns") = {  \
+      #name, tu, (void *)&name##__molt_p};                                     \
+  static ret name##__molt_p params
+
+#define MOLT__IMPORT_RECORD(name, tu)                                          \
+  static const molt__import name##__molt_imp MOLT__SECTION("molt_imports") = { \
+      #name, tu, (void **)&molt__imp_##name}
+
+#define MOLT__IMPORT(type, name, tu)                                           \
+  static type *molt__imp_##name;                                               \
+  MOLT__IMPORT_RECORD(name, tu)
+
+/*
+ * Every TU that includes molt.h (and so this header) registers its module's molt_fns section
+ * before any user constructor runs (priority 101).  The runtime deduplicates
+ * calls from several TUs of one module.  In a module without updatable
+ * functions the weak section bounds are NULL and the call does nothing.
+ */
+#ifndef MOLT__NO_AUTO_REGISTER
+extern molt__fn_desc molt__fns_start[] __asm__("__start_molt_fns")
+    __attribute__((weak, visibility("hidden")));
+extern molt__fn_desc molt__fns_stop[] __asm__("__stop_molt_fns")
+    __attribute__((weak, visibility("hidden")));
+__attribute__((constructor(101), used)) static void molt__module_ctor(void) {
+  if ((void *)molt__fns_start != (void *)molt__fns_stop)
+    molt__register_module(MOLT__ABI, molt__fns_start, molt__fns_stop);
+}
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MOLT_ABI_H */

@@ -1,0 +1,134 @@
+/*
+ * molt/program.h -- the ABI of full updates (not an API).
+ *
+ * Between the code moltcc generates into a program image (tools/moltcc,
+ * from DWARF and the .xf file) and the runtime (src/runtime/full/), and
+ * between the `molt run` driver and the runtime.  See
+ * docs/full-updates.md.  Only generated code (and hand-written images that
+ * take its place, e.g. in the tests) includes this header.
+ */
+#ifndef MOLT_PROGRAM_H
+#define MOLT_PROGRAM_H
+
+#include "../molt.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * The migration.
+ *
+ * Every program image defines `const molt__program_info molt__program`.
+ * The runtime calls `migrate` of the NEW image on the runtime thread while
+ * every thread of the old version waits at an update point; it reads the
+ * old version through `in` pointers and writes the new one through `out`.
+ * Any molt__xf_* call may abort the migration (it does not return then);
+ * a fault inside `migrate` aborts it too.  On abort every in-place write is
+ * undone, everything allocated is freed and the old version continues.
+ */
+#define MOLT__PROGRAM_ABI 1u
+
+typedef struct molt__xf_ctx molt__xf_ctx; /* runtime-private */
+
+/* Transforms (or, for unchanged types, fixes the pointers of) one object:
+ * in = old object, out = new object (in == out when fixed in place). */
+typedef void (*molt__xf_fn)(molt__xf_ctx *cx, const void *in, void *out);
+
+enum {
+  /* The new representation differs: a migrated heap object is replaced by a
+   * new one (calloc'ed, then fn(in, out)); the old one is freed after the
+   * update commits. */
+  MOLT__XF_CHANGED = 1u,
+  /* The type (transitively) contains pointers: objects must be visited.
+   * Unchanged types without this flag are copied as bytes, never visited. */
+  MOLT__XF_TRAVERSE = 2u,
+};
+
+/* One (old type -> new type) pair, generated once per pair. */
+typedef struct molt__xf_type {
+  const char *name;       /* for messages, e.g. "struct entry" */
+  size_t old_size, new_size;
+  molt__xf_fn fn;         /* NULL: nothing to do beyond copying bytes */
+  uint32_t flags;         /* MOLT__XF_* */
+} molt__xf_type;
+
+typedef struct molt__program_info {
+  uint32_t abi;                /* MOLT__PROGRAM_ABI */
+  uint32_t reserved;
+  /* Hex build-id of the image this version was built from (--molt-from);
+   * NULL for a first version, which cannot be an update target. */
+  const char *from_build_id;
+  /* Migrates the state from the old version; NULL for a first version. */
+  void (*migrate)(molt__xf_ctx *cx);
+} molt__program_info;
+
+/* Address of variable or function `name` (tu: source file basename of a
+ * static, NULL for a global) in the old / new image.  Aborts the migration
+ * with a message naming the symbol if it does not exist. */
+MOLT_EXTERN void *molt__xf_oldsym(molt__xf_ctx *cx, const char *name,
+                                  const char *tu);
+MOLT_EXTERN void *molt__xf_newsym(molt__xf_ctx *cx, const char *name,
+                                  const char *tu);
+/* Records that the old variable at `in` (count objects of t) lives at `out`
+ * in the new version: later pointers into it are redirected (element-wise
+ * when t changed).  Does not transform it. */
+MOLT_EXTERN void molt__xf_map_var(molt__xf_ctx *cx, const void *in, void *out,
+                                  const molt__xf_type *t, size_t count);
+/* molt__xf_map_var + queues the transformation: unchanged types are copied
+ * byte for byte and then visited (TRAVERSE); changed types run t->fn per
+ * element (the new variable keeps its initializer where fn writes nothing). */
+MOLT_EXTERN void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out,
+                              const molt__xf_type *t, size_t count);
+/* The new value of an old pointer to `count` objects of type t (t NULL: an
+ * untyped pointer -- void *, char *, function pointer).  NULL stays NULL;
+ * an already migrated object maps to its new address (sharing and cycles
+ * are kept); a pointer into the old image is redirected to the new image
+ * (functions and variables by name, string literals copied to memory the
+ * runtime keeps); a heap object of a CHANGED type is replaced; one of an
+ * unchanged TRAVERSE type is queued to be visited in place.  The transform
+ * itself runs later from the work list (no deep recursion). */
+MOLT_EXTERN void *molt__xf_ptr(molt__xf_ctx *cx, const void *old,
+                               const molt__xf_type *t, size_t count);
+/* Stores a pointer into an object being fixed in place (undone on abort).
+ * Generated fixers for unchanged types store every pointer this way. */
+MOLT_EXTERN void molt__xf_setp(molt__xf_ctx *cx, void *slot, void *value);
+/* Runs queued transformations until none is left. */
+MOLT_EXTERN void molt__xf_run(molt__xf_ctx *cx);
+/* Migrates the saved copies of local `var` of function `func` (registered
+ * with MOLT_MIGRATE_LOCAL by the old version) of every thread to type t. */
+MOLT_EXTERN void molt__xf_local(molt__xf_ctx *cx, const char *func,
+                                const char *var, const molt__xf_type *t);
+/* Frees an old heap object after the update commits; never on abort (the
+ * old version goes on with it).  Same safety rules as replaced objects:
+ * only an object in the heap or an anonymous private mapping is freed, once
+ * (also when it was replaced too, or asked for twice), and never one that
+ * lies inside another freed or replaced object.  For rule bodies
+ * (MOLT_XF_FREE_OLD) that drop old data the runtime does not replace. */
+MOLT_EXTERN void molt__xf_free_old(molt__xf_ctx *cx, const void *old);
+/* Aborts the migration with a one-line message (never returns). */
+MOLT_EXTERN void molt__xf_fail(molt__xf_ctx *cx, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 2, 3)));
+
+/* Program images are linked with --wrap=pthread_create: the threads they
+ * start arrive here and become program threads, which take part in full
+ * updates from their first instruction (a plain pthread_create otherwise). */
+MOLT_EXTERN int __wrap_pthread_create(pthread_t *th, const pthread_attr_t *attr,
+                                      void *(*fn)(void *), void *arg);
+
+/* The driver behind `molt run` (bin/molt-run): loads the program image at
+ * `path` and runs its main(argc, argv, environ) as the main program thread
+ * until it returns.  Returns 0 with main's return value in *status, or a
+ * MOLT_E* code with a one-line reason in err if the image cannot be run
+ * (the runtime logs it too; the driver, not the runtime, tells the user). */
+MOLT_EXTERN int molt__program_run(const char *path, int argc, char **argv,
+                                  int *status, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MOLT_PROGRAM_H */
