@@ -11,7 +11,7 @@
  * only touches the note's target_build_id field: the patch's own build-id and
  * everything else in the file stay as the linker made them.
  */
-#include "internal.h"
+#include "common/common.h"
 
 #include <errno.h>
 #include <fcntl.h>

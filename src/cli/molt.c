@@ -11,7 +11,7 @@
  * and an exit code from the table below (also in `molt help` and molt(1)).
  * Whatever the outcome, the target keeps running: the CLI only talks.
  */
-#include "protocol.h" /* first: it keeps molt.h's runtime constructor out */
+#include "common/common.h" /* first: it keeps molt.h's runtime constructor out */
 
 #include <ctype.h>
 #include <dirent.h>

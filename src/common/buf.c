@@ -1,7 +1,7 @@
 /* A growable byte buffer.  Allocation failures are remembered (oom) instead
  * of reported at every call, so callers build a response in straight-line
  * code and check once; the runtime must never abort on ENOMEM. */
-#include "internal.h"
+#include "common/common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +82,11 @@ void molt__buf_record(molt__buf *b, int nfields, const char *const *fields) {
     }
   }
   molt__buf_add(b, "\n", 1);
+}
+
+void molt__buf_pair(molt__buf *b, const char *key, const char *value) {
+  const char *f[] = {key, value};
+  molt__buf_record(b, 2, f);
 }
 
 void molt__errmsg(char *dst, size_t len, const char *fmt, ...) {

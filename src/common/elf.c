@@ -8,7 +8,7 @@
  * truncated while mapped would raise SIGBUS in the host), and every
  * allocation is capped.  Nothing here prints.
  */
-#include "internal.h"
+#include "common/common.h"
 
 #include <elf.h>
 #include <errno.h>

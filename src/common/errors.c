@@ -1,5 +1,6 @@
-/* Error codes and messages: everything derives from MOLT_ERRNO_MAP. */
-#include "internal.h"
+/* Error codes and messages: everything derives from MOLT_ERRNO_MAP.  And the
+ * one mapping from a system call's errno to a MOLT_E* code. */
+#include "common/common.h"
 
 #include <errno.h>
 
@@ -40,6 +41,7 @@ int molt__from_errno(int e) {
   case EPERM:
     return MOLT_EPERM;
   case ENOMEM:
+  case ENOBUFS:
     return MOLT_ENOMEM;
   default:
     return MOLT_EIO;

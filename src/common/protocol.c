@@ -1,5 +1,6 @@
 /*
- * protocol.c — control protocol codec (see protocol.h, docs/protocol.md).
+ * protocol.c -- the control protocol (see protocol.h, docs/protocol.md): the
+ * table of operations, requests, framing and the TSV codec.
  *
  * Everything that parses bytes from the other side of the socket lives here
  * so it can be unit-tested and fuzzed on its own (tests/protocol/).  The
@@ -7,7 +8,7 @@
  * is used, and memory use is proportional to the input, which the callers
  * have already bounded (64 KiB requests, 16 MiB responses).
  */
-#include "protocol.h"
+#include "common/common.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -17,6 +18,154 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+
+/* ---- operations ------------------------------------------------------------ */
+
+static const molt__op_info ops[] = {
+#define MOLT__OP_INFO(NAME, name, code, flags, modes, file, summary)            \
+  {MOLT__OP_##NAME, #name, (flags), (modes), (file), (summary)},
+    MOLT__OPS(MOLT__OP_INFO)
+#undef MOLT__OP_INFO
+};
+
+const molt__op_info *molt__op_find(unsigned op) {
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    if ((unsigned)ops[i].op == op)
+      return &ops[i];
+  return NULL;
+}
+
+const molt__op_info *molt__op_all(size_t *n) {
+  *n = sizeof ops / sizeof ops[0];
+  return ops;
+}
+
+/* ---- requests ---------------------------------------------------------------- */
+
+const char *molt__policy_name(molt_policy_t p) {
+  switch (p) {
+  case MOLT_POLICY_IMMEDIATE: return "immediate";
+  case MOLT_POLICY_LOCAL: return "local";
+  case MOLT_POLICY_GLOBAL: return "global";
+  }
+  return NULL;
+}
+
+bool molt__policy_parse(const char *s, molt_policy_t *out) {
+  static const molt_policy_t all[] = {MOLT_POLICY_IMMEDIATE, MOLT_POLICY_LOCAL,
+                                      MOLT_POLICY_GLOBAL};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (strcmp(s, molt__policy_name(all[i])) == 0) {
+      *out = all[i];
+      return true;
+    }
+  return false;
+}
+
+void molt__request_encode(const molt__request *req, molt__buf *out) {
+  const molt__op_info *oi = molt__op_find(req->op);
+  if (!oi)
+    return;
+  if (oi->file)
+    molt__buf_pair(out, "path", req->path);
+  if (oi->flags & MOLT__OPF_INTERIOR)
+    molt__buf_pair(out, "check_interior", req->check_interior ? "1" : "0");
+  if (oi->flags & MOLT__OPF_POLICY) {
+    const char *p = molt__policy_name(req->policy);
+    molt__buf_pair(out, "policy", p ? p : "?");
+  }
+  if (oi->flags & MOLT__OPF_TIMEOUT) {
+    char t[16];
+    snprintf(t, sizeof t, "%d", req->timeout_ms < 0 ? -1 : req->timeout_ms);
+    molt__buf_pair(out, "timeout_ms", t);
+  }
+}
+
+/* Parses a decimal int field (optional leading '-').  false if it is not
+ * one or does not fit. */
+static bool parse_int(const char *s, int *out) {
+  bool neg = *s == '-';
+  if (neg)
+    s++;
+  if (*s == '\0')
+    return false;
+  long long v = 0;
+  for (; *s != '\0'; s++) {
+    if (*s < '0' || *s > '9')
+      return false;
+    v = v * 10 + (*s - '0');
+    if (v > (long long)INT32_MAX + 1)
+      return false;
+  }
+  if (neg)
+    v = -v;
+  if (v < INT32_MIN || v > INT32_MAX)
+    return false;
+  *out = (int)v;
+  return true;
+}
+
+int molt__request_decode(unsigned op, const molt__records *recs, molt__request *req,
+                         char *err, size_t errlen) {
+  memset(req, 0, sizeof *req);
+  req->op = (molt__op)op;
+  req->policy = MOLT_POLICY_IMMEDIATE;
+  req->timeout_ms = -1; /* the runtime's default */
+  const molt__op_info *oi = molt__op_find(op);
+  if (!oi)
+    return 0;
+
+  /* An update has no policy: it always waits at the update points. */
+  const molt__record *r =
+      oi->flags & MOLT__OPF_POLICY ? molt__tsv_find(recs, "policy") : NULL;
+  if (r != NULL && !molt__policy_parse(molt__tsv_field(r, 1), &req->policy)) {
+    molt__errmsg(err, errlen,
+                 "unknown update policy '%.40s' (use immediate, local or global)",
+                 molt__tsv_field(r, 1));
+    return MOLT_EPOLICY;
+  }
+  r = oi->flags & MOLT__OPF_TIMEOUT ? molt__tsv_find(recs, "timeout_ms") : NULL;
+  if (r != NULL) {
+    int t;
+    if (!parse_int(molt__tsv_field(r, 1), &t)) {
+      molt__errmsg(err, errlen, "timeout_ms '%.40s' is not an integer",
+                   molt__tsv_field(r, 1));
+      return MOLT_EPROTO;
+    }
+    req->timeout_ms = t < 0 ? -1 : t;
+  }
+  r = oi->flags & MOLT__OPF_INTERIOR ? molt__tsv_find(recs, "check_interior") : NULL;
+  if (r != NULL) {
+    const char *v = molt__tsv_field(r, 1);
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+      molt__errmsg(err, errlen, "check_interior '%.40s' is not 0 or 1", v);
+      return MOLT_EPROTO;
+    }
+    req->check_interior = v[0] == '1';
+  }
+  if (!oi->file)
+    return 0;
+  r = molt__tsv_find(recs, "path");
+  if (r == NULL) {
+    molt__errmsg(err, errlen, "%s request without a path record", oi->name);
+    return MOLT_EPROTO;
+  }
+  const char *path = molt__tsv_field(r, 1);
+  /* The process's working directory is not the client's, so a relative
+   * path would name some other file: the CLI always sends realpath(). */
+  if (path[0] != '/') {
+    molt__errmsg(err, errlen, "%s path '%.200s' is not absolute", oi->file, path);
+    return MOLT_EINVAL;
+  }
+  size_t n = strlen(path);
+  if (n >= sizeof req->path) {
+    molt__errmsg(err, errlen, "%s path is longer than %zu bytes", oi->file,
+                 sizeof req->path - 1);
+    return MOLT_EINVAL;
+  }
+  memcpy(req->path, path, n + 1);
+  return 0;
+}
 
 /* ---- header ------------------------------------------------------------ */
 
@@ -52,16 +201,6 @@ void molt__proto_encode_hdr(const molt__frame_hdr *h,
   put32(out + 12, h->length);
 }
 
-const char *molt__proto_op_name(unsigned op) {
-  switch (op) {
-  case MOLT__OP_STATUS: return "status";
-  case MOLT__OP_APPLY: return "apply";
-  case MOLT__OP_ROLLBACK: return "rollback";
-  case MOLT__OP_LOG: return "log";
-  case MOLT__OP_UPDATE: return "update";
-  default: return NULL;
-  }
-}
 
 int molt__proto_decode_hdr(const unsigned char in[MOLT__PROTO_HDR_SIZE],
                            molt__frame_type type, molt__frame_hdr *h,
@@ -87,7 +226,7 @@ int molt__proto_decode_hdr(const unsigned char in[MOLT__PROTO_HDR_SIZE],
     return MOLT_EVERSION;
   }
   if (type == MOLT__FRAME_REQUEST) {
-    if (molt__proto_op_name(h->kind) == NULL) {
+    if (molt__op_find(h->kind) == NULL) {
       molt__errmsg(err, errlen, "unknown request op %u", (unsigned)h->kind);
       return MOLT_EPROTO;
     }

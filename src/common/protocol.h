@@ -1,6 +1,7 @@
 /*
- * protocol.h — the control protocol codec, shared by libmolt (control.c) and
- * the `molt` CLI, which compiles protocol.c, buf.c and errors.c directly.
+ * protocol.h -- the control protocol (part of the common layer, included by
+ * common.h): the table of operations, requests, framing and the TSV codec,
+ * shared by libmolt (service/control.c) and the `molt` CLI.
  *
  * The wire format is described in docs/protocol.md.  In short: one request
  * and one response per connection on the abstract Unix socket
@@ -14,13 +15,7 @@
 #ifndef MOLT_PROTOCOL_H
 #define MOLT_PROTOCOL_H
 
-/* The CLI and the tests compile this without the runtime: they must not
- * emit molt.h's module constructor, which calls into libmolt. */
-#ifndef MOLT__NO_AUTO_REGISTER
-#define MOLT__NO_AUTO_REGISTER 1
-#endif
-
-#include "internal.h"
+#include "common/common.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,6 +23,113 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/un.h>
+
+/* ---- operations ----------------------------------------------------------- */
+
+/* Process modes: the ways a process is updated (src/runtime/<mode>/).  A
+ * process is in exactly one at a time; each operation names the modes in
+ * which the runtime accepts it. */
+#define MOLT__MODE_HOT 1u   /* linked with libmolt: hot patches (hot/)       */
+#define MOLT__MODE_FULL 2u  /* runs a program image (`molt run`): full/      */
+#define MOLT__MODES_ANY 0xffu
+
+/* What an operation does and what its request carries. */
+#define MOLT__OPF_CHANGES 1u  /* changes the program: refused in the refusing
+                                 state, run under the operation lock        */
+#define MOLT__OPF_REPORT 2u   /* answers with records to show (--json)       */
+#define MOLT__OPF_POLICY 4u   /* request record "policy" (immediate, ...)    */
+#define MOLT__OPF_TIMEOUT 8u  /* request record "timeout_ms"                 */
+#define MOLT__OPF_INTERIOR 16u /* request record "check_interior" (0 or 1)   */
+
+/*
+ * The operations: one line each.  This table is the only place an operation
+ * is spelled out: the op codes, their names on the wire and on the command
+ * line, what a request carries, the runtime's dispatch table (flags, modes)
+ * and the CLI's commands and `molt help` all derive from it.  Adding an
+ * operation is one line here plus its handler (a mode's ops[] or the
+ * service's own) and, on the CLI side, nothing unless its output needs a
+ * printer of its own.
+ *
+ *   XX(NAME, name, code, flags, modes, file, summary)
+ *     code     the frame header's kind; codes ascend, are never reused
+ *     flags    MOLT__OPF_*
+ *     modes    MOLT__MODE_* in which the runtime carries it out
+ *     file     what its "path" record names ("patch", "image"); NULL: none
+ *     summary  one line for `molt help`
+ */
+#define MOLT__OPS(XX)                                                          \
+  XX(STATUS, status, 1, MOLT__OPF_REPORT, MOLT__MODES_ANY, NULL,               \
+     "generation, patches, functions, threads")                               \
+  XX(APPLY, apply, 2, MOLT__OPF_CHANGES | MOLT__OPF_POLICY | MOLT__OPF_TIMEOUT, \
+     MOLT__MODE_HOT, "patch", "apply a hot patch (default: immediate, 10 s)")  \
+  XX(ROLLBACK, rollback, 3, MOLT__OPF_CHANGES | MOLT__OPF_POLICY | MOLT__OPF_TIMEOUT, \
+     MOLT__MODE_HOT, NULL, "return to the previous generation")               \
+  XX(LOG, log, 4, MOLT__OPF_REPORT, MOLT__MODES_ANY, NULL,                     \
+     "the process's update log")                                              \
+  XX(UPDATE, update, 5, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT | MOLT__OPF_INTERIOR, \
+     MOLT__MODE_FULL, "image",                                                 \
+     "full update: replace the running program image, migrate its state "     \
+     "and restart its threads in the new version (default 10 s)")
+
+typedef enum {
+#define MOLT__OP_ENUM(NAME, name, code, ...) MOLT__OP_##NAME = (code),
+  MOLT__OPS(MOLT__OP_ENUM)
+#undef MOLT__OP_ENUM
+} molt__op;
+
+/* One past the last (and, codes ascending, highest) code: the size of
+ * tables indexed by op.  Not a molt__op, so that a switch over the
+ * operations need not name it. */
+enum {
+#define MOLT__OP_AFTER(NAME, name, code, ...) MOLT__OP_AFTER_##NAME = (code),
+  MOLT__OPS(MOLT__OP_AFTER)
+#undef MOLT__OP_AFTER
+  MOLT__OP_END
+};
+
+typedef struct molt__op_info {
+  molt__op op;
+  const char *name;    /* on the wire (messages) and on the command line */
+  unsigned flags;      /* MOLT__OPF_* */
+  unsigned modes;      /* MOLT__MODE_* */
+  const char *file;    /* what the path names; NULL: the request has none */
+  const char *summary; /* for `molt help` */
+} molt__op_info;
+
+/* The table entry of op code `op`, or NULL if there is no such operation. */
+MOLT__HIDDEN const molt__op_info *molt__op_find(unsigned op);
+/* Every operation, in code order (n: their number). */
+MOLT__HIDDEN const molt__op_info *molt__op_all(size_t *n);
+
+/* ---- requests ------------------------------------------------------------- */
+
+#define MOLT__DEFAULT_TIMEOUT_MS 10000
+
+/* One operation with its arguments, as the runtime carries it out. */
+typedef struct molt__request {
+  molt__op op;
+  molt_policy_t policy;
+  int timeout_ms;      /* < 0: MOLT__DEFAULT_TIMEOUT_MS */
+  bool check_interior; /* update: refuse interior pointers into objects */
+  char path[4096];     /* absolute; "" for operations without a file */
+} molt__request;
+
+/* "immediate", "local", "global", or NULL for anything else. */
+MOLT__HIDDEN const char *molt__policy_name(molt_policy_t p);
+/* The policy named s; false if s names none. */
+MOLT__HIDDEN bool molt__policy_parse(const char *s, molt_policy_t *out);
+/* Appends the request records of req, as its operation's flags say (path,
+ * policy or check_interior, timeout_ms). */
+MOLT__HIDDEN void molt__request_encode(const molt__request *req, molt__buf *out);
+struct molt__records; /* the parsed TSV payload, below */
+/* Builds *req from the records of a request for operation `op` (already
+ * known to exist).  Unknown keys are ignored so that newer clients can add
+ * optional fields; records an operation does not take are ignored too.
+ * MOLT_EPOLICY, MOLT_EPROTO or MOLT_EINVAL with a one-line reason. */
+MOLT__HIDDEN int molt__request_decode(unsigned op, const struct molt__records *recs,
+                                      molt__request *req, char *err, size_t errlen);
+
+/* ---- framing -------------------------------------------------------------- */
 
 #define MOLT__PROTO_MAGIC 0x544c4f4du /* "MOLT" as little-endian bytes */
 #define MOLT__PROTO_VERSION 1u
@@ -76,8 +178,6 @@ MOLT__HIDDEN int molt__proto_decode_hdr(const unsigned char in[MOLT__PROTO_HDR_S
                                         molt__frame_type type,
                                         molt__frame_hdr *h, char *err,
                                         size_t errlen);
-/* Name of an op code for messages ("status", "apply", ...), or NULL. */
-MOLT__HIDDEN const char *molt__proto_op_name(unsigned op);
 
 /* ---- TSV payloads ------------------------------------------------------ */
 

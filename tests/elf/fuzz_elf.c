@@ -15,7 +15,7 @@
  * and dynamic fields of the seed files, and feeds each result to the same
  * entry point.
  */
-#include "internal.h"
+#include "common/common.h"
 
 #include <elf.h>
 #include <fcntl.h>

@@ -10,7 +10,7 @@
  * b/same.c: the symbol-table tests read its own file and compare what they
  * find with the real addresses.
  */
-#include "internal.h"
+#include "common/common.h"
 
 #include <elf.h>
 #include <errno.h>

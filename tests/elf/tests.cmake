@@ -9,11 +9,7 @@
 
 get_filename_component(MOLT_ELF_ROOT ${CMAKE_CURRENT_LIST_DIR}/../.. ABSOLUTE)
 set(MOLT_ELF_DIR ${CMAKE_CURRENT_LIST_DIR})
-# elf.c's functions are hidden in libmolt, so the tests compile it in.
-set(MOLT_ELF_SRCS
-  ${MOLT_ELF_ROOT}/src/common/elf.c
-  ${MOLT_ELF_ROOT}/src/common/buf.c
-  ${MOLT_ELF_ROOT}/src/common/errors.c)
+# elf.c's functions are hidden in libmolt: the tests link the common layer.
 
 # Real files from the real toolchain: a hand-written patch (built like a
 # user's: -shared, not linked with libmolt) and a program to stamp it for.
@@ -31,14 +27,13 @@ add_executable(elf_test
   ${MOLT_ELF_DIR}/fixtures/tu_one.c
   ${MOLT_ELF_DIR}/fixtures/tu_two.c
   ${MOLT_ELF_DIR}/fixtures/a/same.c
-  ${MOLT_ELF_DIR}/fixtures/b/same.c
-  ${MOLT_ELF_SRCS})
-target_compile_definitions(elf_test PRIVATE _GNU_SOURCE MOLT__NO_AUTO_REGISTER)
+  ${MOLT_ELF_DIR}/fixtures/b/same.c)
+target_link_libraries(elf_test PRIVATE molt_common)
 target_link_options(elf_test PRIVATE -Wl,--build-id)
 add_dependencies(elf_test elf_fixture_patch elf_fixture_target moltstamp)
 
-add_executable(elf_fuzz ${MOLT_ELF_DIR}/fuzz_elf.c ${MOLT_ELF_SRCS})
-target_compile_definitions(elf_fuzz PRIVATE _GNU_SOURCE MOLT__NO_AUTO_REGISTER)
+add_executable(elf_fuzz ${MOLT_ELF_DIR}/fuzz_elf.c)
+target_link_libraries(elf_fuzz PRIVATE molt_common)
 add_dependencies(elf_fuzz elf_fixture_patch elf_fixture_target)
 
 add_test(NAME elf_unit

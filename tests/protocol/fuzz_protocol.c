@@ -15,7 +15,7 @@
  * writer (molt__buf_record) into records that parse to the same fields,
  * and the socket path agrees with the in-memory decoders.
  */
-#include "protocol.h"
+#include "common/common.h"
 
 #include <stdio.h>
 #include <stdlib.h>

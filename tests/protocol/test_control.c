@@ -19,7 +19,7 @@
  * (sleeps 8 s, then succeeds); rollback pops; status and log report the
  * state in the records documented in docs/protocol.md.
  */
-#include "protocol.h"
+#include "service/service.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,14 +38,9 @@
 
 /* ---- what libmolt would provide -------------------------------------- */
 
-molt__gen molt__gens[MOLT__SLOTS];
-_Atomic(molt__gen *) molt__current = &molt__gens[0];
+static uint64_t generation;
 /* The scripted runtime has one thread of updates: no lock needed. */
-void molt__rt_lock_acquire(void) {}
-void molt__rt_lock_release(void) {}
-molt__gen *molt__gen_current(void) {
-  return atomic_load_explicit(&molt__current, memory_order_relaxed);
-}
+uint64_t molt__gen_number_now(void) { return generation; }
 
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -106,7 +101,6 @@ typedef struct patch {
 
 static patch stack[64];
 static unsigned depth;
-static uint64_t generation;
 static char refusing[256];
 
 /* knobs for the unit tests */

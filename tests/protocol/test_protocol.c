@@ -5,7 +5,7 @@
  * SIGPIPE is deliberately left at its default: a write to a closed peer
  * that forgot MSG_NOSIGNAL kills the test.
  */
-#include "protocol.h"
+#include "common/common.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -102,7 +102,7 @@ static void test_header(void) {
     CHECK_EQ(decode(MOLT__FRAME_REQUEST, MOLT__PROTO_MAGIC, 1, (uint16_t)op, 0,
                     0),
              0);
-    CHECK(molt__proto_op_name(op) != NULL);
+    CHECK(molt__op_find(op) != NULL && molt__op_find(op)->name != NULL);
   }
 }
 

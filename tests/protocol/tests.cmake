@@ -1,23 +1,22 @@
 # Control protocol tests: codec unit tests, the control server against a
 # fake runtime, a fuzz run, and the CLI end to end against a fake process.
 # Included from tests/CMakeLists.txt.  The protocol helpers are hidden
-# inside libmolt, so the tests compile the sources directly, as the CLI does.
+# inside libmolt, so the tests link the common layer, as the CLI does (it
+# also keeps molt.h's module constructor out: MOLT__NO_AUTO_REGISTER).
 set(PROTO_T ${CMAKE_CURRENT_LIST_DIR})
 set(PROTO_SRC ${PROJECT_SOURCE_DIR}/src/common)
-set(PROTO_CODEC ${PROTO_SRC}/protocol.c ${PROTO_SRC}/buf.c ${PROTO_SRC}/errors.c)
+set(PROTO_CODEC ${PROTO_SRC}/protocol.c ${PROTO_SRC}/buf.c ${PROTO_SRC}/errors.c
+  ${PROTO_SRC}/proc.c ${PROTO_SRC}/elf.c)
 
-# MOLT__NO_AUTO_REGISTER: no libmolt here, so molt.h must not emit its
-# module constructor (it calls into libmolt).
-add_executable(protocol_test_protocol ${PROTO_T}/test_protocol.c ${PROTO_CODEC})
-target_compile_definitions(protocol_test_protocol PRIVATE _GNU_SOURCE MOLT__NO_AUTO_REGISTER)
+add_executable(protocol_test_protocol ${PROTO_T}/test_protocol.c)
+target_link_libraries(protocol_test_protocol PRIVATE molt_common)
 
 add_executable(protocol_test_control ${PROTO_T}/test_control.c
-  ${PROJECT_SOURCE_DIR}/src/runtime/service/control.c ${PROTO_CODEC})
-target_compile_definitions(protocol_test_control PRIVATE _GNU_SOURCE MOLT__NO_AUTO_REGISTER)
-target_link_libraries(protocol_test_control PRIVATE pthread)
+  ${PROJECT_SOURCE_DIR}/src/runtime/service/control.c)
+target_link_libraries(protocol_test_control PRIVATE molt_common pthread)
 
-add_executable(protocol_fuzz ${PROTO_T}/fuzz_protocol.c ${PROTO_CODEC})
-target_compile_definitions(protocol_fuzz PRIVATE _GNU_SOURCE MOLT__NO_AUTO_REGISTER)
+add_executable(protocol_fuzz ${PROTO_T}/fuzz_protocol.c)
+target_link_libraries(protocol_fuzz PRIVATE molt_common)
 
 add_test(NAME protocol_codec COMMAND protocol_test_protocol)
 add_test(NAME protocol_control COMMAND protocol_test_control)
@@ -49,10 +48,10 @@ if(MOLT_LIBFUZZER)
   add_custom_command(OUTPUT ${PROTO_LF}
     COMMAND ${MOLT_CLANG} -g -O1 -std=gnu11 -D_GNU_SOURCE -DMOLT__NO_AUTO_REGISTER
             -DMOLT_LIBFUZZER -fsanitize=fuzzer,address,undefined
-            -I${PROJECT_SOURCE_DIR}/include -I${PROTO_SRC} -I${PROJECT_SOURCE_DIR}/src/runtime
+            -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/src
             ${PROTO_T}/fuzz_protocol.c ${PROTO_CODEC} -o ${PROTO_LF}
     DEPENDS ${PROTO_T}/fuzz_protocol.c ${PROTO_CODEC} ${PROTO_SRC}/protocol.h
-            ${PROJECT_SOURCE_DIR}/src/runtime/internal.h ${PROJECT_SOURCE_DIR}/include/molt.h
+            ${PROTO_SRC}/common.h ${PROJECT_SOURCE_DIR}/include/molt.h
     COMMENT "building protocol_libfuzzer with ${MOLT_CLANG}")
   add_custom_target(protocol_libfuzzer_bin ALL DEPENDS ${PROTO_LF})
   add_test(NAME protocol_libfuzzer

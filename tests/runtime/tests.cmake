@@ -68,3 +68,4 @@ add_test(NAME runtime_exports
   COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_exports.py)
 set_tests_properties(runtime_exports PROPERTIES TIMEOUT 60 LABELS "runtime"
   ENVIRONMENT "LIBMOLT=$<TARGET_FILE:molt>")
+

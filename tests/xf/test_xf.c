@@ -7,7 +7,7 @@
  * Cases: image migrate locals abort_fail abort_null abort_fault abort_stack
  *        abort_fail_xf missing_fn interior big free_old
  */
-#include "internal.h"
+#include "full/full.h"
 #include "layouts.h"
 
 #include <elf.h>
@@ -71,16 +71,6 @@ void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_local *l),
                                  void *arg) {
   for (molt__saved_local *l = saved_locals; l; l = l->next)
     fn(arg, l);
-}
-
-/* runtime.c's refusing state is not linked into this test: the engine
- * calls it only for a molt__xf_* call outside a migration. */
-static char refusing_reason[256];
-void molt__fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(refusing_reason, sizeof refusing_reason, fmt, ap);
-  va_end(ap);
 }
 
 static molt__saved_local *add_local(const char *func, const char *name,

@@ -1,13 +1,14 @@
 # Tests of full-update images and the state transformation engine
-# (src/runtime/full/image.c, xf.c, file.c): real program images built here, a
+# (src/runtime/full/image.c, xf.c): real program images built here, a
 # hand-written v2 migration in the shape moltcc generates, and the test
 # program test_xf.c that loads and migrates them.
 #
 # image.c / xf.c functions are hidden in libmolt, so test_xf compiles the
-# engine's sources in and exports them (ENABLE_EXPORTS): the images resolve
-# molt__xf_* in the executable, the way a program image resolves them in
-# libmolt.  test_xf supplies molt__program_foreach_local itself (program.c's
-# role) to hand the engine saved locals.
+# engine's sources in, with the layers below them (base, and common as a
+# library), and exports them (ENABLE_EXPORTS): the images resolve molt__xf_*
+# in the executable, the way a program image resolves them in libmolt.
+# test_xf supplies molt__program_foreach_local itself (program.c's role) to
+# hand the engine saved locals.
 get_filename_component(MOLT_XF_ROOT ${CMAKE_CURRENT_LIST_DIR}/../.. ABSOLUTE)
 set(XF ${CMAKE_CURRENT_LIST_DIR})
 set(XF_OUT ${CMAKE_CURRENT_BINARY_DIR}/xf)
@@ -33,13 +34,8 @@ molt_xf_image(xf_badabi ${XF}/bad/prog.c BAD_ABI)
 add_executable(test_xf ${XF}/test_xf.c
   ${MOLT_XF_ROOT}/src/runtime/full/xf.c
   ${MOLT_XF_ROOT}/src/runtime/full/image.c
-  ${MOLT_XF_ROOT}/src/runtime/base/file.c
-  ${MOLT_XF_ROOT}/src/common/elf.c
-  ${MOLT_XF_ROOT}/src/runtime/base/log.c
-  ${MOLT_XF_ROOT}/src/common/buf.c
-  ${MOLT_XF_ROOT}/src/common/errors.c
-  ${MOLT_XF_ROOT}/src/runtime/base/platform.c)
-target_compile_definitions(test_xf PRIVATE _GNU_SOURCE MOLT__NO_AUTO_REGISTER)
+  ${MOLT_BASE_SRCS})
+target_link_libraries(test_xf PRIVATE molt_common)
 target_include_directories(test_xf PRIVATE ${XF})
 set_target_properties(test_xf PROPERTIES ENABLE_EXPORTS ON)
 target_link_libraries(test_xf PRIVATE dl pthread)

@@ -4,7 +4,7 @@
  * Everything after molt__file_open_checked() looks at the copy, never at the
  * path again: a file replaced or rewritten after the check cannot change
  * what is loaded. */
-#include "internal.h"
+#include "base/base.h"
 
 #include <errno.h>
 #include <fcntl.h>

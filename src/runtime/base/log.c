@@ -2,7 +2,7 @@
  * optionally a file named by $MOLT_LOG_FILE.  Never stdout/stderr (R3).
  *
  * Lock: log_lock is a leaf (nothing is called while holding it). */
-#include "internal.h"
+#include "base/base.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -22,18 +22,15 @@ typedef struct entry {
   char msg[512]; /* a full update names two images, a build-id and figures */
 } entry;
 
-static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static molt__lock log_lock = MOLT__LOCK_INIT(log);
 static entry ring[RING];
 static uint64_t next_seq = 1;
 static int log_fd = -1;
 
 static const char *const names[] = {
-    [MOLT__EV_START] = "start",       [MOLT__EV_LOAD] = "load",
-    [MOLT__EV_SWITCH] = "switch",     [MOLT__EV_ROLLBACK] = "rollback",
-    [MOLT__EV_UNLOAD] = "unload",     [MOLT__EV_RECLAIM] = "reclaim",
-    [MOLT__EV_REFUSE] = "refuse",     [MOLT__EV_DENIED] = "denied",
-    [MOLT__EV_FAIL] = "fail",         [MOLT__EV_INFO] = "info",
-    [MOLT__EV_UPDATE] = "update",     [MOLT__EV_ABORT] = "abort",
+#define MOLT__EV_NAME(NAME, name) [MOLT__EV_##NAME] = name,
+    MOLT__EVENTS(MOLT__EV_NAME)
+#undef MOLT__EV_NAME
 };
 
 const char *molt__event_name(molt__event ev) {
@@ -44,14 +41,14 @@ const char *molt__event_name(molt__event ev) {
 
 void molt__log_init(void) {
   const char *path = getenv("MOLT_LOG_FILE");
-  pthread_mutex_lock(&log_lock);
+  molt__lock_acquire(&log_lock);
   if (log_fd >= 0) {
     close(log_fd);
     log_fd = -1;
   }
   if (path && *path)
     log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  pthread_mutex_unlock(&log_lock);
+  molt__lock_release(&log_lock);
 }
 
 void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
@@ -71,7 +68,7 @@ void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
    * (program threads do) must not be cancelled while it holds log_lock. */
   int cancel_state;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
-  pthread_mutex_lock(&log_lock);
+  molt__lock_acquire(&log_lock);
   e.seq = next_seq++;
   ring[e.seq % RING] = e;
   int fd = log_fd;
@@ -87,7 +84,7 @@ void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
       (void)w;
     }
   }
-  pthread_mutex_unlock(&log_lock);
+  molt__lock_release(&log_lock);
   pthread_setcancelstate(cancel_state, NULL);
 }
 
@@ -98,10 +95,10 @@ void molt__log_dump(molt__buf *out) {
     out->oom = true;
     return;
   }
-  pthread_mutex_lock(&log_lock);
+  molt__lock_acquire(&log_lock);
   uint64_t last = next_seq;
   memcpy(copy, ring, sizeof ring);
-  pthread_mutex_unlock(&log_lock);
+  molt__lock_release(&log_lock);
 
   uint64_t first = last > RING ? last - RING : 1;
   for (uint64_t s = first; s < last; s++) {

@@ -1,5 +1,5 @@
 /* Linux specifics behind a small interface (membarrier, tids, clocks). */
-#include "internal.h"
+#include "base/base.h"
 
 #include <errno.h>
 #include <linux/membarrier.h>

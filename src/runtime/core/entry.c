@@ -1,7 +1,7 @@
 /* Stable entries: the jump at the address of every updatable function.
  *
  * Each entry is a 5-byte `jmp rel32` inside one aligned 8-byte word
- * (MOLT__ENTRY_STUB in molt.h).  It jumps either
+ * (MOLT__ENTRY_STUB in molt/abi.h).  It jumps either
  *   direct    to version 0, while every live generation maps the function
  *             to version 0: an updatable call then costs one direct jump
  *             and pins nothing (version 0 is part of a module that is never
@@ -13,7 +13,9 @@
  * The runtime moves an entry to dispatch before it publishes a generation
  * that replaces version 0 (molt__entries_prepare, from gen.c), and back to
  * direct once the last generation that replaced it is reclaimed
- * (molt__entries_relax).  Both run under molt__rt_lock, the only writer.
+ * (molt__entries_relax, told by gen.c which functions some live generation
+ * still replaces: entries never ask the generations).  Both run under
+ * molt__rt_lock, the only writer.
  *
  * Cross-modifying code.  The new displacement is written with one atomic
  * 8-byte store into a word that holds the whole instruction (only the four
@@ -35,8 +37,10 @@
  * writable+executable mappings makes the store fail: the patch is refused
  * with that reason and nothing changes.
  *
- * x86-64 specific (the 0xe9 encoding); all of it is in this file. */
-#include "internal.h"
+ * The instruction itself (its encoding, the 8-byte code stores) is
+ * common/arch/x86_64/jump.h. */
+#include "core/core.h"
+#include "common/arch/x86_64/jump.h"
 
 #include <errno.h>
 #include <link.h>
@@ -108,12 +112,6 @@ static bool find_segment(uintptr_t a, uint32_t *seg) {
 
 /* ---- registration --------------------------------------------------------- */
 
-static int32_t rel32_at(const uint8_t *at) {
-  int32_t d;
-  memcpy(&d, at + 1, sizeof d);
-  return d;
-}
-
 int molt__entries_add(const molt__fn_desc *start, uint32_t first, uint32_t n,
                       char *why, size_t whylen) {
   if (!page_size)
@@ -150,9 +148,9 @@ int molt__entries_add(const molt__fn_desc *start, uint32_t first, uint32_t n,
     }
     /* The instruction must lie inside one aligned 8-byte word (offset 0..3)
      * and be the long jmp to one of the two targets the descriptor names. */
-    const uint8_t *target = at[0] == 0xe9 ? at + 5 + rel32_at(at) : NULL;
+    const uint8_t *target = molt__jmp_target(at);
     uint8_t mode;
-    if ((uintptr_t)at % 8 > 3 || !target)
+    if (!molt__jmp_in_one_word(at) || !target)
       mode = 0xff;
     else if (d->direct && target == d->direct)
       mode = MODE_DIRECT;
@@ -160,7 +158,7 @@ int molt__entries_add(const molt__fn_desc *start, uint32_t first, uint32_t n,
       mode = d->direct ? MODE_DISPATCH : MODE_ALWAYS_DISPATCH;
     else
       mode = 0xff;
-    if (mode == 0xff && at[0] == 0xf3 && at[1] == 0x0f && at[2] == 0x1e && at[3] == 0xfa) {
+    if (mode == 0xff && molt__is_endbr64(at)) {
       snprintf(why, whylen,
                "the entry of %s (%s) starts with endbr64: updatable functions cannot be "
                "built with -fcf-protection (use -fcf-protection=none for their files)",
@@ -184,38 +182,6 @@ int molt__entries_add(const molt__fn_desc *start, uint32_t first, uint32_t n,
 }
 
 /* ---- writing -------------------------------------------------------------- */
-
-/* One aligned 8-byte `mov`, which x86-64 performs as a single access.
- * Written in asm rather than as a C atomic because the word is code:
- * ThreadSanitizer keeps no shadow memory for text and faults on an
- * instrumented access to it.  No memory order is needed for the store
- * itself: only the runtime writes entries (molt__rt_lock), and what orders
- * the new instruction before later calls of other threads is the SYNC_CORE
- * membarrier issued after the batch. */
-static uint64_t load_word(const uint64_t *p) {
-  uint64_t v;
-  __asm__ volatile("movq %1, %0" : "=r"(v) : "m"(*p));
-  return v;
-}
-
-static void store_word(uint64_t *p, uint64_t v) {
-  __asm__ volatile("movq %1, %0" : "=m"(*p) : "r"(v) : "memory");
-}
-
-static void store_jump(entry *e, void *target) {
-  uintptr_t word = (uintptr_t)e->at & ~(uintptr_t)7;
-  unsigned off = (unsigned)((uintptr_t)e->at - word);
-  int32_t rel = (int32_t)((intptr_t)target - (intptr_t)(e->at + 5));
-  /* Only the displacement changes; the opcode and the other bytes of the
-   * word are stored back as they are, so instruction fetch on another CPU
-   * sees the old or the new jump, never a mix. */
-  uint64_t v = load_word((const uint64_t *)word);
-  uint8_t bytes[8];
-  memcpy(bytes, &v, 8);
-  memcpy(bytes + off + 1, &rel, 4);
-  memcpy(&v, bytes, 8);
-  store_word((uint64_t *)word, v);
-}
 
 /* Rewrites the entries listed in idx[0..n) to `mode`, one segment at a
  * time (one mprotect pair per segment and batch). */
@@ -246,7 +212,7 @@ static int write_entries(const uint32_t *idx, size_t n, uint8_t mode, char *err,
       entry *e = &ents[idx[k]];
       if (e->seg != s || e->mode == mode)
         continue;
-      store_jump(e, mode == MODE_DIRECT ? e->direct : e->dispatch);
+      molt__jmp_retarget(e->at, mode == MODE_DIRECT ? e->direct : e->dispatch);
       e->mode = mode;
       if (mode == MODE_DISPATCH)
         ndispatch++;
@@ -290,7 +256,7 @@ int molt__entries_prepare(const molt__gen *g, char *err, size_t errlen) {
   return rc;
 }
 
-void molt__entries_relax(void) {
+void molt__entries_relax(const uint32_t *replaced, uint32_t n) {
   if (!ndispatch)
     return;
   uint32_t *idx = malloc(ndispatch * sizeof *idx);
@@ -298,7 +264,7 @@ void molt__entries_relax(void) {
     return; /* dispatch stays correct; the next reclamation tries again */
   size_t k = 0;
   for (uint32_t i = 0; i < nents && k < ndispatch; i++)
-    if (ents[i].mode == MODE_DISPATCH && !molt__gen_any_replaces(i, ents[i].body))
+    if (ents[i].mode == MODE_DISPATCH && (i >= n || replaced[i] == 0))
       idx[k++] = i;
   char err[256];
   if (k && write_entries(idx, k, MODE_DIRECT, err, sizeof err) < 0)

@@ -1,13 +1,32 @@
 /* Generations: immutable tables "function index -> version", their slots,
- * publication and reclamation.
+ * their numbers, the owners their tables point into, publication and
+ * reclamation.
  *
- * All functions here run with molt__rt_lock held.  The fast path (molt.h)
- * reads molt__current, molt__gens[s] and the counters without any lock; the
- * comments at each store say how it is ordered against those readers. */
-#include "internal.h"
+ * All functions here run with molt__rt_lock held (except molt_generation
+ * and molt__gen_number_now, which say so).  The fast path (molt/abi.h)
+ * reads molt__current, molt__gens[s] and the counters without any lock;
+ * the comments at each store say how it is ordered against those readers.
+ *
+ * Besides the tables, gen.c keeps per function index the number of live
+ * generations (in use slots, published or not) that map it to something
+ * else than version 0 (`replaced`).  After a reclamation pass it hands that
+ * array to entry.c, which moves entries that no generation replaces any more
+ * back to their direct jump -- entries learn it without asking. */
+#include "core/core.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* Private side of a generation slot. */
+typedef struct priv {
+  bool in_use;
+  bool retired;         /* no longer current (may still run) */
+  void **table;         /* owned copy (molt__gens[s].table aliases it) */
+  molt__owner **entry_owner; /* per entry: owner of its version, NULL = program */
+  molt__owner **owners; /* distinct owners the table points into */
+  size_t nowners;
+  uint64_t retired_at_ns;
+} priv;
 
 /* Slot 0 starts as an empty generation so that molt__current is never NULL,
  * even before the first module registers. */
@@ -15,42 +34,87 @@ static void *const empty_table[1];
 molt__gen molt__gens[MOLT__SLOTS] = {[0] = {.table = empty_table}};
 _Atomic(molt__gen *) molt__current = &molt__gens[0];
 
-static molt__gen_priv priv[MOLT__SLOTS] = {[0] = {.in_use = true}};
+static priv privs[MOLT__SLOTS] = {[0] = {.in_use = true}};
 static unsigned next_slot = 1;
 static bool reclaim_ok;
 static uint64_t mark_stamp;
+static uint64_t last_number; /* highest generation number published */
 
-int molt__gen_init(void) {
+/* Per function index: version 0, and how many in-use slots replace it. */
+static void **bodies;
+static uint32_t *replaced;
+static uint32_t nfns, capfns;
+
+void molt__gen_init(void) {
   for (unsigned s = 0; s < MOLT__SLOTS; s++)
     molt__gens[s].slot = s;
   reclaim_ok = molt__membarrier_init();
-  return 0;
 }
 
 bool molt__gen_reclaim_enabled(void) { return reclaim_ok; }
-molt__gen_priv *molt__gen_priv_of(const molt__gen *g) { return &priv[g->slot]; }
 
 molt__gen *molt__gen_current(void) {
   /* relaxed: only the runtime (under molt__rt_lock) stores molt__current. */
   return atomic_load_explicit(&molt__current, memory_order_relaxed);
 }
 
-int molt__gen_new(const molt__gen *from, molt__gen **out) {
+uint64_t molt__gen_number_now(void) {
+  molt__rt_lock_acquire();
+  uint64_t n = molt__gen_current()->number;
+  molt__rt_lock_release();
+  return n;
+}
+
+uint64_t molt_generation(void) {
+  /* Pin the generation so that reading its number cannot race with the
+   * slot being reused. */
+  molt__gen *g = molt__enter();
+  uint64_t n = g->number;
+  molt__leave(g);
+  return n;
+}
+
+int molt__gen_add_functions(const molt__fn_desc *start, uint32_t first, uint32_t n) {
+  if (first + n > capfns) {
+    uint32_t cap = capfns ? capfns : 64;
+    while (cap < first + n)
+      cap *= 2;
+    void **b = realloc(bodies, cap * sizeof *b);
+    if (b)
+      bodies = b;
+    uint32_t *r = realloc(replaced, cap * sizeof *r);
+    if (r)
+      replaced = r;
+    if (!b || !r)
+      return MOLT_ENOMEM;
+    memset(replaced + capfns, 0, (cap - capfns) * sizeof *replaced);
+    capfns = cap;
+  }
+  for (uint32_t i = 0; i < n; i++)
+    bodies[first + i] = start[i].body;
+  if (first + n > nfns)
+    nfns = first + n;
+  return 0;
+}
+
+void *molt__gen_body(uint32_t index) { return index < nfns ? bodies[index] : NULL; }
+
+int molt__gen_new(const molt__gen *from, bool numbered, molt__gen **out) {
   /* Round-robin over the slots: a slot is reused as late as possible, which
    * keeps the (harmless) ABA case of the fast path rare. */
   unsigned s = MOLT__SLOTS;
   for (unsigned i = 0; i < MOLT__SLOTS; i++) {
     unsigned c = (next_slot + i) % MOLT__SLOTS;
-    if (!priv[c].in_use) {
+    if (!privs[c].in_use) {
       s = c;
       break;
     }
   }
   if (s == MOLT__SLOTS)
     return MOLT_EBUSY;
-  uint32_t n = molt__fn_count();
+  uint32_t n = nfns;
   void **table = malloc((n ? n : 1) * sizeof *table);
-  molt__object **owner = calloc(n ? n : 1, sizeof *owner);
+  molt__owner **owner = calloc(n ? n : 1, sizeof *owner);
   if (!table || !owner) {
     free(table);
     free(owner);
@@ -58,57 +122,75 @@ int molt__gen_new(const molt__gen *from, molt__gen **out) {
   }
   uint32_t copied = 0;
   if (from) {
-    const molt__gen_priv *fp = &priv[from->slot];
+    const priv *fp = &privs[from->slot];
     copied = from->size < n ? from->size : n;
     memcpy(table, from->table, copied * sizeof *table);
     if (fp->entry_owner)
       memcpy(owner, fp->entry_owner, copied * sizeof *owner);
   }
   for (uint32_t i = copied; i < n; i++)
-    table[i] = molt__fn_at(i)->body;
+    table[i] = bodies[i];
+  for (uint32_t i = 0; i < copied; i++)
+    replaced[i] += owner[i] != NULL;
 
   next_slot = (s + 1) % MOLT__SLOTS;
-  priv[s] = (molt__gen_priv){.in_use = true, .table = table, .entry_owner = owner};
+  privs[s] = (priv){.in_use = true, .table = table, .entry_owner = owner};
   /* Plain stores: slot s is not published, and a stale reader that still
    * holds &molt__gens[s] fails its recheck (molt__current != it) before it
    * reads any field.  The release store in molt__gen_publish orders these
    * writes before any reader can see s as current. */
   molt__gens[s].table = table;
   molt__gens[s].size = n;
-  molt__gens[s].number = from ? from->number : 0;
+  molt__gens[s].number = numbered ? last_number + 1 : from ? from->number : 0;
   *out = &molt__gens[s];
   return 0;
 }
 
-void molt__gen_set(molt__gen *g, uint32_t index, void *impl, molt__object *owner) {
-  molt__gen_priv *p = &priv[g->slot];
+void molt__gen_set(molt__gen *g, uint32_t index, void *impl, molt__owner *owner) {
+  priv *p = &privs[g->slot];
+  replaced[index] += (owner != NULL) - (p->entry_owner[index] != NULL);
   p->table[index] = impl;
   p->entry_owner[index] = owner;
 }
 
+molt__owner *molt__gen_owner(const molt__gen *g, uint32_t index) {
+  const priv *p = &privs[g->slot];
+  return p->entry_owner && index < g->size ? p->entry_owner[index] : NULL;
+}
+
+bool molt__gen_live(unsigned s, bool *current) {
+  const molt__gen *cur = molt__gen_current();
+  *current = &molt__gens[s] == cur;
+  return privs[s].in_use && (privs[s].table || *current);
+}
+
 static void release_slot(unsigned s) {
-  free(priv[s].table);
-  free(priv[s].entry_owner);
-  free(priv[s].owners);
-  priv[s] = (molt__gen_priv){0};
+  priv *p = &privs[s];
+  if (p->entry_owner)
+    for (uint32_t i = 0; i < molt__gens[s].size; i++)
+      replaced[i] -= p->entry_owner[i] != NULL;
+  free(p->table);
+  free(p->entry_owner);
+  free(p->owners);
+  *p = (priv){0};
 }
 
 void molt__gen_discard(molt__gen *g) { release_slot(g->slot); }
 
-/* The distinct objects g's table points into, each referenced once. */
+/* The distinct owners g's table points into, each referenced once. */
 static int collect_owners(molt__gen *g) {
-  molt__gen_priv *p = &priv[g->slot];
+  priv *p = &privs[g->slot];
   uint64_t stamp = ++mark_stamp;
   size_t n = 0, cap = 0;
-  molt__object **list = NULL;
+  molt__owner **list = NULL;
   for (uint32_t i = 0; i < g->size; i++) {
-    molt__object *o = p->entry_owner[i];
+    molt__owner *o = p->entry_owner[i];
     if (!o || o->mark == stamp)
       continue;
     o->mark = stamp;
     if (n == cap) {
       size_t nc = cap ? cap * 2 : 4;
-      molt__object **nl = realloc(list, nc * sizeof *nl);
+      molt__owner **nl = realloc(list, nc * sizeof *nl);
       if (!nl) {
         free(list);
         return MOLT_ENOMEM;
@@ -119,13 +201,13 @@ static int collect_owners(molt__gen *g) {
     list[n++] = o;
   }
   for (size_t i = 0; i < n; i++)
-    molt__object_ref(list[i]);
+    list[i]->gen_refs++;
   p->owners = list;
   p->nowners = n;
   return 0;
 }
 
-int molt__gen_publish_checked(molt__gen *g) {
+int molt__gen_publish(molt__gen *g) {
   /* First the entries: every function g replaces must run its dispatch
    * path before g can be seen (entry.c). */
   char why[256];
@@ -143,42 +225,48 @@ int molt__gen_publish_checked(molt__gen *g) {
    * molt__gen_new) happen before any reader's acquire recheck that sees g.
    * Every call that starts after this store runs g (SPEC H2). */
   atomic_store_explicit(&molt__current, g, memory_order_release);
+  if (g->number > last_number)
+    last_number = g->number;
   if (old != g) {
-    priv[old->slot].retired = true;
-    priv[old->slot].retired_at_ns = molt__now_ns();
+    privs[old->slot].retired = true;
+    privs[old->slot].retired_at_ns = molt__now_ns();
   }
-  molt__runtime_kick();
+  molt__wake(); /* the runtime thread reclaims the retired generation */
   return 0;
 }
 
-void molt__gen_publish(molt__gen *g) { (void)molt__gen_publish_checked(g); }
-
-int molt__gen_extend_current(void) {
-  molt__gen *cur = molt__gen_current(), *g;
-  int rc = molt__gen_new(cur, &g);
+int molt__gen_bump(uint64_t *number) {
+  molt__gen *g = NULL;
+  int rc = molt__gen_new(molt__gen_current(), true, &g);
   if (rc < 0)
     return rc;
-  rc = molt__gen_publish_checked(g);
+  rc = molt__gen_publish(g);
+  if (rc < 0) {
+    molt__gen_discard(g);
+    return rc;
+  }
+  /* Same table: threads with local views may follow at once, which lets
+   * the previous generation be reclaimed without waiting for their next
+   * quiescence point. */
+  molt__threads_set_views(g);
+  *number = g->number;
+  return 0;
+}
+
+int molt__gen_extend_current(void) {
+  molt__gen *g;
+  int rc = molt__gen_new(molt__gen_current(), false, &g);
+  if (rc < 0)
+    return rc;
+  rc = molt__gen_publish(g);
   if (rc < 0)
     molt__gen_discard(g);
   return rc;
 }
 
-bool molt__gen_any_replaces(uint32_t index, const void *body) {
-  for (unsigned s = 0; s < MOLT__SLOTS; s++)
-    if (priv[s].in_use && priv[s].table && index < molt__gens[s].size &&
-        priv[s].table[index] != body)
-      return true;
-  return false;
-}
-
-typedef struct scan_ctx {
-  molt__gen_usage *u;
-} scan_ctx;
-
-static void scan_thread(void *arg, const molt__thread *t, pid_t tid,
-                        const char *name) {
-  molt__gen_usage *u = ((scan_ctx *)arg)->u;
+static void scan_thread(void *arg, const molt__thread *t, pid_t tid) {
+  molt__gen_usage *u = arg;
+  (void)tid;
   for (unsigned s = 0; s < MOLT__SLOTS; s++)
     /* acquire: pairs with the release decrement in molt__leave, so all
      * accesses of a finished call happen before we free what it used. */
@@ -193,19 +281,18 @@ static void scan_thread(void *arg, const molt__thread *t, pid_t tid,
 
 void molt__gen_scan(molt__gen_usage *u) {
   memset(u, 0, sizeof *u);
-  scan_ctx c = {u};
-  molt__threads_foreach(scan_thread, &c);
+  molt__threads_foreach(scan_thread, u);
 }
 
-size_t molt__gen_reclaim(molt__object **to_close) {
+size_t molt__gen_reclaim(molt__owner **released) {
   size_t retired = 0;
   for (unsigned s = 0; s < MOLT__SLOTS; s++)
-    retired += priv[s].in_use && priv[s].retired;
+    retired += privs[s].in_use && privs[s].retired;
   if (!retired || !reclaim_ok)
     return retired;
   /* After this barrier every thread either made its counter increment for
    * a generation visible to the scan below, or will fail its recheck
-   * because it sees the generation that retired this one (molt.h,
+   * because it sees the generation that retired this one (molt/abi.h,
    * molt__enter). */
   if (molt__membarrier() != 0) {
     reclaim_ok = false;
@@ -217,13 +304,13 @@ size_t molt__gen_reclaim(molt__object **to_close) {
   molt__gen_scan(&u);
   bool freed = false;
   for (unsigned s = 0; s < MOLT__SLOTS; s++) {
-    molt__gen_priv *p = &priv[s];
+    priv *p = &privs[s];
     if (!p->in_use || !p->retired || u.active[s] || u.views[s])
       continue;
     for (size_t i = 0; i < p->nowners; i++)
-      if (molt__object_unref(p->owners[i])) {
-        p->owners[i]->close_next = *to_close;
-        *to_close = p->owners[i];
+      if (--p->owners[i]->gen_refs == 0) {
+        p->owners[i]->release_next = *released;
+        *released = p->owners[i];
       }
     molt__log(MOLT__EV_RECLAIM, molt__gens[s].number, NULL,
               "generation %llu no longer runs anywhere (slot %u freed)",
@@ -233,6 +320,15 @@ size_t molt__gen_reclaim(molt__object **to_close) {
     freed = true;
   }
   if (freed)
-    molt__entries_relax();
+    molt__entries_relax(replaced, nfns);
   return retired;
+}
+
+void molt__owners_release(molt__owner *list) {
+  while (list) {
+    molt__owner *o = list;
+    list = o->release_next;
+    o->release_next = NULL;
+    o->release(o);
+  }
 }

@@ -1,6 +1,6 @@
 /* Program modules (the executable and molt-built shared objects) and their
  * updatable functions.  All state here is protected by molt__rt_lock. */
-#include "internal.h"
+#include "core/core.h"
 
 #include <link.h>
 #include <stdio.h>
@@ -25,12 +25,14 @@ molt__fn_desc *molt__fn_at(uint32_t index) {
   return NULL;
 }
 
-molt__module *molt__module_by_build_id(const char *hex) {
+molt__module *molt__module_by_build_id(const char *hex, size_t *i) {
   if (!hex || !*hex)
     return NULL;
-  for (size_t i = 0; i < nmods; i++)
-    if (mods[i].build_id[0] && strcmp(mods[i].build_id, hex) == 0)
-      return &mods[i];
+  for (size_t k = 0; k < nmods; k++)
+    if (mods[k].build_id[0] && strcmp(mods[k].build_id, hex) == 0) {
+      *i = k;
+      return &mods[k];
+    }
   return NULL;
 }
 
@@ -157,6 +159,14 @@ void molt__register_module(uint32_t abi, molt__fn_desc *start, molt__fn_desc *st
     molt__fail("cannot register the updatable functions of %s: %s", path[0] ? path : "?", why);
     return;
   }
+  rc = molt__gen_add_functions(start, nfns, n);
+  if (rc < 0) {
+    free(m->path);
+    molt__rt_lock_release();
+    molt__fail("cannot register %u updatable functions of %s: %s", n,
+               path[0] ? path : "?", molt_strerror(rc));
+    return;
+  }
   for (uint32_t i = 0; i < n; i++)
     start[i].index = nfns + i;
   nfns += n;
@@ -176,12 +186,15 @@ fail:
 }
 
 static int first_object(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
   *(uintptr_t *)data = (uintptr_t)info->dlpi_addr;
   return 1; /* the first object dl_iterate_phdr reports is the executable */
 }
 
-uintptr_t molt__main_base(void) {
-  uintptr_t base = 0;
-  dl_iterate_phdr(first_object, &base);
-  return base;
+const char *molt__module_file(const molt__module *m) {
+  uintptr_t main_base = 0;
+  dl_iterate_phdr(first_object, &main_base);
+  /* The executable is read through /proc/self/exe, which stays the file
+   * that was executed even if the path has been rebuilt since. */
+  return m == &mods[0] && m->start && m->base == main_base ? "/proc/self/exe" : m->path;
 }

@@ -5,50 +5,38 @@
  * P3; PSU registered at creation and paid up to 24x).  A pthread key
  * destructor unregisters the thread when it exits.
  *
- * Lock: reg_lock protects the list.  It nests inside molt__rt_lock (the
- * reclaimer scans with both held) and outside the log lock.  Application
- * threads take it only to register and to unregister at exit. */
-#include "internal.h"
+ * Lock: reg_lock protects the list (its place in the order: base.h).  The
+ * reclaimer and status scan it inside molt__rt_lock; application threads
+ * take it only to register and to unregister at exit. */
+#include "core/core.h"
 
-#include <string.h>
-#include <sys/prctl.h>
-
-/* The fast-path part of the per-thread state (layout fixed by molt.h). */
+/* The fast-path part of the per-thread state (layout fixed by molt/abi.h). */
 __thread molt__thread molt__self __attribute__((tls_model("initial-exec")));
 
 typedef struct reg {
   molt__thread *t;
   pid_t tid;
   bool registered;
-  struct reg *prev, *next;
+  molt__link link;
 } reg;
 
 static __thread reg self_reg __attribute__((tls_model("initial-exec")));
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static reg *head;
-static size_t count;
+static molt__lock reg_lock = MOLT__LOCK_INIT(reg);
+static molt__link *head;
 static pthread_key_t exit_key;
 static bool key_ok;
-
-static void unlink_locked(reg *r) {
-  if (r->prev)
-    r->prev->next = r->next;
-  else
-    head = r->next;
-  if (r->next)
-    r->next->prev = r->prev;
-  r->prev = r->next = NULL;
-  r->registered = false;
-  count--;
-}
+static void (*exit_hook)(void);
 
 static void on_thread_exit(void *arg) {
   reg *r = arg;
-  pthread_mutex_lock(&reg_lock);
-  if (r->registered)
-    unlink_locked(r);
-  pthread_mutex_unlock(&reg_lock);
-  molt__timing_thread_exit();
+  molt__lock_acquire(&reg_lock);
+  if (r->registered) {
+    molt__list_unlink(&head, &r->link);
+    r->registered = false;
+  }
+  molt__lock_release(&reg_lock);
+  if (exit_hook)
+    exit_hook();
   /* A later TLS destructor that calls an updatable function registers the
    * thread again (pthread_setspecific re-arms this destructor). */
   r->t->viewp = NULL;
@@ -59,25 +47,25 @@ void molt__threads_init(void) {
   key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0;
 }
 
+/* Set once by the runtime's initialization, before any thread can exit
+ * registered (a thread registers only after libmolt's constructors ran). */
+void molt__threads_on_exit(void (*fn)(void)) { exit_hook = fn; }
+
 void molt__thread_register(void) {
   molt__thread *t = &molt__self;
   reg *r = &self_reg;
   if (t->viewp)
     return;
-  molt__runtime_started();
+  /* In a forked child, the first registration starts the runtime thread. */
+  molt__start_if_needed();
   r->t = t;
   r->tid = molt__gettid();
-  pthread_mutex_lock(&reg_lock);
+  molt__lock_acquire(&reg_lock);
   if (!r->registered) {
-    r->prev = NULL;
-    r->next = head;
-    if (head)
-      head->prev = r;
-    head = r;
+    molt__list_push(&head, &r->link);
     r->registered = true;
-    count++;
   }
-  pthread_mutex_unlock(&reg_lock);
+  molt__lock_release(&reg_lock);
   if (key_ok)
     pthread_setspecific(exit_key, r);
   /* Set only after the thread is in the list: from here on its counters can
@@ -89,47 +77,40 @@ void molt__thread_register(void) {
   t->viewp = &molt__current;
 }
 
-void molt__threads_foreach(void (*fn)(void *arg, const molt__thread *t,
-                                      pid_t tid, const char *name),
+void molt__threads_foreach(void (*fn)(void *arg, const molt__thread *t, pid_t tid),
                            void *arg) {
-  pthread_mutex_lock(&reg_lock);
-  for (reg *r = head; r; r = r->next)
-    fn(arg, r->t, r->tid, NULL);
-  pthread_mutex_unlock(&reg_lock);
-}
-
-size_t molt__threads_count(void) {
-  pthread_mutex_lock(&reg_lock);
-  size_t n = count;
-  pthread_mutex_unlock(&reg_lock);
-  return n;
+  molt__lock_acquire(&reg_lock);
+  for (molt__link *l = head; l; l = l->next) {
+    reg *r = MOLT__CONTAINER(l, reg, link);
+    fn(arg, r->t, r->tid);
+  }
+  molt__lock_release(&reg_lock);
 }
 
 void molt__threads_set_views(molt__gen *g) {
-  pthread_mutex_lock(&reg_lock);
-  for (reg *r = head; r; r = r->next)
+  molt__lock_acquire(&reg_lock);
+  for (molt__link *l = head; l; l = l->next) {
+    reg *r = MOLT__CONTAINER(l, reg, link);
     /* A thread may race us in molt_quiesce with an older value; its recheck
      * against molt__current (already g) then moves it to g itself.
      * release: pairs with the acquire recheck in molt__enter. */
     if (atomic_load_explicit(&r->t->view, memory_order_relaxed))
       atomic_store_explicit(&r->t->view, g, memory_order_release);
-  pthread_mutex_unlock(&reg_lock);
+  }
+  molt__lock_release(&reg_lock);
 }
 
-void molt__threads_lock(void) { pthread_mutex_lock(&reg_lock); }
-void molt__threads_unlock(void) { pthread_mutex_unlock(&reg_lock); }
+void molt__threads_lock(void) { molt__lock_acquire(&reg_lock); }
+void molt__threads_unlock(void) { molt__lock_release(&reg_lock); }
 
 /* In the child of fork() only the forking thread exists.  The parent's
  * fork handler held reg_lock across fork(), so the list is consistent. */
 void molt__threads_after_fork_child(void) {
   reg *self = self_reg.registered ? &self_reg : NULL;
   head = NULL;
-  count = 0;
   if (self) {
-    self->prev = self->next = NULL;
     self->tid = molt__gettid();
-    head = self;
-    count = 1;
+    molt__list_push(&head, &self->link);
   }
-  pthread_mutex_init(&reg_lock, NULL);
+  molt__lock_reinit(&reg_lock);
 }

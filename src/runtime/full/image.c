@@ -6,7 +6,7 @@
  * dlsym: both versions of a program are loaded at once, RTLD_LOCAL, and a
  * name looked up through the loader could resolve in the other version or
  * in any library either one depends on. */
-#include "internal.h"
+#include "full/full.h"
 
 #include <dlfcn.h>
 #include <elf.h>

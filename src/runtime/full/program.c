@@ -1,6 +1,7 @@
 /* Running a program image (full updates, docs/full-updates.md): the driver
  * (molt__program_run), program threads (__wrap_pthread_create), restart
- * frames, molt_is_updating*, MOLT_MIGRATE_LOCAL, and the update operation.
+ * frames, molt_is_updating*, MOLT_MIGRATE_LOCAL, the update operation, and
+ * the full mode's registration with its hooks.
  *
  * Program threads.  The main thread of `molt run` and every thread the
  * image starts with pthread_create (images are linked with
@@ -9,23 +10,24 @@
  * or in the thread's trampoline, below the image's own frames.  A full
  * update that commits releases the barrier with the verdict `restart`; each
  * program thread then siglongjmps from molt_update_point() to its restart
- * frame and calls the new version's main or entry function.  The OS thread
- * stays the same: PID, TIDs and pthread_t values stay valid.
+ * frame (the mode's on_release hook) and calls the new version's main or
+ * entry function.  The OS thread stays the same: PID, TIDs and pthread_t
+ * values stay valid.
  *
  * Locks.  prog_lock protects the registry (the thread list, the current and
  * retired images, nupdating, nupdates).  It is taken by the pthread wrapper
  * and the trampoline at thread start and exit, by a thread at its first
  * update point after a restart, by status and by the runtime thread.  It is
- * never held while waiting on anything, nests inside op_lock and bar_lock
- * (a parking thread calls molt__program_park under bar_lock; the park
- * itself only touches the thread's own record), and is never held together
- * with molt__rt_lock or across dlopen/dlclose.
+ * never held while waiting on anything, never across dlopen/dlclose, and
+ * nests as base.h's lock table says (the fork handler holds it with
+ * molt__rt_lock inside; a parking thread's on_park hook runs under bar_lock
+ * and touches only the thread's own record, without prog_lock).
  *
  * Per-thread data that is not under prog_lock (registrations, snapshots,
  * restart targets) is written either by the thread itself or by the
  * runtime thread while the thread is parked in the barrier; the barrier's
- * bar_lock orders the two (see timing.c). */
-#include "internal.h"
+ * bar_lock orders the two (see switch/points.c). */
+#include "full/full.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -59,10 +61,43 @@ typedef struct molt__reg {
   uintptr_t ret;
 } molt__reg;
 
-__thread molt__pthread *molt__pthread_self __attribute__((tls_model("initial-exec")));
+/* A program thread: the main thread of `molt run`, or a thread the image
+ * started with pthread_create (__wrap_pthread_create).  Lives from the
+ * thread's start to its exit; linked into the registry (prog_lock).
+ * Fields marked (parked) are written by the runtime thread only while the
+ * thread is parked in a barrier, and read by the thread after it wakes
+ * (bar_lock orders both). */
+typedef struct molt__pthread molt__pthread;
+struct molt__pthread {
+  pid_t tid;
+  bool is_main;
+  void *(*entry)(void *);   /* entry of the running version (parked) */
+  void *arg;                /* its argument (parked) */
+  int (*main_fn)(int, char **, char **); /* main thread: main (parked) */
+  char *entry_name, *entry_tu; /* (name, tu) of entry in its image; NULL:
+                                  not a function of the image */
+  uintptr_t stack_lo, stack_hi; /* the thread's stack, for frame walks */
+  /* Written by the thread (under prog_lock) and by the runtime thread
+   * (parked, under prog_lock); read without lock by the thread itself:
+   * relaxed atomic. */
+  _Atomic bool updating;
+  char *from_point;         /* point the old version parked at (copy) */
+  char *parked_point;       /* point of the current park (copy, bar_lock) */
+  bool snap_failed;         /* snapshot of its locals ran out of memory */
+  bool restart;             /* (parked) restart when released */
+  void *(*next_entry)(void *); /* (parked) resolved in the new image */
+  molt__reg *regs;          /* MOLT_MIGRATE_LOCAL registrations (own) */
+  size_t nregs;
+  molt__saved_local *saved; /* snapshot at the update point */
+  void *restart_env;        /* sigjmp_buf of its restart frame */
+  molt__link link;          /* in the registry (prog_lock) */
+};
 
-static pthread_mutex_t prog_lock = PTHREAD_MUTEX_INITIALIZER;
-static molt__pthread *threads; /* prog_lock */
+/* The calling thread's record, or NULL if it is not a program thread. */
+static __thread molt__pthread *pthread_self_rec __attribute__((tls_model("initial-exec")));
+
+static molt__lock prog_lock = MOLT__LOCK_INIT(prog);
+static molt__link *threads; /* prog_lock */
 static molt__image *current;   /* running image (prog_lock; changed only by
                                   the runtime thread under op_lock) */
 static molt__image *retired;   /* old image awaiting F7 (prog_lock) */
@@ -75,6 +110,12 @@ static _Atomic bool active;
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static bool key_ok;
+
+static const molt__mode full_mode;
+
+static molt__pthread *thread_at(molt__link *l) {
+  return l ? MOLT__CONTAINER(l, molt__pthread, link) : NULL;
+}
 
 /* ---- thread records ---------------------------------------------------------*/
 
@@ -137,48 +178,39 @@ static void stack_bounds(molt__pthread *t) {
 static void begin_thread(molt__pthread *t) {
   t->tid = molt__gettid();
   stack_bounds(t);
-  molt__pthread_self = t;
-  molt__timing_join();
+  pthread_self_rec = t;
+  molt__point_join();
   pthread_once(&key_once, make_key);
   if (key_ok)
     pthread_setspecific(exit_key, t);
-  pthread_mutex_lock(&prog_lock);
-  t->prev = NULL;
-  t->next = threads;
-  if (threads)
-    threads->prev = t;
-  threads = t;
-  pthread_mutex_unlock(&prog_lock);
+  molt__lock_acquire(&prog_lock);
+  molt__list_push(&threads, &t->link);
+  molt__lock_release(&prog_lock);
 }
 
 static void end_thread(molt__pthread *t) {
-  /* Not cancellable half-way (molt__runtime_kick writes): a thread
+  /* Not cancellable half-way (molt__wake writes): a thread
    * cancelled between leaving the registry and leaving the barrier would
    * stay a participant for ever. */
   int cs;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
   bool kick = false;
-  pthread_mutex_lock(&prog_lock);
-  if (t->prev)
-    t->prev->next = t->next;
-  else if (threads == t)
-    threads = t->next;
-  if (t->next)
-    t->next->prev = t->prev;
+  molt__lock_acquire(&prog_lock);
+  molt__list_unlink(&threads, &t->link);
   /* relaxed: prog_lock orders it against status and the runtime. */
   if (atomic_load_explicit(&t->updating, memory_order_relaxed)) {
     atomic_store_explicit(&t->updating, false, memory_order_relaxed);
     if (nupdating && --nupdating == 0 && retired)
       kick = true;
   }
-  pthread_mutex_unlock(&prog_lock);
+  molt__lock_release(&prog_lock);
   if (kick)
-    molt__runtime_kick();
+    molt__wake();
   /* Out of the registry first, then out of the barrier (an update that
    * completes from now on neither waits for us nor touches t).  Cleared
-   * before, so that molt__timing_thread_exit does not leave it to us. */
-  molt__pthread_self = NULL;
-  molt__timing_thread_exit(); /* idempotent; the updater may wait for us */
+   * before, so that our owns_exit hook does not take it over again. */
+  pthread_self_rec = NULL;
+  molt__point_leave(); /* idempotent; the updater may wait for us */
   free_record(t);
   pthread_setcancelstate(cs, NULL);
 }
@@ -187,12 +219,17 @@ static void end_thread(molt__pthread *t) {
  * pthread_exit()'s key destructors): it must not restart. */
 static __thread bool exiting __attribute__((tls_model("initial-exec")));
 
-bool molt__program_owns_exit(void) {
-  /* Called when thread.c's key destructor runs, i.e. the thread exits.
-   * Only this thread reads or writes its molt__pthread_self and `exiting`.
-   * Without the key, pthread_exit() never reaches end_thread: thread.c must
-   * then take the thread out of the barrier itself. */
-  if (!molt__pthread_self)
+/* The mode's owns_exit hook.  True while the calling program thread's
+ * record is still in the registry: end_thread then takes it out of the
+ * barrier itself, after it has left the registry, so that an update never
+ * commits while an exiting thread may still run old code.  Called when the
+ * thread registry's key destructor runs (core/thread.c: its key is older
+ * than ours, so it runs first), i.e. the thread exits.  Only this thread
+ * reads or writes its pthread_self_rec and `exiting`.  Without our key,
+ * pthread_exit() never reaches end_thread: the barrier must then let the
+ * thread go itself. */
+static bool full_owns_exit(void) {
+  if (!pthread_self_rec)
     return false;
   exiting = true;
   return key_ok;
@@ -243,7 +280,7 @@ MOLT_EXTERN int __wrap_pthread_create(pthread_t *th, const pthread_attr_t *attr,
   bool oom = false;
   /* The current image cannot be unloaded while we hold prog_lock: it is
    * retired (under prog_lock) before it is closed. */
-  pthread_mutex_lock(&prog_lock);
+  molt__lock_acquire(&prog_lock);
   const char *name = NULL, *tu = NULL;
   uintptr_t start_addr = 0;
   bool is_func = false;
@@ -253,7 +290,7 @@ MOLT_EXTERN int __wrap_pthread_create(pthread_t *th, const pthread_attr_t *attr,
     t->entry_name = dup_or_null(name, &oom);
     t->entry_tu = dup_or_null(tu, &oom);
   }
-  pthread_mutex_unlock(&prog_lock);
+  molt__lock_release(&prog_lock);
   if (oom) {
     free_record(t);
     return EAGAIN;
@@ -297,7 +334,7 @@ static int cannot_run(const char *path, int rc, char *err, size_t errlen, const 
   va_start(ap, fmt);
   vsnprintf(why, sizeof why, fmt, ap);
   va_end(ap);
-  molt__log(MOLT__EV_REFUSE, molt__runtime_generation(), NULL, "run %s refused: %s",
+  molt__log(MOLT__EV_REFUSE, molt__gen_number_now(), NULL, "run %s refused: %s",
             path && *path ? path : "(none)", why);
   molt__errmsg(err, errlen, "%s", why);
   return rc;
@@ -311,7 +348,7 @@ int molt__program_run(const char *path, int argc, char **argv, int *status, char
     return cannot_run(path, MOLT_EINVAL, err, errlen, "no program image given");
   /* libmolt's constructor started the runtime thread and the control
    * socket; in a forked child this starts them (no-op otherwise). */
-  molt__runtime_started();
+  molt__start_if_needed();
   char why[1024] = "";
   molt__image *im = NULL;
   int rc = molt__image_open(path, &im, why, sizeof why);
@@ -325,11 +362,11 @@ int molt__program_run(const char *path, int argc, char **argv, int *status, char
     molt__image_close(im);
     return cannot_run(path, MOLT_ENOMEM, err, errlen, "out of memory");
   }
-  pthread_mutex_lock(&prog_lock);
+  molt__lock_acquire(&prog_lock);
   bool busy = current != NULL;
   if (!busy)
     current = im;
-  pthread_mutex_unlock(&prog_lock);
+  molt__lock_release(&prog_lock);
   if (busy) {
     free(t);
     free(mname);
@@ -345,7 +382,8 @@ int molt__program_run(const char *path, int argc, char **argv, int *status, char
    * this thread to call the old main of an image it then unloads. */
   begin_thread(t);
   atomic_store_explicit(&active, true, memory_order_release);
-  molt__log(MOLT__EV_INFO, molt__runtime_generation(), NULL,
+  molt__mode_enter(&full_mode); /* from now on the process takes full updates */
+  molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
             "running program image %s (build-id %s) in pid %d", im->path,
             im->build_id[0] ? im->build_id : "none", (int)getpid());
   sigjmp_buf env;
@@ -363,14 +401,14 @@ int molt__program_run(const char *path, int argc, char **argv, int *status, char
 /* ---- public API: updating state and migrated locals ----------------------------*/
 
 int molt_is_updating(void) {
-  molt__pthread *me = molt__pthread_self;
+  molt__pthread *me = pthread_self_rec;
   /* relaxed: only this thread clears it; the runtime set it while we were
    * parked (ordered by bar_lock). */
   return me && atomic_load_explicit(&me->updating, memory_order_relaxed);
 }
 
 int molt_is_updating_from(const char *point) {
-  molt__pthread *me = molt__pthread_self;
+  molt__pthread *me = pthread_self_rec;
   return point && me && atomic_load_explicit(&me->updating, memory_order_relaxed) &&
          me->from_point && strcmp(me->from_point, point) == 0;
 }
@@ -417,7 +455,7 @@ static void register_local(molt__pthread *me, const char *func, const char *name
 
 int molt_migrate_local(const char *func, const char *name, void *addr, size_t size,
                        void *frame) {
-  molt__pthread *me = molt__pthread_self;
+  molt__pthread *me = pthread_self_rec;
   if (!me || !func || !name || !addr || !size)
     return 0;
   register_local(me, func, name, addr, size, (uintptr_t)frame);
@@ -447,23 +485,34 @@ int molt_migrate_local(const char *func, const char *name, void *addr, size_t si
 
 /* ---- hooks of molt_update_point ---------------------------------------------------*/
 
-void molt__program_first_point(molt__pthread *me) {
+/* A restarted program thread reaches its first update point in the new
+ * version (armed by full_on_release with molt__point_call_next): it is no
+ * longer updating, and the last such thread lets the old image go (F7). */
+static void first_point(void) {
+  molt__pthread *me = pthread_self_rec;
+  if (!me || !atomic_load_explicit(&me->updating, memory_order_relaxed))
+    return;
   /* Values no MOLT_MIGRATE_LOCAL asked for by now are dropped. */
   free_saved_list(me->saved);
   me->saved = NULL;
   bool kick = false;
-  pthread_mutex_lock(&prog_lock);
+  molt__lock_acquire(&prog_lock);
   atomic_store_explicit(&me->updating, false, memory_order_relaxed);
   if (nupdating && --nupdating == 0 && retired)
     kick = true;
-  pthread_mutex_unlock(&prog_lock);
+  molt__lock_release(&prog_lock);
   if (kick)
-    molt__runtime_kick(); /* the runtime thread unloads the old image (F7) */
+    molt__wake(); /* the runtime thread unloads the old image (F7) */
 }
 
-void molt__program_park(molt__pthread *me, void *frame, const char *point) {
-  /* bar_lock held; only this thread's record is touched.  A snapshot of an
-   * earlier, failed attempt is stale. */
+/* The mode's on_park hook: a program thread parks for a full update
+ * (bar_lock held; only this thread's record is touched): snapshot the live
+ * migrated locals along the frame-pointer chain from `frame`; remember
+ * `point`.  A snapshot of an earlier, failed attempt is stale. */
+static void full_on_park(void *frame, const char *point, molt__verdict pending) {
+  molt__pthread *me = pthread_self_rec;
+  if (!me || pending != MOLT__VERDICT_RESTART)
+    return;
   free_saved_list(me->saved);
   me->saved = NULL;
   me->snap_failed = false;
@@ -517,7 +566,9 @@ void molt__program_park(molt__pthread *me, void *frame, const char *point) {
   }
 }
 
-void molt__program_restart_self(molt__pthread *me) {
+/* Released with the verdict restart: siglongjmps to the restart frame if
+ * the update gave the thread a restart target, else returns. */
+static void restart_self(molt__pthread *me) {
   if (!me->restart)
     return;
   me->restart = false;
@@ -531,7 +582,7 @@ void molt__program_restart_self(molt__pthread *me) {
   /* Registrations of the old version are gone with its frames (and name
    * literals of the image about to be unloaded). */
   me->nregs = 0;
-  molt__timing_restarted();
+  molt__point_restarted();
   /* Every updatable call this thread had in progress is abandoned with
    * its frame: drop its pins.  release, as in molt__leave: the reclaimer
    * reads the counters with acquire. */
@@ -540,19 +591,31 @@ void molt__program_restart_self(molt__pthread *me) {
   siglongjmp(*(sigjmp_buf *)me->restart_env, 1);
 }
 
-bool molt__program_active(void) { return atomic_load_explicit(&active, memory_order_acquire); }
+/* The mode's on_release hook. */
+static void full_on_release(molt__verdict verdict) {
+  molt__pthread *me = pthread_self_rec;
+  if (!me || verdict != MOLT__VERDICT_RESTART)
+    return;
+  /* The update committed and set us updating (it restarts every program
+   * thread): our first update point in the new version ends that. */
+  if (atomic_load_explicit(&me->updating, memory_order_relaxed))
+    molt__point_call_next(first_point);
+  restart_self(me); /* does not return if restarted */
+}
+
+static bool program_active(void) { return atomic_load_explicit(&active, memory_order_acquire); }
 
 /* Called by xf.c during a migration, on the runtime thread, while every
  * program thread is parked.  Deliberately without prog_lock: fn may abort
  * the migration with a siglongjmp (molt__xf_fail), which would leave the
  * lock held.  The list cannot change meanwhile: a thread that starts
  * during the step (its creator is not a program thread: those are parked)
- * waits in molt__timing_join, before it enters the list, until the barrier
+ * waits in molt__point_join, before it enters the list, until the barrier
  * ends; a thread that exits leaves the barrier only after it left the
- * list (end_thread, molt__program_owns_exit), so while it is in the list
+ * list (end_thread, full_owns_exit), so while it is in the list
  * and not parked the barrier cannot complete. */
 void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_local *l), void *arg) {
-  for (molt__pthread *t = threads; t; t = t->next)
+  for (molt__pthread *t = thread_at(threads); t; t = thread_at(t->link.next))
     for (molt__saved_local *l = t->saved; l; l = l->next)
       fn(arg, l);
 }
@@ -571,7 +634,7 @@ typedef struct upd {
 /* Resolves the entry of every program thread in the new image into
  * t->next_entry.  prog_lock held.  0 or MOLT_ENOSYM with err set. */
 static int resolve_entries(const upd *u, char *err, size_t errlen) {
-  for (molt__pthread *t = threads; t; t = t->next) {
+  for (molt__pthread *t = thread_at(threads); t; t = thread_at(t->link.next)) {
     if (t->is_main)
       continue;
     if (t->entry_name) {
@@ -602,13 +665,13 @@ static int resolve_entries(const upd *u, char *err, size_t errlen) {
 static void drop_snapshots(void) {
   /* Program threads are parked: the runtime thread may free their
    * snapshots.  prog_lock for the list (no thread can enter or leave it
-   * during the step anyway, see molt__timing_join and end_thread). */
-  pthread_mutex_lock(&prog_lock);
-  for (molt__pthread *t = threads; t; t = t->next) {
+   * during the step anyway, see molt__point_join and end_thread). */
+  molt__lock_acquire(&prog_lock);
+  for (molt__pthread *t = thread_at(threads); t; t = thread_at(t->link.next)) {
     free_saved_list(t->saved);
     t->saved = NULL;
   }
-  pthread_mutex_unlock(&prog_lock);
+  molt__lock_release(&prog_lock);
 }
 
 /* The step run while every participant is parked (bar_lock not held). */
@@ -617,8 +680,8 @@ static int parked_step(void *arg, char *err, size_t errlen) {
   uint64_t t0 = molt__now_ns();
   u->reached = true;
   int rc = 0;
-  pthread_mutex_lock(&prog_lock);
-  for (molt__pthread *t = threads; t && rc == 0; t = t->next)
+  molt__lock_acquire(&prog_lock);
+  for (molt__pthread *t = thread_at(threads); t && rc == 0; t = thread_at(t->link.next))
     if (t->snap_failed) {
       molt__errmsg(err, errlen, "out of memory saving the migrated locals of thread %d",
                    (int)t->tid);
@@ -628,7 +691,7 @@ static int parked_step(void *arg, char *err, size_t errlen) {
    * check before the barrier. */
   if (rc == 0)
     rc = resolve_entries(u, err, errlen);
-  pthread_mutex_unlock(&prog_lock);
+  molt__lock_release(&prog_lock);
   if (rc < 0) {
     drop_snapshots();
     return rc;
@@ -643,7 +706,9 @@ static int parked_step(void *arg, char *err, size_t errlen) {
   }
   rc = molt__xf_migrate(cx, err, errlen);
   if (rc == 0) {
-    rc = molt__runtime_next_generation(&u->gen);
+    molt__rt_lock_acquire();
+    rc = molt__gen_bump(&u->gen);
+    molt__rt_lock_release();
     if (rc < 0)
       molt__errmsg(err, errlen, "cannot number the new version: %s", molt_strerror(rc));
   }
@@ -657,8 +722,8 @@ static int parked_step(void *arg, char *err, size_t errlen) {
   /* Commit.  Everything written here is read by each thread after it
    * wakes (bar_lock orders it); prog_lock orders it against status. */
   size_t n = 0;
-  pthread_mutex_lock(&prog_lock);
-  for (molt__pthread *t = threads; t; t = t->next) {
+  molt__lock_acquire(&prog_lock);
+  for (molt__pthread *t = thread_at(threads); t; t = thread_at(t->link.next)) {
     if (t->is_main) {
       t->main_fn = u->new->main;
     } else {
@@ -681,15 +746,15 @@ static int parked_step(void *arg, char *err, size_t errlen) {
   nupdating = n;
   current = u->new;
   nupdates++;
-  pthread_mutex_unlock(&prog_lock);
+  molt__lock_release(&prog_lock);
   molt__xf_end(cx, true); /* frees the replaced old heap objects */
   u->nthreads = n;
   /* A molt_on_update_pending callback of the old image would be called by
    * the next update after that image is unloaded: forget it (the new
    * version registers its own when it restarts, after this). */
-  void (*cb)(void *) = molt__timing_pending_cb();
+  void (*cb)(void *) = molt__pending_cb();
   if (cb && molt__image_prot_at(u->old, (uintptr_t)cb))
-    molt__timing_forget_pending_cb(cb);
+    molt__pending_cb_forget(cb);
   if (earlier) {
     molt__log(MOLT__EV_UNLOAD, u->gen, NULL, "unloaded program image %s (build-id %s)",
               earlier->path, earlier->build_id);
@@ -699,15 +764,12 @@ static int parked_step(void *arg, char *err, size_t errlen) {
   return 0;
 }
 
-static void put_kv(molt__buf *out, const char *k, const char *v) {
-  const char *f[] = {k, v};
-  molt__buf_record(out, 2, f);
-}
-
-int molt__program_update(const char *path, int timeout_ms, bool check_interior,
-                         molt__buf *out, char *err, size_t errlen) {
-  uint64_t gen = molt__runtime_generation();
-  if (!molt__program_active()) {
+/* The full update (runtime thread, op_lock held): docs/full-updates.md.
+ * Logs its own outcome (refused before the barrier, aborted after). */
+static int program_update(const char *path, int timeout_ms, bool check_interior,
+                          molt__buf *out, char *err, size_t errlen) {
+  uint64_t gen = molt__gen_number_now();
+  if (!program_active()) {
     molt__errmsg(err, errlen,
                  "process %d does not run a program image; start the program with "
                  "'molt run <image.so>' to update it as a whole, or use 'molt apply' for "
@@ -718,9 +780,9 @@ int molt__program_update(const char *path, int timeout_ms, bool check_interior,
   }
   upd u = {.check_interior = check_interior};
   /* current changes only here, on the runtime thread under op_lock. */
-  pthread_mutex_lock(&prog_lock);
+  molt__lock_acquire(&prog_lock);
   u.old = current;
-  pthread_mutex_unlock(&prog_lock);
+  molt__lock_release(&prog_lock);
 
   uint64_t t_start = molt__now_ns();
   int rc = molt__image_open(path, &u.new, err, errlen);
@@ -745,9 +807,9 @@ int molt__program_update(const char *path, int timeout_ms, bool check_interior,
   }
   if (rc == 0) {
     /* Before any thread is disturbed (step 4); again while parked. */
-    pthread_mutex_lock(&prog_lock);
+    molt__lock_acquire(&prog_lock);
     rc = resolve_entries(&u, err, errlen);
-    pthread_mutex_unlock(&prog_lock);
+    molt__lock_release(&prog_lock);
   }
   if (rc < 0) {
     molt__image_close(u.new);
@@ -755,7 +817,7 @@ int molt__program_update(const char *path, int timeout_ms, bool check_interior,
     return rc;
   }
 
-  rc = molt__timing_barrier(timeout_ms, parked_step, &u, MOLT__VERDICT_RESTART, err, errlen);
+  rc = molt__barrier(timeout_ms, parked_step, &u, MOLT__VERDICT_RESTART, err, errlen);
   if (rc < 0) {
     /* The threads are running the old version again; nothing references
      * the new image. */
@@ -778,25 +840,29 @@ int molt__program_update(const char *path, int timeout_ms, bool check_interior,
             pause_ms, total_ms);
   char num[24], msg[768];
   snprintf(num, sizeof num, "%" PRIu64, u.gen);
-  put_kv(out, "generation", num);
+  molt__buf_pair(out, "generation", num);
   snprintf(msg, sizeof msg,
            "%zu threads restarted in %s, %" PRIu64 " objects migrated, pause %.3f ms",
            u.nthreads, u.new->path, u.objects, pause_ms);
-  put_kv(out, "message", msg);
+  molt__buf_pair(out, "message", msg);
   return 0;
 }
 
-void molt__program_reclaim(void) {
+/* The mode's reclaim hook (runtime thread, op_lock held): unloads the old
+ * image once every restarted thread reached an update point in the new
+ * version (F7); first_point wakes the runtime thread when the last one
+ * does, so this needs no polling. */
+static void full_reclaim(void) {
   molt__image *im = NULL;
-  pthread_mutex_lock(&prog_lock);
+  molt__lock_acquire(&prog_lock);
   if (retired && nupdating == 0) {
     im = retired;
     retired = NULL;
   }
-  pthread_mutex_unlock(&prog_lock);
+  molt__lock_release(&prog_lock);
   if (!im)
     return;
-  molt__log(MOLT__EV_UNLOAD, molt__runtime_generation(), NULL,
+  molt__log(MOLT__EV_UNLOAD, molt__gen_number_now(), NULL,
             "unloaded the old program image %s (build-id %s): every restarted thread has "
             "reached an update point in the new version",
             im->path, im->build_id[0] ? im->build_id : "none");
@@ -805,11 +871,12 @@ void molt__program_reclaim(void) {
 
 /* ---- status -----------------------------------------------------------------------*/
 
-void molt__program_status(molt__buf *out) {
-  if (!molt__program_active())
+/* The mode's status hook: the image and its threads. */
+static void full_status(molt__buf *out) {
+  if (!program_active())
     return;
   char num[24], num2[24];
-  pthread_mutex_lock(&prog_lock);
+  molt__lock_acquire(&prog_lock);
   if (current) {
     snprintf(num, sizeof num, "%" PRIu64, nupdates);
     const char *f[] = {"image", current->path, current->build_id, num,
@@ -817,10 +884,10 @@ void molt__program_status(molt__buf *out) {
     molt__buf_record(out, 5, f);
   }
   /* Oldest first: the list is pushed at the front. */
-  molt__pthread *last = threads;
+  molt__link *last = threads;
   while (last && last->next)
     last = last->next;
-  for (molt__pthread *t = last; t; t = t->prev) {
+  for (molt__pthread *t = thread_at(last); t; t = thread_at(t->link.prev)) {
     snprintf(num2, sizeof num2, "%d", (int)t->tid);
     bool upd = atomic_load_explicit(&t->updating, memory_order_relaxed);
     const char *f[] = {"program_thread", num2, t->entry_name ? t->entry_name : "?",
@@ -828,31 +895,73 @@ void molt__program_status(molt__buf *out) {
                        upd && t->from_point ? t->from_point : ""};
     molt__buf_record(out, 6, f);
   }
-  pthread_mutex_unlock(&prog_lock);
+  molt__lock_release(&prog_lock);
 }
 
 /* ---- fork ---------------------------------------------------------------------------*/
 
-void molt__program_fork_prepare(void) { pthread_mutex_lock(&prog_lock); }
-void molt__program_fork_parent(void) { pthread_mutex_unlock(&prog_lock); }
+/* fork(): hold the registry across it; in the child keep only the caller. */
+static void full_fork_prepare(void) { molt__lock_acquire(&prog_lock); }
+static void full_fork_parent(void) { molt__lock_release(&prog_lock); }
 
-void molt__program_fork_child(void) {
+static void full_fork_child(void) {
   /* Only the forking thread exists in the child. */
-  molt__pthread *me = molt__pthread_self;
-  molt__pthread *t = threads;
+  molt__pthread *me = pthread_self_rec;
+  molt__pthread *t = thread_at(threads);
   while (t) {
-    molt__pthread *next = t->next;
+    molt__pthread *next = thread_at(t->link.next);
     if (t != me)
       free_record(t);
     t = next;
   }
-  threads = me;
+  threads = NULL;
   nupdating = 0;
   if (me) {
-    me->next = me->prev = NULL;
+    molt__list_push(&threads, &me->link);
     me->tid = molt__gettid();
     if (atomic_load_explicit(&me->updating, memory_order_relaxed))
       nupdating = 1;
   }
-  pthread_mutex_init(&prog_lock, NULL);
+  molt__lock_reinit(&prog_lock);
+}
+
+/* ---- the mode ------------------------------------------------------------------------*/
+
+/* The update operation (runtime thread, op_lock held). */
+static int op_update(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
+  return program_update(req->path, req->timeout_ms, req->check_interior, out, err, errlen);
+}
+
+/* A process that runs a program image is replaced as a whole: a hot patch
+ * is stamped for one image's build-id and would point into an image that a
+ * full update later unloads, and patched code would not be carried over. */
+static int full_refuse(const molt__op_info *op, char *err, size_t errlen) {
+  if (op->modes & MOLT__MODE_HOT) {
+    molt__errmsg(err, errlen,
+                 "hot patches are not supported in a process that runs a program "
+                 "image; use 'molt update <pid> <new image>' instead");
+    return MOLT_ENOTSUP;
+  }
+  molt__errmsg(err, errlen, "%s is not supported in a process that runs a program image",
+               op->name);
+  return MOLT_ENOTSUP;
+}
+
+static const molt__mode full_mode = {
+    .name = "full",
+    .bit = MOLT__MODE_FULL,
+    .ops = {[MOLT__OP_UPDATE] = op_update},
+    .refuse = full_refuse,
+    .on_park = full_on_park,
+    .on_release = full_on_release,
+    .owns_exit = full_owns_exit,
+    .fork_prepare = full_fork_prepare,
+    .fork_parent = full_fork_parent,
+    .fork_child = full_fork_child,
+    .status = full_status,
+    .reclaim = full_reclaim,
+};
+
+__attribute__((constructor(101))) static void full_register(void) {
+  molt__mode_register(&full_mode);
 }

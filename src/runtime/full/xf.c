@@ -1,10 +1,10 @@
 /*
  * The state transformation engine of full updates (molt__xf_*): see
- * docs/full-updates.md, "What migrates", and the ABI comments in molt.h.
+ * docs/full-updates.md, "What migrates", and the ABI comments in molt/program.h.
  *
  * Threads: a migration runs on ONE thread (the runtime thread, under the
  * operation lock) while every program thread is parked at an update point
- * (timing.c's barrier: they parked under bar_lock, so everything they wrote
+ * (the switch layer's barrier: they parked under bar_lock, so everything they wrote
  * is visible here, and everything written here is visible to them when they
  * are released under the same mutex).  The engine therefore needs no
  * atomics or locks of its own: a context is only ever touched by the thread
@@ -32,7 +32,7 @@
  *  - the work loop prefetches the old objects of queued items and the map
  *    slots of the pointers of pointer arrays a few iterations ahead.
  */
-#include "internal.h"
+#include "full/full.h"
 
 #include <dirent.h>
 #include <elf.h>

@@ -1,10 +1,12 @@
 /* Patch objects: checking a patch file, loading it, resolving its imports
- * against the running program (H6), and the object lifecycle.
+ * against the running program (H6), and the object lifecycle.  An object
+ * is a generation owner (core.h): generations count it, and reclamation
+ * hands it back to object_release when none points into it any more.
  *
  * Locks: molt__patch_open/reload run with the operation lock held and take
  * molt__rt_lock only for short sections that do not call the dynamic loader
- * (see gen.c for why dlopen/dlclose happen outside molt__rt_lock). */
-#include "internal.h"
+ * (base.h: dlopen/dlclose happen outside molt__rt_lock). */
+#include "hot/hot.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -20,11 +22,22 @@
 #define MAX_RECORDS (1u << 20) /* sanity bound on a patch's record counts */
 #define MAX_PATCH_BYTES (256 << 20)
 
-static molt__object *objects;
+static molt__link *objects;
 static molt__symtab **symtabs; /* per module index, opened on first use */
 static size_t nsymtabs;
 
-molt__object *molt__objects_head(void) { return objects; }
+static void object_release(molt__owner *o);
+
+molt__object *molt__object_of(molt__owner *o) {
+  return o && o->release == object_release ? MOLT__CONTAINER(o, molt__object, owner) : NULL;
+}
+
+static molt__object *object_at(molt__link *l) {
+  return l ? MOLT__CONTAINER(l, molt__object, all) : NULL;
+}
+
+molt__object *molt__objects_first(void) { return object_at(objects); }
+molt__object *molt__objects_next(molt__object *o) { return object_at(o->all.next); }
 
 static const char *module_desc(size_t i) {
   molt__module *m = molt__module_at(i);
@@ -35,18 +48,10 @@ static const char *module_desc(size_t i) {
 static int find_target(const molt__patch_note *note, size_t *module, char *err,
                        size_t errlen) {
   molt__rt_lock_acquire();
-  int rc = MOLT_EBUILDID;
-  size_t n = molt__modules_count();
-  for (size_t i = 0; i < n; i++) {
-    molt__module *m = molt__module_at(i);
-    if (m->build_id[0] && strcmp(m->build_id, note->target_build_id) == 0) {
-      *module = i;
-      rc = 0;
-      break;
-    }
-  }
-  if (rc < 0) {
-    if (n == 0)
+  int rc = 0;
+  if (!molt__module_by_build_id(note->target_build_id, module)) {
+    rc = MOLT_EBUILDID;
+    if (molt__modules_count() == 0)
       molt__errmsg(err, errlen, "this process has no updatable functions");
     else
       molt__errmsg(err, errlen,
@@ -73,12 +78,7 @@ static const molt__symtab *module_symtab(size_t module, int *rc) {
     nsymtabs = n;
   }
   if (!symtabs[module]) {
-    molt__module *m = molt__module_at(module);
-    /* The executable is read through /proc/self/exe, which stays the file
-     * that was executed even if the path has been rebuilt since. */
-    const char *path = module == 0 && m->start && m->base == molt__main_base()
-                           ? "/proc/self/exe" : m->path;
-    *rc = molt__symtab_open(path, &symtabs[module]);
+    *rc = molt__symtab_open(molt__module_file(molt__module_at(module)), &symtabs[module]);
     if (*rc < 0)
       return NULL;
   }
@@ -225,6 +225,8 @@ int molt__patch_open(const char *path, molt__object **out, char *err,
       rc = MOLT_ENOMEM;
       molt__errmsg(err, errlen, "out of memory");
     }
+    obj->owner.id = obj->id;
+    obj->owner.release = object_release;
   }
   if (rc == 0) {
     molt__rt_lock_acquire();
@@ -243,10 +245,7 @@ int molt__patch_open(const char *path, molt__object **out, char *err,
     return rc;
   }
   molt__rt_lock_acquire();
-  obj->all_next = objects;
-  if (objects)
-    objects->all_prev = obj;
-  objects = obj;
+  molt__list_push(&objects, &obj->all);
   molt__rt_lock_release();
   *out = obj;
   return 0;
@@ -264,7 +263,7 @@ int molt__patch_reload(molt__object *obj, char *err, size_t errlen) {
   if (rc < 0)
     unload_handle(obj);
   else
-    molt__log(MOLT__EV_LOAD, molt__gen_current()->number, obj->id,
+    molt__log(MOLT__EV_LOAD, molt__gen_number_now(), obj->id,
               "reloaded %s for rollback", obj->path);
   return rc;
 }
@@ -318,7 +317,7 @@ int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
     }
   }
   molt__gen *g = NULL;
-  if (rc == 0 && (rc = molt__gen_new(from, &g)) < 0)
+  if (rc == 0 && (rc = molt__gen_new(from, true, &g)) < 0)
     molt__errmsg(err, errlen, "%s", molt_strerror(rc));
   if (rc == 0 && !obj->prev) {
     /* Remember what we replace, for rollback (only on the first apply of
@@ -329,11 +328,10 @@ int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
       molt__errmsg(err, errlen, "out of memory");
       rc = MOLT_ENOMEM;
     } else {
-      molt__gen_priv *fp = molt__gen_priv_of(from);
       for (size_t i = 0; i < n; i++) {
         uint32_t idx = descs[i]->index;
         obj->prev[i].index = idx;
-        molt__object *o = idx < from->size && fp->entry_owner ? fp->entry_owner[idx] : NULL;
+        molt__object *o = molt__object_of(molt__gen_owner(from, idx));
         obj->prev[i].owner = o;
         obj->prev[i].rec = o ? rec_of(o, idx) : 0;
         if (o)
@@ -344,17 +342,11 @@ int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
   }
   if (rc == 0) {
     for (size_t i = 0; i < n; i++)
-      molt__gen_set(g, descs[i]->index, obj->hdr->fns[i].impl, obj);
+      molt__gen_set(g, descs[i]->index, obj->hdr->fns[i].impl, &obj->owner);
     *out = g;
   }
   free(descs);
   return rc;
-}
-
-void molt__object_ref(molt__object *obj) { obj->refs++; }
-
-bool molt__object_unref(molt__object *obj) {
-  return --obj->refs == 0 && obj->handle != NULL;
 }
 
 void molt__object_leave_history(molt__object *obj) {
@@ -375,14 +367,9 @@ void molt__object_leave_history(molt__object *obj) {
 }
 
 void molt__object_free_if_unused(molt__object *obj) {
-  if (obj->handle || obj->refs || obj->in_history || obj->prev_refs)
+  if (obj->handle || obj->owner.gen_refs || obj->in_history || obj->prev_refs)
     return;
-  if (obj->all_prev)
-    obj->all_prev->all_next = obj->all_next;
-  else
-    objects = obj->all_next;
-  if (obj->all_next)
-    obj->all_next->all_prev = obj->all_prev;
+  molt__list_unlink(&objects, &obj->all);
   close(obj->fd);
   free(obj->by_index);
   free(obj->prev);
@@ -392,19 +379,33 @@ void molt__object_free_if_unused(molt__object *obj) {
   free(obj);
 }
 
-void molt__objects_close(molt__object *list) {
-  while (list) {
-    molt__object *o = list;
-    list = o->close_next;
-    o->close_next = NULL;
-    char id[64];
-    snprintf(id, sizeof id, "%s", o->id);
-    uint64_t gen = o->gen;
-    /* dlclose outside molt__rt_lock (lock order, see gen.c). */
-    unload_handle(o);
+/* No live generation points into the object any more (reclamation, op_lock
+ * held, molt__rt_lock not held): unload it; it stays known (and its file
+ * kept) while the rollback history may need it again. */
+static void object_release(molt__owner *owner) {
+  molt__object *o = MOLT__CONTAINER(owner, molt__object, owner);
+  if (!o->handle)
+    return;
+  char id[64];
+  snprintf(id, sizeof id, "%s", o->id);
+  uint64_t gen = o->gen;
+  /* dlclose outside molt__rt_lock (lock order, base.h). */
+  unload_handle(o);
+  molt__rt_lock_acquire();
+  molt__log(MOLT__EV_UNLOAD, gen, id, "unloaded %s: no thread can run its code", o->path);
+  molt__object_free_if_unused(o);
+  molt__rt_lock_release();
+}
+
+void molt__object_drop_unused(molt__object *obj) {
+  molt__rt_lock_acquire();
+  bool close_it = obj->handle && !obj->owner.gen_refs;
+  molt__rt_lock_release();
+  if (close_it) {
+    object_release(&obj->owner);
+  } else {
     molt__rt_lock_acquire();
-    molt__log(MOLT__EV_UNLOAD, gen, id, "unloaded %s: no thread can run its code", o->path);
-    molt__object_free_if_unused(o);
+    molt__object_free_if_unused(obj);
     molt__rt_lock_release();
   }
 }

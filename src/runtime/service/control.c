@@ -1,9 +1,11 @@
 /*
- * control.c — the control socket server.
+ * control.c -- the control socket server.
  *
  * Runs only on the runtime thread: the runtime's event loop polls the
  * listening fd and calls molt__control_serve() when it is readable.  One
- * connection carries one request and one response (docs/protocol.md).
+ * connection carries one request and one response (docs/protocol.md); the
+ * request is carried out by molt__execute, right here on the runtime
+ * thread, the one path of every request (request.c).
  *
  * The runtime thread also performs updates and reclamation, so a client
  * must never be able to hold it: every read and write on a client socket
@@ -15,7 +17,7 @@
  * Like all runtime code this never prints, exits or aborts; failures of a
  * single connection are answered (best effort) and logged, never fatal.
  */
-#include "protocol.h"
+#include "service/service.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -28,36 +30,13 @@
 
 #define ERRLEN 1024
 
-/* Current generation number for log entries.  Generations are published
- * and recycled under molt__rt_lock (also by application threads that call
- * molt_apply), so the number is read under it. */
-static uint64_t current_gen(void) {
-  molt__rt_lock_acquire();
-  uint64_t n = molt__gen_current()->number;
-  molt__rt_lock_release();
-  return n;
-}
-
-static int code_of_errno(int e) {
-  switch (e) {
-  case ENOMEM:
-  case ENOBUFS:
-    return MOLT_ENOMEM;
-  case EACCES:
-  case EPERM:
-    return MOLT_EPERM;
-  default:
-    return MOLT_EIO;
-  }
-}
-
 int molt__control_listen(void) {
   /* NONBLOCK on the listener: if a client gives up between the runtime's
    * poll and our accept, accept4 must return EAGAIN rather than block the
    * runtime thread until the next client arrives. */
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0)
-    return code_of_errno(errno);
+    return molt__from_errno(errno);
   struct sockaddr_un sa;
   socklen_t len = molt__proto_sockaddr(getpid(), &sa);
   if (bind(fd, (struct sockaddr *)&sa, len) < 0 || listen(fd, 16) < 0) {
@@ -65,7 +44,7 @@ int molt__control_listen(void) {
      * second runtime in this process); both map to a plain I/O error. */
     int e = errno;
     close(fd);
-    return code_of_errno(e);
+    return molt__from_errno(e);
   }
   return fd;
 }
@@ -115,108 +94,6 @@ static void respond(int fd, int status, const char *errmsg, const char *body,
     (void)molt__proto_write_full(fd, body, body_len, deadline);
 }
 
-/* Parses a decimal int field (optional leading '-').  false if it is not
- * one or does not fit. */
-static bool parse_int(const char *s, int *out) {
-  bool neg = *s == '-';
-  if (neg)
-    s++;
-  if (*s == '\0')
-    return false;
-  long long v = 0;
-  for (; *s != '\0'; s++) {
-    if (*s < '0' || *s > '9')
-      return false;
-    v = v * 10 + (*s - '0');
-    if (v > (long long)INT32_MAX + 1)
-      return false;
-  }
-  if (neg)
-    v = -v;
-  if (v < INT32_MIN || v > INT32_MAX)
-    return false;
-  *out = (int)v;
-  return true;
-}
-
-/* Turns the records of a request into a molt__request.  Unknown keys are
- * ignored so that newer clients can add optional fields. */
-static int build_request(unsigned op, const molt__records *recs,
-                         molt__request *req, char *err, size_t errlen) {
-  memset(req, 0, sizeof *req);
-  req->op = (molt__op)op;
-  req->policy = MOLT_POLICY_IMMEDIATE;
-  req->timeout_ms = -1; /* the runtime's default */
-  if (op != MOLT__OP_APPLY && op != MOLT__OP_ROLLBACK && op != MOLT__OP_UPDATE)
-    return 0;
-
-  /* An update has no policy: it always waits at the update points. */
-  const molt__record *r =
-      op == MOLT__OP_UPDATE ? NULL : molt__tsv_find(recs, "policy");
-  if (r != NULL) {
-    const char *p = molt__tsv_field(r, 1);
-    if (strcmp(p, "immediate") == 0)
-      req->policy = MOLT_POLICY_IMMEDIATE;
-    else if (strcmp(p, "local") == 0)
-      req->policy = MOLT_POLICY_LOCAL;
-    else if (strcmp(p, "global") == 0)
-      req->policy = MOLT_POLICY_GLOBAL;
-    else {
-      molt__errmsg(err, errlen,
-                   "unknown update policy '%.40s' (use immediate, local or "
-                   "global)",
-                   p);
-      return MOLT_EPOLICY;
-    }
-  }
-  r = molt__tsv_find(recs, "timeout_ms");
-  if (r != NULL) {
-    int t;
-    if (!parse_int(molt__tsv_field(r, 1), &t)) {
-      molt__errmsg(err, errlen, "timeout_ms '%.40s' is not an integer",
-                   molt__tsv_field(r, 1));
-      return MOLT_EPROTO;
-    }
-    req->timeout_ms = t < 0 ? -1 : t;
-  }
-  if (op == MOLT__OP_ROLLBACK)
-    return 0;
-
-  const char *what = op == MOLT__OP_APPLY ? "patch" : "image";
-  if (op == MOLT__OP_UPDATE) {
-    r = molt__tsv_find(recs, "check_interior");
-    if (r != NULL) {
-      const char *v = molt__tsv_field(r, 1);
-      if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
-        molt__errmsg(err, errlen, "check_interior '%.40s' is not 0 or 1", v);
-        return MOLT_EPROTO;
-      }
-      req->check_interior = v[0] == '1';
-    }
-  }
-  r = molt__tsv_find(recs, "path");
-  if (r == NULL) {
-    molt__errmsg(err, errlen, "%s request without a path record",
-                 molt__proto_op_name(op));
-    return MOLT_EPROTO;
-  }
-  const char *path = molt__tsv_field(r, 1);
-  /* The process's working directory is not the client's, so a relative
-   * path would name some other file: the CLI always sends realpath(). */
-  if (path[0] != '/') {
-    molt__errmsg(err, errlen, "%s path '%.200s' is not absolute", what, path);
-    return MOLT_EINVAL;
-  }
-  size_t n = strlen(path);
-  if (n >= sizeof req->path) {
-    molt__errmsg(err, errlen, "%s path is longer than %zu bytes", what,
-                 sizeof req->path - 1);
-    return MOLT_EINVAL;
-  }
-  memcpy(req->path, path, n + 1);
-  return 0;
-}
-
 static void serve_client(int fd) {
   uint64_t deadline = molt__proto_deadline(MOLT__PROTO_SERVER_IO_MS);
   char err[ERRLEN] = "";
@@ -238,7 +115,7 @@ static void serve_client(int fd) {
 
   if (!allowed) {
     if (have_cred) {
-      molt__log(MOLT__EV_DENIED, current_gen(), NULL,
+      molt__log(MOLT__EV_DENIED, molt__gen_number_now(), NULL,
                 "control connection from pid %ld uid %u refused: only uid %u "
                 "and root may control this process",
                 (long)cred.pid, (unsigned)cred.uid, (unsigned)owner);
@@ -247,7 +124,7 @@ static void serve_client(int fd) {
                    "%u)",
                    (unsigned)cred.uid, (unsigned)owner);
     } else {
-      molt__log(MOLT__EV_DENIED, current_gen(), NULL,
+      molt__log(MOLT__EV_DENIED, molt__gen_number_now(), NULL,
                 "control connection refused: peer credentials unavailable");
       molt__errmsg(err, sizeof err,
                    "cannot verify the client's credentials (owner uid %u)",
@@ -270,7 +147,7 @@ static void serve_client(int fd) {
                    MOLT__PROTO_SERVER_IO_MS);
       rc = MOLT_EPROTO;
     }
-    molt__log(MOLT__EV_INFO, current_gen(), NULL,
+    molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
               "malformed control request from pid %ld: %s", (long)cred.pid,
               err);
     respond(fd, rc, err, NULL, 0, deadline);
@@ -283,7 +160,7 @@ static void serve_client(int fd) {
                        sizeof err);
   free(payload);
   if (rc != 0) {
-    molt__log(MOLT__EV_INFO, current_gen(), NULL,
+    molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
               "malformed control request from pid %ld: %s", (long)cred.pid,
               err);
     respond(fd, rc, err, NULL, 0, deadline);
@@ -298,7 +175,7 @@ static void serve_client(int fd) {
             deadline);
     return;
   }
-  rc = build_request(h.kind, &recs, req, err, sizeof err);
+  rc = molt__request_decode(h.kind, &recs, req, err, sizeof err);
   molt__tsv_free(&recs);
   if (rc != 0) {
     free(req);
@@ -320,16 +197,16 @@ static void serve_client(int fd) {
     /* An apply or rollback has happened (or not) whatever its report says:
      * keep its status so the CLI tells the truth, and drop only the
      * records.  A status or log without its records is a failure. */
-    if (rc == 0 && (req->op == MOLT__OP_STATUS || req->op == MOLT__OP_LOG)) {
+    if (rc == 0 && (molt__op_find(req->op)->flags & MOLT__OPF_REPORT)) {
       rc = too_big ? MOLT_ENOTSUP : MOLT_ENOMEM;
       if (too_big)
         molt__errmsg(err, sizeof err,
                      "the %s report exceeds the protocol limit of %u bytes",
-                     molt__proto_op_name(req->op), MOLT__PROTO_MAX_RESPONSE);
+                     molt__op_find(req->op)->name, MOLT__PROTO_MAX_RESPONSE);
       else
         molt__errmsg(err, sizeof err,
                      "out of memory while building the %s report",
-                     molt__proto_op_name(req->op));
+                     molt__op_find(req->op)->name);
     }
   }
   /* The response gets its own deadline: the request may legitimately have
@@ -353,7 +230,7 @@ void molt__control_serve(int listen_fd) {
        * thread briefly caps that at ten wake-ups a second; it holds no
        * lock here, so application threads are not affected. */
       if (!accept_failing)
-        molt__log(MOLT__EV_INFO, current_gen(), NULL,
+        molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
                   "cannot accept control connections: %s", strerror(e));
       accept_failing = true;
       struct timespec ts = {0, 100 * 1000 * 1000};

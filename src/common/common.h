@@ -1,0 +1,152 @@
+/*
+ * common -- the bottom layer: code shared by libmolt, the molt CLI and
+ * moltstamp, built once as a static library (libmolt_common.a, position
+ * independent).  It rests on the public and ABI headers only (include/).
+ * Nothing here prints, exits or aborts: the same code runs inside a host
+ * process.  Failures are 0 or a negative MOLT_E* code, with a one-line
+ * message where the caller passes an err buffer.
+ *
+ *   errors.c           the error table (MOLT_ERRNO_MAP) -> names, messages;
+ *                      errno -> MOLT_E* (the one mapping)
+ *   buf.c              growable text buffer, TSV records, error messages
+ *   proc.c             names of processes and threads (/proc/.../comm)
+ *   elf.c              bounds-checked ELF reader: build-ids, notes, symbols
+ *   protocol.c/.h      the control protocol: the table of operations, requests,
+ *                      framing, the TSV codec
+ *   arch/x86_64/jump.h the `jmp rel32` of the stable entries
+ *
+ * The layers above (src/runtime/base, core, switch, the modes, service, and
+ * src/cli) include this header; it includes protocol.h, so this one header
+ * is the layer's whole offer.
+ */
+#ifndef MOLT_COMMON_H
+#define MOLT_COMMON_H
+
+/* Code of this layer runs in the CLI and the tools too: molt.h must not
+ * emit its module constructor there, which calls into libmolt. */
+#ifndef MOLT__NO_AUTO_REGISTER
+#define MOLT__NO_AUTO_REGISTER 1
+#endif
+
+#include "molt.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MOLT__HIDDEN __attribute__((visibility("hidden")))
+
+/* The object of type `type` whose member `member` is at p. */
+#define MOLT__CONTAINER(p, type, member)                                       \
+  ((type *)(void *)((char *)(p) - offsetof(type, member)))
+
+/* ---- errors.c ------------------------------------------------------------*/
+/* The MOLT_E* code for a failed system call's errno: ENOENT/ENOTDIR ->
+ * ENOENT, EACCES/EPERM -> EPERM, ENOMEM/ENOBUFS -> ENOMEM, else EIO. */
+MOLT__HIDDEN int molt__from_errno(int e);
+
+/* ---- buf.c ---------------------------------------------------------------*/
+typedef struct molt__buf {
+  char *data;
+  size_t len, cap;
+  bool oom; /* an allocation failed: contents are truncated */
+} molt__buf;
+
+MOLT__HIDDEN void molt__buf_init(molt__buf *b);
+MOLT__HIDDEN void molt__buf_free(molt__buf *b);
+MOLT__HIDDEN void molt__buf_add(molt__buf *b, const void *p, size_t n);
+MOLT__HIDDEN void molt__buf_printf(molt__buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* One TSV record: fields separated by tabs, a newline at the end.  Tabs,
+ * newlines and backslashes inside a field are escaped as \t \n \\. */
+MOLT__HIDDEN void molt__buf_record(molt__buf *b, int nfields,
+                                   const char *const *fields);
+/* The record "key <tab> value". */
+MOLT__HIDDEN void molt__buf_pair(molt__buf *b, const char *key, const char *value);
+/* snprintf into a fixed buffer of an error message; never overflows. */
+MOLT__HIDDEN void molt__errmsg(char *dst, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- lists ---------------------------------------------------------------*/
+/* An intrusive doubly linked list: the head is a pointer to the first link
+ * (NULL: empty), links are NULL-terminated both ways.  Callers hold the
+ * lock that protects the list. */
+typedef struct molt__link {
+  struct molt__link *next, *prev;
+} molt__link;
+
+static inline void molt__list_push(molt__link **head, molt__link *l) {
+  l->prev = NULL;
+  l->next = *head;
+  if (*head)
+    (*head)->prev = l;
+  *head = l;
+}
+
+/* Takes l out of the list (a link that is in no list, both pointers NULL
+ * and not the head, is left alone). */
+static inline void molt__list_unlink(molt__link **head, molt__link *l) {
+  if (l->prev)
+    l->prev->next = l->next;
+  else if (*head == l)
+    *head = l->next;
+  if (l->next)
+    l->next->prev = l->prev;
+  l->next = l->prev = NULL;
+}
+
+/* ---- proc.c --------------------------------------------------------------*/
+/* The name (comm) of thread `tid` of this process if tid > 0, else of
+ * process `pid`, without its newline.  false, and name "", if it cannot be
+ * read (the thread or process is gone, or /proc is not mounted). */
+MOLT__HIDDEN bool molt__proc_name(pid_t pid, pid_t tid, char *name, size_t len);
+
+/* ---- elf.c ---------------------------------------------------------------*/
+/* Build-id (hex) of the loaded module that contains addr. 0 or MOLT_E*. */
+MOLT__HIDDEN int molt__elf_build_id_of_loaded(const void *addr, char *hex,
+                                              size_t hexlen, uintptr_t *base,
+                                              char *path, size_t pathlen);
+/* Validates the ELF file behind fd (bounds-checks headers), reads its molt
+ * patch note.  0, MOLT_ENOTPATCH, MOLT_ECORRUPT, MOLT_EABI. */
+MOLT__HIDDEN int molt__elf_read_patch_note(int fd, molt__patch_note *note,
+                                           char *err, size_t errlen);
+/* Symbol lookup in a module's file symbol table (.symtab, then .dynsym):
+ * name with tu == NULL finds a global symbol, with tu a local symbol of
+ * that source file (STT_FILE grouping, matched by basename).  Returns the
+ * link-time value (add the module base).  0, MOLT_ENOSYM, MOLT_EAMBIGUOUS. */
+typedef struct molt__symtab molt__symtab;
+MOLT__HIDDEN int molt__symtab_open(const char *path, molt__symtab **out);
+MOLT__HIDDEN int molt__symtab_lookup(const molt__symtab *st, const char *name,
+                                     const char *tu, uintptr_t *value);
+MOLT__HIDDEN void molt__symtab_close(molt__symtab *st);
+/* Reverse lookup: the function or object symbol whose [start, start+size)
+ * holds link-time address `value` (a zero-sized symbol holds its own
+ * address only).  name and tu point into st (tu: basename of the source
+ * file of a local symbol, NULL for a global); at one address a global is
+ * preferred.  Any out pointer may be NULL.  0 or MOLT_ENOSYM. */
+MOLT__HIDDEN int molt__symtab_at(const molt__symtab *st, uintptr_t value,
+                                 const char **name, const char **tu,
+                                 uintptr_t *start, size_t *size, bool *is_func);
+/* Validates the ELF file behind fd as loadable by ld.so on this machine: a
+ * 64-bit shared object (ET_DYN) whose headers, segments and dynamic tables
+ * lie within the file.  0, MOLT_ENOTPROGRAM (not ELF / not a shared object
+ * of this machine), MOLT_ECORRUPT, MOLT_EIO. */
+MOLT__HIDDEN int molt__elf_check_shared_object(int fd, char *err, size_t errlen);
+/* Build-id (hex) of the ELF64 file behind fd, read from its notes (SHT_NOTE
+ * sections, else PT_NOTE segments).  0, MOLT_ENOSYM (no build-id),
+ * MOLT_ECORRUPT, MOLT_ENOTSUP (not an ELF64 little-endian file), MOLT_EIO,
+ * MOLT_EINVAL (hexlen too small). */
+MOLT__HIDDEN int molt__elf_file_build_id(int fd, char *hex, size_t hexlen,
+                                         char *err, size_t errlen);
+/* Like molt__elf_read_patch_note, but does not require the note to be
+ * stamped: returns the note as it is and the file offset of its descriptor
+ * (where moltstamp writes).  desc_off and note may be NULL. */
+MOLT__HIDDEN int molt__elf_patch_note_offset(int fd, uint64_t *desc_off,
+                                             molt__patch_note *note, char *err,
+                                             size_t errlen);
+
+#include "common/protocol.h"
+
+#endif /* MOLT_COMMON_H */

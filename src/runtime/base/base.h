@@ -1,0 +1,196 @@
+/*
+ * base -- the lowest layer of libmolt, on common/: what every part of the
+ * runtime needs and nothing that knows about functions, generations or
+ * threads.
+ *
+ *   lock.c      the runtime's locks, with a rank each (the table below) and
+ *               a check of the order in debug and test builds
+ *   state.c     the state lock (molt__rt_lock), the refusing state
+ *               (molt__fail), the runtime thread's wake-up (an eventfd),
+ *               and the lazy start of the runtime thread in a forked child
+ *   log.c       the update log: a ring in memory and an optional file
+ *   platform.c  membarrier, thread ids, clocks
+ *   file.c      opening update files once, checking them (R7), sealed copies
+ */
+#ifndef MOLT_BASE_H
+#define MOLT_BASE_H
+
+#include "common/common.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+/* ---- locks (lock.c) -------------------------------------------------------
+ *
+ * Every lock of the runtime, outermost first.  This table is THE lock
+ * order (docs/design.md shows a copy): a thread that holds a lock may take
+ * only locks further down.  Each lock's rank is its position here; with
+ * MOLT_LOCK_CHECK (debug builds, and the test builds of scripts/test.sh)
+ * taking a lock whose rank is not greater than that of every lock the thread
+ * already holds is reported (refusing state, a `fail` log entry, and
+ * molt__lock_violations() for tests) -- never an abort.
+ *
+ * The dynamic loader's own lock sits between op and rt: op may be held
+ * across dlopen/dlclose, rt never is, because a module registers itself
+ * (taking rt) from a constructor, i.e. while the loader holds its lock.
+ *
+ *   XX(name, owner, protects -- taken by)
+ */
+#define MOLT__LOCKS(XX)                                                        \
+  XX(op, "service/runtime.c",                                                  \
+     "whole operations: apply, rollback, update, status, reclamation; may be " \
+     "held across dlopen/dlclose -- the runtime thread; the fork handlers")    \
+  XX(bar, "switch/points.c",                                                   \
+     "participants and state of the barrier (policy global, full updates) -- " \
+     "the runtime thread inside op (never while the barrier's step runs); "    \
+     "application threads alone, at an update point's slow path")             \
+  XX(prog, "full/program.c",                                                   \
+     "the program-thread registry and images of a program image -- the "       \
+     "runtime thread inside op; program threads alone at start, exit and "     \
+     "their first update point after a restart; never across dlopen/dlclose") \
+  XX(rt, "base/state.c",                                                       \
+     "the runtime state: modules, generations, entries, patch objects -- the " \
+     "runtime thread; application threads when a module registers from a "    \
+     "constructor")                                                            \
+  XX(reg, "core/thread.c",                                                     \
+     "the thread registry -- reclamation and status (inside rt); a thread's "  \
+     "registration and its exit; nothing that can block is done under it")    \
+  XX(req, "service/request.c",                                                 \
+     "the queue of in-process requests -- application threads in molt_apply " \
+     "and molt_rollback, the runtime thread; nothing is taken under it")      \
+  XX(log, "base/log.c", "the log ring and the log file -- anyone; a leaf")
+
+enum {
+#define MOLT__LOCK_ENUM(name, owner, what) MOLT__LOCK_RANK_##name,
+  MOLT__LOCKS(MOLT__LOCK_ENUM)
+#undef MOLT__LOCK_ENUM
+  MOLT__LOCK_RANKS
+};
+
+/* On unless NDEBUG: debug builds check, release builds do not, and
+ * -DMOLT_LOCK_CHECK=1 (CMake option MOLT_LOCK_CHECK) turns it on anywhere. */
+#ifndef MOLT_LOCK_CHECK
+#ifdef NDEBUG
+#define MOLT_LOCK_CHECK 0
+#else
+#define MOLT_LOCK_CHECK 1
+#endif
+#endif
+
+typedef struct molt__lock {
+  pthread_mutex_t m;
+  unsigned rank; /* MOLT__LOCK_RANK_* */
+} molt__lock;
+
+#define MOLT__LOCK_INIT(name) {PTHREAD_MUTEX_INITIALIZER, MOLT__LOCK_RANK_##name}
+
+/* "op_lock", ... */
+MOLT__HIDDEN const char *molt__lock_name(unsigned rank);
+
+#if MOLT_LOCK_CHECK
+MOLT__HIDDEN void molt__lock_acquire(molt__lock *l);
+MOLT__HIDDEN void molt__lock_release(molt__lock *l);
+/* pthread_cond_wait / timedwait on l (held, and held again on return). */
+MOLT__HIDDEN int molt__lock_wait(pthread_cond_t *c, molt__lock *l);
+MOLT__HIDDEN int molt__lock_timedwait(pthread_cond_t *c, molt__lock *l,
+                                      const struct timespec *deadline);
+#else
+static inline void molt__lock_acquire(molt__lock *l) { pthread_mutex_lock(&l->m); }
+static inline void molt__lock_release(molt__lock *l) { pthread_mutex_unlock(&l->m); }
+static inline int molt__lock_wait(pthread_cond_t *c, molt__lock *l) {
+  return pthread_cond_wait(c, &l->m);
+}
+static inline int molt__lock_timedwait(pthread_cond_t *c, molt__lock *l,
+                                       const struct timespec *deadline) {
+  return pthread_cond_timedwait(c, &l->m, deadline);
+}
+#endif
+/* In a forked child: l is initialized anew (it may have been held by a
+ * thread that does not exist there) and counts as not held. */
+MOLT__HIDDEN void molt__lock_reinit(molt__lock *l);
+/* Order violations seen so far (always 0 without MOLT_LOCK_CHECK). */
+MOLT__HIDDEN unsigned molt__lock_violations(void);
+
+/* ---- the log (log.c) ------------------------------------------------------
+ *   XX(NAME, "name in the log")
+ */
+#define MOLT__EVENTS(XX)                                                       \
+  XX(START, "start")       /* runtime started                         */      \
+  XX(LOAD, "load")         /* patch object loaded                     */      \
+  XX(SWITCH, "switch")     /* a new generation became current         */      \
+  XX(ROLLBACK, "rollback") /* switch back to an earlier state         */      \
+  XX(UNLOAD, "unload")     /* patch object or program image unloaded  */      \
+  XX(RECLAIM, "reclaim")   /* generation reclaimed                    */      \
+  XX(REFUSE, "refuse")     /* a request was refused (bad patch, ...)  */      \
+  XX(DENIED, "denied")     /* control connection refused (uid)        */      \
+  XX(FAIL, "fail")         /* internal failure: refusing state        */      \
+  XX(INFO, "info")                                                             \
+  XX(UPDATE, "update")     /* a full update committed                 */      \
+  XX(ABORT, "abort")       /* a full update aborted after the barrier */
+
+typedef enum {
+#define MOLT__EV_ENUM(NAME, name) MOLT__EV_##NAME,
+  MOLT__EVENTS(MOLT__EV_ENUM)
+#undef MOLT__EV_ENUM
+} molt__event;
+
+MOLT__HIDDEN void molt__log_init(void);
+MOLT__HIDDEN void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
+                            const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Appends the ring as TSV records: log <seq> <unix time> <event> <gen> <patch id> <message> */
+MOLT__HIDDEN void molt__log_dump(molt__buf *out);
+MOLT__HIDDEN const char *molt__event_name(molt__event ev);
+
+/* ---- platform.c -----------------------------------------------------------*/
+/* Prepares process-wide memory barriers. false if the kernel lacks them. */
+MOLT__HIDDEN bool molt__membarrier_init(void);
+/* Full memory barrier on every running thread of the process. */
+MOLT__HIDDEN int molt__membarrier(void);
+/* After code was rewritten: no thread keeps running stale instructions. */
+MOLT__HIDDEN void molt__sync_core(void);
+MOLT__HIDDEN pid_t molt__gettid(void);
+MOLT__HIDDEN uint64_t molt__now_ns(void);      /* CLOCK_MONOTONIC */
+MOLT__HIDDEN uint64_t molt__realtime_ns(void); /* CLOCK_REALTIME  */
+
+/* ---- file.c ---------------------------------------------------------------*/
+/* Opens `path` once, checks it (regular file, owned by the process owner or
+ * root, not writable by group/others: R7) and returns a sealed memfd copy
+ * (>= 0) that everything later reads, or a negative MOLT_E* with err set. */
+MOLT__HIDDEN int molt__file_open_checked(const char *path, size_t max_bytes,
+                                         char *err, size_t errlen);
+
+/* ---- state.c --------------------------------------------------------------*/
+/* molt__rt_lock: the runtime state (modules, generations, entries, objects). */
+MOLT__HIDDEN void molt__rt_lock_acquire(void);
+MOLT__HIDDEN void molt__rt_lock_release(void);
+/* For the fork handlers: held across fork(), initialized anew in the child. */
+MOLT__HIDDEN void molt__rt_lock_after_fork_child(void);
+
+/* Enters the refusing state (R3): the first reason is kept, a `fail` entry
+ * is logged, later updates fail with MOLT_EREFUSING and status reports the
+ * reason.  The program keeps running its current generation. */
+MOLT__HIDDEN void molt__fail(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+/* Same without the log entry (for a caller that holds the log lock). */
+MOLT__HIDDEN void molt__fail_quiet(const char *reason);
+MOLT__HIDDEN bool molt__refusing(char *reason, size_t len);
+
+/* The runtime thread's wake-up: an eventfd it polls.  molt__wake() may be
+ * called from any thread (it is not a cancellation point). */
+MOLT__HIDDEN int molt__wake_init(void); /* 0 or MOLT_E* (then refusing) */
+MOLT__HIDDEN int molt__wake_fd(void);   /* -1 if there is none */
+MOLT__HIDDEN void molt__wake(void);
+MOLT__HIDDEN void molt__wake_drain(void);
+MOLT__HIDDEN void molt__wake_after_fork_child(void);
+
+/* In a forked child the runtime thread is started lazily: the fork handler
+ * arms `start`, the first registration (or the program driver) calls
+ * molt__start_if_needed, which runs it until it disarms itself. */
+MOLT__HIDDEN void molt__start_arm(void (*start)(void));
+MOLT__HIDDEN void molt__start_disarm(void);
+MOLT__HIDDEN bool molt__start_armed(void);
+MOLT__HIDDEN void molt__start_if_needed(void);
+
+#endif /* MOLT_BASE_H */

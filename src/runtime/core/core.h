@@ -1,0 +1,148 @@
+/*
+ * core -- the mechanism every way of updating shares, on base/: which
+ * threads run updatable code, which functions are updatable, which
+ * generations are alive, and where each function's entry jumps.  Nothing
+ * here knows when a thread switches (switch/) or where a new version comes
+ * from (the modes).
+ *
+ *   thread.c   the thread registry (lazy registration, exit hook)
+ *   entry.c    the jump at each updatable function's address
+ *   gen.c      generations: slots, tables, numbering, owners, publication,
+ *              reclamation; molt_generation()
+ *   module.c   registered modules and their updatable functions
+ *
+ * Within the layer: module -> gen -> entry, thread (no calls back up).
+ * Unless a comment says otherwise, everything here runs with molt__rt_lock
+ * held.
+ */
+#ifndef MOLT_CORE_H
+#define MOLT_CORE_H
+
+#include "base/base.h"
+
+/* ---- thread.c: the registry ------------------------------------------------*/
+MOLT__HIDDEN void molt__threads_init(void);
+/* fn runs in every registered thread when it exits, after it has left the
+ * registry (one hook: the switch layer's).  Set once at start-up. */
+MOLT__HIDDEN void molt__threads_on_exit(void (*fn)(void));
+/* Calls fn for each registered thread, under the registry lock. */
+MOLT__HIDDEN void molt__threads_foreach(void (*fn)(void *arg, const molt__thread *t, pid_t tid),
+                                        void *arg);
+/* Points the view of every thread that has one at g (immediate and global
+ * switches). */
+MOLT__HIDDEN void molt__threads_set_views(molt__gen *g);
+/* fork(): hold the registry across it; in the child keep only the caller. */
+MOLT__HIDDEN void molt__threads_lock(void);
+MOLT__HIDDEN void molt__threads_unlock(void);
+MOLT__HIDDEN void molt__threads_after_fork_child(void);
+
+/* ---- entry.c: stable entries -------------------------------------------------*/
+/* Checks and records the entries of start[0..n), function indices first..;
+ * on failure `why` names the function. */
+MOLT__HIDDEN int molt__entries_add(const molt__fn_desc *start, uint32_t first,
+                                   uint32_t n, char *why, size_t whylen);
+/* Before g is published: every entry g maps to another version than
+ * version 0 jumps to its dispatch path. */
+MOLT__HIDDEN int molt__entries_prepare(const molt__gen *g, char *err, size_t errlen);
+/* After reclamation: every dispatching entry that no live generation
+ * replaces (replaced[i] == 0, i < n) jumps direct again. */
+MOLT__HIDDEN void molt__entries_relax(const uint32_t *replaced, uint32_t n);
+MOLT__HIDDEN bool molt__entry_dispatching(uint32_t index);
+
+/* ---- gen.c: generations ----------------------------------------------------*/
+/*
+ * An owner is whatever a generation's table points into besides the
+ * program itself: today a patch object of the hot mode, which embeds one.
+ * Generations count the live ones that point into each owner; when the
+ * last is reclaimed, the owner is handed back through its release hook,
+ * outside molt__rt_lock (release may dlclose).  The fields after `release`
+ * are gen.c's own.
+ */
+typedef struct molt__owner molt__owner;
+struct molt__owner {
+  const char *id;                 /* shown as a function's version in status */
+  void (*release)(molt__owner *o); /* no live generation points into o now */
+  size_t gen_refs;                /* live generations pointing into it      */
+  uint64_t mark;                  /* scratch of gen.c (distinct owners)     */
+  molt__owner *release_next;      /* list built by molt__gen_reclaim        */
+};
+
+MOLT__HIDDEN void molt__gen_init(void);
+MOLT__HIDDEN bool molt__gen_reclaim_enabled(void);
+/* Functions [first, first + n) were registered: their version 0 bodies. */
+MOLT__HIDDEN int molt__gen_add_functions(const molt__fn_desc *start, uint32_t first,
+                                         uint32_t n);
+/* Version 0 of function `index`. */
+MOLT__HIDDEN void *molt__gen_body(uint32_t index);
+/* Allocates a slot and a table of every registered function copied from
+ * `from` (NULL: version 0 bodies).  numbered: g gets the next generation
+ * number (a new state of the program: apply, rollback, full update); else
+ * it keeps from's (the same state with more functions).  MOLT_EBUSY if no
+ * slot is free, MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__gen_new(const molt__gen *from, bool numbered, molt__gen **out);
+/* Entry `index` of unpublished g runs impl, which owner supplies (NULL:
+ * version 0, the program's own). */
+MOLT__HIDDEN void molt__gen_set(molt__gen *g, uint32_t index, void *impl, molt__owner *owner);
+MOLT__HIDDEN molt__owner *molt__gen_owner(const molt__gen *g, uint32_t index);
+MOLT__HIDDEN void molt__gen_discard(molt__gen *g); /* never published */
+/* Makes g current (for every thread that follows the current generation;
+ * views are the switch layer's business); the old current is retired and
+ * the runtime thread is woken to reclaim it.  Reports a failure to prepare
+ * the entries or an allocation failure (then nothing changed). */
+MOLT__HIDDEN int molt__gen_publish(molt__gen *g);
+/* Publishes a copy of the current generation numbered one higher and moves
+ * every view to it (a full update's commit: the image changed, the table
+ * did not).  Its number in *number, or MOLT_EBUSY / MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__gen_bump(uint64_t *number);
+/* Republishes the current generation with the entries of newly registered
+ * functions (version 0); the generation number does not change. */
+MOLT__HIDDEN int molt__gen_extend_current(void);
+MOLT__HIDDEN molt__gen *molt__gen_current(void);
+/* The current generation's number; takes molt__rt_lock itself (for log
+ * entries and messages from any layer). */
+MOLT__HIDDEN uint64_t molt__gen_number_now(void);
+/* Whether slot s holds a live generation (current, or retired and still
+ * running), and which. */
+MOLT__HIDDEN bool molt__gen_live(unsigned s, bool *current);
+/* Per-generation statistics from one scan of the thread registry. */
+typedef struct molt__gen_usage {
+  uint32_t active[MOLT__SLOTS]; /* calls in progress per slot */
+  uint32_t views[MOLT__SLOTS];  /* threads whose local view is the slot */
+} molt__gen_usage;
+MOLT__HIDDEN void molt__gen_scan(molt__gen_usage *u);
+/* One reclamation pass: retired generations that no thread runs are freed.
+ * Owners no live generation points into any more are linked into
+ * *released; the caller hands them to molt__owners_release AFTER releasing
+ * molt__rt_lock.  Returns the number of retired generations still alive. */
+MOLT__HIDDEN size_t molt__gen_reclaim(molt__owner **released);
+/* Calls each owner's release hook (no molt__rt_lock held). */
+MOLT__HIDDEN void molt__owners_release(molt__owner *list);
+
+/* ---- module.c: modules and their updatable functions -------------------------*/
+typedef struct molt__module {
+  molt__fn_desc *start, *stop;
+  uintptr_t base;        /* load bias of the module          */
+  char *path;            /* file the module was loaded from */
+  char build_id[MOLT__BUILD_ID_HEX_MAX + 1]; /* hex; "" if none */
+  uint32_t first_index;  /* index of start[0] in generation tables */
+  /* Open-addressing index (name, tu of statics) -> descriptor, built on the
+   * first lookup so that start-up does not pay for it (P4). */
+  molt__fn_desc **index;
+  size_t index_mask;
+} molt__module;
+
+MOLT__HIDDEN size_t molt__modules_count(void);
+MOLT__HIDDEN molt__module *molt__module_at(size_t i);
+/* The module with build-id `hex`, and its position in *i; NULL if none. */
+MOLT__HIDDEN molt__module *molt__module_by_build_id(const char *hex, size_t *i);
+/* The descriptor of updatable function (name, tu) in module m, or NULL.
+ * tu is matched by basename; tu == NULL matches external functions only. */
+MOLT__HIDDEN molt__fn_desc *molt__module_find_fn(molt__module *m, const char *name,
+                                                 const char *tu);
+/* The file to read module m's symbols from: /proc/self/exe for the
+ * executable (the executed file, even if its path was rebuilt since). */
+MOLT__HIDDEN const char *molt__module_file(const molt__module *m);
+MOLT__HIDDEN uint32_t molt__fn_count(void); /* all modules */
+MOLT__HIDDEN molt__fn_desc *molt__fn_at(uint32_t index);
+
+#endif /* MOLT_CORE_H */

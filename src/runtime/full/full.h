@@ -1,0 +1,94 @@
+/*
+ * full -- the mode of full updates (SPEC §3, docs/full-updates.md), on
+ * switch/: a program image run by `molt run` is replaced as a whole, its
+ * state migrated, its threads restarted in the new version.  It plugs into
+ * the layers below as a molt__mode (program.c): the operation update,
+ * hooks at parking, release and thread exit, around fork, records in
+ * status.  Nothing outside this folder includes this header (but the tests
+ * of the engine, tests/xf).
+ *
+ *   image.c    program images: loading, symbols, address ranges
+ *   xf.c       the state transformation engine (molt__xf_*, the ABI of
+ *              molt/program.h)
+ *   program.c  the driver, program threads, restarts, migrated locals, the
+ *              update operation, the mode
+ */
+#ifndef MOLT_FULL_H
+#define MOLT_FULL_H
+
+#include "switch/switch.h"
+
+#include "molt/program.h"
+
+/* ---- image.c ---------------------------------------------------------------*/
+/* A loaded program image. */
+typedef struct molt__image {
+  void *handle;            /* dlopen handle */
+  char *path;              /* as given by the user */
+  int fd;                  /* sealed memfd copy it was loaded from */
+  uintptr_t base;          /* load bias */
+  molt__symtab *symtab;    /* its file symbol table (statics included) */
+  char build_id[MOLT__BUILD_ID_HEX_MAX + 1];
+  const molt__program_info *info; /* its molt__program */
+  int (*main)(int, char **, char **);
+  /* Mapped PT_LOAD segments, absolute addresses, sorted; prot = PF_* bits. */
+  struct molt__range { uintptr_t lo, hi; unsigned prot; } *ranges;
+  size_t nranges;
+} molt__image;
+
+/* Opens, checks and dlopens (RTLD_NOW | RTLD_LOCAL) a program image.
+ * MOLT_ENOTPROGRAM if it has no molt__program / main of its own. */
+MOLT__HIDDEN int molt__image_open(const char *path, molt__image **out,
+                                  char *err, size_t errlen);
+MOLT__HIDDEN void molt__image_close(molt__image *im); /* dlclose + free */
+/* Absolute address of symbol (name, tu) of the image, or NULL. */
+MOLT__HIDDEN void *molt__image_sym(const molt__image *im, const char *name,
+                                   const char *tu);
+/* The symbol containing absolute address a: its name, tu (NULL for a global),
+ * start and size, and whether it is a function.  false if none. */
+MOLT__HIDDEN bool molt__image_sym_at(const molt__image *im, uintptr_t a,
+                                     const char **name, const char **tu,
+                                     uintptr_t *start, size_t *size,
+                                     bool *is_func);
+/* The segment protection (PF_R|PF_W|PF_X) of absolute address a, 0 if a is
+ * not inside the image. */
+MOLT__HIDDEN unsigned molt__image_prot_at(const molt__image *im, uintptr_t a);
+
+/* ---- xf.c --------------------------------------------------------------------*/
+/* A migrated local (MOLT_MIGRATE_LOCAL) of one thread, saved at the update
+ * point.  program.c owns the list; molt__xf_local fills new_value. */
+typedef struct molt__saved_local {
+  struct molt__saved_local *next;
+  char *func, *name;
+  const void *old_addr;    /* where it lived in the old frame */
+  void *old_copy;          /* its bytes at the update point */
+  size_t old_size;
+  void *new_value;         /* malloc'ed new representation; NULL: dropped */
+  size_t new_size;
+} molt__saved_local;
+/* Calls fn for every saved local of every program thread (during a
+ * migration, on the runtime thread, while the program threads are
+ * parked).  program.c provides it. */
+MOLT__HIDDEN void molt__program_foreach_local(
+    void (*fn)(void *arg, molt__saved_local *l), void *arg);
+
+/* Prepares a migration from `old` to `new` (both loaded). */
+MOLT__HIDDEN int molt__xf_begin(molt__image *old, molt__image *new,
+                                bool check_interior, molt__xf_ctx **out);
+/* Runs new->info->migrate under the fault guard, then drains the work
+ * list.  0, or MOLT_EXFORM (or MOLT_ENOSYM ...) with a one-line message;
+ * on failure the old state has already been restored. */
+MOLT__HIDDEN int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen);
+/* The new value of an old untyped pointer after a successful migration
+ * (thread arguments): mapped object, redirected old-image address, or the
+ * value itself.  Never fails. */
+MOLT__HIDDEN void *molt__xf_redirect(molt__xf_ctx *cx, void *old);
+/* Ends the migration.  commit: frees the old heap objects that were
+ * replaced; !commit: undoes every in-place write and frees every new
+ * object.  Frees cx. */
+MOLT__HIDDEN void molt__xf_end(molt__xf_ctx *cx, bool commit);
+/* For the log and benchmarks: objects transformed or visited, and ns spent. */
+MOLT__HIDDEN void molt__xf_stats(const molt__xf_ctx *cx, uint64_t *objects,
+                                 uint64_t *bytes, uint64_t *ns);
+
+#endif /* MOLT_FULL_H */

@@ -1,0 +1,68 @@
+/*
+ * hot -- the mode of hot patches (policy immediate, local or global), on
+ * switch/: a process linked with libmolt, updated one patch object at a
+ * time, with rollback.  It plugs into the layers below as a molt__mode
+ * (hot.c): operations apply and rollback, records in status, patch objects
+ * as generation owners.  Nothing outside this folder includes this header.
+ *
+ *   patch.c  patch objects: checking a patch file, loading it, resolving its
+ *            imports (H6), building its generation, the object lifecycle
+ *   hot.c    the operations, the rollback history, status, the mode
+ */
+#ifndef MOLT_HOT_H
+#define MOLT_HOT_H
+
+#include "switch/switch.h"
+
+/* A loaded patch.  Everything here is protected by molt__rt_lock, except
+ * what only the runtime thread touches under op_lock (loading). */
+typedef struct molt__object molt__object;
+struct molt__object {
+  molt__owner owner;   /* generations point into it (owner.id == id) */
+  void *handle;        /* dlopen handle; NULL while not loaded */
+  const molt__patch_header *hdr; /* inside the loaded object */
+  char *id, *description, *path;
+  int fd;              /* the patch file, opened once (R7); kept for reload */
+  size_t module;       /* index of the program module it patches */
+  uint64_t gen;        /* generation its apply created */
+  bool in_history;     /* on the rollback stack */
+  /* What this patch replaced, for rollback: entry index and the object that
+   * supplied the previous version (NULL = the program's version 0).  Each
+   * named object has prev_refs counted, so it outlives this record. */
+  struct molt__prev { uint32_t index; uint32_t rec; molt__object *owner; } *prev;
+  size_t nprev;
+  size_t prev_refs;
+  /* (table index, position in hdr->fns) of each function it brings, sorted
+   * by table index: finds "this object's version of entry i" in O(log n)
+   * (rec is stable across reloads: the file does not change). */
+  struct molt__by_index { uint32_t index, rec; } *by_index;
+  size_t nby_index;
+  molt__link all;      /* every object not yet freed */
+};
+
+/* The object behind a generation owner, or NULL if o is not a patch
+ * object (an owner of another mode). */
+MOLT__HIDDEN molt__object *molt__object_of(molt__owner *o);
+/* Opens and checks a patch file and loads it (op_lock held, no
+ * molt__rt_lock).  On failure nothing is loaded. */
+MOLT__HIDDEN int molt__patch_open(const char *path, molt__object **out,
+                                  char *err, size_t errlen);
+/* dlopens obj's file again (rollback to an unloaded object). */
+MOLT__HIDDEN int molt__patch_reload(molt__object *obj, char *err, size_t errlen);
+/* With molt__rt_lock: fills a new numbered generation = from + obj's
+ * functions (and records what they replace, for rollback). */
+MOLT__HIDDEN int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
+                                       molt__gen **out, char *err, size_t errlen);
+/* A failed operation leaves nothing behind: obj, loaded for it but never
+ * published, is closed again (op_lock held, no molt__rt_lock). */
+MOLT__HIDDEN void molt__object_drop_unused(molt__object *obj);
+/* Frees an object that is neither loaded, referenced nor in history
+ * (molt__rt_lock). */
+MOLT__HIDDEN void molt__object_free_if_unused(molt__object *obj);
+/* obj leaves the rollback stack (popped or beyond its depth; rt_lock). */
+MOLT__HIDDEN void molt__object_leave_history(molt__object *obj);
+/* Every object not yet freed, newest first (rt_lock). */
+MOLT__HIDDEN molt__object *molt__objects_first(void);
+MOLT__HIDDEN molt__object *molt__objects_next(molt__object *o);
+
+#endif /* MOLT_HOT_H */
