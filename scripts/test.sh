@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets everything up and runs the whole test suite:
+# Sets everything up and runs the whole test suite (each build with the
+# lock-order check on):
 #   1. a normal build: every test
 #   2. AddressSanitizer + UBSan: every test
 #   3. ThreadSanitizer: the concurrency tests and the full-update tests
@@ -24,7 +25,9 @@ run() { # name, cmake options..., -- ctest options...
   (cd "$dir" && ctest --output-on-failure -j"$jobs" "${ct[@]}")
 }
 
-run build -DMOLT_SANITIZE=
-run build-asan -DMOLT_SANITIZE=address
-run build-tsan -DMOLT_SANITIZE=thread -- -L "concurrency|program|fullupdate"
+# Every test build checks the runtime's lock order (MOLT_LOCK_CHECK: a
+# violation puts the runtime into the refusing state, which fails the tests).
+run build -DMOLT_SANITIZE= -DMOLT_LOCK_CHECK=ON
+run build-asan -DMOLT_SANITIZE=address -DMOLT_LOCK_CHECK=ON
+run build-tsan -DMOLT_SANITIZE=thread -DMOLT_LOCK_CHECK=ON -- -L "concurrency|program|fullupdate"
 echo "all test runs passed"

@@ -904,6 +904,80 @@ static void case_verdict(void) {
   alarm(0);
 }
 
+/* ---- a participant applies a global patch itself -------------------------------*/
+
+/* A thread that has called molt_update_point() and then calls
+ * molt_apply(..., MOLT_POLICY_GLOBAL, ...) gets its global apply: the work
+ * runs on the runtime thread, and the caller, which runs no program code
+ * while it waits, counts as waiting at an update point.  (It used to run
+ * the apply on the caller's thread, whose barrier then waited for the
+ * caller itself until it timed out, naming it.)  A second participant, Q,
+ * makes the barrier really wait for someone. */
+static atomic_int self_rc = 1, self_tag, self_tid, self_q_saw, self_q_started, self_stop;
+static atomic_int self_cb_tid;
+static char self_err[1024];
+static char self_cb_name[32];
+
+static void self_on_pending(void *arg) {
+  (void)arg;
+  atomic_store(&self_cb_tid, (int)gettid());
+  pthread_getname_np(pthread_self(), self_cb_name, sizeof self_cb_name);
+}
+
+static void *self_q(void *arg) {
+  (void)arg;
+  atomic_store(&self_q_started, 1);
+  while (!atomic_load(&self_stop)) {
+    if (molt_update_point("Q-loop"))
+      atomic_store(&self_q_saw, 1);
+    sleep_ms(2);
+  }
+  return NULL;
+}
+
+static void *self_applier(void *arg) {
+  (void)arg;
+  atomic_store(&self_tid, (int)gettid());
+  for (int i = 0; i < 3; i++)
+    molt_update_point("T-before-apply"); /* a participant from now on */
+  atomic_store(&self_rc, molt_apply(patch("patch_a.so"), MOLT_POLICY_GLOBAL, 5000, self_err,
+                                    sizeof self_err));
+  atomic_store(&self_tag, version_tag(1)); /* H2: the caller runs the new version */
+  return NULL;
+}
+
+static void case_selfglobal(void) {
+  alarm(60);
+  uint64_t g = molt_generation();
+  molt_on_update_pending(self_on_pending, NULL);
+  pthread_t q, t;
+  pthread_create(&q, NULL, self_q, NULL);
+  CHECK(wait_for(&self_q_started, 1, 2000), "Q started");
+  sleep_ms(20);
+  pthread_create(&t, NULL, self_applier, NULL);
+  pthread_join(t, NULL);
+  CHECK(atomic_load(&self_rc) == 0, "global apply by a participant: %s (%s)",
+        molt_err_name(atomic_load(&self_rc)), self_err);
+  char tid[32];
+  snprintf(tid, sizeof tid, " %d (", atomic_load(&self_tid));
+  CHECK(strstr(self_err, tid) == NULL, "the error does not name the caller: %s", self_err);
+  CHECK(atomic_load(&self_tag) == 1001, "the caller runs the patch after its apply: %d",
+        atomic_load(&self_tag));
+  CHECK(molt_generation() == g + 1, "one new generation");
+  CHECK(wait_for(&self_q_saw, 1, 2000), "Q was parked and released by the switch");
+  /* The barrier ran on the runtime thread, not on the caller's. */
+  CHECK(atomic_load(&self_cb_tid) != 0 && atomic_load(&self_cb_tid) != atomic_load(&self_tid),
+        "the pending callback ran on thread %d, the caller is %d", atomic_load(&self_cb_tid),
+        atomic_load(&self_tid));
+  CHECK(strcmp(self_cb_name, "molt-runtime") == 0, "the update ran on %s", self_cb_name);
+  molt_on_update_pending(NULL, NULL);
+  atomic_store(&self_stop, 1);
+  pthread_join(q, NULL);
+  printf("selfglobal: applied by participant %d, generation %llu\n", atomic_load(&self_tid),
+         (unsigned long long)molt_generation());
+  alarm(0);
+}
+
 /* ---- a long-running program for the CLI tests --------------------------------*/
 
 static void case_serve(void) {
@@ -929,7 +1003,7 @@ static void case_serve(void) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s stress|inflight|static|maps|refuse|socket|locks|atomic|wakeup|cancel|verdict|serve PATCH_DIR [ROUNDS]\n", argv[0]);
+    fprintf(stderr, "usage: %s stress|inflight|static|maps|refuse|socket|locks|atomic|wakeup|cancel|verdict|selfglobal|serve PATCH_DIR [ROUNDS]\n", argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0); /* progress survives a crash */
@@ -949,6 +1023,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "wakeup")) case_wakeup();
   else if (!strcmp(c, "cancel")) case_cancel();
   else if (!strcmp(c, "verdict")) case_verdict();
+  else if (!strcmp(c, "selfglobal")) case_selfglobal();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;

@@ -54,7 +54,8 @@ set_target_properties(plain_lib PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${RT_OUT})
 
 add_custom_target(runtime_test_files ALL DEPENDS ${RT_PATCH_FILES} plain_lib abi_other)
 
-foreach(case entry stress inflight static maps refuse socket locks atomic wakeup cancel verdict)
+foreach(case entry stress inflight static maps refuse socket locks atomic wakeup cancel verdict
+             selfglobal)
   add_test(NAME runtime_${case} COMMAND test_runtime ${case} ${RT_OUT})
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 endforeach()
@@ -69,3 +70,10 @@ add_test(NAME runtime_exports
 set_tests_properties(runtime_exports PROPERTIES TIMEOUT 60 LABELS "runtime"
   ENVIRONMENT "LIBMOLT=$<TARGET_FILE:molt>")
 
+# The lock-order check itself, on the base layer's sources with the check
+# compiled in (whatever MOLT_LOCK_CHECK says for the rest of the build).
+add_executable(test_lock_order ${RT}/test_lock_order.c ${MOLT_BASE_SRCS})
+target_compile_definitions(test_lock_order PRIVATE MOLT_LOCK_CHECK=1)
+target_link_libraries(test_lock_order PRIVATE molt_common pthread)
+add_test(NAME runtime_lock_order COMMAND test_lock_order)
+set_tests_properties(runtime_lock_order PROPERTIES TIMEOUT 60 LABELS "runtime;concurrency")
