@@ -46,9 +46,9 @@
  * is spelled out: the op codes, their names on the wire and on the command
  * line, what a request carries, the runtime's dispatch table (flags, modes)
  * and the CLI's commands and `molt help` all derive from it.  Adding an
- * operation is one line here plus its handler (a mode's ops[] or the
- * service's own) and, on the CLI side, nothing unless its output needs a
- * printer of its own.
+ * operation is one line here plus its handlers: in the runtime a mode's
+ * ops[] entry (or the service's own), in the CLI cli_cmd_<name>
+ * (src/cli/cmd_<name>.c), which the generated command table names.
  *
  *   XX(NAME, name, code, flags, modes, file, summary)
  *     code     the frame header's kind; codes ascend, are never reused

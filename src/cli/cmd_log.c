@@ -1,0 +1,29 @@
+/* molt log <pid> [--json]: the process's update log. */
+#include "cli/cli.h"
+
+static const cli_view entries = {
+    "log", NULL, "log",
+    CLI_FIELDS({"seq", 1, CLI_NUM}, {"time", 2, CLI_NUM}, {"event", 3, CLI_STR},
+               {"generation", 4, CLI_NUM}, {"patch", 5, CLI_PATCH}, {"message", 6, CLI_STR}),
+    CLI_COLUMNS({"SEQ", 1, CLI_AS_IS}, {"TIME", 2, CLI_TIME}, {"EVENT", 3, CLI_AS_IS},
+                {"GENERATION", 4, CLI_AS_IS}, {"PATCH", 5, CLI_AS_IS},
+                {"MESSAGE", 6, CLI_AS_IS})};
+
+int cli_cmd_log(const cli_args *a) {
+  char what[64];
+  snprintf(what, sizeof what, "log %ld", (long)a->pid);
+  cli_reply r;
+  int code = cli_request(what, a->pid, MOLT__OP_LOG, NULL,
+                         MOLT__DEFAULT_TIMEOUT_MS + CLIENT_SLACK_MS, &r);
+  if (code != 0)
+    return code;
+  if (a->json) {
+    cli_json j = {0};
+    cli_json_records(&j, &r.recs, &entries);
+    cli_json_done(&j);
+  } else {
+    cli_table_records(&r.recs, &entries, "");
+  }
+  cli_reply_free(&r);
+  return EXIT_OK;
+}
