@@ -6,9 +6,9 @@ design proposals and the numbers that back them.
 
 The verdicts and numbers are computed from the JSON of the last run; the
 analysis paragraphs are written against the design of molt.h / libmolt of
-molt ABI 2 (the stable entry is a patched `jmp`: direct to version 0 while no
+molt ABI 3 (the stable entry is a patched `jmp`: direct to version 0 while no
 live patch replaces the function, the generation-table dispatch path while
-one does; include/molt.h section 4, src/runtime/entry.c) and cite the
+one does; include/molt/abi.h, src/runtime/core/entry.c) and cite the
 measured values.  The prototype investigation of the previous design (ABI 1,
 bench/proto/, since removed) is quoted from that run's numbers (PREV).
 """
@@ -372,7 +372,7 @@ def section_p1(R, p1):
     R.w()
     R.w("When a patch replaces `target`, the runtime rewrites the entry's displacement (one "
         "atomic 8-byte store while the page is briefly writable, then a SYNC_CORE membarrier, "
-        "`src/runtime/entry.c`) so that it jumps to `target__molt_dispatch`, the generation-table "
+        "`src/runtime/core/entry.c`) so that it jumps to `target__molt_dispatch`, the generation-table "
         "path (gcc -O2, this run):")
     R.w()
     R.w("```")
@@ -971,7 +971,7 @@ def section_p6(R, p6):
     R.w("Old generations are unloaded (`dlclose`) as soon as no thread counts them, so each "
         "patch's five mappings (`/memfd:patch_N.so (deleted)`) come and go and the count stays "
         "flat (H7). RSS rises during the first few hundred patches and is flat after that: the "
-        "update log is a ring of 1,024 entries (`src/runtime/log.c`) and every patch writes "
+        "update log is a ring of 1,024 entries (`src/runtime/base/log.c`) and every patch writes "
         "about three (switch, reclaim, unload), so the ring is full after ~340 patches; the "
         "rest is heap the allocator keeps. Neither grows with the number of patches. When the "
         "first sample shows two mappings fewer than the steady count, the two are a glibc "

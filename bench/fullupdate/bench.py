@@ -573,7 +573,7 @@ def notes(res):
                    % (cr * 100, lo * 100, hi * 100))
     if any(r.get("v2_v3_log_total_ms") is None for r in rows):
         out.append("A *total* shown as – is missing from `molt log`: the runtime keeps "
-                   "256 bytes per log message (src/runtime/log.c), and the update's "
+                   "256 bytes per log message (src/runtime/base/log.c), and the update's "
                    "message (two full image paths, a build-id, then the figures) is cut "
                    "before its last figure once the object count gets long.")
     if rows:
@@ -617,7 +617,7 @@ def notes(res):
                 "pages, answers untyped pointers (`key`, `value`) from a bitmap of the "
                 "heap without probing the map, frees the replaced objects without "
                 "sorting them when none can contain another, and prefetches ahead in "
-                "its work loop (src/runtime/xf.c); what is left is mostly the "
+                "its work loop (src/runtime/full/xf.c); what is left is mostly the "
                 "allocator and fresh memory. The first update at 1M entries of a run "
                 "is the slowest (see min–max), probably the first touch of memory on "
                 "this VM: an earlier run's profiled update took 289 ms with a third of "

@@ -79,6 +79,9 @@ int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_
  * failure was printed (`what` names the command in the message). */
 int cli_request(const char *what, pid_t pid, unsigned op, const molt__buf *body,
                 int timeout_ms, cli_reply *r);
+/* A report (status, log): cli_request of op for the command's pid; 0 or
+ * the exit code after the failure was printed. */
+int cli_report(const cli_args *a, unsigned op, cli_reply *r);
 /* A changing operation (apply, rollback, update): builds its request from
  * the command line (req->op and req->path set by the caller), sends it, and
  * prints `done` + ": now at generation N (message)" on success. */

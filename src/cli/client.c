@@ -351,7 +351,14 @@ int cli_request(const char *what, pid_t pid, unsigned op, const molt__buf *body,
   return 0;
 }
 
-/* ---- changing operations ------------------------------------------------------ */
+/* ---- reports and changing operations ------------------------------------------ */
+
+int cli_report(const cli_args *a, unsigned op, cli_reply *r) {
+  char what[64];
+  snprintf(what, sizeof what, "%s %ld", a->cmd, (long)a->pid);
+  return cli_request(what, a->pid, op, NULL, MOLT__DEFAULT_TIMEOUT_MS + CLIENT_SLACK_MS, r);
+}
+
 
 int cli_change(const cli_args *a, const char *what, molt__request *req, const char *done) {
   if (a->policy && !molt__policy_parse(a->policy, &req->policy))

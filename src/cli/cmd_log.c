@@ -10,11 +10,8 @@ static const cli_view entries = {
                 {"MESSAGE", 6, CLI_AS_IS})};
 
 int cli_cmd_log(const cli_args *a) {
-  char what[64];
-  snprintf(what, sizeof what, "log %ld", (long)a->pid);
   cli_reply r;
-  int code = cli_request(what, a->pid, MOLT__OP_LOG, NULL,
-                         MOLT__DEFAULT_TIMEOUT_MS + CLIENT_SLACK_MS, &r);
+  int code = cli_report(a, MOLT__OP_LOG, &r);
   if (code != 0)
     return code;
   if (a->json) {

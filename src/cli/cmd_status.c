@@ -150,11 +150,8 @@ static void status_human(pid_t pid, const molt__records *rs) {
 }
 
 int cli_cmd_status(const cli_args *a) {
-  char what[64];
-  snprintf(what, sizeof what, "status %ld", (long)a->pid);
   cli_reply r;
-  int code = cli_request(what, a->pid, MOLT__OP_STATUS, NULL,
-                         MOLT__DEFAULT_TIMEOUT_MS + CLIENT_SLACK_MS, &r);
+  int code = cli_report(a, MOLT__OP_STATUS, &r);
   if (code != 0)
     return code;
   if (a->json)
