@@ -11,7 +11,6 @@
  */
 #include "cli/cli.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

@@ -12,8 +12,9 @@
  *   module.c   registered modules and their updatable functions
  *
  * Within the layer: module -> gen -> entry, thread (no calls back up).
- * Unless a comment says otherwise, everything here runs with molt__rt_lock
- * held.
+ * The functions of entry.c, gen.c and module.c run with molt__rt_lock held
+ * unless their comment says otherwise; the registry (thread.c) takes its
+ * own lock.
  */
 #ifndef MOLT_CORE_H
 #define MOLT_CORE_H
