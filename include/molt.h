@@ -104,7 +104,9 @@ typedef enum {
 
 /*
  * Applies the patch at `path` from inside the process, exactly as `molt apply`
- * does (the work runs on the runtime thread; the caller waits for the result).
+ * does (the work runs on the runtime thread; the caller waits for the result,
+ * and while it waits it counts as waiting at an update point, so a thread
+ * that calls molt_update_point() may itself apply under MOLT_POLICY_GLOBAL).
  * `timeout_ms` < 0 means the default.  On failure, `err_msg` (if not NULL,
  * `err_len` bytes) receives a one-line explanation.  Returns 0 or a MOLT_E*
  * code; on failure nothing has changed.
@@ -146,10 +148,11 @@ MOLT_EXTERN uint64_t molt_generation(void);
  *   instruction, so each one must reach update points regularly (use
  *   molt_on_update_pending to wake those that block).
  *
- * molt_on_update_pending(cb, arg): cb(arg) is called (on the thread that runs
- *   the update) when a global update starts waiting, so that the program can
- *   wake threads blocked in I/O or on condition variables and let them reach
- *   an update point.  NULL removes the callback.
+ * molt_on_update_pending(cb, arg): cb(arg) is called (on molt's runtime
+ *   thread, which runs every update) when a global update starts waiting,
+ *   so that the program can wake threads blocked in I/O or on condition
+ *   variables and let them reach an update point.  NULL removes the
+ *   callback.
  */
 MOLT_EXTERN void molt_quiesce(void);
 MOLT_EXTERN int molt_update_point(const char *name);
