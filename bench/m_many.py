@@ -139,12 +139,14 @@ def p4(ctx):
 
 def profile_apply(ctx, p, n):
     """Where an in-process apply spends its instructions: callgrind, counting
-    inside molt_apply only; the functions with the largest inclusive counts."""
+    inside molt__execute only (the runtime thread carries out every request,
+    molt_apply's too; the caller just waits); the functions with the largest
+    inclusive counts."""
     f = os.path.join(ctx.wdir("callgrind"), "apply.%d.out" % n)
     # --smc-check=all: the apply rewrites the entries' jumps, which `many
     # apply` has already called once; without it valgrind keeps running its
     # translation of the old jump and the program sees the old version.
-    r = subprocess.run(["valgrind", "--tool=callgrind", "--smc-check=all", "--toggle-collect=molt_apply",
+    r = subprocess.run(["valgrind", "--tool=callgrind", "--smc-check=all", "--toggle-collect=molt__execute",
                         "--callgrind-out-file=" + f, p["molt"], "apply", p["patch"]],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
@@ -155,12 +157,12 @@ def profile_apply(ctx, p, n):
     for m in re.finditer(r"^\s*([\d,]+) \([\s\d.]+%\)\s+\S*?:?([\w@.]+) \[", ann, re.M):
         name = m.group(2).split("@")[0]
         fns.setdefault(name, int(m.group(1).replace(",", "")))
-    total = fns.get("molt_apply")
+    total = fns.get("molt__execute")
     if not total:
         return None
-    # Frames above molt_apply (main, libc start) carry the same total.
-    skip = {"main", "(below main)", "__libc_start_main", "__libc_start_call_main", "molt_apply",
-            "molt__execute", "run_public", "0x0000000000000000"}
+    # Frames above molt__execute (the runtime thread's loop) carry the same total.
+    skip = {"start_thread", "clone", "clone3", "runtime_main", "molt__requests_drain",
+            "molt__execute", "0x0000000000000000"}
     top = sorted(((c, k) for k, c in fns.items()
                   if k not in skip and not k.startswith("0x") and c < total),
                  reverse=True)[:14]

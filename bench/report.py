@@ -897,7 +897,8 @@ def section_p5(R, p5):
         pr = prof[-1]
         R.w("### %s" % ("Where an apply spends its time" if holds else "Why P5 is missed"))
         R.w()
-        R.w("Instructions inside `molt_apply` (callgrind, inclusive, an apply of %d functions: "
+        R.w("Instructions of the apply on the runtime thread, which carries out `molt_apply()`'s "
+            "request (`molt__execute`; callgrind, inclusive, an apply of %d functions: "
             "{:,} instructions, %.0f per function; sizes profiled: %s):".format(pr["total_instructions"])
             % (pr["functions"], pr["instructions_per_function"],
                ", ".join(str(x["functions"]) for x in prof)))

@@ -85,6 +85,9 @@ MOLT__HIDDEN int molt__gen_new(const molt__gen *from, bool numbered, molt__gen *
  * version 0, the program's own). */
 MOLT__HIDDEN void molt__gen_set(molt__gen *g, uint32_t index, void *impl, molt__owner *owner);
 MOLT__HIDDEN molt__owner *molt__gen_owner(const molt__gen *g, uint32_t index);
+/* The owners of all g->size entries at once (NULL: all the program's), for
+ * loops over a whole table. */
+MOLT__HIDDEN molt__owner *const *molt__gen_owners(const molt__gen *g);
 MOLT__HIDDEN void molt__gen_discard(molt__gen *g); /* never published */
 /* Makes g current (for every thread that follows the current generation;
  * views are the switch layer's business); the old current is retired and

@@ -7,11 +7,14 @@
  * reads molt__current, molt__gens[s] and the counters without any lock;
  * the comments at each store say how it is ordered against those readers.
  *
- * Besides the tables, gen.c keeps per function index the number of live
- * generations (in use slots, published or not) that map it to something
- * else than version 0 (`replaced`).  After a reclamation pass it hands that
- * array to entry.c, which moves entries that no generation replaces any more
- * back to their direct jump -- entries learn it without asking. */
+ * Besides the tables, gen.c keeps per function index the number of
+ * published, not yet reclaimed generations that map it to something else
+ * than version 0 (`replaced`; counted when a generation is published, in
+ * the loop that collects its owners).  After a reclamation pass it hands
+ * that array to entry.c, which moves entries that no such generation
+ * replaces any more back to their direct jump -- entries learn it without
+ * asking.  (A generation built but not yet published does not count: its
+ * publication prepares its entries again.) */
 #include "core/core.h"
 
 #include <stdlib.h>
@@ -25,6 +28,7 @@ typedef struct priv {
   molt__owner **entry_owner; /* per entry: owner of its version, NULL = program */
   molt__owner **owners; /* distinct owners the table points into */
   size_t nowners;
+  bool counted;         /* published: its entries count in `replaced` */
   uint64_t retired_at_ns;
 } priv;
 
@@ -40,7 +44,8 @@ static bool reclaim_ok;
 static uint64_t mark_stamp;
 static uint64_t last_number; /* highest generation number published */
 
-/* Per function index: version 0, and how many in-use slots replace it. */
+/* Per function index: version 0, and how many published generations still
+ * alive replace it. */
 static void **bodies;
 static uint32_t *replaced;
 static uint32_t nfns, capfns;
@@ -130,8 +135,6 @@ int molt__gen_new(const molt__gen *from, bool numbered, molt__gen **out) {
   }
   for (uint32_t i = copied; i < n; i++)
     table[i] = bodies[i];
-  for (uint32_t i = 0; i < copied; i++)
-    replaced[i] += owner[i] != NULL;
 
   next_slot = (s + 1) % MOLT__SLOTS;
   privs[s] = (priv){.in_use = true, .table = table, .entry_owner = owner};
@@ -148,10 +151,11 @@ int molt__gen_new(const molt__gen *from, bool numbered, molt__gen **out) {
 
 void molt__gen_set(molt__gen *g, uint32_t index, void *impl, molt__owner *owner) {
   priv *p = &privs[g->slot];
-  replaced[index] += (owner != NULL) - (p->entry_owner[index] != NULL);
   p->table[index] = impl;
   p->entry_owner[index] = owner;
 }
+
+molt__owner *const *molt__gen_owners(const molt__gen *g) { return privs[g->slot].entry_owner; }
 
 molt__owner *molt__gen_owner(const molt__gen *g, uint32_t index) {
   const priv *p = &privs[g->slot];
@@ -166,7 +170,7 @@ bool molt__gen_live(unsigned s, bool *current) {
 
 static void release_slot(unsigned s) {
   priv *p = &privs[s];
-  if (p->entry_owner)
+  if (p->counted)
     for (uint32_t i = 0; i < molt__gens[s].size; i++)
       replaced[i] -= p->entry_owner[i] != NULL;
   free(p->table);
@@ -177,7 +181,8 @@ static void release_slot(unsigned s) {
 
 void molt__gen_discard(molt__gen *g) { release_slot(g->slot); }
 
-/* The distinct owners g's table points into, each referenced once. */
+/* The distinct owners g's table points into, each referenced once; and
+ * g's replaced entries counted (at publication). */
 static int collect_owners(molt__gen *g) {
   priv *p = &privs[g->slot];
   uint64_t stamp = ++mark_stamp;
@@ -185,7 +190,10 @@ static int collect_owners(molt__gen *g) {
   molt__owner **list = NULL;
   for (uint32_t i = 0; i < g->size; i++) {
     molt__owner *o = p->entry_owner[i];
-    if (!o || o->mark == stamp)
+    if (!o)
+      continue;
+    replaced[i]++;
+    if (o->mark == stamp)
       continue;
     o->mark = stamp;
     if (n == cap) {
@@ -193,6 +201,8 @@ static int collect_owners(molt__gen *g) {
       molt__owner **nl = realloc(list, nc * sizeof *nl);
       if (!nl) {
         free(list);
+        for (uint32_t k = 0; k <= i; k++) /* not published: uncount */
+          replaced[k] -= p->entry_owner[k] != NULL;
         return MOLT_ENOMEM;
       }
       list = nl;
@@ -204,6 +214,7 @@ static int collect_owners(molt__gen *g) {
     list[i]->gen_refs++;
   p->owners = list;
   p->nowners = n;
+  p->counted = true;
   return 0;
 }
 

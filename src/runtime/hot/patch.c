@@ -328,10 +328,11 @@ int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
       molt__errmsg(err, errlen, "out of memory");
       rc = MOLT_ENOMEM;
     } else {
+      molt__owner *const *owners = molt__gen_owners(from);
       for (size_t i = 0; i < n; i++) {
         uint32_t idx = descs[i]->index;
         obj->prev[i].index = idx;
-        molt__object *o = molt__object_of(molt__gen_owner(from, idx));
+        molt__object *o = molt__object_of(owners && idx < from->size ? owners[idx] : NULL);
         obj->prev[i].owner = o;
         obj->prev[i].rec = o ? rec_of(o, idx) : 0;
         if (o)
