@@ -49,6 +49,7 @@ extern "C" {
  * the CLI (its exit codes) and the protocol all derive from it.
  *      XX(NAME,        value, "message")
  */
+/* clang-format off */
 #define MOLT_ERRNO_MAP(XX)                                                     \
   XX(EINVAL,       -1,  "invalid argument")                                    \
   XX(ENOMEM,       -2,  "out of memory")                                       \
@@ -78,12 +79,13 @@ extern "C" {
   XX(ENOTPROGRAM,  -26, "not a molt program image (build it with moltcc --molt-program)") \
   XX(ENOPROGRAM,   -27, "process does not run a program image (start it with molt run)") \
   XX(EXFORM,       -28, "state transformation failed; the update was aborted")
+/* clang-format on */
 
 typedef enum {
 #define MOLT__ERR_ENUM(name, val, msg) MOLT_##name = (val),
   MOLT_ERRNO_MAP(MOLT__ERR_ENUM)
 #undef MOLT__ERR_ENUM
-  MOLT__ERRNO_MIN = -28
+      MOLT__ERRNO_MIN = -28
 } molt_errno_t;
 
 /* Message for a code ("unknown error" for anything else); never NULL. */
@@ -111,12 +113,12 @@ typedef enum {
  * `err_len` bytes) receives a one-line explanation.  Returns 0 or a MOLT_E*
  * code; on failure nothing has changed.
  */
-MOLT_EXTERN int molt_apply(const char *path, molt_policy_t policy,
-                           int timeout_ms, char *err_msg, size_t err_len);
+MOLT_EXTERN int molt_apply(const char *path, molt_policy_t policy, int timeout_ms,
+                           char *err_msg, size_t err_len);
 
 /* Returns to the previous generation, as `molt rollback` does. */
-MOLT_EXTERN int molt_rollback(molt_policy_t policy, int timeout_ms,
-                              char *err_msg, size_t err_len);
+MOLT_EXTERN int molt_rollback(molt_policy_t policy, int timeout_ms, char *err_msg,
+                              size_t err_len);
 
 /* Number of the generation new calls of the calling thread run (0 = the
  * program as built). Increases by one on every apply and every rollback. */
@@ -187,11 +189,10 @@ MOLT_EXTERN void molt_on_update_pending(void (*cb)(void *arg), void *arg);
  */
 MOLT_EXTERN int molt_is_updating(void);
 MOLT_EXTERN int molt_is_updating_from(const char *point);
-MOLT_EXTERN int molt_migrate_local(const char *func, const char *name,
-                                   void *addr, size_t size, void *frame);
-#define MOLT_MIGRATE_LOCAL(var)                                                \
-  molt_migrate_local(__func__, #var, &(var), sizeof(var),                      \
-                     __builtin_frame_address(0))
+MOLT_EXTERN int molt_migrate_local(const char *func, const char *name, void *addr,
+                                   size_t size, void *frame);
+#define MOLT_MIGRATE_LOCAL(var)                                                          \
+  molt_migrate_local(__func__, #var, &(var), sizeof(var), __builtin_frame_address(0))
 
 /*
  * Type annotations for the state traversal of full updates (Kitsune's
@@ -269,44 +270,44 @@ MOLT_EXTERN int molt_migrate_local(const char *func, const char *name,
  * MOLT_REF(x) is the live object of the running program, never a copy.
  */
 
-#define MOLT_FUNCTION(ret, name, params, args)                                 \
-  MOLT__FUNCTION(, ret, name, params, args)
-#define MOLT_STATIC_FUNCTION(ret, name, params, args)                          \
+#define MOLT_FUNCTION(ret, name, params, args) MOLT__FUNCTION(, ret, name, params, args)
+#define MOLT_STATIC_FUNCTION(ret, name, params, args)                                    \
   MOLT__FUNCTION(static, ret, name, params, args)
-#define MOLT_VOID_FUNCTION(name, params, args)                                 \
-  MOLT__VOID_FUNCTION(, name, params, args)
-#define MOLT_STATIC_VOID_FUNCTION(name, params, args)                          \
+#define MOLT_VOID_FUNCTION(name, params, args) MOLT__VOID_FUNCTION(, name, params, args)
+#define MOLT_STATIC_VOID_FUNCTION(name, params, args)                                    \
   MOLT__VOID_FUNCTION(static, name, params, args)
 
-#define MOLT_PATCH(id, description)                                            \
-  MOLT__PATCH_NOTE;                                                            \
-  extern char molt__pfns_start[] __asm__("__start_molt_pfns")                  \
-      __attribute__((weak, visibility("hidden")));                             \
-  extern char molt__pfns_stop[] __asm__("__stop_molt_pfns")                    \
-      __attribute__((weak, visibility("hidden")));                             \
-  extern char molt__imps_start[] __asm__("__start_molt_imports")               \
-      __attribute__((weak, visibility("hidden")));                             \
-  extern char molt__imps_stop[] __asm__("__stop_molt_imports")                 \
-      __attribute__((weak, visibility("hidden")));                             \
-  MOLT_EXTERN const molt__patch_header molt_patch_header = {                   \
-      MOLT__PATCH_MAGIC, MOLT__ABI, (id), (description),                       \
-      (const molt__patch_fn *)molt__pfns_start,                                \
-      (const molt__patch_fn *)molt__pfns_stop,                                 \
-      (const molt__import *)molt__imps_start,                                  \
+#define MOLT_PATCH(id, description)                                                      \
+  MOLT__PATCH_NOTE;                                                                      \
+  extern char molt__pfns_start[] __asm__("__start_molt_pfns")                            \
+      __attribute__((weak, visibility("hidden")));                                       \
+  extern char molt__pfns_stop[] __asm__("__stop_molt_pfns")                              \
+      __attribute__((weak, visibility("hidden")));                                       \
+  extern char molt__imps_start[] __asm__("__start_molt_imports")                         \
+      __attribute__((weak, visibility("hidden")));                                       \
+  extern char molt__imps_stop[] __asm__("__stop_molt_imports")                           \
+      __attribute__((weak, visibility("hidden")));                                       \
+  MOLT_EXTERN const molt__patch_header molt_patch_header = {                             \
+      MOLT__PATCH_MAGIC,                                                                 \
+      MOLT__ABI,                                                                         \
+      (id),                                                                              \
+      (description),                                                                     \
+      (const molt__patch_fn *)molt__pfns_start,                                          \
+      (const molt__patch_fn *)molt__pfns_stop,                                           \
+      (const molt__import *)molt__imps_start,                                            \
       (const molt__import *)molt__imps_stop}
 
-#define MOLT_PATCH_FUNCTION(ret, name, params)                                 \
+#define MOLT_PATCH_FUNCTION(ret, name, params)                                           \
   MOLT__PATCH_FUNCTION(ret, name, params, NULL)
-#define MOLT_PATCH_STATIC_FUNCTION(ret, name, params, tu)                      \
+#define MOLT_PATCH_STATIC_FUNCTION(ret, name, params, tu)                                \
   MOLT__PATCH_FUNCTION(ret, name, params, tu)
 
 #define MOLT_IMPORT(type, name) MOLT__IMPORT(type, name, NULL)
 #define MOLT_IMPORT_STATIC(type, name, tu) MOLT__IMPORT(type, name, tu)
-#define MOLT_IMPORT_FUNCTION(ret, name, params, tu)                            \
-  static ret(*molt__imp_##name) params;                                        \
+#define MOLT_IMPORT_FUNCTION(ret, name, params, tu)                                      \
+  static ret(*molt__imp_##name) params;                                                  \
   MOLT__IMPORT_RECORD(name, tu)
 #define MOLT_REF(name) (*molt__imp_##name)
-
 
 #ifdef __cplusplus
 }

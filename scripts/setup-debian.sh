@@ -9,6 +9,7 @@ packages=(
   python3-clang-14 libclang1-14 # moltcc's source transformer (libclang)
   python3-pyelftools            # moltcc --molt-from: DWARF of program images
   clang-14                      # second compiler for tests and benchmarks
+  clang-format-14               # the C style (tests/style)
   binutils procps
 )
 if [ "${MOLT_WITH_BENCH:-0}" = 1 ]; then

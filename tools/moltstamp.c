@@ -129,8 +129,7 @@ static int stamp(const char *patch, const char *target) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 2 &&
-      (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     usage(stdout);
     return 0;
   }

@@ -126,8 +126,8 @@ static int tput(int port, int conns, double seconds, int keys) {
     return 2;
   uint64_t t0 = now_ns();
   for (int i = 0; i < conns; i++) {
-    args[i] = (struct tput_arg){port, keys, t0 + (uint64_t)(seconds * 1e9), 0, 0,
-                                (unsigned)(i * 7919 + 1)};
+    args[i] = (struct tput_arg){port, keys, t0 + (uint64_t)(seconds * 1e9),
+                                0,    0,    (unsigned)(i * 7919 + 1)};
     pthread_create(&th[i], NULL, tput_thread, &args[i]);
   }
   unsigned long req = 0, err = 0;
@@ -136,7 +136,8 @@ static int tput(int port, int conns, double seconds, int keys) {
     req += args[i].requests;
     err += args[i].errors;
   }
-  printf("requests %lu seconds %.6f errors %lu\n", req, (double)(now_ns() - t0) / 1e9, err);
+  printf("requests %lu seconds %.6f errors %lu\n", req, (double)(now_ns() - t0) / 1e9,
+         err);
   return err ? 1 : 0;
 }
 
@@ -173,6 +174,7 @@ int main(int argc, char **argv) {
     return tput(atoi(argv[2]), atoi(argv[3]), atof(argv[4]), atoi(argv[5]));
   if (argc == 5 && !strcmp(argv[1], "watch"))
     return watch(atoi(argv[2]), argv[3], atof(argv[4]));
-  fprintf(stderr, "usage: kvload tput PORT CONNS SECONDS KEYS | watch PORT VERSION TIMEOUT\n");
+  fprintf(stderr,
+          "usage: kvload tput PORT CONNS SECONDS KEYS | watch PORT VERSION TIMEOUT\n");
   return 2;
 }

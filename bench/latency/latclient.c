@@ -302,10 +302,11 @@ static int parse_list(const char *s, int *out, int max) {
 }
 
 static void usage(void) {
-  fprintf(stderr,
-          "usage: latclient --port P[,P2...] --out FILE [--conns 8] [--rate 8000]\n"
-          "                 [--duration 60] [--segment S --order I,J,...] [--start-ns T]\n"
-          "                 [--keys 1000] [--get-ratio 0.9] [--value-size 32] [--drain 2]\n");
+  fprintf(
+      stderr,
+      "usage: latclient --port P[,P2...] --out FILE [--conns 8] [--rate 8000]\n"
+      "                 [--duration 60] [--segment S --order I,J,...] [--start-ns T]\n"
+      "                 [--keys 1000] [--get-ratio 0.9] [--value-size 32] [--drain 2]\n");
   exit(2);
 }
 
@@ -315,19 +316,32 @@ int main(int argc, char **argv) {
     if (i + 1 >= argc)
       usage();
     const char *v = argv[++i];
-    if (!strcmp(a, "--port")) nservers = parse_list(v, ports, MAX_SERVERS);
-    else if (!strcmp(a, "--order")) nsegments = parse_list(v, order, MAX_SEGMENTS);
-    else if (!strcmp(a, "--segment")) opt_segment = atof(v);
-    else if (!strcmp(a, "--conns")) opt_conns = atoi(v);
-    else if (!strcmp(a, "--rate")) opt_rate = atof(v);
-    else if (!strcmp(a, "--duration")) opt_duration = atof(v);
-    else if (!strcmp(a, "--start-ns")) opt_start_ns = strtoll(v, NULL, 10);
-    else if (!strcmp(a, "--keys")) opt_keys = atoi(v);
-    else if (!strcmp(a, "--get-ratio")) opt_get_ratio = atof(v);
-    else if (!strcmp(a, "--value-size")) opt_vsize = atoi(v);
-    else if (!strcmp(a, "--drain")) opt_drain = atof(v);
-    else if (!strcmp(a, "--out")) opt_out = v;
-    else usage();
+    if (!strcmp(a, "--port"))
+      nservers = parse_list(v, ports, MAX_SERVERS);
+    else if (!strcmp(a, "--order"))
+      nsegments = parse_list(v, order, MAX_SEGMENTS);
+    else if (!strcmp(a, "--segment"))
+      opt_segment = atof(v);
+    else if (!strcmp(a, "--conns"))
+      opt_conns = atoi(v);
+    else if (!strcmp(a, "--rate"))
+      opt_rate = atof(v);
+    else if (!strcmp(a, "--duration"))
+      opt_duration = atof(v);
+    else if (!strcmp(a, "--start-ns"))
+      opt_start_ns = strtoll(v, NULL, 10);
+    else if (!strcmp(a, "--keys"))
+      opt_keys = atoi(v);
+    else if (!strcmp(a, "--get-ratio"))
+      opt_get_ratio = atof(v);
+    else if (!strcmp(a, "--value-size"))
+      opt_vsize = atoi(v);
+    else if (!strcmp(a, "--drain"))
+      opt_drain = atof(v);
+    else if (!strcmp(a, "--out"))
+      opt_out = v;
+    else
+      usage();
   }
   if (nservers < 1 || !opt_out || opt_conns < 1 || opt_conns > 65535 || opt_rate <= 0 ||
       opt_duration <= 0 || opt_keys < 1 || opt_vsize < 1 || opt_vsize > 1000 ||
@@ -420,10 +434,11 @@ int main(int argc, char **argv) {
     die("write");
 
   printf("{\"requests\": %llu, \"completed\": %llu, \"errors\": %llu, \"lost\": %llu, "
-         "\"start_ns\": %lld, \"end_ns\": %lld, \"rate\": %g, \"conns\": %d, \"servers\": %d, "
+         "\"start_ns\": %lld, \"end_ns\": %lld, \"rate\": %g, \"conns\": %d, "
+         "\"servers\": %d, "
          "\"max_send_lag_us\": %.1f}\n",
          (unsigned long long)nrecs, (unsigned long long)n_done, (unsigned long long)n_err,
-         (unsigned long long)lost, (long long)start, (long long)end, opt_rate, opt_conns, nservers,
-         (double)max_lag / 1e3);
+         (unsigned long long)lost, (long long)start, (long long)end, opt_rate, opt_conns,
+         nservers, (double)max_lag / 1e3);
   return n_err || lost ? 1 : 0;
 }

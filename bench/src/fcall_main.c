@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < threads; i++)
     sum += lanes[i].sum;
   printf("loop_ns=%llu best_ns=%.4f sum=%ld%s\n", (unsigned long long)(t1 - t0),
-         lanes[0].chunk ? (double)lanes[0].best_chunk_ns / (double)lanes[0].chunk : 0.0, sum,
-         moved ? " entry_moved=1" : "");
+         lanes[0].chunk ? (double)lanes[0].best_chunk_ns / (double)lanes[0].chunk : 0.0,
+         sum, moved ? " entry_moved=1" : "");
   return 0;
 }

@@ -113,7 +113,8 @@ int main(int argc, char **argv) {
     while (PROBE_LAST(0) != LAST_NEW) {
     }
     uint64_t t_seen = mono_ns();
-    printf("t_seen=%llu ok=%d\n", (unsigned long long)t_seen, PROBE_FIRST(0) == FIRST_NEW);
+    printf("t_seen=%llu ok=%d\n", (unsigned long long)t_seen,
+           PROBE_FIRST(0) == FIRST_NEW);
     fflush(stdout);
     /* Stay alive until the driver closes our stdin: the runtime answers
      * `molt apply` after the switch, and exiting now would cut that

@@ -112,11 +112,13 @@ static int run_one(const prog *p, int run) {
   uint64_t t1 = mono_ns();
   printf("{\"label\": ");
   json_string(p->label, strlen(p->label));
-  printf(", \"run\": %d, \"t_spawn_ns\": %llu, \"wall_ns\": %llu, \"user_ns\": %llu, "
-         "\"sys_ns\": %llu, \"maxrss_kb\": %ld, \"minflt\": %ld, \"status\": %d, \"out\": ",
-         run, (unsigned long long)t0, (unsigned long long)(t1 - t0),
-         (unsigned long long)tv_ns(ru.ru_utime), (unsigned long long)tv_ns(ru.ru_stime),
-         ru.ru_maxrss, ru.ru_minflt, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  printf(
+      ", \"run\": %d, \"t_spawn_ns\": %llu, \"wall_ns\": %llu, \"user_ns\": %llu, "
+      "\"sys_ns\": %llu, \"maxrss_kb\": %ld, \"minflt\": %ld, \"status\": %d, \"out\": ",
+      run, (unsigned long long)t0, (unsigned long long)(t1 - t0),
+      (unsigned long long)tv_ns(ru.ru_utime), (unsigned long long)tv_ns(ru.ru_stime),
+      ru.ru_maxrss, ru.ru_minflt,
+      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   json_string(out, len);
   printf("}\n");
   fflush(stdout);

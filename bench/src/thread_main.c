@@ -59,13 +59,15 @@ int main(int argc, char **argv) {
     return 2;
   }
   long n = atol(argv[1]);
-  void *(*fn)(void *) = argc > 2 && strcmp(argv[2], "idle") == 0 ? without_call : with_call;
+  void *(*fn)(void *) =
+      argc > 2 && strcmp(argv[2], "idle") == 0 ? without_call : with_call;
   if (argc > 3) {
 #ifndef VARIANT_PLAIN
     char err[512] = "";
     int rc = molt_apply(argv[3], MOLT_POLICY_IMMEDIATE, -1, err, sizeof err);
     if (rc != 0) {
-      fprintf(stderr, "threads: molt_apply(%s): %s: %s\n", argv[3], molt_err_name(rc), err);
+      fprintf(stderr, "threads: molt_apply(%s): %s: %s\n", argv[3], molt_err_name(rc),
+              err);
       return 1;
     }
 #else

@@ -3,8 +3,12 @@
 long counter;
 
 #ifdef VARIANT_PLAIN
-__attribute__((noinline)) void bump(void) { __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED); }
+__attribute__((noinline)) void bump(void) {
+  __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+}
 #else
 #include "molt.h"
-MOLT_VOID_FUNCTION(bump, (void), ()) { __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED); }
+MOLT_VOID_FUNCTION(bump, (void), ()) {
+  __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+}
 #endif

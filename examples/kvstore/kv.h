@@ -35,12 +35,12 @@ void kv_store_free(struct kv_store *st);
 
 /* Copies the value of `key` into buf (at most cap bytes) and returns its full
  * length, or -1 if the key is absent. */
-ssize_t kv_store_get(struct kv_store *st, const char *key, size_t klen,
-                     char *buf, size_t cap);
+ssize_t kv_store_get(struct kv_store *st, const char *key, size_t klen, char *buf,
+                     size_t cap);
 /* Inserts or replaces. Returns 1 if the key was new, 0 if it was replaced,
  * -1 when out of memory (the store is unchanged). */
-int kv_store_set(struct kv_store *st, const char *key, size_t klen,
-                 const char *val, size_t vlen);
+int kv_store_set(struct kv_store *st, const char *key, size_t klen, const char *val,
+                 size_t vlen);
 /* Removes `key`. Returns 1 if it was removed, 0 if it was not there. */
 int kv_store_del(struct kv_store *st, const char *key, size_t klen);
 /* Number of keys (exact once concurrent writers have returned). */
@@ -55,8 +55,8 @@ size_t kv_store_count(struct kv_store *st);
  * The primitive exists so that new commands (INCR, APPEND, ...) can be added
  * by a patch of the command layer alone, without touching the store.
  */
-typedef ssize_t (*kv_update_fn)(void *arg, const char *old, size_t oldlen,
-                                int found, char *buf, size_t cap);
+typedef ssize_t (*kv_update_fn)(void *arg, const char *old, size_t oldlen, int found,
+                                char *buf, size_t cap);
 ssize_t kv_store_update(struct kv_store *st, const char *key, size_t klen,
                         kv_update_fn fn, void *arg);
 
@@ -93,13 +93,12 @@ void kv_conn_free(struct kv_conn *c);
  * layer may modify it) and appends exactly one reply line to out.  Returns 0
  * to keep the connection open, 1 to close it after the reply is written.
  */
-int kv_dispatch(struct kv_session *s, char *line, size_t len,
-                struct kv_out *out);
+int kv_dispatch(struct kv_session *s, char *line, size_t len, struct kv_out *out);
 /* Version of the command layer answering this call: "1.0", "1.1", ... */
 const char *kv_version_string(void);
 /* Appends "STATUS\n" or "STATUS payload\n". */
-void kv_format_reply(struct kv_out *out, const char *status,
-                     const char *payload, size_t plen);
+void kv_format_reply(struct kv_out *out, const char *status, const char *payload,
+                     size_t plen);
 
 /* ---- kvstore.c ------------------------------------------------------------ */
 /* Open client connections; shown by STATS (conns=N). */

@@ -177,8 +177,7 @@ static unsigned service(struct kv_conn *c) {
     }
     if (turn >= READS_PER_TURN)
       return EPOLLIN; /* level-triggered: fires again at once if data waits */
-    ssize_t n = recv(c->fd, c->in + c->inlen, IN_CAP - 1 - c->inlen,
-                     MSG_DONTWAIT);
+    ssize_t n = recv(c->fd, c->in + c->inlen, IN_CAP - 1 - c->inlen, MSG_DONTWAIT);
     if (n > 0) {
       c->inlen += (size_t)n;
       run_lines(c);

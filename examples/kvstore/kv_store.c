@@ -111,8 +111,8 @@ static struct kv_entry **lock_bucket(struct kv_store *st, uint64_t h,
 
 /* Finds the link that points at the entry for key (or the final NULL link).
  * Caller holds the bucket's lock. */
-static struct kv_entry **find_link(struct kv_entry **head, uint64_t h,
-                                   const char *key, size_t klen) {
+static struct kv_entry **find_link(struct kv_entry **head, uint64_t h, const char *key,
+                                   size_t klen) {
   struct kv_entry **pp = head;
   for (; *pp; pp = &(*pp)->next) {
     struct kv_entry *e = *pp;
@@ -122,8 +122,8 @@ static struct kv_entry **find_link(struct kv_entry **head, uint64_t h,
   return pp;
 }
 
-ssize_t kv_store_get(struct kv_store *st, const char *key, size_t klen,
-                     char *buf, size_t cap) {
+ssize_t kv_store_get(struct kv_store *st, const char *key, size_t klen, char *buf,
+                     size_t cap) {
   uint64_t h = hash_key(key, klen);
   pthread_mutex_t *lock;
   struct kv_entry **pp = find_link(lock_bucket(st, h, &lock), h, key, klen);
@@ -137,8 +137,8 @@ ssize_t kv_store_get(struct kv_store *st, const char *key, size_t klen,
   return n;
 }
 
-int kv_store_set(struct kv_store *st, const char *key, size_t klen,
-                 const char *val, size_t vlen) {
+int kv_store_set(struct kv_store *st, const char *key, size_t klen, const char *val,
+                 size_t vlen) {
   uint64_t h = hash_key(key, klen);
   /* Allocate before locking: keeps the critical section short. */
   char *v = malloc(vlen ? vlen : 1);

@@ -105,8 +105,8 @@ static void *worker_main(void *arg) {
       if (get)
         len += (size_t)sprintf(out + len, "GET b%d:%u\n", w->idx, k);
       else
-        len += (size_t)sprintf(out + len, "SET b%d:%u value-%u-%llu\n", w->idx,
-                               k, k, (unsigned long long)(rnd(&seed) & 0xffff));
+        len += (size_t)sprintf(out + len, "SET b%d:%u value-%u-%llu\n", w->idx, k, k,
+                               (unsigned long long)(rnd(&seed) & 0xffff));
     }
     if (write_all(fd, out, len) < 0) {
       snprintf(w->err, sizeof w->err, "send: %s", strerror(errno));
@@ -201,7 +201,8 @@ int main(int argc, char **argv) {
     pthread_create(&ws[i].th, NULL, worker_main, &ws[i]);
   }
   struct timespec d = {.tv_sec = (time_t)opt_duration,
-                       .tv_nsec = (long)((opt_duration - (double)(time_t)opt_duration) * 1e9)};
+                       .tv_nsec =
+                           (long)((opt_duration - (double)(time_t)opt_duration) * 1e9)};
   while (nanosleep(&d, &d) < 0 && errno == EINTR) {
   }
   atomic_store(&stop, 1);
@@ -217,13 +218,13 @@ int main(int argc, char **argv) {
   if (opt_json)
     printf("{\"requests\": %llu, \"errors\": %llu, \"seconds\": %.3f, "
            "\"rps\": %.1f, \"conns\": %d, \"pipeline\": %d}\n",
-           (unsigned long long)req, (unsigned long long)err, el,
-           (double)req / el, opt_conns, opt_pipeline);
+           (unsigned long long)req, (unsigned long long)err, el, (double)req / el,
+           opt_conns, opt_pipeline);
   else
     printf("kvbench: %llu requests in %.2f s: %.0f req/s (%d conns, pipeline "
            "%d), %llu errors\n",
-           (unsigned long long)req, el, (double)req / el, opt_conns,
-           opt_pipeline, (unsigned long long)err);
+           (unsigned long long)req, el, (double)req / el, opt_conns, opt_pipeline,
+           (unsigned long long)err);
   free(ws);
   return err ? 1 : 0;
 }

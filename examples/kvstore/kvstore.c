@@ -54,12 +54,12 @@
  *                 UPDATE_POINT_MS so that idle threads reach their update
  *                 point too and a `global` patch is not held up by them.
  */
-extern void kv_molt_quiesce(void) __asm__("molt_quiesce")
+extern void kv_molt_quiesce(void) __asm__("molt_quiesce") __attribute__((weak));
+extern void kv_molt_update_point(const char *name) __asm__("molt_update_point")
     __attribute__((weak));
-extern void kv_molt_update_point(const char *name)
-    __asm__("molt_update_point") __attribute__((weak));
-extern void kv_molt_on_update_pending(void (*cb)(void *), void *arg)
-    __asm__("molt_on_update_pending") __attribute__((weak));
+extern void kv_molt_on_update_pending(void (*cb)(void *),
+                                      void *arg) __asm__("molt_on_update_pending")
+    __attribute__((weak));
 #define UPDATE_POINT_MS 100
 
 /* A global update wakes every thread at once through this eventfd (in the
@@ -93,9 +93,7 @@ static void update_point(const char *where) {
     kv_molt_update_point(where);
 }
 
-static int wait_timeout_ms(void) {
-  return kv_molt_update_point ? UPDATE_POINT_MS : -1;
-}
+static int wait_timeout_ms(void) { return kv_molt_update_point ? UPDATE_POINT_MS : -1; }
 
 atomic_long kv_active_connections;
 
@@ -128,8 +126,7 @@ static long parse_num(const char *opt, const char *s, long lo, long hi) {
   errno = 0;
   long v = strtol(s ? s : "", &end, 10);
   if (!s || !*s || *end || errno || v < lo || v > hi) {
-    fprintf(stderr, "kvstore: %s needs a number between %ld and %ld\n", opt,
-            lo, hi);
+    fprintf(stderr, "kvstore: %s needs a number between %ld and %ld\n", opt, lo, hi);
     exit(2);
   }
   return v;
@@ -228,8 +225,7 @@ int main(int argc, char **argv) {
   struct sockaddr_in addr = {.sin_family = AF_INET,
                              .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  if (bind(lfd, (struct sockaddr *)&addr, sizeof addr) < 0 ||
-      listen(lfd, 512) < 0) {
+  if (bind(lfd, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(lfd, 512) < 0) {
     fprintf(stderr, "kvstore: cannot listen on 127.0.0.1:%ld: %s\n", port,
             strerror(errno));
     return 1;

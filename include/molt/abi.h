@@ -203,11 +203,18 @@ static inline __attribute__((always_inline)) void molt__leave(molt__gen *g) {
 
 #define MOLT__SECTION(s) __attribute__((used, section(s), aligned(8)))
 
-#define MOLT__DESC(linkage, name, is_static)                                   \
-  static molt__fn_desc name##__molt_desc MOLT__SECTION("molt_fns") = {         \
-      MOLT__DESC_MAGIC, UINT32_MAX, #name, MOLT__TU, (void *)&name,            \
-      (void *)&name##__molt_v0, (void *)&name##__molt_dispatch,                \
-      (void *)&name##__molt_v0, is_static, 0}
+#define MOLT__DESC(linkage, name, is_static)                                             \
+  static molt__fn_desc name##__molt_desc MOLT__SECTION("molt_fns") = {                   \
+      MOLT__DESC_MAGIC,                                                                  \
+      UINT32_MAX,                                                                        \
+      #name,                                                                             \
+      MOLT__TU,                                                                          \
+      (void *)&name,                                                                     \
+      (void *)&name##__molt_v0,                                                          \
+      (void *)&name##__molt_dispatch,                                                    \
+      (void *)&name##__molt_v0,                                                          \
+      is_static,                                                                         \
+      0}
 
 /*
  * The stable entry's body: one `jmp rel32` (opcode e9 and a 4-byte
@@ -254,68 +261,69 @@ static inline __attribute__((always_inline)) void molt__leave(molt__gen *g) {
 /* All entries of a module share one section: a patch then rewrites (and
  * copies on write) a few pages of entries instead of one page per function
  * scattered through the text. */
-#define MOLT__ENTRY_ATTRS                                                      \
-  __attribute__((naked, aligned(8), noinline, no_instrument_function,          \
-                 MOLT__NO_PROFILE MOLT__NO_SPLIT MOLT__NO_SSP MOLT__NO_PATCHABLE \
-                 used, section(".text.molt_entries")))
+#define MOLT__ENTRY_ATTRS                                                                \
+  __attribute__((naked, aligned(8), noinline, no_instrument_function,                    \
+                 MOLT__NO_PROFILE MOLT__NO_SPLIT MOLT__NO_SSP MOLT__NO_PATCHABLE used,   \
+                 section(".text.molt_entries")))
 /* Naked functions leave their parameters unused by construction. */
-#define MOLT__DIAG_PUSH                                                        \
-  _Pragma("GCC diagnostic push")                                               \
-      _Pragma("GCC diagnostic ignored \"-Wunused-parameter\"")
+/* clang-format off */
+#define MOLT__DIAG_PUSH                                                                  \
+  _Pragma("GCC diagnostic push")                                                         \
+  _Pragma("GCC diagnostic ignored \"-Wunused-parameter\"")
+/* clang-format on */
 #define MOLT__DIAG_POP _Pragma("GCC diagnostic pop")
 
-#define MOLT__FUNCTION(linkage, ret, name, params, args)                       \
-  linkage ret name params;                                                     \
-  static ret name##__molt_v0 params;                                           \
-  static ret name##__molt_dispatch params;                                     \
-  MOLT__DESC(linkage, name, sizeof(#linkage) > 1);                             \
-  MOLT__DIAG_PUSH                                                              \
-  linkage MOLT__ENTRY_ATTRS ret name params { MOLT__ENTRY_STUB(name##__molt_v0); } \
-  MOLT__DIAG_POP                                                               \
-  static __attribute__((used)) ret name##__molt_dispatch params {              \
-    molt__gen *molt__g = molt__enter();                                        \
-    ret molt__r =                                                              \
-        ((ret(*) params)molt__g->table[name##__molt_desc.index]) args;         \
-    molt__leave(molt__g);                                                      \
-    return molt__r;                                                            \
-  }                                                                            \
+#define MOLT__FUNCTION(linkage, ret, name, params, args)                                 \
+  linkage ret name params;                                                               \
+  static ret name##__molt_v0 params;                                                     \
+  static ret name##__molt_dispatch params;                                               \
+  MOLT__DESC(linkage, name, sizeof(#linkage) > 1);                                       \
+  MOLT__DIAG_PUSH                                                                        \
+  linkage MOLT__ENTRY_ATTRS ret name params { MOLT__ENTRY_STUB(name##__molt_v0); }       \
+  MOLT__DIAG_POP                                                                         \
+  static __attribute__((used)) ret name##__molt_dispatch params {                        \
+    molt__gen *molt__g = molt__enter();                                                  \
+    ret molt__r = ((ret(*) params)molt__g->table[name##__molt_desc.index])args;          \
+    molt__leave(molt__g);                                                                \
+    return molt__r;                                                                      \
+  }                                                                                      \
   static ret name##__molt_v0 params
 
-#define MOLT__VOID_FUNCTION(linkage, name, params, args)                       \
-  linkage void name params;                                                    \
-  static void name##__molt_v0 params;                                          \
-  static void name##__molt_dispatch params;                                    \
-  MOLT__DESC(linkage, name, sizeof(#linkage) > 1);                             \
-  MOLT__DIAG_PUSH                                                              \
-  linkage MOLT__ENTRY_ATTRS void name params { MOLT__ENTRY_STUB(name##__molt_v0); } \
-  MOLT__DIAG_POP                                                               \
-  static __attribute__((used)) void name##__molt_dispatch params {             \
-    molt__gen *molt__g = molt__enter();                                        \
-    ((void(*) params)molt__g->table[name##__molt_desc.index]) args;            \
-    molt__leave(molt__g);                                                      \
-  }                                                                            \
+#define MOLT__VOID_FUNCTION(linkage, name, params, args)                                 \
+  linkage void name params;                                                              \
+  static void name##__molt_v0 params;                                                    \
+  static void name##__molt_dispatch params;                                              \
+  MOLT__DESC(linkage, name, sizeof(#linkage) > 1);                                       \
+  MOLT__DIAG_PUSH                                                                        \
+  linkage MOLT__ENTRY_ATTRS void name params { MOLT__ENTRY_STUB(name##__molt_v0); }      \
+  MOLT__DIAG_POP                                                                         \
+  static __attribute__((used)) void name##__molt_dispatch params {                       \
+    molt__gen *molt__g = molt__enter();                                                  \
+    ((void(*) params)molt__g->table[name##__molt_desc.index]) args;                      \
+    molt__leave(molt__g);                                                                \
+  }                                                                                      \
   static void name##__molt_v0 params
 
-#define MOLT__PATCH_NOTE                                                       \
-  __attribute__((used, section(".note.molt"), aligned(4))) static const struct { \
-    uint32_t namesz, descsz, type;                                             \
-    char name[8];                                                              \
-    molt__patch_note desc;                                                     \
-  } molt__note = {5, sizeof(molt__patch_note), MOLT__NOTE_TYPE, "molt",        \
-                  {MOLT__ABI, 0, {0}}}
+#define MOLT__PATCH_NOTE                                                                 \
+  __attribute__((used, section(".note.molt"), aligned(4))) static const struct {         \
+    uint32_t namesz, descsz, type;                                                       \
+    char name[8];                                                                        \
+    molt__patch_note desc;                                                               \
+  } molt__note = {                                                                       \
+      5, sizeof(molt__patch_note), MOLT__NOTE_TYPE, "molt", {MOLT__ABI, 0, {0}}}
 
-#define MOLT__PATCH_FUNCTION(ret, name, params, tu)                            \
-  static ret name##__molt_p params;                                            \
-  static const molt__patch_fn name##__molt_pfn MOLT__SECTION("molt_pfns") = {  \
-      #name, tu, (void *)&name##__molt_p};                                     \
+#define MOLT__PATCH_FUNCTION(ret, name, params, tu)                                      \
+  static ret name##__molt_p params;                                                      \
+  static const molt__patch_fn name##__molt_pfn MOLT__SECTION("molt_pfns") = {            \
+      #name, tu, (void *)&name##__molt_p};                                               \
   static ret name##__molt_p params
 
-#define MOLT__IMPORT_RECORD(name, tu)                                          \
-  static const molt__import name##__molt_imp MOLT__SECTION("molt_imports") = { \
+#define MOLT__IMPORT_RECORD(name, tu)                                                    \
+  static const molt__import name##__molt_imp MOLT__SECTION("molt_imports") = {           \
       #name, tu, (void **)&molt__imp_##name}
 
-#define MOLT__IMPORT(type, name, tu)                                           \
-  static type *molt__imp_##name;                                               \
+#define MOLT__IMPORT(type, name, tu)                                                     \
+  static type *molt__imp_##name;                                                         \
   MOLT__IMPORT_RECORD(name, tu)
 
 /*

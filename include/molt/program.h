@@ -51,14 +51,14 @@ enum {
 
 /* One (old type -> new type) pair, generated once per pair. */
 typedef struct molt__xf_type {
-  const char *name;       /* for messages, e.g. "struct entry" */
+  const char *name; /* for messages, e.g. "struct entry" */
   size_t old_size, new_size;
-  molt__xf_fn fn;         /* NULL: nothing to do beyond copying bytes */
-  uint32_t flags;         /* MOLT__XF_* */
+  molt__xf_fn fn; /* NULL: nothing to do beyond copying bytes */
+  uint32_t flags; /* MOLT__XF_* */
 } molt__xf_type;
 
 typedef struct molt__program_info {
-  uint32_t abi;                /* MOLT__PROGRAM_ABI */
+  uint32_t abi; /* MOLT__PROGRAM_ABI */
   uint32_t reserved;
   /* Hex build-id of the image this version was built from (--molt-from);
    * NULL for a first version, which cannot be an update target. */
@@ -70,10 +70,8 @@ typedef struct molt__program_info {
 /* Address of variable or function `name` (tu: source file basename of a
  * static, NULL for a global) in the old / new image.  Aborts the migration
  * with a message naming the symbol if it does not exist. */
-MOLT_EXTERN void *molt__xf_oldsym(molt__xf_ctx *cx, const char *name,
-                                  const char *tu);
-MOLT_EXTERN void *molt__xf_newsym(molt__xf_ctx *cx, const char *name,
-                                  const char *tu);
+MOLT_EXTERN void *molt__xf_oldsym(molt__xf_ctx *cx, const char *name, const char *tu);
+MOLT_EXTERN void *molt__xf_newsym(molt__xf_ctx *cx, const char *name, const char *tu);
 /* Records that the old variable at `in` (count objects of t) lives at `out`
  * in the new version: later pointers into it are redirected (element-wise
  * when t changed).  Does not transform it. */
@@ -92,8 +90,8 @@ MOLT_EXTERN void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out,
  * runtime keeps); a heap object of a CHANGED type is replaced; one of an
  * unchanged TRAVERSE type is queued to be visited in place.  The transform
  * itself runs later from the work list (no deep recursion). */
-MOLT_EXTERN void *molt__xf_ptr(molt__xf_ctx *cx, const void *old,
-                               const molt__xf_type *t, size_t count);
+MOLT_EXTERN void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
+                               size_t count);
 /* Stores a pointer into an object being fixed in place (undone on abort).
  * Generated fixers for unchanged types store every pointer this way. */
 MOLT_EXTERN void molt__xf_setp(molt__xf_ctx *cx, void *slot, void *value);
@@ -101,8 +99,8 @@ MOLT_EXTERN void molt__xf_setp(molt__xf_ctx *cx, void *slot, void *value);
 MOLT_EXTERN void molt__xf_run(molt__xf_ctx *cx);
 /* Migrates the saved copies of local `var` of function `func` (registered
  * with MOLT_MIGRATE_LOCAL by the old version) of every thread to type t. */
-MOLT_EXTERN void molt__xf_local(molt__xf_ctx *cx, const char *func,
-                                const char *var, const molt__xf_type *t);
+MOLT_EXTERN void molt__xf_local(molt__xf_ctx *cx, const char *func, const char *var,
+                                const molt__xf_type *t);
 /* Frees an old heap object after the update commits; never on abort (the
  * old version goes on with it).  Same safety rules as replaced objects:
  * only an object in the heap or an anonymous private mapping is freed, once
@@ -125,8 +123,8 @@ MOLT_EXTERN int __wrap_pthread_create(pthread_t *th, const pthread_attr_t *attr,
  * until it returns.  Returns 0 with main's return value in *status, or a
  * MOLT_E* code with a one-line reason in err if the image cannot be run
  * (the runtime logs it too; the driver, not the runtime, tells the user). */
-MOLT_EXTERN int molt__program_run(const char *path, int argc, char **argv,
-                                  int *status, char *err, size_t errlen);
+MOLT_EXTERN int molt__program_run(const char *path, int argc, char **argv, int *status,
+                                  char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

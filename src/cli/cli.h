@@ -44,8 +44,8 @@ typedef struct cli_args {
   const char *policy; /* NULL: not given */
   int timeout_ms;     /* -1: not given */
   bool check_interior;
-  pid_t pid;          /* pos[0], for commands that take one */
-  int argc;           /* the whole command line (molt run) */
+  pid_t pid; /* pos[0], for commands that take one */
+  int argc;  /* the whole command line (molt run) */
   char **argv;
 } cli_args;
 
@@ -89,18 +89,18 @@ int cli_change(const cli_args *a, const char *what, molt__request *req, const ch
 /* The absolute, symlink-free path of the local file a command sends (the
  * process resolves it in its own working directory), or the exit code after
  * a clear failure: `kind` names the file, `built_by` says how to make one. */
-int cli_file_arg(const char *what, const char *arg, const char *kind, const char *built_by,
-                 char **abs);
+int cli_file_arg(const char *what, const char *arg, const char *kind,
+                 const char *built_by, char **abs);
 
 /* ---- output.c -----------------------------------------------------------------*/
 /* How a field of a record is shown in JSON. */
 enum cli_type {
-  CLI_STR = 's',     /* string */
-  CLI_NUM = 'n',     /* number, null if the field is not one */
-  CLI_BOOL = 'b',    /* true for "1" */
-  CLI_OPT = 'e',     /* string, null if empty */
-  CLI_PATCH = 'p',   /* string, null if empty or "-" */
-  CLI_VIEW = 't',    /* "global" / "generation N": members view and generation */
+  CLI_STR = 's',   /* string */
+  CLI_NUM = 'n',   /* number, null if the field is not one */
+  CLI_BOOL = 'b',  /* true for "1" */
+  CLI_OPT = 'e',   /* string, null if empty */
+  CLI_PATCH = 'p', /* string, null if empty or "-" */
+  CLI_VIEW = 't',  /* "global" / "generation N": members view and generation */
 };
 /* How a field is shown in a table cell. */
 enum cli_show { CLI_AS_IS = 0, CLI_YESNO, CLI_TIME };
@@ -150,8 +150,8 @@ void cli_table_records(const molt__records *rs, const cli_view *v, const char *i
  * escaped and always valid UTF-8. */
 typedef struct cli_json {
   int depth;
-  bool after_key; /* the next value belongs to the key just written */
-  char close[16]; /* per open container: its closing bracket, */
+  bool after_key;              /* the next value belongs to the key just written */
+  char close[16];              /* per open container: its closing bracket, */
   bool compact[16], empty[16]; /* whether it is compact, still empty */
 } cli_json;
 void cli_json_object(cli_json *j, bool compact);

@@ -115,8 +115,7 @@ int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_
     int e = errno;
     close(fd);
     if (e == ECONNREFUSED || e == ENOENT) {
-      molt__errmsg(err, errlen, "nothing listens on socket molt.%ld",
-                   (long)pid);
+      molt__errmsg(err, errlen, "nothing listens on socket molt.%ld", (long)pid);
       return MOLT_ENOTMOLT;
     }
     if (e == EAGAIN || e == EWOULDBLOCK || e == EINPROGRESS) {
@@ -125,8 +124,8 @@ int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_
                    "queue is full)");
       return MOLT_ETIMEDOUT;
     }
-    molt__errmsg(err, errlen, "cannot connect to socket molt.%ld: %s",
-                 (long)pid, strerror(e));
+    molt__errmsg(err, errlen, "cannot connect to socket molt.%ld: %s", (long)pid,
+                 strerror(e));
     return MOLT_ECONNECT;
   }
 
@@ -134,11 +133,9 @@ int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_
    * kernel's record of who listens does. */
   struct ucred cred;
   socklen_t clen = sizeof cred;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
-      clen != sizeof cred) {
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || clen != sizeof cred) {
     close(fd);
-    molt__errmsg(err, errlen,
-                 "cannot verify who serves socket molt.%ld: %s", (long)pid,
+    molt__errmsg(err, errlen, "cannot verify who serves socket molt.%ld: %s", (long)pid,
                  strerror(errno));
     return MOLT_ECONNECT;
   }
@@ -156,22 +153,19 @@ int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_
                        .kind = (uint16_t)op,
                        .status = 0,
                        .length = body != NULL ? (uint32_t)body->len : 0};
-  int send_rc = molt__proto_send(fd, &h, body != NULL ? body->data : NULL,
-                                 deadline);
+  int send_rc = molt__proto_send(fd, &h, body != NULL ? body->data : NULL, deadline);
   int send_errno = errno;
   /* Even if sending failed, the process may have answered before closing
    * (a refusal, say): read whatever it said. */
   char why[512] = "";
-  int rc = molt__proto_recv(fd, MOLT__FRAME_RESPONSE, &h, &r->payload,
-                            deadline, why, sizeof why);
+  int rc = molt__proto_recv(fd, MOLT__FRAME_RESPONSE, &h, &r->payload, deadline, why,
+                            sizeof why);
   close(fd);
   if (rc == MOLT_ECONNECT || (rc != 0 && send_rc == MOLT_EIO)) {
     if (send_rc == MOLT_EIO)
-      molt__errmsg(err, errlen, "sending the request failed: %s",
-                   strerror(send_errno));
+      molt__errmsg(err, errlen, "sending the request failed: %s", strerror(send_errno));
     else
-      molt__errmsg(err, errlen,
-                   "the process closed the connection without answering");
+      molt__errmsg(err, errlen, "the process closed the connection without answering");
     return MOLT_ECONNECT;
   }
   if (rc == MOLT_ETIMEDOUT) {
@@ -187,8 +181,8 @@ int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_
     molt__errmsg(err, errlen, "malformed response: %s", why);
     return rc;
   }
-  rc = molt__tsv_parse(r->payload, h.length, MOLT__PROTO_MAX_RESPONSE_RECORDS,
-                       &r->recs, why, sizeof why);
+  rc = molt__tsv_parse(r->payload, h.length, MOLT__PROTO_MAX_RESPONSE_RECORDS, &r->recs,
+                       why, sizeof why);
   if (rc != 0) {
     molt__errmsg(err, errlen, "malformed response: %s", why);
     free(r->payload);
@@ -235,16 +229,16 @@ static int report_call_error(const char *what, pid_t pid, int rc, const char *er
     snprintf(path, sizeof path, "/proc/%ld", (long)pid);
     if (stat(path, &st) < 0 && errno == ENOENT)
       return cli_fail(EXIT_CONNECT,
-                  "%s: no such process %ld; check the pid with 'molt ps'",
-                  what, (long)pid);
+                      "%s: no such process %ld; check the pid with 'molt ps'", what,
+                      (long)pid);
     char comm[64];
     cli_comm(pid, comm, sizeof comm);
     return cli_fail(EXIT_CONNECT,
-                "%s: process %ld (%s) is not a molt process or has no control "
-                "channel; only programs linked with libmolt (built with "
-                "moltcc) can be controlled, and only from their network "
-                "namespace: 'molt ps' lists them",
-                what, (long)pid, comm);
+                    "%s: process %ld (%s) is not a molt process or has no control "
+                    "channel; only programs linked with libmolt (built with "
+                    "moltcc) can be controlled, and only from their network "
+                    "namespace: 'molt ps' lists them",
+                    what, (long)pid, comm);
   }
   const char *todo;
   switch (rc) {
@@ -274,16 +268,21 @@ static int report_call_error(const char *what, pid_t pid, int rc, const char *er
 /* What to do about an error reported by the target. */
 static const char *advice(int status) {
   switch (status) {
-  case MOLT_EINVAL: return "check the command line with 'molt help'";
-  case MOLT_ENOMEM: return "the process is short of memory; retry later";
+  case MOLT_EINVAL:
+    return "check the command line with 'molt help'";
+  case MOLT_ENOMEM:
+    return "the process is short of memory; retry later";
   case MOLT_ENOENT:
     return "check that the patch file exists and the process can read it";
-  case MOLT_EPERM: return "run molt as the process's owner or as root";
+  case MOLT_EPERM:
+    return "run molt as the process's owner or as root";
   case MOLT_EUNSAFE:
     return "make the patch owned by the process owner or root and not "
            "writable by others (chown, chmod go-w)";
-  case MOLT_ENOTPATCH: return "build patches with 'moltcc --molt-patch'";
-  case MOLT_ECORRUPT: return "rebuild the patch";
+  case MOLT_ENOTPATCH:
+    return "build patches with 'moltcc --molt-patch'";
+  case MOLT_ECORRUPT:
+    return "rebuild the patch";
   case MOLT_EBUILDID:
     return "rebuild it with --molt-target pointing at the running binary";
   case MOLT_EABI:
@@ -294,10 +293,12 @@ static const char *advice(int status) {
   case MOLT_ENOFUNC:
     return "only functions built as updatable can be patched; make it "
            "updatable and restart the program once";
-  case MOLT_EDLOPEN: return "check the patch's dependencies with ldd";
+  case MOLT_EDLOPEN:
+    return "check the patch's dependencies with ldd";
   case MOLT_EBUSY:
     return "wait until old calls return ('molt status' shows them) and retry";
-  case MOLT_ENOHISTORY: return "no patch is applied, nothing to undo";
+  case MOLT_ENOHISTORY:
+    return "no patch is applied, nothing to undo";
   case MOLT_ETIMEDOUT:
     return "retry with a longer --timeout or another --policy; 'molt status' "
            "shows which threads are busy";
@@ -308,8 +309,10 @@ static const char *advice(int status) {
   case MOLT_EVERSION:
     return "use a molt CLI from the same molt release as the process's "
            "libmolt";
-  case MOLT_EPOLICY: return "use --policy immediate, local or global";
-  case MOLT_ENOTSUP: return "see 'molt help'";
+  case MOLT_EPOLICY:
+    return "use --policy immediate, local or global";
+  case MOLT_ENOTSUP:
+    return "see 'molt help'";
   case MOLT_ENOTPROGRAM:
     return "build program images with 'moltcc --molt-program'";
   case MOLT_ENOPROGRAM:
@@ -318,7 +321,8 @@ static const char *advice(int status) {
   case MOLT_EXFORM:
     return "the old version goes on unchanged; fix the migration rules (.xf) "
            "and rebuild the new image";
-  default: return "see 'molt log' for details";
+  default:
+    return "see 'molt log' for details";
   }
 }
 
@@ -332,7 +336,7 @@ static int report_status_error(const char *what, const cli_reply *r) {
   if (strstr(why, "; ") != NULL)
     return cli_fail(exit_code_of_status(r->status), "%s: %s", what, why);
   return cli_fail(exit_code_of_status(r->status), "%s: %s; %s", what, why,
-              advice(r->status));
+                  advice(r->status));
 }
 
 /* Runs a request that needs no arguments and a successful answer: returns
@@ -356,11 +360,12 @@ int cli_request(const char *what, pid_t pid, unsigned op, const molt__buf *body,
 int cli_report(const cli_args *a, unsigned op, cli_reply *r) {
   char what[64];
   snprintf(what, sizeof what, "%s %ld", a->cmd, (long)a->pid);
-  return cli_request(what, a->pid, op, NULL, MOLT__DEFAULT_TIMEOUT_MS + CLIENT_SLACK_MS, r);
+  return cli_request(what, a->pid, op, NULL, MOLT__DEFAULT_TIMEOUT_MS + CLIENT_SLACK_MS,
+                     r);
 }
 
-
-int cli_change(const cli_args *a, const char *what, molt__request *req, const char *done) {
+int cli_change(const cli_args *a, const char *what, molt__request *req,
+               const char *done) {
   if (a->policy && !molt__policy_parse(a->policy, &req->policy))
     return cli_fail(EXIT_USAGE, "%s: unknown policy '%s'; use immediate, local or global",
                     what, a->policy);
@@ -375,10 +380,12 @@ int cli_change(const cli_args *a, const char *what, molt__request *req, const ch
   }
   if (body.len > MOLT__PROTO_MAX_REQUEST) {
     molt__buf_free(&body);
-    return cli_fail(EXIT_USAGE, "%s: the file path is too long; use a shorter path", what);
+    return cli_fail(EXIT_USAGE, "%s: the file path is too long; use a shorter path",
+                    what);
   }
   cli_reply r;
-  int code = cli_request(what, a->pid, req->op, &body, req->timeout_ms + CLIENT_SLACK_MS, &r);
+  int code =
+      cli_request(what, a->pid, req->op, &body, req->timeout_ms + CLIENT_SLACK_MS, &r);
   molt__buf_free(&body);
   if (code != 0)
     return code;
@@ -398,8 +405,8 @@ int cli_change(const cli_args *a, const char *what, molt__request *req, const ch
   return EXIT_OK;
 }
 
-int cli_file_arg(const char *what, const char *arg, const char *kind, const char *built_by,
-                 char **abs) {
+int cli_file_arg(const char *what, const char *arg, const char *kind,
+                 const char *built_by, char **abs) {
   struct stat st;
   if (stat(arg, &st) < 0)
     return cli_fail(EXIT_USAGE, "%s: %s; check the path of the %s", what, strerror(errno),
@@ -411,9 +418,10 @@ int cli_file_arg(const char *what, const char *arg, const char *kind, const char
   if (*abs == NULL)
     return cli_fail(EXIT_USAGE, "%s: cannot resolve the path: %s; check the path", what,
                     strerror(errno));
-  if (strlen(*abs) >= sizeof ((molt__request *)0)->path) {
+  if (strlen(*abs) >= sizeof((molt__request *)0)->path) {
     free(*abs);
-    return cli_fail(EXIT_USAGE, "%s: the file path is too long; use a shorter path", what);
+    return cli_fail(EXIT_USAGE, "%s: the file path is too long; use a shorter path",
+                    what);
   }
   return 0;
 }

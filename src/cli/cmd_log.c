@@ -4,7 +4,8 @@
 static const cli_view entries = {
     "log", NULL, "log",
     CLI_FIELDS({"seq", 1, CLI_NUM}, {"time", 2, CLI_NUM}, {"event", 3, CLI_STR},
-               {"generation", 4, CLI_NUM}, {"patch", 5, CLI_PATCH}, {"message", 6, CLI_STR}),
+               {"generation", 4, CLI_NUM}, {"patch", 5, CLI_PATCH},
+               {"message", 6, CLI_STR}),
     CLI_COLUMNS({"SEQ", 1, CLI_AS_IS}, {"TIME", 2, CLI_TIME}, {"EVENT", 3, CLI_AS_IS},
                 {"GENERATION", 4, CLI_AS_IS}, {"PATCH", 5, CLI_AS_IS},
                 {"MESSAGE", 6, CLI_AS_IS})};

@@ -67,13 +67,12 @@ int cli_cmd_ps(const cli_args *a) {
   int e = find_molt_pids(&pids, &n);
   if (e < 0)
     return cli_fail(EXIT_CONNECT,
-                "ps: cannot read /proc/net/unix: %s; molt ps needs /proc "
-                "mounted",
-                strerror(-e));
+                    "ps: cannot read /proc/net/unix: %s; molt ps needs /proc "
+                    "mounted",
+                    strerror(-e));
   cli_table t;
   cli_table_init(&t, 5,
-             (const char *const[]){"PID", "USER", "COMMAND", "GENERATION",
-                                   "STATE"});
+                 (const char *const[]){"PID", "USER", "COMMAND", "GENERATION", "STATE"});
   uid_t me = geteuid();
   for (size_t i = 0; i < n; i++) {
     pid_t pid = pids[i];
@@ -85,8 +84,7 @@ int cli_cmd_ps(const cli_args *a) {
     snprintf(pidbuf, sizeof pidbuf, "%ld", (long)pid);
     struct passwd pw, *pwp = NULL;
     char pwbuf[1024];
-    if (getpwuid_r(st.st_uid, &pw, pwbuf, sizeof pwbuf, &pwp) == 0 &&
-        pwp != NULL)
+    if (getpwuid_r(st.st_uid, &pw, pwbuf, sizeof pwbuf, &pwp) == 0 && pwp != NULL)
       snprintf(user, sizeof user, "%s", pw.pw_name);
     else
       snprintf(user, sizeof user, "%u", (unsigned)st.st_uid);

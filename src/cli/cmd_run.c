@@ -16,29 +16,29 @@ int cli_cmd_run(const cli_args *a) {
   char **argv = a->argv;
   if (argc < 3)
     return cli_fail(EXIT_USAGE, "run: missing arguments; usage: molt run "
-                            "<image.so> [args...]");
+                                "<image.so> [args...]");
   const char *image = argv[2];
   int first = 2;
   if (strcmp(image, "--") == 0) {
     if (argc < 4)
       return cli_fail(EXIT_USAGE, "run: missing arguments; usage: molt run "
-                              "<image.so> [args...]");
+                                  "<image.so> [args...]");
     image = argv[3];
     first = 3;
   }
   struct stat st;
   if (stat(image, &st) < 0)
-    return cli_fail(EXIT_USAGE, "run %s: %s; check the path of the program image",
-                image, strerror(errno));
+    return cli_fail(EXIT_USAGE, "run %s: %s; check the path of the program image", image,
+                    strerror(errno));
   if (!S_ISREG(st.st_mode))
     return cli_fail(EXIT_USAGE,
-                "run %s: not a regular file; give the .so file built by "
-                "'moltcc --molt-program'",
-                image);
+                    "run %s: not a regular file; give the .so file built by "
+                    "'moltcc --molt-program'",
+                    image);
   char *abs = realpath(image, NULL);
   if (abs == NULL)
     return cli_fail(EXIT_USAGE, "run %s: cannot resolve the path: %s", image,
-                strerror(errno));
+                    strerror(errno));
   /* argv of the driver: molt-run <image> <program args...> */
   int n = argc - first;
   char **av = cli_xmalloc(((size_t)n + 2) * sizeof *av);
@@ -60,8 +60,10 @@ int cli_cmd_run(const cli_args *a) {
         int e = errno;
         free(av);
         free(abs);
-        return cli_fail(127, "run %s: cannot execute %s: %s; check the molt "
-                         "installation", image, self, strerror(e));
+        return cli_fail(127,
+                        "run %s: cannot execute %s: %s; check the molt "
+                        "installation",
+                        image, self, strerror(e));
       }
     }
   }
@@ -69,6 +71,8 @@ int cli_cmd_run(const cli_args *a) {
   int e = errno;
   free(av);
   free(abs);
-  return cli_fail(127, "run %s: cannot execute molt-run: %s; install molt-run next "
-                   "to molt or on PATH", image, strerror(e));
+  return cli_fail(127,
+                  "run %s: cannot execute molt-run: %s; install molt-run next "
+                  "to molt or on PATH",
+                  image, strerror(e));
 }

@@ -26,8 +26,8 @@ static const cli_view lives = {
     "live", "live_generations", "live generations",
     CLI_FIELDS({"generation", 1, CLI_NUM}, {"slot", 2, CLI_NUM}, {"state", 3, CLI_STR},
                {"active_calls", 4, CLI_NUM}),
-    CLI_COLUMNS({"GENERATION", 1, CLI_AS_IS}, {"SLOT", 2, CLI_AS_IS}, {"STATE", 3, CLI_AS_IS},
-                {"ACTIVE-CALLS", 4, CLI_AS_IS})};
+    CLI_COLUMNS({"GENERATION", 1, CLI_AS_IS}, {"SLOT", 2, CLI_AS_IS},
+                {"STATE", 3, CLI_AS_IS}, {"ACTIVE-CALLS", 4, CLI_AS_IS})};
 static const cli_view functions = {
     "function", "functions", "updatable functions",
     CLI_FIELDS({"name", 1, CLI_STR}, {"tu", 2, CLI_STR}, {"static", 3, CLI_BOOL},
@@ -53,7 +53,8 @@ static const cli_field image[] = {{"path", 1, CLI_STR},
                                   {"unloading", 4, CLI_OPT},
                                   {NULL, 0, 0}};
 
-static const char *field(const molt__records *rs, const char *key, size_t i, const char *dflt) {
+static const char *field(const molt__records *rs, const char *key, size_t i,
+                         const char *dflt) {
   const molt__record *r = molt__tsv_find(rs, key);
   return r ? cli_field_of(r, i) : dflt;
 }
@@ -82,7 +83,8 @@ static void status_json(pid_t pid, const molt__records *rs) {
     cli_json_bool(&j, strcmp(rc, "enabled") == 0);
   else
     cli_json_null(&j);
-  const cli_view *arrays[] = {&programs, &patches, &objects, &lives, &functions, &threads};
+  const cli_view *arrays[] = {&programs, &patches,   &objects,
+                              &lives,    &functions, &threads};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
     cli_json_records(&j, rs, arrays[i]);
   /* Full updates: the program image (null unless started by molt run). */
@@ -133,15 +135,16 @@ static void status_human(pid_t pid, const molt__records *rs) {
   printf("state       %s\n", state);
   printf("generation  %s\n", gen);
   printf("reclaim     %s\n", recl);
-  const cli_view *tables[] = {&programs, &patches, &objects, &lives, &functions, &threads};
+  const cli_view *tables[] = {&programs, &patches,   &objects,
+                              &lives,    &functions, &threads};
   for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
     section(rs, tables[i]);
   const molt__record *im = molt__tsv_find(rs, "image");
   if (im != NULL) {
     const char *n = cli_field_of(im, 3), *old = cli_field_of(im, 4);
     char line[8192];
-    snprintf(line, sizeof line, "%s (build-id %s, %s full update%s%s%s)", cli_field_of(im, 1),
-             cli_field_of(im, 2), n, strcmp(n, "1") == 0 ? "" : "s",
+    snprintf(line, sizeof line, "%s (build-id %s, %s full update%s%s%s)",
+             cli_field_of(im, 1), cli_field_of(im, 2), n, strcmp(n, "1") == 0 ? "" : "s",
              old[0] ? "; old image still loaded: " : "", old);
     cli_sanitize(line);
     printf("\nprogram image  %s\n", line);

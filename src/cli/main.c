@@ -18,11 +18,11 @@
 
 typedef struct command {
   const char *name;
-  unsigned op;       /* MOLT__OP_* it sends; 0: none (a local command) */
-  unsigned flags;    /* MOLT__OPF_*: which options it takes */
-  const char *file;  /* its second argument names a "patch", an "image" */
-  bool pid;          /* its first argument is a process id */
-  bool raw;          /* takes the rest of the command line as it is */
+  unsigned op;          /* MOLT__OP_* it sends; 0: none (a local command) */
+  unsigned flags;       /* MOLT__OPF_*: which options it takes */
+  const char *file;     /* its second argument names a "patch", an "image" */
+  bool pid;             /* its first argument is a process id */
+  bool raw;             /* takes the rest of the command line as it is */
   const char *synopsis; /* NULL: built from the fields above */
   const char *summary;
   int (*handler)(const cli_args *a);
@@ -32,17 +32,19 @@ typedef struct command {
 static const command commands[] = {
     {"ps", 0, 0, NULL, false, false, NULL,
      "list molt processes: PID USER COMMAND GENERATION STATE", cli_cmd_ps, NULL},
-#define MOLT__CLI_COMMAND(NAME, name, code, flags, modes, file, summary)        \
-  {#name, MOLT__OP_##NAME, (flags), (file), true, false, NULL, (summary), cli_cmd_##name, NULL},
+#define MOLT__CLI_COMMAND(NAME, name, code, flags, modes, file, summary)                 \
+  {#name, MOLT__OP_##NAME, (flags),        (file), true, false,                          \
+   NULL,  (summary),       cli_cmd_##name, NULL},
     MOLT__OPS(MOLT__CLI_COMMAND)
 #undef MOLT__CLI_COMMAND
-    {"run", 0, 0, NULL, false, true, "molt run <image.so> [args...]",
-     "run a program image (built with 'moltcc --molt-program') in this process", cli_cmd_run,
-     NULL},
+        {"run", 0, 0, NULL, false, true, "molt run <image.so> [args...]",
+         "run a program image (built with 'moltcc --molt-program') in this process",
+         cli_cmd_run, NULL},
     {"help", 0, 0, NULL, false, true, "molt help", "this text", cli_cmd_help,
      (const char *const[]){"--help", "-h", NULL}},
-    {"--version", 0, 0, NULL, false, true, "molt --version", "version of molt and of its protocol",
-     cli_cmd_version, (const char *const[]){"version", NULL}},
+    {"--version", 0, 0, NULL, false, true, "molt --version",
+     "version of molt and of its protocol", cli_cmd_version,
+     (const char *const[]){"version", NULL}},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -150,7 +152,10 @@ static void takers(unsigned flag, char *buf, size_t len) {
       continue;
     k++;
     size_t used = strlen(buf);
-    snprintf(buf + used, len - used, "%s%s", k == 1 ? "" : k == n ? " and " : ", ",
+    snprintf(buf + used, len - used, "%s%s",
+             k == 1   ? ""
+             : k == n ? " and "
+                      : ", ",
              commands[i].name);
   }
 }
@@ -176,8 +181,8 @@ static int parse_args(int argc, char **argv, cli_args *o) {
         else if (i + 1 < argc)
           val = argv[++i];
         else
-          return cli_fail(EXIT_USAGE, "%s: option %s needs a value; see 'molt help'", o->cmd,
-                          a);
+          return cli_fail(EXIT_USAGE, "%s: option %s needs a value; see 'molt help'",
+                          o->cmd, a);
       }
       molt_policy_t p;
       if (strcmp(a, "--json") == 0) {
@@ -186,23 +191,27 @@ static int parse_args(int argc, char **argv, cli_args *o) {
         o->check_interior = true;
       } else if (klen == 8 && strncmp(a, "--policy", 8) == 0) {
         if (!molt__policy_parse(val, &p))
-          return cli_fail(EXIT_USAGE, "%s: unknown policy '%s'; use immediate, local or global",
+          return cli_fail(EXIT_USAGE,
+                          "%s: unknown policy '%s'; use immediate, local or global",
                           o->cmd, val);
         o->policy = val;
       } else if (klen == 9 && strncmp(a, "--timeout", 9) == 0) {
         o->timeout_ms = parse_timeout(val);
         if (o->timeout_ms < 0)
-          return cli_fail(EXIT_USAGE,
-                          "%s: invalid timeout '%s'; give a number of seconds greater than "
-                          "0 and at most 86400",
-                          o->cmd, val);
+          return cli_fail(
+              EXIT_USAGE,
+              "%s: invalid timeout '%s'; give a number of seconds greater than "
+              "0 and at most 86400",
+              o->cmd, val);
       } else {
-        return cli_fail(EXIT_USAGE, "%s: unknown option '%s'; see 'molt help'", o->cmd, a);
+        return cli_fail(EXIT_USAGE, "%s: unknown option '%s'; see 'molt help'", o->cmd,
+                        a);
       }
       continue;
     }
     if (o->npos == 3)
-      return cli_fail(EXIT_USAGE, "%s: unexpected argument '%s'; see 'molt help'", o->cmd, a);
+      return cli_fail(EXIT_USAGE, "%s: unexpected argument '%s'; see 'molt help'", o->cmd,
+                      a);
     o->pos[o->npos++] = a;
   }
   return 0;
@@ -212,10 +221,13 @@ static int parse_args(int argc, char **argv, cli_args *o) {
 static int check_args(const command *c, const cli_args *o) {
   char list[128], syn[160];
   if (o->json && !(c->flags & MOLT__OPF_REPORT))
-    return cli_fail(EXIT_USAGE, "%s: --json is not supported here; see 'molt help'", o->cmd);
-  if ((o->policy || o->timeout_ms >= 0) && !(c->flags & (MOLT__OPF_POLICY | MOLT__OPF_TIMEOUT))) {
+    return cli_fail(EXIT_USAGE, "%s: --json is not supported here; see 'molt help'",
+                    o->cmd);
+  if ((o->policy || o->timeout_ms >= 0) &&
+      !(c->flags & (MOLT__OPF_POLICY | MOLT__OPF_TIMEOUT))) {
     takers(MOLT__OPF_POLICY | MOLT__OPF_TIMEOUT, list, sizeof list);
-    return cli_fail(EXIT_USAGE, "%s: --policy and --timeout apply only to %s; see 'molt help'",
+    return cli_fail(EXIT_USAGE,
+                    "%s: --policy and --timeout apply only to %s; see 'molt help'",
                     o->cmd, list);
   }
   if (o->policy && !(c->flags & MOLT__OPF_POLICY))
@@ -225,8 +237,9 @@ static int check_args(const command *c, const cli_args *o) {
                     o->cmd, o->cmd);
   if (o->check_interior && !(c->flags & MOLT__OPF_INTERIOR)) {
     takers(MOLT__OPF_INTERIOR, list, sizeof list);
-    return cli_fail(EXIT_USAGE, "%s: --check-interior applies only to %s; see 'molt help'",
-                    o->cmd, list);
+    return cli_fail(EXIT_USAGE,
+                    "%s: --check-interior applies only to %s; see 'molt help'", o->cmd,
+                    list);
   }
   int npos = (c->pid ? 1 : 0) + (c->file ? 1 : 0);
   if (o->npos != npos) {
@@ -256,9 +269,11 @@ int main(int argc, char **argv) {
   if (!c) {
     for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
       if (strcmp(argv[1], reserved[i]) == 0)
-        return cli_fail(EXIT_USAGE, "%s: not supported by this version of molt; see 'molt help'",
+        return cli_fail(EXIT_USAGE,
+                        "%s: not supported by this version of molt; see 'molt help'",
                         argv[1]);
-    return cli_fail(EXIT_USAGE, "unknown command '%s'; run 'molt help' for usage", argv[1]);
+    return cli_fail(EXIT_USAGE, "unknown command '%s'; run 'molt help' for usage",
+                    argv[1]);
   }
   if (c->raw)
     return c->handler(&o);
@@ -268,8 +283,9 @@ int main(int argc, char **argv) {
   if (code != 0)
     return code;
   if (c->pid && !cli_parse_pid(o.pos[0], &o.pid))
-    return cli_fail(EXIT_USAGE,
-                    "%s: '%s' is not a process id; give the numeric pid shown by 'molt ps'",
-                    o.cmd, o.pos[0]);
+    return cli_fail(
+        EXIT_USAGE,
+        "%s: '%s' is not a process id; give the numeric pid shown by 'molt ps'", o.cmd,
+        o.pos[0]);
   return c->handler(&o);
 }

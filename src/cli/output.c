@@ -10,7 +10,9 @@
 #include <string.h>
 #include <time.h>
 
-const char *cli_field_of(const molt__record *rec, size_t i) { return molt__tsv_field(rec, i); }
+const char *cli_field_of(const molt__record *rec, size_t i) {
+  return molt__tsv_field(rec, i);
+}
 
 static bool is(const molt__record *rec, const char *key) {
   return strcmp(rec->fields[0], key) == 0;
@@ -119,12 +121,15 @@ void cli_table_records(const molt__records *rs, const cli_view *v, const char *i
     for (size_t c = 0; c < ncols; c++) {
       const char *f = cli_field_of(rec, (size_t)v->columns[c].index);
       switch (v->columns[c].show) {
-      case CLI_YESNO: f = strcmp(f, "1") == 0 ? "yes" : "no"; break;
+      case CLI_YESNO:
+        f = strcmp(f, "1") == 0 ? "yes" : "no";
+        break;
       case CLI_TIME:
         format_time(f, times[c], sizeof times[c]);
         f = times[c];
         break;
-      case CLI_AS_IS: break;
+      case CLI_AS_IS:
+        break;
       }
       row[c] = f;
     }
@@ -301,8 +306,12 @@ void cli_json_field(cli_json *j, const molt__record *rec, const cli_field *f) {
   }
   cli_json_key(j, f->json);
   switch (f->type) {
-  case CLI_NUM: cli_json_num(j, v); break;
-  case CLI_BOOL: cli_json_bool(j, strcmp(v, "1") == 0); break;
+  case CLI_NUM:
+    cli_json_num(j, v);
+    break;
+  case CLI_BOOL:
+    cli_json_bool(j, strcmp(v, "1") == 0);
+    break;
   case CLI_OPT:
     if (v[0] == '\0')
       cli_json_null(j);
@@ -315,7 +324,8 @@ void cli_json_field(cli_json *j, const molt__record *rec, const cli_field *f) {
     else
       cli_json_str(j, v);
     break;
-  default: cli_json_str(j, v);
+  default:
+    cli_json_str(j, v);
   }
 }
 

@@ -74,10 +74,17 @@ void molt__buf_record(molt__buf *b, int nfields, const char *const *fields) {
     const char *f = fields[i] ? fields[i] : "";
     for (const char *p = f; *p; p++) {
       switch (*p) {
-      case '\t': molt__buf_add(b, "\\t", 2); break;
-      case '\n': molt__buf_add(b, "\\n", 2); break;
-      case '\\': molt__buf_add(b, "\\\\", 2); break;
-      default: molt__buf_add(b, p, 1);
+      case '\t':
+        molt__buf_add(b, "\\t", 2);
+        break;
+      case '\n':
+        molt__buf_add(b, "\\n", 2);
+        break;
+      case '\\':
+        molt__buf_add(b, "\\\\", 2);
+        break;
+      default:
+        molt__buf_add(b, p, 1);
       }
     }
   }

@@ -39,8 +39,8 @@
 #define MOLT__HIDDEN __attribute__((visibility("hidden")))
 
 /* The object of type `type` whose member `member` is at p. */
-#define MOLT__CONTAINER(p, type, member)                                       \
-  ((type *)(void *)((char *)(p) - offsetof(type, member)))
+#define MOLT__CONTAINER(p, type, member)                                                 \
+  ((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 /* ---- errors.c ------------------------------------------------------------*/
 /* The MOLT_E* code for a failed system call's errno: ENOENT/ENOTDIR ->
@@ -61,8 +61,7 @@ MOLT__HIDDEN void molt__buf_printf(molt__buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* One TSV record: fields separated by tabs, a newline at the end.  Tabs,
  * newlines and backslashes inside a field are escaped as \t \n \\. */
-MOLT__HIDDEN void molt__buf_record(molt__buf *b, int nfields,
-                                   const char *const *fields);
+MOLT__HIDDEN void molt__buf_record(molt__buf *b, int nfields, const char *const *fields);
 /* The record "key <tab> value". */
 MOLT__HIDDEN void molt__buf_pair(molt__buf *b, const char *key, const char *value);
 /* snprintf into a fixed buffer of an error message; never overflows. */
@@ -105,13 +104,13 @@ MOLT__HIDDEN bool molt__proc_name(pid_t pid, pid_t tid, char *name, size_t len);
 
 /* ---- elf.c ---------------------------------------------------------------*/
 /* Build-id (hex) of the loaded module that contains addr. 0 or MOLT_E*. */
-MOLT__HIDDEN int molt__elf_build_id_of_loaded(const void *addr, char *hex,
-                                              size_t hexlen, uintptr_t *base,
-                                              char *path, size_t pathlen);
+MOLT__HIDDEN int molt__elf_build_id_of_loaded(const void *addr, char *hex, size_t hexlen,
+                                              uintptr_t *base, char *path,
+                                              size_t pathlen);
 /* Validates the ELF file behind fd (bounds-checks headers), reads its molt
  * patch note.  0, MOLT_ENOTPATCH, MOLT_ECORRUPT, MOLT_EABI. */
-MOLT__HIDDEN int molt__elf_read_patch_note(int fd, molt__patch_note *note,
-                                           char *err, size_t errlen);
+MOLT__HIDDEN int molt__elf_read_patch_note(int fd, molt__patch_note *note, char *err,
+                                           size_t errlen);
 /* Symbol lookup in a module's file symbol table (.symtab, then .dynsym):
  * name with tu == NULL finds a global symbol, with tu a local symbol of
  * that source file (STT_FILE grouping, matched by basename).  Returns the
@@ -127,8 +126,8 @@ MOLT__HIDDEN void molt__symtab_close(molt__symtab *st);
  * file of a local symbol, NULL for a global); at one address a global is
  * preferred.  Any out pointer may be NULL.  0 or MOLT_ENOSYM. */
 MOLT__HIDDEN int molt__symtab_at(const molt__symtab *st, uintptr_t value,
-                                 const char **name, const char **tu,
-                                 uintptr_t *start, size_t *size, bool *is_func);
+                                 const char **name, const char **tu, uintptr_t *start,
+                                 size_t *size, bool *is_func);
 /* Validates the ELF file behind fd as loadable by ld.so on this machine: a
  * 64-bit shared object (ET_DYN) whose headers, segments and dynamic tables
  * lie within the file.  0, MOLT_ENOTPROGRAM (not ELF / not a shared object
@@ -138,8 +137,8 @@ MOLT__HIDDEN int molt__elf_check_shared_object(int fd, char *err, size_t errlen)
  * sections, else PT_NOTE segments).  0, MOLT_ENOSYM (no build-id),
  * MOLT_ECORRUPT, MOLT_ENOTSUP (not an ELF64 little-endian file), MOLT_EIO,
  * MOLT_EINVAL (hexlen too small). */
-MOLT__HIDDEN int molt__elf_file_build_id(int fd, char *hex, size_t hexlen,
-                                         char *err, size_t errlen);
+MOLT__HIDDEN int molt__elf_file_build_id(int fd, char *hex, size_t hexlen, char *err,
+                                         size_t errlen);
 /* Like molt__elf_read_patch_note, but does not require the note to be
  * stamped: returns the note as it is and the file offset of its descriptor
  * (where moltstamp writes).  desc_off and note may be NULL. */

@@ -78,8 +78,7 @@ static void elf_free(elf_file *f) {
 }
 
 /* end = off + len, false on overflow or past the end of the file. */
-static bool range_ok(const elf_file *f, uint64_t off, uint64_t len,
-                     uint64_t *end) {
+static bool range_ok(const elf_file *f, uint64_t off, uint64_t len, uint64_t *end) {
   uint64_t e;
   if (__builtin_add_overflow(off, len, &e) || e > f->size)
     return false;
@@ -90,13 +89,12 @@ static bool range_ok(const elf_file *f, uint64_t off, uint64_t len,
 
 /* The message for a range that range_ok() rejected.  `what` is the subject
  * with its verb ("section headers end"), so the message reads naturally. */
-static int range_err(elf_file *f, const char *what, uint64_t off,
-                     uint64_t len) {
+static int range_err(elf_file *f, const char *what, uint64_t off, uint64_t len) {
   uint64_t e;
   if (!__builtin_add_overflow(off, len, &e))
     molt__errmsg(f->err, f->errlen,
-                 "file is truncated: %s at byte %" PRIu64 " of %" PRIu64, what,
-                 e, f->size);
+                 "file is truncated: %s at byte %" PRIu64 " of %" PRIu64, what, e,
+                 f->size);
   else
     molt__errmsg(f->err, f->errlen,
                  "file is corrupt: %s past any possible file size (offset "
@@ -113,14 +111,12 @@ static int read_exact(elf_file *f, void *dst, uint64_t off, uint64_t len) {
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      molt__errmsg(f->err, f->errlen, "cannot read the file: %s",
-                   strerror(errno));
+      molt__errmsg(f->err, f->errlen, "cannot read the file: %s", strerror(errno));
       return MOLT_EIO;
     }
     if (n == 0) {
       /* Only possible if the file shrank after fstat(). */
-      molt__errmsg(f->err, f->errlen,
-                   "file is truncated: it shrank while being read");
+      molt__errmsg(f->err, f->errlen, "file is truncated: it shrank while being read");
       return MOLT_ECORRUPT;
     }
     p += n;
@@ -139,8 +135,7 @@ static int read_alloc(elf_file *f, uint64_t off, uint64_t len, uint64_t cap,
     return range_err(f, what, off, len);
   if (len > cap) {
     molt__errmsg(f->err, f->errlen,
-                 "file is corrupt: %s after an implausible %" PRIu64 " bytes",
-                 what, len);
+                 "file is corrupt: %s after an implausible %" PRIu64 " bytes", what, len);
     return MOLT_ECORRUPT;
   }
   char *buf = malloc((size_t)len + 1);
@@ -175,13 +170,20 @@ static const char *printable(const char *s, char *buf, size_t len) {
 
 static const char *machine_name(unsigned m) {
   switch (m) {
-  case EM_X86_64: return "x86-64";
-  case EM_386: return "i386";
-  case EM_AARCH64: return "aarch64";
-  case EM_ARM: return "arm";
-  case EM_RISCV: return "riscv";
-  case EM_PPC64: return "ppc64";
-  default: return "unknown";
+  case EM_X86_64:
+    return "x86-64";
+  case EM_386:
+    return "i386";
+  case EM_AARCH64:
+    return "aarch64";
+  case EM_ARM:
+    return "arm";
+  case EM_RISCV:
+    return "riscv";
+  case EM_PPC64:
+    return "ppc64";
+  default:
+    return "unknown";
   }
 }
 
@@ -242,8 +244,7 @@ static int elf_open(elf_file *f, int fd, int flags, int notelf, char *err,
     return notelf;
   }
   if (ident[EI_CLASS] != ELFCLASS64) {
-    molt__errmsg(err, errlen, "file is corrupt: invalid ELF class %u",
-                 ident[EI_CLASS]);
+    molt__errmsg(err, errlen, "file is corrupt: invalid ELF class %u", ident[EI_CLASS]);
     return MOLT_ECORRUPT;
   }
   if (ident[EI_DATA] == ELFDATA2MSB) {
@@ -271,10 +272,9 @@ static int elf_open(elf_file *f, int fd, int flags, int notelf, char *err,
   }
   if (flags & LOAD_PATCH) {
     if (f->eh.e_machine != HOST_MACHINE) {
-      molt__errmsg(err, errlen,
-                   "built for another machine (%s, e_machine %u); this is %s",
-                   machine_name(f->eh.e_machine), f->eh.e_machine,
-                   machine_name(HOST_MACHINE));
+      molt__errmsg(
+          err, errlen, "built for another machine (%s, e_machine %u); this is %s",
+          machine_name(f->eh.e_machine), f->eh.e_machine, machine_name(HOST_MACHINE));
       return notelf;
     }
     if (f->eh.e_type != ET_DYN) {
@@ -297,8 +297,8 @@ static int load_headers(elf_file *f) {
 
   if (eh->e_ehsize < sizeof(Elf64_Ehdr)) {
     molt__errmsg(f->err, f->errlen,
-                 "file is corrupt: ELF header size is %u, expected %zu",
-                 eh->e_ehsize, sizeof(Elf64_Ehdr));
+                 "file is corrupt: ELF header size is %u, expected %zu", eh->e_ehsize,
+                 sizeof(Elf64_Ehdr));
     return MOLT_ECORRUPT;
   }
 
@@ -319,8 +319,7 @@ static int load_headers(elf_file *f) {
     }
     f->phnum = eh->e_phnum;
     rc = read_alloc(f, eh->e_phoff, (uint64_t)f->phnum * sizeof(Elf64_Phdr),
-                    MAX_HEADERS_BYTES, "program headers end",
-                    (void **)&f->ph);
+                    MAX_HEADERS_BYTES, "program headers end", (void **)&f->ph);
     if (rc)
       return rc;
   }
@@ -329,8 +328,7 @@ static int load_headers(elf_file *f) {
    * and name-table index live in section 0 (sh_size, sh_link). */
   if (eh->e_shoff == 0) {
     if (eh->e_shnum != 0) {
-      molt__errmsg(f->err, f->errlen,
-                   "file is corrupt: %u section headers at offset 0",
+      molt__errmsg(f->err, f->errlen, "file is corrupt: %u section headers at offset 0",
                    eh->e_shnum);
       return MOLT_ECORRUPT;
     }
@@ -361,12 +359,12 @@ static int load_headers(elf_file *f) {
     return 0;
   uint64_t shbytes;
   if (__builtin_mul_overflow(shnum, (uint64_t)sizeof(Elf64_Shdr), &shbytes)) {
-    molt__errmsg(f->err, f->errlen,
-                 "file is corrupt: absurd section count %" PRIu64, shnum);
+    molt__errmsg(f->err, f->errlen, "file is corrupt: absurd section count %" PRIu64,
+                 shnum);
     return MOLT_ECORRUPT;
   }
-  rc = read_alloc(f, eh->e_shoff, shbytes, MAX_HEADERS_BYTES,
-                  "section headers end", (void **)&f->sh);
+  rc = read_alloc(f, eh->e_shoff, shbytes, MAX_HEADERS_BYTES, "section headers end",
+                  (void **)&f->sh);
   if (rc)
     return rc;
   f->shnum = (size_t)shnum;
@@ -404,8 +402,8 @@ static int load_headers(elf_file *f) {
 }
 
 /* The PT_LOAD segment whose mapped range holds [vaddr, vaddr+len), or NULL. */
-static const Elf64_Phdr *segment_of(const elf_file *f, uint64_t vaddr,
-                                    uint64_t len, bool file_backed) {
+static const Elf64_Phdr *segment_of(const elf_file *f, uint64_t vaddr, uint64_t len,
+                                    bool file_backed) {
   uint64_t end;
   if (__builtin_add_overflow(vaddr, len, &end))
     return NULL;
@@ -578,8 +576,8 @@ static int check_loadable(elf_file *f) {
     }
     if (problem)
       molt__errmsg(f->err, f->errlen,
-                   "file is corrupt: dynamic entry %zu (tag %" PRId64 ") %s",
-                   i, tag, problem);
+                   "file is corrupt: dynamic entry %zu (tag %" PRId64 ") %s", i, tag,
+                   problem);
   }
   free(d);
   return problem ? MOLT_ECORRUPT : 0;
@@ -617,8 +615,8 @@ static int scan_notes(elf_file *f, uint64_t off, uint64_t size, uint64_t align,
   while (pos < size) {
     uint32_t hdr[3];
     if (size - pos < sizeof hdr) {
-      molt__errmsg(f->err, f->errlen,
-                   "file is corrupt: truncated note header in %s", where);
+      molt__errmsg(f->err, f->errlen, "file is corrupt: truncated note header in %s",
+                   where);
       rc = MOLT_ECORRUPT;
       break;
     }
@@ -635,8 +633,7 @@ static int scan_notes(elf_file *f, uint64_t off, uint64_t size, uint64_t align,
       rc = MOLT_ECORRUPT;
       break;
     }
-    if (hdr[2] == type && hdr[0] == olen &&
-        memcmp(buf + name_off, owner, olen) == 0) {
+    if (hdr[2] == type && hdr[0] == olen && memcmp(buf + name_off, owner, olen) == 0) {
       uint64_t abs = off + desc_off;
       if (hit->count == 0 || hit->desc_off != abs) {
         hit->count++;
@@ -655,8 +652,7 @@ static int scan_notes(elf_file *f, uint64_t off, uint64_t size, uint64_t align,
  * sections, a segment that does not parse is skipped rather than fatal:
  * some linkers put notes of mixed alignment into one PT_NOTE, which cannot
  * be walked with a single alignment. */
-static int find_note(elf_file *f, const char *owner, uint32_t type,
-                     note_hit *hit) {
+static int find_note(elf_file *f, const char *owner, uint32_t type, note_hit *hit) {
   memset(hit, 0, sizeof *hit);
   char where[96], name[48];
   int rc;
@@ -666,8 +662,8 @@ static int find_note(elf_file *f, const char *owner, uint32_t type,
       continue;
     snprintf(where, sizeof where, "section %zu (%s)", i,
              printable(section_name(f, i), name, sizeof name));
-    rc = scan_notes(f, s->sh_offset, s->sh_size, s->sh_addralign, where, owner,
-                    type, hit);
+    rc =
+        scan_notes(f, s->sh_offset, s->sh_size, s->sh_addralign, where, owner, type, hit);
     if (rc)
       return rc;
   }
@@ -678,8 +674,7 @@ static int find_note(elf_file *f, const char *owner, uint32_t type,
     if (p->p_type != PT_NOTE)
       continue;
     snprintf(where, sizeof where, "segment %zu (PT_NOTE)", i);
-    rc = scan_notes(f, p->p_offset, p->p_filesz, p->p_align, where, owner, type,
-                    hit);
+    rc = scan_notes(f, p->p_offset, p->p_filesz, p->p_align, where, owner, type, hit);
     if (rc == MOLT_ECORRUPT && f->shnum > 0) {
       /* The sections parsed and are authoritative. */
       if (f->err && f->errlen)
@@ -706,8 +701,8 @@ static void hex_encode(const unsigned char *p, size_t n, char *hex) {
 /* ------------------------------------------------------------------------ */
 
 /* Finds and checks the molt note without requiring a stamp. */
-static int patch_note(elf_file *f, int fd, uint64_t *desc_off,
-                      molt__patch_note *note, char *err, size_t errlen) {
+static int patch_note(elf_file *f, int fd, uint64_t *desc_off, molt__patch_note *note,
+                      char *err, size_t errlen) {
   int rc = elf_open(f, fd, LOAD_PATCH, MOLT_ENOTPATCH, err, errlen);
   if (rc)
     return rc;
@@ -736,8 +731,7 @@ static int patch_note(elf_file *f, int fd, uint64_t *desc_off,
   uint32_t abi;
   if (hit.descsz < sizeof abi) {
     molt__errmsg(err, errlen,
-                 "file is corrupt: molt patch note is %" PRIu32
-                 " bytes, expected %zu",
+                 "file is corrupt: molt patch note is %" PRIu32 " bytes, expected %zu",
                  hit.descsz, sizeof(molt__patch_note));
     return MOLT_ECORRUPT;
   }
@@ -753,8 +747,7 @@ static int patch_note(elf_file *f, int fd, uint64_t *desc_off,
   }
   if (hit.descsz != sizeof(molt__patch_note)) {
     molt__errmsg(err, errlen,
-                 "file is corrupt: molt patch note is %" PRIu32
-                 " bytes, expected %zu",
+                 "file is corrupt: molt patch note is %" PRIu32 " bytes, expected %zu",
                  hit.descsz, sizeof(molt__patch_note));
     return MOLT_ECORRUPT;
   }
@@ -765,9 +758,8 @@ static int patch_note(elf_file *f, int fd, uint64_t *desc_off,
   return 0;
 }
 
-int molt__elf_patch_note_offset(int fd, uint64_t *desc_off,
-                                molt__patch_note *note, char *err,
-                                size_t errlen) {
+int molt__elf_patch_note_offset(int fd, uint64_t *desc_off, molt__patch_note *note,
+                                char *err, size_t errlen) {
   elf_file f;
   molt__patch_note tmp;
   uint64_t off = 0;
@@ -778,8 +770,7 @@ int molt__elf_patch_note_offset(int fd, uint64_t *desc_off,
   return rc;
 }
 
-int molt__elf_read_patch_note(int fd, molt__patch_note *note, char *err,
-                              size_t errlen) {
+int molt__elf_read_patch_note(int fd, molt__patch_note *note, char *err, size_t errlen) {
   molt__patch_note n;
   int rc = molt__elf_patch_note_offset(fd, NULL, &n, err, errlen);
   if (rc)
@@ -839,8 +830,7 @@ static int check_hex_room(size_t n, size_t hexlen) {
   return 0;
 }
 
-int molt__elf_file_build_id(int fd, char *hex, size_t hexlen, char *err,
-                            size_t errlen) {
+int molt__elf_file_build_id(int fd, char *hex, size_t hexlen, char *err, size_t errlen) {
   elf_file f;
   int rc = elf_open(&f, fd, 0, MOLT_ENOTSUP, err, errlen);
   note_hit hit;
@@ -859,8 +849,8 @@ int molt__elf_file_build_id(int fd, char *hex, size_t hexlen, char *err,
   if (rc == 0) {
     rc = check_hex_room(hit.descsz, hexlen);
     if (rc == MOLT_ECORRUPT)
-      molt__errmsg(err, errlen,
-                   "file is corrupt: build-id of %" PRIu32 " bytes", hit.descsz);
+      molt__errmsg(err, errlen, "file is corrupt: build-id of %" PRIu32 " bytes",
+                   hit.descsz);
     else if (rc)
       molt__errmsg(err, errlen, "build-id buffer too small");
   }
@@ -895,8 +885,7 @@ static int loaded_build_id(const struct dl_phdr_info *info, loaded_ctx *c) {
     const ElfW(Phdr) *p = &info->dlpi_phdr[i];
     if (p->p_type != PT_NOTE)
       continue;
-    const unsigned char *buf =
-        (const unsigned char *)(info->dlpi_addr + p->p_vaddr);
+    const unsigned char *buf = (const unsigned char *)(info->dlpi_addr + p->p_vaddr);
     uint64_t size = p->p_memsz, a = p->p_align == 8 ? 8 : 4, pos = 0;
     while (size - pos >= 12) {
       uint32_t hdr[3];
@@ -991,8 +980,8 @@ typedef struct sym_ent {
   const char *file; /* basename of the STT_FILE group; NULL for globals */
   uint64_t value;
   int kind;
-  uint64_t size;    /* st_size (for address -> symbol lookups) */
-  bool is_func;     /* STT_FUNC (else STT_OBJECT) */
+  uint64_t size; /* st_size (for address -> symbol lookups) */
+  bool is_func;  /* STT_FUNC (else STT_OBJECT) */
 } sym_ent;
 
 struct molt__symtab {
@@ -1039,8 +1028,7 @@ static int push_ent(molt__symtab *st, sym_ent e) {
  * with an empty-named STT_FILE, where it puts the symbols it turned local
  * (it also resets their visibility to default there).
  */
-static int load_symbols(elf_file *f, molt__symtab *st, size_t secidx,
-                        int slot) {
+static int load_symbols(elf_file *f, molt__symtab *st, size_t secidx, int slot) {
   const Elf64_Shdr *s = &f->sh[secidx];
   if (s->sh_entsize != sizeof(Elf64_Sym) || s->sh_size % sizeof(Elf64_Sym) ||
       s->sh_link == 0 || s->sh_link >= f->shnum ||
@@ -1092,8 +1080,7 @@ static int load_symbols(elf_file *f, molt__symtab *st, size_t secidx,
       if (sym->st_shndx == SHN_UNDEF || sym->st_shndx == SHN_ABS ||
           sym->st_shndx == SHN_COMMON || name[0] == '\0')
         continue;
-      sym_ent e = {name, NULL, sym->st_value, SYM_GLOBAL, sym->st_size,
-                   type == STT_FUNC};
+      sym_ent e = {name, NULL, sym->st_value, SYM_GLOBAL, sym->st_size, type == STT_FUNC};
       if (bind == STB_LOCAL) {
         if (dynamic)
           continue;
@@ -1102,8 +1089,7 @@ static int load_symbols(elf_file *f, molt__symtab *st, size_t secidx,
           e.kind = SYM_LOCAL;
           e.file = file;
         }
-      } else if (bind != STB_GLOBAL && bind != STB_WEAK &&
-                 bind != STB_GNU_UNIQUE) {
+      } else if (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE) {
         continue;
       }
       rc = push_ent(st, e);
@@ -1170,8 +1156,7 @@ static int build_addr_index(molt__symtab *st) {
 }
 
 int molt__symtab_at(const molt__symtab *st, uintptr_t value, const char **name,
-                    const char **tu, uintptr_t *start, size_t *size,
-                    bool *is_func) {
+                    const char **tu, uintptr_t *start, size_t *size, bool *is_func) {
   if (!st)
     return MOLT_EINVAL;
   /* Last entry with by_addr[i]->value <= value. */
@@ -1256,8 +1241,8 @@ int molt__symtab_open(const char *path, molt__symtab **out) {
   return 0;
 }
 
-int molt__symtab_lookup(const molt__symtab *st, const char *name,
-                        const char *tu, uintptr_t *value) {
+int molt__symtab_lookup(const molt__symtab *st, const char *name, const char *tu,
+                        uintptr_t *value) {
   if (!st || !name || !value)
     return MOLT_EINVAL;
   const char *tub = tu ? base_name(tu) : NULL;

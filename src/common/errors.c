@@ -8,8 +8,8 @@ const char *molt_strerror(int err) {
   switch (err) {
   case 0:
     return "success";
-#define MOLT__ERR_MSG(name, val, msg)                                          \
-  case (val):                                                                  \
+#define MOLT__ERR_MSG(name, val, msg)                                                    \
+  case (val):                                                                            \
     return msg;
     MOLT_ERRNO_MAP(MOLT__ERR_MSG)
 #undef MOLT__ERR_MSG
@@ -22,8 +22,8 @@ const char *molt_err_name(int err) {
   switch (err) {
   case 0:
     return "0";
-#define MOLT__ERR_NAME(name, val, msg)                                         \
-  case (val):                                                                  \
+#define MOLT__ERR_NAME(name, val, msg)                                                   \
+  case (val):                                                                            \
     return "MOLT_" #name;
     MOLT_ERRNO_MAP(MOLT__ERR_NAME)
 #undef MOLT__ERR_NAME

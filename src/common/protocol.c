@@ -22,7 +22,7 @@
 /* ---- operations ------------------------------------------------------------ */
 
 static const molt__op_info ops[] = {
-#define MOLT__OP_INFO(NAME, name, code, flags, modes, file, summary)            \
+#define MOLT__OP_INFO(NAME, name, code, flags, modes, file, summary)                     \
   {MOLT__OP_##NAME, #name, (flags), (modes), (file), (summary)},
     MOLT__OPS(MOLT__OP_INFO)
 #undef MOLT__OP_INFO
@@ -44,9 +44,12 @@ const molt__op_info *molt__op_all(size_t *n) {
 
 const char *molt__policy_name(molt_policy_t p) {
   switch (p) {
-  case MOLT_POLICY_IMMEDIATE: return "immediate";
-  case MOLT_POLICY_LOCAL: return "local";
-  case MOLT_POLICY_GLOBAL: return "global";
+  case MOLT_POLICY_IMMEDIATE:
+    return "immediate";
+  case MOLT_POLICY_LOCAL:
+    return "local";
+  case MOLT_POLICY_GLOBAL:
+    return "global";
   }
   return NULL;
 }
@@ -201,10 +204,9 @@ void molt__proto_encode_hdr(const molt__frame_hdr *h,
   put32(out + 12, h->length);
 }
 
-
 int molt__proto_decode_hdr(const unsigned char in[MOLT__PROTO_HDR_SIZE],
-                           molt__frame_type type, molt__frame_hdr *h,
-                           char *err, size_t errlen) {
+                           molt__frame_type type, molt__frame_hdr *h, char *err,
+                           size_t errlen) {
   h->magic = get32(in);
   h->version = get16(in + 4);
   h->kind = get16(in + 6);
@@ -231,32 +233,27 @@ int molt__proto_decode_hdr(const unsigned char in[MOLT__PROTO_HDR_SIZE],
       return MOLT_EPROTO;
     }
     if (h->status != 0) {
-      molt__errmsg(err, errlen, "request carries status %d (must be 0)",
-                   (int)h->status);
+      molt__errmsg(err, errlen, "request carries status %d (must be 0)", (int)h->status);
       return MOLT_EPROTO;
     }
     if (h->length > MOLT__PROTO_MAX_REQUEST) {
-      molt__errmsg(err, errlen,
-                   "request payload of %u bytes exceeds the limit of %u",
+      molt__errmsg(err, errlen, "request payload of %u bytes exceeds the limit of %u",
                    (unsigned)h->length, MOLT__PROTO_MAX_REQUEST);
       return MOLT_EPROTO;
     }
   } else {
     if (h->kind != 0) {
-      molt__errmsg(err, errlen, "response has kind %u (must be 0)",
-                   (unsigned)h->kind);
+      molt__errmsg(err, errlen, "response has kind %u (must be 0)", (unsigned)h->kind);
       return MOLT_EPROTO;
     }
     /* Any negative status is accepted: a newer runtime may know codes this
      * CLI does not; molt_strerror() then says "unknown error". */
     if (h->status > 0) {
-      molt__errmsg(err, errlen, "response carries positive status %d",
-                   (int)h->status);
+      molt__errmsg(err, errlen, "response carries positive status %d", (int)h->status);
       return MOLT_EPROTO;
     }
     if (h->length > MOLT__PROTO_MAX_RESPONSE) {
-      molt__errmsg(err, errlen,
-                   "response payload of %u bytes exceeds the limit of %u",
+      molt__errmsg(err, errlen, "response payload of %u bytes exceeds the limit of %u",
                    (unsigned)h->length, MOLT__PROTO_MAX_RESPONSE);
       return MOLT_EPROTO;
     }
@@ -271,10 +268,17 @@ void molt__tsv_escape(molt__buf *b, const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
     const char *rep = NULL;
     switch (s[i]) {
-    case '\\': rep = "\\\\"; break;
-    case '\t': rep = "\\t"; break;
-    case '\n': rep = "\\n"; break;
-    default: continue;
+    case '\\':
+      rep = "\\\\";
+      break;
+    case '\t':
+      rep = "\\t";
+      break;
+    case '\n':
+      rep = "\\n";
+      break;
+    default:
+      continue;
     }
     molt__buf_add(b, s + run, i - run);
     molt__buf_add(b, rep, 2);
@@ -291,10 +295,17 @@ long molt__tsv_unescape(char *s, size_t n) {
       if (r + 1 >= n)
         return MOLT_EPROTO; /* lone backslash at the end of the field */
       switch (s[++r]) {
-      case '\\': c = '\\'; break;
-      case 't': c = '\t'; break;
-      case 'n': c = '\n'; break;
-      default: return MOLT_EPROTO;
+      case '\\':
+        c = '\\';
+        break;
+      case 't':
+        c = '\t';
+        break;
+      case 'n':
+        c = '\n';
+        break;
+      default:
+        return MOLT_EPROTO;
       }
     }
     s[w++] = c;
@@ -315,8 +326,8 @@ void molt__tsv_free(molt__records *r) {
   memset(r, 0, sizeof *r);
 }
 
-int molt__tsv_parse(const char *data, size_t len, size_t max_records,
-                    molt__records *out, char *err, size_t errlen) {
+int molt__tsv_parse(const char *data, size_t len, size_t max_records, molt__records *out,
+                    char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   if (max_records == 0)
     max_records = MOLT__PROTO_MAX_RECORDS;
@@ -338,8 +349,8 @@ int molt__tsv_parse(const char *data, size_t len, size_t max_records,
     }
     if (c == '\t') {
       if (++fields_here > MOLT__PROTO_MAX_FIELDS) {
-        molt__errmsg(err, errlen, "record %zu has more than %u fields",
-                     nrec + 1, MOLT__PROTO_MAX_FIELDS);
+        molt__errmsg(err, errlen, "record %zu has more than %u fields", nrec + 1,
+                     MOLT__PROTO_MAX_FIELDS);
         return MOLT_EPROTO;
       }
     } else if (c == '\n') {
@@ -482,14 +493,12 @@ int molt__proto_read_full(int fd, void *buf, size_t n, uint64_t deadline_ns,
   return rc;
 }
 
-int molt__proto_write_full(int fd, const void *buf, size_t n,
-                           uint64_t deadline_ns) {
+int molt__proto_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ns) {
   size_t done = 0;
   while (done < n) {
     /* MSG_NOSIGNAL: a client that went away must not kill the host process
      * with SIGPIPE; MSG_DONTWAIT: the deadline rules, not the socket. */
-    ssize_t k = send(fd, (const char *)buf + done, n - done,
-                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t k = send(fd, (const char *)buf + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k >= 0) {
       done += (size_t)k;
       continue;
@@ -515,9 +524,8 @@ int molt__proto_send(int fd, const molt__frame_hdr *h, const void *payload,
   return rc;
 }
 
-int molt__proto_recv(int fd, molt__frame_type type, molt__frame_hdr *h,
-                     char **payload, uint64_t deadline_ns, char *err,
-                     size_t errlen) {
+int molt__proto_recv(int fd, molt__frame_type type, molt__frame_hdr *h, char **payload,
+                     uint64_t deadline_ns, char *err, size_t errlen) {
   unsigned char hdr[MOLT__PROTO_HDR_SIZE];
   size_t got = 0;
   *payload = NULL;
@@ -547,8 +555,7 @@ int molt__proto_recv(int fd, molt__frame_type type, molt__frame_hdr *h,
     return 0;
   char *p = malloc((size_t)h->length + 1);
   if (p == NULL) {
-    molt__errmsg(err, errlen, "out of memory for a %u-byte payload",
-                 (unsigned)h->length);
+    molt__errmsg(err, errlen, "out of memory for a %u-byte payload", (unsigned)h->length);
     return MOLT_ENOMEM;
   }
   rc = molt__proto_read_full(fd, p, h->length, deadline_ns, &got);
@@ -557,8 +564,7 @@ int molt__proto_recv(int fd, molt__frame_type type, molt__frame_hdr *h,
       molt__errmsg(err, errlen, "truncated payload (%zu of %u bytes)", got,
                    (unsigned)h->length);
     else if (rc == MOLT_ETIMEDOUT)
-      molt__errmsg(err, errlen,
-                   "timed out receiving the payload (%zu of %u bytes)", got,
+      molt__errmsg(err, errlen, "timed out receiving the payload (%zu of %u bytes)", got,
                    (unsigned)h->length);
     else
       molt__errmsg(err, errlen, "receive failed: %s", strerror(errno));

@@ -29,6 +29,7 @@
 /* Process modes: the ways a process is updated (src/runtime/<mode>/).  A
  * process is in exactly one at a time; each operation names the modes in
  * which the runtime accepts it. */
+/* clang-format off */
 #define MOLT__MODE_HOT 1u   /* linked with libmolt: hot patches (hot/)       */
 #define MOLT__MODE_FULL 2u  /* runs a program image (`molt run`): full/      */
 #define MOLT__MODES_ANY 0xffu
@@ -40,6 +41,7 @@
 #define MOLT__OPF_POLICY 4u   /* request record "policy" (immediate, ...)    */
 #define MOLT__OPF_TIMEOUT 8u  /* request record "timeout_ms"                 */
 #define MOLT__OPF_INTERIOR 16u /* request record "check_interior" (0 or 1)   */
+/* clang-format on */
 
 /*
  * The operations: one line each.  This table is the only place an operation
@@ -57,6 +59,7 @@
  *     file     what its "path" record names ("patch", "image"); NULL: none
  *     summary  one line for `molt help`
  */
+/* clang-format off */
 #define MOLT__OPS(XX)                                                          \
   XX(STATUS, status, 1, MOLT__OPF_REPORT, MOLT__MODES_ANY, NULL,               \
      "generation, patches, functions, threads")                               \
@@ -70,6 +73,7 @@
      MOLT__MODE_FULL, "image",                                                 \
      "full update: replace the running program image, migrate its state "     \
      "and restart its threads in the new version (default 10 s)")
+/* clang-format on */
 
 typedef enum {
 #define MOLT__OP_ENUM(NAME, name, code, ...) MOLT__OP_##NAME = (code),
@@ -80,12 +84,14 @@ typedef enum {
 /* One past the last (and, codes ascending, highest) code: the size of
  * tables indexed by op.  Not a molt__op, so that a switch over the
  * operations need not name it. */
+/* clang-format off */
 enum {
 #define MOLT__OP_AFTER(NAME, name, code, ...) MOLT__OP_AFTER_##NAME = (code),
   MOLT__OPS(MOLT__OP_AFTER)
 #undef MOLT__OP_AFTER
   MOLT__OP_END
 };
+/* clang-format on */
 
 typedef struct molt__op_info {
   molt__op op;
@@ -156,10 +162,7 @@ typedef struct molt__frame_hdr {
   uint32_t length; /* payload bytes that follow the header */
 } molt__frame_hdr;
 
-typedef enum {
-  MOLT__FRAME_REQUEST,
-  MOLT__FRAME_RESPONSE
-} molt__frame_type;
+typedef enum { MOLT__FRAME_REQUEST, MOLT__FRAME_RESPONSE } molt__frame_type;
 
 /* Writes h into 16 bytes, little endian. */
 MOLT__HIDDEN void molt__proto_encode_hdr(const molt__frame_hdr *h,
@@ -175,9 +178,8 @@ MOLT__HIDDEN void molt__proto_encode_hdr(const molt__frame_hdr *h,
  * second (a newer peer may have new ops).  err gets a one-line reason.
  */
 MOLT__HIDDEN int molt__proto_decode_hdr(const unsigned char in[MOLT__PROTO_HDR_SIZE],
-                                        molt__frame_type type,
-                                        molt__frame_hdr *h, char *err,
-                                        size_t errlen);
+                                        molt__frame_type type, molt__frame_hdr *h,
+                                        char *err, size_t errlen);
 
 /* ---- TSV payloads ------------------------------------------------------ */
 
@@ -189,8 +191,8 @@ typedef struct molt__record {
 typedef struct molt__records {
   molt__record *recs;
   size_t count;
-  char *text;           /* owned: the unescaped copy fields point into */
-  const char **fieldv;  /* owned: all field pointers */
+  char *text;          /* owned: the unescaped copy fields point into */
+  const char **fieldv; /* owned: all field pointers */
 } molt__records;
 
 /*
@@ -201,13 +203,11 @@ typedef struct molt__records {
  * max_records records, or an escape is not one of \\ \t \n.  MOLT_ENOMEM
  * if memory runs out.  On failure *out is empty and needs no free.
  */
-MOLT__HIDDEN int molt__tsv_parse(const char *data, size_t len,
-                                 size_t max_records, molt__records *out,
-                                 char *err, size_t errlen);
+MOLT__HIDDEN int molt__tsv_parse(const char *data, size_t len, size_t max_records,
+                                 molt__records *out, char *err, size_t errlen);
 MOLT__HIDDEN void molt__tsv_free(molt__records *r);
 /* First record whose first field equals key, or NULL. */
-MOLT__HIDDEN const molt__record *molt__tsv_find(const molt__records *r,
-                                                const char *key);
+MOLT__HIDDEN const molt__record *molt__tsv_find(const molt__records *r, const char *key);
 /* Field i of rec, or "" if the record is shorter (old peers send fewer
  * fields; newer peers may send more, which are ignored). */
 MOLT__HIDDEN const char *molt__tsv_field(const molt__record *rec, size_t i);
@@ -231,16 +231,16 @@ MOLT__HIDDEN uint64_t molt__proto_deadline(int64_t ms);
  * how many arrived, so 0 means the peer closed cleanly), or MOLT_EIO
  * (socket error; errno is kept).  got may be NULL.
  */
-MOLT__HIDDEN int molt__proto_read_full(int fd, void *buf, size_t n,
-                                       uint64_t deadline_ns, size_t *got);
+MOLT__HIDDEN int molt__proto_read_full(int fd, void *buf, size_t n, uint64_t deadline_ns,
+                                       size_t *got);
 /* Writes exactly n bytes with send(MSG_NOSIGNAL) (a vanished peer is an
  * error, never SIGPIPE).  0, MOLT_ETIMEDOUT or MOLT_EIO (errno kept). */
 MOLT__HIDDEN int molt__proto_write_full(int fd, const void *buf, size_t n,
                                         uint64_t deadline_ns);
 
 /* Sends header + payload. */
-MOLT__HIDDEN int molt__proto_send(int fd, const molt__frame_hdr *h,
-                                  const void *payload, uint64_t deadline_ns);
+MOLT__HIDDEN int molt__proto_send(int fd, const molt__frame_hdr *h, const void *payload,
+                                  uint64_t deadline_ns);
 /*
  * Reads and validates one message: header, then its payload into a malloc'd
  * buffer (*payload, NUL-terminated for convenience; NULL when empty).
@@ -249,9 +249,8 @@ MOLT__HIDDEN int molt__proto_send(int fd, const molt__frame_hdr *h,
  * malformed message: it said nothing at all), and MOLT_ENOMEM.  On a header
  * error *h holds what was decoded.
  */
-MOLT__HIDDEN int molt__proto_recv(int fd, molt__frame_type type,
-                                  molt__frame_hdr *h, char **payload,
-                                  uint64_t deadline_ns, char *err,
+MOLT__HIDDEN int molt__proto_recv(int fd, molt__frame_type type, molt__frame_hdr *h,
+                                  char **payload, uint64_t deadline_ns, char *err,
                                   size_t errlen);
 
 /* ---- addressing -------------------------------------------------------- */

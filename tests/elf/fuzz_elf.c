@@ -73,8 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 0:
     if (note.abi != MOLT__ABI ||
         !memchr(note.target_build_id, '\0', sizeof note.target_build_id) ||
-        note.target_build_id[0] == '\0' ||
-        strlen(note.target_build_id) % 2 != 0)
+        note.target_build_id[0] == '\0' || strlen(note.target_build_id) % 2 != 0)
       fail("read_patch_note accepted a bad note", rc, note.target_build_id);
     break;
   case MOLT_ENOTPATCH:
@@ -102,8 +101,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (rc == 0 && (hex[0] == '\0' || strlen(hex) % 2 != 0 ||
                   strspn(hex, "0123456789abcdef") != strlen(hex)))
     fail("file_build_id: bad hex", rc, hex);
-  if (rc != 0 && rc != MOLT_ENOSYM && rc != MOLT_ECORRUPT &&
-      rc != MOLT_ENOTSUP && rc != MOLT_ENOMEM)
+  if (rc != 0 && rc != MOLT_ENOSYM && rc != MOLT_ECORRUPT && rc != MOLT_ENOTSUP &&
+      rc != MOLT_ENOMEM)
     fail("file_build_id", rc, err);
 
   char path[64];
@@ -112,10 +111,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   rc = molt__symtab_open(path, &st);
   if (rc == 0) {
     static const char *const names[][2] = {
-        {"molt_patch_header", NULL},  {"elf_fx_global_fn__molt_p", "patch.c"},
-        {"main", NULL},               {"elf_target_value", NULL},
-        {"completed.0", "crtstuff.c"}, {"", NULL},
-        {"_DYNAMIC", NULL},           {"x", "/"},
+        {"molt_patch_header", NULL},
+        {"elf_fx_global_fn__molt_p", "patch.c"},
+        {"main", NULL},
+        {"elf_target_value", NULL},
+        {"completed.0", "crtstuff.c"},
+        {"", NULL},
+        {"_DYNAMIC", NULL},
+        {"x", "/"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
       uintptr_t v;
@@ -249,11 +252,9 @@ static void find_fields(seed *s) {
       if ((sh.sh_type == SHT_SYMTAB || sh.sh_type == SHT_DYNSYM) &&
           in_seed(s, sh.sh_offset, sh.sh_size)) {
         /* a sample of symbols: name, info, shndx, value */
-        for (uint64_t k = 0; k < 16 && (k + 1) * sizeof(Elf64_Sym) <= sh.sh_size;
-             k++) {
+        for (uint64_t k = 0; k < 16 && (k + 1) * sizeof(Elf64_Sym) <= sh.sh_size; k++) {
           uint64_t y = sh.sh_offset +
-                       (rnd() % (sh.sh_size / sizeof(Elf64_Sym))) *
-                           sizeof(Elf64_Sym);
+                       (rnd() % (sh.sh_size / sizeof(Elf64_Sym))) * sizeof(Elf64_Sym);
           add_field(s, y + offsetof(Elf64_Sym, st_name), 4);
           add_field(s, y + offsetof(Elf64_Sym, st_info), 1);
           add_field(s, y + offsetof(Elf64_Sym, st_shndx), 2);
@@ -272,8 +273,7 @@ static void stamp_seed(seed *s) {
   uint64_t off;
   if (molt__elf_patch_note_offset(fd, &off, NULL, NULL, 0) == 0) {
     static const char id[] = "00112233445566778899aabbccddeeff00112233";
-    memcpy(s->p + off + offsetof(molt__patch_note, target_build_id), id,
-           sizeof id);
+    memcpy(s->p + off + offsetof(molt__patch_note, target_build_id), id, sizeof id);
   }
   close(fd);
 }
@@ -302,10 +302,9 @@ static void mutate(const seed *s, unsigned char *buf, size_t *n) {
                             s->n / 2,
                             4096};
   unsigned rounds = 1 + (unsigned)(rnd() % 4);
-  for (unsigned r = 0; r < rounds && *n > 0; r++) {
+  for (unsigned r = 0; r<rounds && * n> 0; r++) {
     unsigned kind = (unsigned)(rnd() % 10);
-    const field *f =
-        s->nfields ? &s->fields[rnd() % s->nfields] : NULL;
+    const field *f = s->nfields ? &s->fields[rnd() % s->nfields] : NULL;
     if (f && f->off + f->width > *n)
       f = NULL;
     switch (kind) {

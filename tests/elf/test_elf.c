@@ -44,21 +44,21 @@ int main(int argc, char **argv);
 
 static int failures;
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);        \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-      failures++;                                                              \
-    }                                                                          \
+#define CHECK(cond, ...)                                                                 \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);                  \
+      fprintf(stderr, __VA_ARGS__);                                                      \
+      fputc('\n', stderr);                                                               \
+      failures++;                                                                        \
+    }                                                                                    \
   } while (0)
 
-#define CHECK_RC(got, want, ctx)                                               \
-  do {                                                                         \
-    int got_ = (got), want_ = (want);                                          \
-    CHECK(got_ == want_, "%s: got %s, want %s", (ctx), molt_err_name(got_),    \
-          molt_err_name(want_));                                               \
+#define CHECK_RC(got, want, ctx)                                                         \
+  do {                                                                                   \
+    int got_ = (got), want_ = (want);                                                    \
+    CHECK(got_ == want_, "%s: got %s, want %s", (ctx), molt_err_name(got_),              \
+          molt_err_name(want_));                                                         \
   } while (0)
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -111,8 +111,7 @@ static void check_msg(const char *err, int rc, const char *ctx) {
   if (rc == 0)
     return;
   CHECK(err[0] != '\0', "%s: %s without a message", ctx, molt_err_name(rc));
-  CHECK(strchr(err, '\n') == NULL, "%s: message is not one line: %s", ctx,
-        err);
+  CHECK(strchr(err, '\n') == NULL, "%s: message is not one line: %s", ctx, err);
 }
 
 /* Reads the patch note of an in-memory file; err gets the message. */
@@ -223,12 +222,10 @@ static void test_loaded_build_id(void) {
   char path[PATH_MAX], self[PATH_MAX], err[256];
   uintptr_t base = 1;
 
-  int rc = molt__elf_build_id_of_loaded((const void *)&test_loaded_build_id,
-                                        hex, sizeof hex, &base, path,
-                                        sizeof path);
+  int rc = molt__elf_build_id_of_loaded((const void *)&test_loaded_build_id, hex,
+                                        sizeof hex, &base, path, sizeof path);
   CHECK_RC(rc, 0, "build-id of the test executable");
-  CHECK(strcmp(path, self_path(self, sizeof self)) == 0,
-        "path %s, want %s", path, self);
+  CHECK(strcmp(path, self_path(self, sizeof self)) == 0, "path %s, want %s", path, self);
   CHECK(strlen(hex) == 40, "sha1 build-id expected, got %s", hex);
 
   int fd = open(self, O_RDONLY);
@@ -240,14 +237,13 @@ static void test_loaded_build_id(void) {
   /* A data address of the executable is found too. */
   char hex2[MOLT__BUILD_ID_HEX_MAX + 1];
   uintptr_t base2 = 0;
-  rc = molt__elf_build_id_of_loaded(&elf_fx_global, hex2, sizeof hex2, &base2,
-                                    NULL, 0);
+  rc = molt__elf_build_id_of_loaded(&elf_fx_global, hex2, sizeof hex2, &base2, NULL, 0);
   CHECK_RC(rc, 0, "build-id from a data address");
   CHECK(strcmp(hex, hex2) == 0 && base == base2, "data address: %s", hex2);
 
   /* A shared library: libc, through a function nothing intercepts. */
-  rc = molt__elf_build_id_of_loaded((const void *)&gnu_get_libc_version, hex,
-                                    sizeof hex, &base, path, sizeof path);
+  rc = molt__elf_build_id_of_loaded((const void *)&gnu_get_libc_version, hex, sizeof hex,
+                                    &base, path, sizeof path);
   CHECK_RC(rc, 0, "build-id of libc");
   CHECK(strstr(path, "libc.so") != NULL, "libc path %s", path);
   fd = open(path, O_RDONLY);
@@ -264,16 +260,15 @@ static void test_loaded_build_id(void) {
            MOLT_ENOENT, "heap address");
   CHECK_RC(molt__elf_build_id_of_loaded(&local, hex, sizeof hex, NULL, NULL, 0),
            MOLT_ENOENT, "stack address");
-  CHECK_RC(molt__elf_build_id_of_loaded((void *)16, hex, sizeof hex, NULL,
-                                        NULL, 0),
+  CHECK_RC(molt__elf_build_id_of_loaded((void *)16, hex, sizeof hex, NULL, NULL, 0),
            MOLT_ENOENT, "address 16");
   free(heap);
 
-  CHECK_RC(molt__elf_build_id_of_loaded((const void *)&test_loaded_build_id,
-                                        hex, 8, NULL, NULL, 0),
+  CHECK_RC(molt__elf_build_id_of_loaded((const void *)&test_loaded_build_id, hex, 8, NULL,
+                                        NULL, 0),
            MOLT_EINVAL, "hex buffer too small");
-  CHECK_RC(molt__elf_build_id_of_loaded((const void *)&test_loaded_build_id,
-                                        hex, sizeof hex, NULL, path, 3),
+  CHECK_RC(molt__elf_build_id_of_loaded((const void *)&test_loaded_build_id, hex,
+                                        sizeof hex, NULL, path, 3),
            MOLT_EINVAL, "path buffer too small");
 }
 
@@ -306,8 +301,7 @@ static void test_patch_note(const char *patch_path, const char *target_path) {
   CHECK(memcmp(p.p + off, &note, sizeof note) == 0, "note bytes differ");
   uint32_t hdr[3];
   memcpy(hdr, p.p + s->sh_offset, sizeof hdr);
-  CHECK(hdr[0] == 5 && hdr[1] == sizeof(molt__patch_note) &&
-            hdr[2] == MOLT__NOTE_TYPE &&
+  CHECK(hdr[0] == 5 && hdr[1] == sizeof(molt__patch_note) && hdr[2] == MOLT__NOTE_TYPE &&
             memcmp(p.p + s->sh_offset + 12, "molt", 5) == 0,
         "note header %u %u %#x", hdr[0], hdr[1], hdr[2]);
 
@@ -331,11 +325,10 @@ static void test_patch_note(const char *patch_path, const char *target_path) {
     size_t len;
     int want;
   } bad[] = {
-      {"xyz0", 4, MOLT_ECORRUPT},     /* not hex */
-      {"ABCD", 4, MOLT_ECORRUPT},     /* not lowercase */
-      {"abc", 3, MOLT_ECORRUPT},      /* odd length */
-      {"ab cd", 5, MOLT_ECORRUPT},
-      {"", 0, MOLT_ENOTPATCH},        /* unstamped */
+      {"xyz0", 4, MOLT_ECORRUPT},                           /* not hex */
+      {"ABCD", 4, MOLT_ECORRUPT},                           /* not lowercase */
+      {"abc", 3, MOLT_ECORRUPT},                            /* odd length */
+      {"ab cd", 5, MOLT_ECORRUPT}, {"", 0, MOLT_ENOTPATCH}, /* unstamped */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     set_target_id(q, bad[i].id, bad[i].len);
@@ -347,8 +340,7 @@ static void test_patch_note(const char *patch_path, const char *target_path) {
   char toolong[sizeof note.target_build_id];
   memset(toolong, 'a', sizeof toolong);
   set_target_id(q, toolong, MOLT__BUILD_ID_HEX_MAX + 2);
-  CHECK_RC(note_of(q.p, q.n, NULL, err, sizeof err), MOLT_ECORRUPT,
-           "130-digit id");
+  CHECK_RC(note_of(q.p, q.n, NULL, err, sizeof err), MOLT_ECORRUPT, "130-digit id");
   set_target_id(q, toolong, sizeof toolong);
   rc = note_of(q.p, q.n, NULL, err, sizeof err);
   CHECK_RC(rc, MOLT_ECORRUPT, "unterminated id");
@@ -367,22 +359,18 @@ static void test_patch_note(const char *patch_path, const char *target_path) {
   bytes t = read_file(target_path);
   rc = note_of(t.p, t.n, NULL, err, sizeof err);
   CHECK_RC(rc, MOLT_ENOTPATCH, "target program");
-  CHECK(strstr(err, "no molt patch note (.note.molt)") != NULL, "message: %s",
-        err);
+  CHECK(strstr(err, "no molt patch note (.note.molt)") != NULL, "message: %s", err);
 
   /* NULL err buffer is allowed. */
   fd = mem_fd(t.p, t.n);
-  CHECK_RC(molt__elf_read_patch_note(fd, &note, NULL, 0), MOLT_ENOTPATCH,
-           "NULL err");
+  CHECK_RC(molt__elf_read_patch_note(fd, &note, NULL, 0), MOLT_ENOTPATCH, "NULL err");
   close(fd);
-  CHECK_RC(molt__elf_read_patch_note(-1, &note, err, sizeof err), MOLT_EINVAL,
-           "fd -1");
+  CHECK_RC(molt__elf_read_patch_note(-1, &note, err, sizeof err), MOLT_EINVAL, "fd -1");
 
   /* The patch's own build-id is readable from the file. */
   char hex[MOLT__BUILD_ID_HEX_MAX + 1];
   fd = mem_fd(p.p, p.n);
-  CHECK_RC(molt__elf_file_build_id(fd, hex, sizeof hex, err, sizeof err), 0,
-           err);
+  CHECK_RC(molt__elf_file_build_id(fd, hex, sizeof hex, err, sizeof err), 0, err);
   CHECK_RC(molt__elf_file_build_id(fd, hex, 10, err, sizeof err), MOLT_EINVAL,
            "small hex buffer");
   close(fd);
@@ -400,12 +388,11 @@ static void want_sym(const molt__symtab *st, uintptr_t base, const char *name,
   int rc = molt__symtab_lookup(st, name, tu, &v);
   CHECK_RC(rc, 0, ctx);
   if (rc == 0)
-    CHECK(v + base == (uintptr_t)addr, "%s: %#lx + %#lx != %p", ctx,
-          (unsigned long)v, (unsigned long)base, addr);
+    CHECK(v + base == (uintptr_t)addr, "%s: %#lx + %#lx != %p", ctx, (unsigned long)v,
+          (unsigned long)base, addr);
 }
 
-static void want_rc(const molt__symtab *st, const char *name, const char *tu,
-                    int want) {
+static void want_rc(const molt__symtab *st, const char *name, const char *tu, int want) {
   uintptr_t v = 0;
   char ctx[160];
   snprintf(ctx, sizeof ctx, "lookup %s in %s", name, tu ? tu : "(global)");
@@ -415,8 +402,8 @@ static void want_rc(const molt__symtab *st, const char *name, const char *tu,
 static void test_symtab_self(void) {
   char hex[MOLT__BUILD_ID_HEX_MAX + 1], path[PATH_MAX];
   uintptr_t base = 0;
-  int rc = molt__elf_build_id_of_loaded((const void *)&test_symtab_self, hex,
-                                        sizeof hex, &base, path, sizeof path);
+  int rc = molt__elf_build_id_of_loaded((const void *)&test_symtab_self, hex, sizeof hex,
+                                        &base, path, sizeof path);
   CHECK_RC(rc, 0, "locate self");
   molt__symtab *st = NULL;
   rc = molt__symtab_open(path, &st);
@@ -435,12 +422,11 @@ static void test_symtab_self(void) {
   want_sym(st, base, "elf_fx_two_counter", NULL, (void *)&elf_fx_two_counter);
   want_sym(st, base, "elf_fx_counter", "tu_one.c", elf_fx_one_counter());
   want_sym(st, base, "elf_fx_counter", "tu_two.c", elf_fx_two_counter());
-  want_sym(st, base, "elf_fx_counter", "/some/dir/tu_two.c",
-           elf_fx_two_counter());
+  want_sym(st, base, "elf_fx_counter", "/some/dir/tu_two.c", elf_fx_two_counter());
   want_sym(st, base, "elf_fx_helper", "tu_one.c", elf_fx_one_helper());
   want_sym(st, base, "elf_fx_helper", "tu_two.c", elf_fx_two_helper());
 
-  want_rc(st, "elf_fx_counter", NULL, MOLT_ENOSYM);   /* statics only */
+  want_rc(st, "elf_fx_counter", NULL, MOLT_ENOSYM); /* statics only */
   want_rc(st, "elf_fx_counter", "tu_three.c", MOLT_ENOSYM);
   want_rc(st, "elf_fx_counter", "", MOLT_ENOSYM);
   want_rc(st, "elf_fx_counter", "dir/", MOLT_ENOSYM);
@@ -455,8 +441,7 @@ static void test_symtab_self(void) {
   CHECK_RC(molt__symtab_lookup(st, NULL, NULL, &base), MOLT_EINVAL, "NULL name");
   molt__symtab_close(st);
 
-  CHECK_RC(molt__symtab_open("/nonexistent/file", &st), MOLT_ENOENT,
-           "missing file");
+  CHECK_RC(molt__symtab_open("/nonexistent/file", &st), MOLT_ENOENT, "missing file");
   CHECK_RC(molt__symtab_open("/", &st), MOLT_ENOTSUP, "a directory");
   molt__symtab_close(NULL);
 }
@@ -470,8 +455,8 @@ static void test_symtab_patch(const char *patch_path) {
     return;
   CHECK_RC(molt__symtab_lookup(st, "molt_patch_header", NULL, &v1), 0,
            "molt_patch_header");
-  CHECK_RC(molt__symtab_lookup(st, "elf_fx_global_fn__molt_p", "patch.c", &v2),
-           0, "static patch function");
+  CHECK_RC(molt__symtab_lookup(st, "elf_fx_global_fn__molt_p", "patch.c", &v2), 0,
+           "static patch function");
   molt__symtab_close(st);
 
   /* Without .symtab (a stripped file), globals come from .dynsym. */
@@ -485,10 +470,8 @@ static void test_symtab_patch(const char *patch_path) {
   if (rc == 0) {
     CHECK_RC(molt__symtab_lookup(st, "molt_patch_header", NULL, &v3), 0,
              "dynsym molt_patch_header");
-    CHECK(v1 == v3, "symtab %#lx != dynsym %#lx", (unsigned long)v1,
-          (unsigned long)v3);
-    CHECK_RC(molt__symtab_lookup(st, "elf_fx_global_fn__molt_p", "patch.c",
-                                 &v2),
+    CHECK(v1 == v3, "symtab %#lx != dynsym %#lx", (unsigned long)v1, (unsigned long)v3);
+    CHECK_RC(molt__symtab_lookup(st, "elf_fx_global_fn__molt_p", "patch.c", &v2),
              MOLT_ENOSYM, "static without .symtab");
     molt__symtab_close(st);
   }
@@ -543,8 +526,7 @@ static bytes synth_file(synth *s) {
   size_t symoff = sizeof(Elf64_Ehdr), symsz = s->nsyms * sizeof(Elf64_Sym);
   size_t stroff = symoff + symsz, shstroff = stroff + s->strlen_;
   size_t shoff = (shstroff + sizeof shstr + 7) & ~(size_t)7;
-  bytes b = {calloc(1, shoff + 4 * sizeof(Elf64_Shdr)),
-             shoff + 4 * sizeof(Elf64_Shdr)};
+  bytes b = {calloc(1, shoff + 4 * sizeof(Elf64_Shdr)), shoff + 4 * sizeof(Elf64_Shdr)};
   Elf64_Ehdr *e = (Elf64_Ehdr *)b.p;
   memcpy(e->e_ident, ELFMAG, SELFMAG);
   e->e_ident[EI_CLASS] = ELFCLASS64;
@@ -562,13 +544,22 @@ static bytes synth_file(synth *s) {
   memcpy(b.p + stroff, s->str, s->strlen_);
   memcpy(b.p + shstroff, shstr, sizeof shstr);
   Elf64_Shdr *sh = (Elf64_Shdr *)(b.p + shoff);
-  sh[1] = (Elf64_Shdr){.sh_name = 1, .sh_type = SHT_SYMTAB, .sh_offset = symoff,
-                       .sh_size = symsz, .sh_link = 2,
-                       .sh_entsize = sizeof(Elf64_Sym), .sh_addralign = 8};
-  sh[2] = (Elf64_Shdr){.sh_name = 9, .sh_type = SHT_STRTAB, .sh_offset = stroff,
-                       .sh_size = s->strlen_, .sh_addralign = 1};
-  sh[3] = (Elf64_Shdr){.sh_name = 17, .sh_type = SHT_STRTAB,
-                       .sh_offset = shstroff, .sh_size = sizeof shstr,
+  sh[1] = (Elf64_Shdr){.sh_name = 1,
+                       .sh_type = SHT_SYMTAB,
+                       .sh_offset = symoff,
+                       .sh_size = symsz,
+                       .sh_link = 2,
+                       .sh_entsize = sizeof(Elf64_Sym),
+                       .sh_addralign = 8};
+  sh[2] = (Elf64_Shdr){.sh_name = 9,
+                       .sh_type = SHT_STRTAB,
+                       .sh_offset = stroff,
+                       .sh_size = s->strlen_,
+                       .sh_addralign = 1};
+  sh[3] = (Elf64_Shdr){.sh_name = 17,
+                       .sh_type = SHT_STRTAB,
+                       .sh_offset = shstroff,
+                       .sh_size = sizeof shstr,
                        .sh_addralign = 1};
   free(s->syms);
   free(s->str);
@@ -586,8 +577,8 @@ static molt__symtab *synth_open(bytes b, int *fdp) {
   return st;
 }
 
-static void want_value(const molt__symtab *st, const char *name,
-                       const char *tu, uint64_t want) {
+static void want_value(const molt__symtab *st, const char *name, const char *tu,
+                       uint64_t want) {
   uintptr_t v = 0;
   char ctx[160];
   snprintf(ctx, sizeof ctx, "synthetic %s in %s", name, tu ? tu : "(global)");
@@ -733,14 +724,14 @@ static int try_bytes(bytes b, const char *what, int want) {
 
 /* Applies `mutate` to a fresh copy of the stamped patch and checks the
  * result code. */
-#define MUTATE(base, what, want, stmt)                                         \
-  do {                                                                         \
-    bytes m = dup_bytes(base);                                                 \
-    Elf64_Ehdr *E = ehdr(m);                                                   \
-    (void)E;                                                                   \
-    stmt;                                                                      \
-    try_bytes(m, what, want);                                                  \
-    free(m.p);                                                                 \
+#define MUTATE(base, what, want, stmt)                                                   \
+  do {                                                                                   \
+    bytes m = dup_bytes(base);                                                           \
+    Elf64_Ehdr *E = ehdr(m);                                                             \
+    (void)E;                                                                             \
+    stmt;                                                                                \
+    try_bytes(m, what, want);                                                            \
+    free(m.p);                                                                           \
   } while (0)
 
 static void test_corrupt(const char *patch_path) {
@@ -756,8 +747,7 @@ static void test_corrupt(const char *patch_path) {
     snprintf(what, sizeof what, "truncated to %zu bytes", len);
     int rc = try_bytes(m, what, len < 4 ? MOLT_ENOTPATCH : MOLT_ECORRUPT);
     if (rc == MOLT_ECORRUPT)
-      CHECK(strncmp(last_err, "file is truncated: ", 19) == 0, "%s: %s", what,
-            last_err);
+      CHECK(strncmp(last_err, "file is truncated: ", 19) == 0, "%s: %s", what, last_err);
     cuts++;
   }
   bytes last = {p.p, p.n - 1};
@@ -793,8 +783,7 @@ static void test_corrupt(const char *patch_path) {
   MUTATE(p, "EI_VERSION", MOLT_ECORRUPT, E->e_ident[EI_VERSION] = 9);
   MUTATE(p, "EI_CLASS invalid", MOLT_ECORRUPT, E->e_ident[EI_CLASS] = 7);
   MUTATE(p, "EI_CLASS 32", MOLT_ENOTPATCH, E->e_ident[EI_CLASS] = ELFCLASS32);
-  MUTATE(p, "EI_DATA big-endian", MOLT_ENOTPATCH,
-         E->e_ident[EI_DATA] = ELFDATA2MSB);
+  MUTATE(p, "EI_DATA big-endian", MOLT_ENOTPATCH, E->e_ident[EI_DATA] = ELFDATA2MSB);
   MUTATE(p, "EI_DATA invalid", MOLT_ECORRUPT, E->e_ident[EI_DATA] = 0);
   MUTATE(p, "e_machine aarch64", MOLT_ENOTPATCH, E->e_machine = EM_AARCH64);
   MUTATE(p, "e_type EXEC", MOLT_ENOTPATCH, E->e_type = ET_EXEC);
@@ -806,16 +795,12 @@ static void test_corrupt(const char *patch_path) {
     uint32_t type = shdr(p, i)->sh_type;
     if (type == SHT_NOBITS || type == SHT_NULL)
       continue;
-    snprintf(what, sizeof what, "section %zu (%s) sh_offset at EOF", i,
-             sname(p, i));
+    snprintf(what, sizeof what, "section %zu (%s) sh_offset at EOF", i, sname(p, i));
     MUTATE(p, what, MOLT_ECORRUPT, shdr(m, i)->sh_offset = N);
-    snprintf(what, sizeof what, "section %zu (%s) sh_size huge", i,
-             sname(p, i));
+    snprintf(what, sizeof what, "section %zu (%s) sh_size huge", i, sname(p, i));
     MUTATE(p, what, MOLT_ECORRUPT, shdr(m, i)->sh_size = ~(uint64_t)0 - 100);
-    snprintf(what, sizeof what, "section %zu (%s) sh_size past EOF", i,
-             sname(p, i));
-    MUTATE(p, what, MOLT_ECORRUPT,
-           shdr(m, i)->sh_size = N - shdr(m, i)->sh_offset + 1);
+    snprintf(what, sizeof what, "section %zu (%s) sh_size past EOF", i, sname(p, i));
+    MUTATE(p, what, MOLT_ECORRUPT, shdr(m, i)->sh_size = N - shdr(m, i)->sh_offset + 1);
   }
 
   /* The note. */
@@ -830,20 +815,17 @@ static void test_corrupt(const char *patch_path) {
   MUTATE(p, "note descsz huge", MOLT_ECORRUPT,
          (u32 = 0xfffffff0u, memcpy(m.p + h + 4, &u32, 4)));
   CHECK(strstr(last_err, "overruns") != NULL, "message: %s", last_err);
-  MUTATE(p, "note descsz 4", MOLT_ECORRUPT,
-         (u32 = 4, memcpy(m.p + h + 4, &u32, 4)));
-  MUTATE(p, "note descsz 0", MOLT_ECORRUPT,
-         (u32 = 0, memcpy(m.p + h + 4, &u32, 4)));
-  MUTATE(p, "note type", MOLT_ECORRUPT,
-         (u32 = 0x1234, memcpy(m.p + h + 8, &u32, 4)));
+  MUTATE(p, "note descsz 4", MOLT_ECORRUPT, (u32 = 4, memcpy(m.p + h + 4, &u32, 4)));
+  MUTATE(p, "note descsz 0", MOLT_ECORRUPT, (u32 = 0, memcpy(m.p + h + 4, &u32, 4)));
+  MUTATE(p, "note type", MOLT_ECORRUPT, (u32 = 0x1234, memcpy(m.p + h + 8, &u32, 4)));
   MUTATE(p, "note owner", MOLT_ECORRUPT, m.p[h + 12 + 3] = 'x');
   MUTATE(p, "note abi", MOLT_EABI, (u32 = 77, memcpy(m.p + d, &u32, 4)));
   MUTATE(p, "note section size past its note", MOLT_ECORRUPT,
          shdr(m, section_index(m, ".note.molt"))->sh_size += 8);
   /* Without the section, the note is still found through PT_NOTE. */
   size_t ni = section_index(p, ".note.molt");
-  char *nname = (char *)p.p + shdr(p, ehdr(p)->e_shstrndx)->sh_offset +
-                shdr(p, ni)->sh_name;
+  char *nname =
+      (char *)p.p + shdr(p, ehdr(p)->e_shstrndx)->sh_offset + shdr(p, ni)->sh_name;
   MUTATE(p, "note only in PT_NOTE", ACCEPTED, ({
            shdr(m, ni)->sh_type = SHT_PROGBITS;
            memcpy(m.p + (nname - (char *)p.p), ".note.xxxx", 10);
@@ -853,8 +835,7 @@ static void test_corrupt(const char *patch_path) {
            memcpy(m.p + (nname - (char *)p.p), ".note.xxxx", 10);
            segment(m, PT_NOTE)->p_type = PT_NULL;
          }));
-  CHECK(strstr(last_err, "no molt patch note") == last_err, "message: %s",
-        last_err);
+  CHECK(strstr(last_err, "no molt patch note") == last_err, "message: %s", last_err);
 
   /* Program headers: what the dynamic loader relies on. */
   for (size_t i = 0; i < ehdr(p)->e_phnum; i++) {
@@ -867,16 +848,14 @@ static void test_corrupt(const char *patch_path) {
            (phdr(m, i)->p_filesz = ~(uint64_t)0 - 4096,
             phdr(m, i)->p_memsz = ~(uint64_t)0 - 4096));
     snprintf(what, sizeof what, "PT_LOAD %zu p_filesz > p_memsz", i);
-    MUTATE(p, what, MOLT_ECORRUPT,
-           phdr(m, i)->p_memsz = phdr(m, i)->p_filesz - 1);
+    MUTATE(p, what, MOLT_ECORRUPT, phdr(m, i)->p_memsz = phdr(m, i)->p_filesz - 1);
   }
   MUTATE(p, "no PT_LOAD", MOLT_ECORRUPT, ({
            for (size_t i = 0; i < E->e_phnum; i++)
              if (phdr(m, i)->p_type == PT_LOAD)
                phdr(m, i)->p_type = PT_NULL;
          }));
-  MUTATE(p, "no PT_DYNAMIC", MOLT_ECORRUPT,
-         segment(m, PT_DYNAMIC)->p_type = PT_NULL);
+  MUTATE(p, "no PT_DYNAMIC", MOLT_ECORRUPT, segment(m, PT_DYNAMIC)->p_type = PT_NULL);
   MUTATE(p, "PT_DYNAMIC outside the segments", MOLT_ECORRUPT,
          segment(m, PT_DYNAMIC)->p_vaddr = 0x7fff00000000);
   MUTATE(p, "PT_DYNAMIC past EOF", MOLT_ECORRUPT,
@@ -894,8 +873,7 @@ static void test_corrupt(const char *patch_path) {
          dyn_entry(m, DT_STRSZ)->d_un.d_val = ~(uint64_t)0 / 2);
   MUTATE(p, "DT_SYMTAB outside", MOLT_ECORRUPT,
          dyn_entry(m, DT_SYMTAB)->d_un.d_ptr = ~(uint64_t)0);
-  MUTATE(p, "DT_SYMENT", MOLT_ECORRUPT,
-         dyn_entry(m, DT_SYMENT)->d_un.d_val = 16);
+  MUTATE(p, "DT_SYMENT", MOLT_ECORRUPT, dyn_entry(m, DT_SYMENT)->d_un.d_val = 16);
   if (dyn_entry(p, DT_NEEDED))
     MUTATE(p, "DT_NEEDED outside strtab", MOLT_ECORRUPT,
            dyn_entry(m, DT_NEEDED)->d_un.d_val = 1u << 30);
@@ -931,8 +909,8 @@ static void test_corrupt(const char *patch_path) {
   CHECK(strstr(err, "64-bit") != NULL, "message: %s", err);
 
   int dfd = open("/", O_RDONLY | O_DIRECTORY);
-  CHECK_RC(molt__elf_read_patch_note(dfd, NULL, err, sizeof err),
-           MOLT_ENOTPATCH, "a directory");
+  CHECK_RC(molt__elf_read_patch_note(dfd, NULL, err, sizeof err), MOLT_ENOTPATCH,
+           "a directory");
   close(dfd);
 
   /* Random single-byte damage in the first 4 KiB, deterministic: whatever
@@ -988,8 +966,7 @@ static void write_file(const char *path, bytes b) {
   close(fd);
 }
 
-static void test_stamp(char *moltstamp, const char *patch_path,
-                       char *target_path) {
+static void test_stamp(char *moltstamp, const char *patch_path, char *target_path) {
   bytes orig = read_file(patch_path);
   char copy[] = "/tmp/molt-elf-patch-XXXXXX";
   int cfd = mkstemp(copy);
@@ -1001,21 +978,18 @@ static void test_stamp(char *moltstamp, const char *patch_path,
   char out[4096], errout[4096], err[256];
   char target_hex[MOLT__BUILD_ID_HEX_MAX + 1], patch_hex[MOLT__BUILD_ID_HEX_MAX + 1];
   int fd = open(target_path, O_RDONLY);
-  CHECK_RC(molt__elf_file_build_id(fd, target_hex, sizeof target_hex, err,
-                                   sizeof err),
-           0, err);
+  CHECK_RC(molt__elf_file_build_id(fd, target_hex, sizeof target_hex, err, sizeof err), 0,
+           err);
   close(fd);
   fd = open(copy, O_RDONLY);
-  CHECK_RC(molt__elf_file_build_id(fd, patch_hex, sizeof patch_hex, err,
-                                   sizeof err),
-           0, err);
+  CHECK_RC(molt__elf_file_build_id(fd, patch_hex, sizeof patch_hex, err, sizeof err), 0,
+           err);
   close(fd);
 
   char *stamp_argv[] = {moltstamp, copy, target_path, NULL};
   int st = run(stamp_argv, out, sizeof out, errout, sizeof errout);
   CHECK(st == 0, "moltstamp exited %d: %s", st, errout);
-  CHECK(out[0] == '\0' && errout[0] == '\0', "moltstamp printed: %s%s", out,
-        errout);
+  CHECK(out[0] == '\0' && errout[0] == '\0', "moltstamp printed: %s%s", out, errout);
 
   molt__patch_note note;
   fd = open(copy, O_RDONLY);
@@ -1033,26 +1007,23 @@ static void test_stamp(char *moltstamp, const char *patch_path,
   for (size_t i = 0; i < now.n && i < orig.n; i++)
     if (now.p[i] != orig.p[i] && (i < f0 || i >= f1))
       diffs++;
-  CHECK(now.n == orig.n && diffs == 0, "%zu bytes changed outside the field",
-        diffs);
+  CHECK(now.n == orig.n && diffs == 0, "%zu bytes changed outside the field", diffs);
   free(now.p);
 
   /* --print shows both ids. */
   char *print_argv[] = {moltstamp, "--print", copy, NULL};
   st = run(print_argv, out, sizeof out, errout, sizeof errout);
   char want[512];
-  snprintf(want, sizeof want, "build-id %s\ntarget-build-id %s\n", patch_hex,
-           target_hex);
+  snprintf(want, sizeof want, "build-id %s\ntarget-build-id %s\n", patch_hex, target_hex);
   CHECK(st == 0 && strcmp(out, want) == 0, "--print exited %d: %s", st, out);
   char *print_target[] = {moltstamp, "--print", target_path, NULL};
   st = run(print_target, out, sizeof out, errout, sizeof errout);
   snprintf(want, sizeof want, "build-id %s\n", target_hex);
-  CHECK(st == 0 && strcmp(out, want) == 0, "--print target exited %d: %s", st,
-        out);
+  CHECK(st == 0 && strcmp(out, want) == 0, "--print target exited %d: %s", st, out);
   char *print_orig[] = {moltstamp, "--print", (char *)patch_path, NULL};
   st = run(print_orig, out, sizeof out, errout, sizeof errout);
-  CHECK(st == 0 && strstr(out, "target-build-id (unstamped)\n"),
-        "--print unstamped: %s", out);
+  CHECK(st == 0 && strstr(out, "target-build-id (unstamped)\n"), "--print unstamped: %s",
+        out);
 
   /* Restamping overwrites the whole field. */
   char *restamp[] = {moltstamp, copy, copy, NULL};
@@ -1061,8 +1032,8 @@ static void test_stamp(char *moltstamp, const char *patch_path,
   fd = open(copy, O_RDONLY);
   rc = molt__elf_read_patch_note(fd, &note, err, sizeof err);
   close(fd);
-  CHECK(rc == 0 && strcmp(note.target_build_id, patch_hex) == 0,
-        "restamped: %s", note.target_build_id);
+  CHECK(rc == 0 && strcmp(note.target_build_id, patch_hex) == 0, "restamped: %s",
+        note.target_build_id);
 
   /* Errors: exit 1 with one line on stderr; usage: exit 2. */
   char text[] = "/tmp/molt-elf-text-XXXXXX";
@@ -1071,18 +1042,17 @@ static void test_stamp(char *moltstamp, const char *patch_path,
     abort();
   close(tfd);
   char *const bad[][4] = {
-      {moltstamp, copy, text, NULL},          /* target not ELF */
-      {moltstamp, text, target_path, NULL},   /* patch not ELF */
-      {moltstamp, target_path, copy, NULL},   /* patch is a program */
-      {moltstamp, copy, "/nonexistent", NULL},
-      {moltstamp, "--print", text, NULL},
+      {moltstamp, copy, text, NULL},        /* target not ELF */
+      {moltstamp, text, target_path, NULL}, /* patch not ELF */
+      {moltstamp, target_path, copy, NULL}, /* patch is a program */
+      {moltstamp, copy, "/nonexistent", NULL}, {moltstamp, "--print", text, NULL},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     st = run(bad[i], out, sizeof out, errout, sizeof errout);
     size_t len = strlen(errout);
     CHECK(st == 1, "case %zu exited %d", i, st);
-    CHECK(strncmp(errout, "moltstamp: ", 11) == 0 && len > 0 &&
-              errout[len - 1] == '\n' && strchr(errout, '\n') == errout + len - 1,
+    CHECK(strncmp(errout, "moltstamp: ", 11) == 0 && len > 0 && errout[len - 1] == '\n' &&
+              strchr(errout, '\n') == errout + len - 1,
           "case %zu: stderr %s", i, errout);
   }
   char *const usage[][5] = {
@@ -1093,8 +1063,7 @@ static void test_stamp(char *moltstamp, const char *patch_path,
   };
   for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
     st = run(usage[i], out, sizeof out, errout, sizeof errout);
-    CHECK(st == 2 && strstr(errout, "usage:"), "usage case %zu exited %d", i,
-          st);
+    CHECK(st == 2 && strstr(errout, "usage:"), "usage case %zu exited %d", i, st);
   }
   unlink(text);
   unlink(copy);
@@ -1113,10 +1082,9 @@ int main(int argc, char **argv) {
   } else if (argc == 5 && strcmp(argv[1], "stamp") == 0) {
     test_stamp(argv[2], argv[3], argv[4]);
   } else {
-    fprintf(stderr,
-            "usage: test_elf unit PATCH.so TARGET\n"
-            "       test_elf corrupt PATCH.so\n"
-            "       test_elf stamp MOLTSTAMP PATCH.so TARGET\n");
+    fprintf(stderr, "usage: test_elf unit PATCH.so TARGET\n"
+                    "       test_elf corrupt PATCH.so\n"
+                    "       test_elf stamp MOLTSTAMP PATCH.so TARGET\n");
     return 2;
   }
   if (failures) {

@@ -118,9 +118,9 @@ static void *worker_main(void *arg) {
   struct worker *w = arg;
   counter_t count = 0;
   int restored = MOLT_MIGRATE_LOCAL(count);
-  say("v%d worker id=%d tid=%d updating=%d from_worker_loop=%d restored=%d count=%ld", VERSION,
-      w->id, (int)gettid(), molt_is_updating(), molt_is_updating_from("worker-loop"), restored,
-      (long)count);
+  say("v%d worker id=%d tid=%d updating=%d from_worker_loop=%d restored=%d count=%ld",
+      VERSION, w->id, (int)gettid(), molt_is_updating(),
+      molt_is_updating_from("worker-loop"), restored, (long)count);
 #ifdef MISSING_SYMBOL
   if (count < 0)
     molt_test_no_such_function(1);
@@ -179,15 +179,16 @@ static void command(char *line) {
 #else
     int hits = -1;
 #endif
-    say("state v=%d requests=%ld total=%ld hits=%d greeting=%s c0=%ld c1=%ld gen=%llu", VERSION,
-        (long)stats->requests, stats->total, hits, greeting, (long)progress[0],
+    say("state v=%d requests=%ld total=%ld hits=%d greeting=%s c0=%ld c1=%ld gen=%llu",
+        VERSION, (long)stats->requests, stats->total, hits, greeting, (long)progress[0],
         (long)progress[1], (unsigned long long)molt_generation());
   } else if (strncmp(line, "add ", 4) == 0) {
     stats->requests++;
     stats->total += atol(line + 4);
     say("ok");
   } else if (strcmp(line, "spawn-sleeper") == 0) {
-    if (pipe(sleeper_pipe) != 0 || pthread_create(&sleeper, NULL, sleeper_main, NULL) != 0)
+    if (pipe(sleeper_pipe) != 0 ||
+        pthread_create(&sleeper, NULL, sleeper_main, NULL) != 0)
       say("error %s", strerror(errno));
     else
       say("sleeper started");
@@ -306,8 +307,8 @@ typedef long o_counter_t;
 
 static const molt__xf_type t_stats = {"struct stats", sizeof(struct o_stats),
                                       sizeof(struct stats), xf_stats, STATS_FLAGS};
-static const molt__xf_type t_counter = {"counter_t", sizeof(o_counter_t), sizeof(counter_t),
-                                        xf_counter, STATS_FLAGS};
+static const molt__xf_type t_counter = {"counter_t", sizeof(o_counter_t),
+                                        sizeof(counter_t), xf_counter, STATS_FLAGS};
 static const molt__xf_type t_worker = {"struct worker", sizeof(struct worker),
                                        sizeof(struct worker), NULL, 0};
 static const molt__xf_type t_long = {"long", sizeof(long), sizeof(long), NULL, 0};
@@ -320,15 +321,15 @@ static void xf_stats_ptr(molt__xf_ctx *cx, const void *in, void *out) {
   else
     *(void **)out = molt__xf_ptr(cx, *i, &t_stats, 1);
 }
-static const molt__xf_type t_stats_ptr = {"struct stats *", sizeof(void *), sizeof(void *),
-                                          xf_stats_ptr, MOLT__XF_TRAVERSE};
+static const molt__xf_type t_stats_ptr = {
+    "struct stats *", sizeof(void *), sizeof(void *), xf_stats_ptr, MOLT__XF_TRAVERSE};
 /* const char * to a literal of the old image: the engine pools it. */
 static void xf_str(molt__xf_ctx *cx, const void *in, void *out) {
   void *const *i = in;
   molt__xf_setp(cx, out, molt__xf_ptr(cx, *i, NULL, 1));
 }
-static const molt__xf_type t_str = {"const char *", sizeof(void *), sizeof(void *), xf_str,
-                                    MOLT__XF_TRAVERSE};
+static const molt__xf_type t_str = {"const char *", sizeof(void *), sizeof(void *),
+                                    xf_str, MOLT__XF_TRAVERSE};
 
 #ifdef FAULT_IN_MIGRATE
 /* A real SIGSEGV, also in sanitizer builds (which would otherwise stop at
@@ -343,7 +344,8 @@ static void migrate(molt__xf_ctx *cx) {
   molt__xf_var(cx, molt__xf_oldsym(cx, "stats", NULL), &stats, &t_stats_ptr, 1);
   molt__xf_var(cx, molt__xf_oldsym(cx, "greeting", NULL), &greeting, &t_str, 1);
   molt__xf_var(cx, molt__xf_oldsym(cx, "workers", NULL), workers, &t_worker, 2);
-  molt__xf_var(cx, molt__xf_oldsym(cx, "progress", "server.c"), (void *)progress, &t_long, 2);
+  molt__xf_var(cx, molt__xf_oldsym(cx, "progress", "server.c"), (void *)progress, &t_long,
+               2);
   molt__xf_run(cx);
 #ifdef FAULT_IN_MIGRATE
   /* After real work (a new struct stats allocated, pointers written): the

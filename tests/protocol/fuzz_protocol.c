@@ -23,13 +23,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define REQUIRE(c)                                                             \
-  do {                                                                         \
-    if (!(c)) {                                                                \
-      fprintf(stderr, "fuzz_protocol: property failed: %s (line %d)\n", #c,    \
-              __LINE__);                                                       \
-      __builtin_trap();                                                        \
-    }                                                                          \
+#define REQUIRE(c)                                                                       \
+  do {                                                                                   \
+    if (!(c)) {                                                                          \
+      fprintf(stderr, "fuzz_protocol: property failed: %s (line %d)\n", #c, __LINE__);   \
+      __builtin_trap();                                                                  \
+    }                                                                                    \
   } while (0)
 
 /* Parse, and if that works, check the round trip through the writer. */
@@ -46,14 +45,12 @@ static void fuzz_tsv(const char *data, size_t len, size_t max_records) {
   molt__buf b;
   molt__buf_init(&b);
   for (size_t i = 0; i < r.count; i++) {
-    REQUIRE(r.recs[i].nfields >= 1 &&
-            r.recs[i].nfields <= MOLT__PROTO_MAX_FIELDS);
+    REQUIRE(r.recs[i].nfields >= 1 && r.recs[i].nfields <= MOLT__PROTO_MAX_FIELDS);
     molt__buf_record(&b, (int)r.recs[i].nfields, r.recs[i].fields);
   }
   if (!b.oom) {
     molt__records r2;
-    REQUIRE(molt__tsv_parse(b.data, b.len, max_records, &r2, err,
-                            sizeof err) == 0);
+    REQUIRE(molt__tsv_parse(b.data, b.len, max_records, &r2, err, sizeof err) == 0);
     REQUIRE(r2.count == r.count);
     for (size_t i = 0; i < r.count; i++) {
       REQUIRE(r2.recs[i].nfields == r.recs[i].nfields);
@@ -66,8 +63,7 @@ static void fuzz_tsv(const char *data, size_t len, size_t max_records) {
   molt__tsv_free(&r);
 }
 
-static void fuzz_frame(const uint8_t *data, size_t size,
-                       molt__frame_type type) {
+static void fuzz_frame(const uint8_t *data, size_t size, molt__frame_type type) {
   if (size < MOLT__PROTO_HDR_SIZE)
     return;
   molt__frame_hdr h;
@@ -94,13 +90,11 @@ static void fuzz_frame(const uint8_t *data, size_t size,
  * down, so a short message is truncated rather than waited for. */
 static void fuzz_socket(const uint8_t *data, size_t size) {
   int sv[2];
-  if (size > 128 * 1024 ||
-      socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+  if (size > 128 * 1024 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
     return;
   int sndbuf = 512 * 1024;
   (void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
-  if (molt__proto_write_full(sv[0], data, size, molt__proto_deadline(1000)) ==
-      0) {
+  if (molt__proto_write_full(sv[0], data, size, molt__proto_deadline(1000)) == 0) {
     shutdown(sv[0], SHUT_WR);
     molt__frame_hdr h;
     char *payload = NULL, err[256];
@@ -112,8 +106,7 @@ static void fuzz_socket(const uint8_t *data, size_t size) {
               memcmp(payload, data + MOLT__PROTO_HDR_SIZE, h.length) == 0);
     } else {
       REQUIRE(payload == NULL);
-      REQUIRE(rc == MOLT_EPROTO || rc == MOLT_EVERSION ||
-              rc == MOLT_ECONNECT);
+      REQUIRE(rc == MOLT_EPROTO || rc == MOLT_EVERSION || rc == MOLT_ECONNECT);
       REQUIRE(rc != MOLT_ECONNECT || size == 0);
     }
     free(payload);
@@ -156,19 +149,18 @@ typedef struct input {
 static input make_msg(unsigned kind, int status, const char *payload) {
   size_t plen = strlen(payload);
   input in = {malloc(MOLT__PROTO_HDR_SIZE + plen), MOLT__PROTO_HDR_SIZE + plen};
-  molt__frame_hdr h = {MOLT__PROTO_MAGIC, MOLT__PROTO_VERSION, (uint16_t)kind,
-                       status, (uint32_t)plen};
+  molt__frame_hdr h = {MOLT__PROTO_MAGIC, MOLT__PROTO_VERSION, (uint16_t)kind, status,
+                       (uint32_t)plen};
   molt__proto_encode_hdr(&h, in.data);
   memcpy(in.data + MOLT__PROTO_HDR_SIZE, payload, plen);
   return in;
 }
 
 static void mutate(input *in, const input *pool, size_t npool) {
-  static const uint8_t special[] = {0, '\t', '\n', '\\', 't', 'n', 0xff, 0x80,
-                                    'M', 'O', 'L', 'T', 1, 2, 4, 0x7f};
-  static const uint32_t lengths[] = {0, 1, 15, 16, 17, 65535, 65536, 65537,
-                                     16777216, 16777217, 0x7fffffff,
-                                     0xffffffff};
+  static const uint8_t special[] = {0,   '\t', '\n', '\\', 't', 'n', 0xff, 0x80,
+                                    'M', 'O',  'L',  'T',  1,   2,   4,    0x7f};
+  static const uint32_t lengths[] = {
+      0, 1, 15, 16, 17, 65535, 65536, 65537, 16777216, 16777217, 0x7fffffff, 0xffffffff};
   uint8_t *d = in->data;
   switch (rnd_below(9)) {
   case 0: /* flip a bit */
@@ -201,9 +193,9 @@ static void mutate(input *in, const input *pool, size_t npool) {
     break;
   case 5: /* set the header's length field */
     if (in->len >= MOLT__PROTO_HDR_SIZE) {
-      uint32_t v = rnd_below(2) ? lengths[rnd_below(sizeof lengths / 4)]
-                                : (uint32_t)(in->len - MOLT__PROTO_HDR_SIZE +
-                                             rnd_below(3) - 1);
+      uint32_t v = rnd_below(2)
+                       ? lengths[rnd_below(sizeof lengths / 4)]
+                       : (uint32_t)(in->len - MOLT__PROTO_HDR_SIZE + rnd_below(3) - 1);
       d[12] = (uint8_t)v, d[13] = (uint8_t)(v >> 8), d[14] = (uint8_t)(v >> 16),
       d[15] = (uint8_t)(v >> 24);
     }
@@ -266,18 +258,16 @@ int main(int argc, char **argv) {
   pool[npool++] = make_msg(MOLT__OP_APPLY, 0,
                            "path\t/tmp/fix\\t1.so\npolicy\tlocal\n"
                            "timeout_ms\t10000\nfuture\tkey\textra\n");
-  pool[npool++] = make_msg(MOLT__OP_ROLLBACK, 0,
-                           "policy\tglobal\ntimeout_ms\t-1\n");
-  pool[npool++] = make_msg(0, MOLT_EBUILDID,
-                           "error\tpatch was built for a different program\n");
-  pool[npool++] = make_msg(
-      0, 0,
-      "state\tok\npid\t42\ngeneration\t3\nreclaim\tenabled\n"
-      "program\t/usr/bin/srv\tabcdef0123\n"
-      "patch\t1\tfix-1\tdesc with \\\\ and \\n\t/p/f.so\t1\n"
-      "object\tfix-1\t/p/f.so\t1\t2\nlive\t3\t1\tcurrent\t0\n"
-      "function\thandle\tsrv.c\t0\tfix-1\n"
-      "thread\t43\tworker\tgeneration 2\t1\n");
+  pool[npool++] = make_msg(MOLT__OP_ROLLBACK, 0, "policy\tglobal\ntimeout_ms\t-1\n");
+  pool[npool++] =
+      make_msg(0, MOLT_EBUILDID, "error\tpatch was built for a different program\n");
+  pool[npool++] = make_msg(0, 0,
+                           "state\tok\npid\t42\ngeneration\t3\nreclaim\tenabled\n"
+                           "program\t/usr/bin/srv\tabcdef0123\n"
+                           "patch\t1\tfix-1\tdesc with \\\\ and \\n\t/p/f.so\t1\n"
+                           "object\tfix-1\t/p/f.so\t1\t2\nlive\t3\t1\tcurrent\t0\n"
+                           "function\thandle\tsrv.c\t0\tfix-1\n"
+                           "thread\t43\tworker\tgeneration 2\t1\n");
   pool[npool++] = make_msg(0, 0,
                            "log\t1\t1700000000.123456\tstart\t0\t-\truntime "
                            "started\n");
@@ -301,8 +291,7 @@ int main(int argc, char **argv) {
     molt__frame_hdr h;
     char err[64];
     if (in.len >= MOLT__PROTO_HDR_SIZE &&
-        molt__proto_decode_hdr(in.data, MOLT__FRAME_REQUEST, &h, err,
-                               sizeof err) == 0 &&
+        molt__proto_decode_hdr(in.data, MOLT__FRAME_REQUEST, &h, err, sizeof err) == 0 &&
         rnd_below(16) == 0) {
       size_t slot;
       if (npool < POOL_MAX) {
@@ -320,8 +309,8 @@ int main(int argc, char **argv) {
   free(work);
   for (size_t i = 0; i < npool; i++)
     free(pool[i].data);
-  printf("fuzz_protocol: %ld iterations, %zu inputs in pool, %ld kept\n",
-         iterations, npool, accepted);
+  printf("fuzz_protocol: %ld iterations, %zu inputs in pool, %ld kept\n", iterations,
+         npool, accepted);
   return 0;
 }
 #endif

@@ -58,14 +58,12 @@ static log_entry fake_log[LOG_MAX];
 static unsigned fake_log_n;
 
 static const char *event_name(molt__event ev) {
-  static const char *const names[] = {"start",   "load",    "switch",
-                                      "rollback", "unload", "reclaim",
-                                      "refuse",  "denied",  "fail", "info"};
+  static const char *const names[] = {"start",   "load",   "switch", "rollback", "unload",
+                                      "reclaim", "refuse", "denied", "fail",     "info"};
   return (unsigned)ev < sizeof names / sizeof names[0] ? names[ev] : "?";
 }
 
-void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
-               const char *fmt, ...) {
+void molt__log(molt__event ev, uint64_t gen, const char *patch_id, const char *fmt, ...) {
   pthread_mutex_lock(&fake_lock);
   log_entry *e = &fake_log[fake_log_n % LOG_MAX];
   e->seq = ++fake_log_n;
@@ -74,8 +72,7 @@ void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
   e->time = (double)ts.tv_sec + ts.tv_nsec / 1e9;
   e->ev = ev;
   e->gen = gen;
-  snprintf(e->patch, sizeof e->patch, "%s",
-           patch_id && *patch_id ? patch_id : "-");
+  snprintf(e->patch, sizeof e->patch, "%s", patch_id && *patch_id ? patch_id : "-");
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(e->msg, sizeof e->msg, fmt, ap);
@@ -104,9 +101,9 @@ static unsigned depth;
 static char refusing[256];
 
 /* knobs for the unit tests */
-static size_t fake_log_bytes;   /* LOG: pad the response to this size */
-static bool fake_oom;           /* mark the response buffer as truncated */
-static molt__request last_req;  /* what the server built */
+static size_t fake_log_bytes;  /* LOG: pad the response to this size */
+static bool fake_oom;          /* mark the response buffer as truncated */
+static molt__request last_req; /* what the server built */
 
 static void rec(molt__buf *out, int n, ...) {
   const char *f[16];
@@ -139,8 +136,8 @@ static void fake_status(molt__buf *out) {
     rec(out, 5, "object", stack[i].id, stack[i].path, buf[3], "1");
   }
   rec(out, 5, "live", buf[1], "0", "current", "2");
-  rec(out, 6, "function", "handle_get", "kv.c", "0",
-      depth ? stack[depth - 1].id : "base", depth ? "dispatch" : "direct");
+  rec(out, 6, "function", "handle_get", "kv.c", "0", depth ? stack[depth - 1].id : "base",
+      depth ? "dispatch" : "direct");
   rec(out, 6, "function", "parse\tline", "proto.c", "1", "base", "direct");
   rec(out, 5, "thread", "4242", "worker-1", "global", "1");
   rec(out, 5, "thread", "4243", "w\x1b[31mred", "generation 3", "0");
@@ -165,12 +162,12 @@ static void fake_logdump(molt__buf *out) {
 }
 
 static const char *policy_name(molt_policy_t p) {
-  return p == MOLT_POLICY_LOCAL ? "local"
-         : p == MOLT_POLICY_GLOBAL ? "global" : "immediate";
+  return p == MOLT_POLICY_LOCAL    ? "local"
+         : p == MOLT_POLICY_GLOBAL ? "global"
+                                   : "immediate";
 }
 
-int molt__execute(const molt__request *req, molt__buf *out, char *err,
-                  size_t errlen) {
+int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
   last_req = *req;
   char g[32];
   int rc = 0;
@@ -191,16 +188,14 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err,
       break;
     }
     if (refusing[0]) {
-      molt__errmsg(err, errlen, "%s: %s", molt_strerror(MOLT_EREFUSING),
-                   refusing);
+      molt__errmsg(err, errlen, "%s: %s", molt_strerror(MOLT_EREFUSING), refusing);
       rc = MOLT_EREFUSING;
       break;
     }
     if (strstr(base, "buildid") != NULL) {
       molt__errmsg(err, errlen, "%s", molt_strerror(MOLT_EBUILDID));
       rec(out, 2, "detail", "patch target 1111, program 2222");
-      molt__log(MOLT__EV_REFUSE, generation, NULL, "%s: build-id mismatch",
-                req->path);
+      molt__log(MOLT__EV_REFUSE, generation, NULL, "%s: build-id mismatch", req->path);
       rc = MOLT_EBUILDID;
       break;
     }
@@ -248,8 +243,8 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err,
     }
     depth--;
     ++generation;
-    molt__log(MOLT__EV_ROLLBACK, generation, stack[depth].id,
-              "rolled back %s", stack[depth].id);
+    molt__log(MOLT__EV_ROLLBACK, generation, stack[depth].id, "rolled back %s",
+              stack[depth].id);
     snprintf(g, sizeof g, "%llu", (unsigned long long)generation);
     rec(out, 2, "generation", g);
     rec(out, 2, "message", "rolled back");
@@ -285,12 +280,12 @@ static void *server_thread(void *arg) {
 /* ---- client helpers ---------------------------------------------------- */
 
 static int failures;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                              \
-    }                                                                          \
+#define CHECK(cond)                                                                      \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);           \
+      failures++;                                                                        \
+    }                                                                                    \
   } while (0)
 
 static uint64_t now_ms(void) {
@@ -311,7 +306,7 @@ static int connect_self(void) {
 }
 
 typedef struct resp {
-  int rc;              /* of receiving/parsing */
+  int rc; /* of receiving/parsing */
   molt__frame_hdr h;
   molt__records recs;
 } resp;
@@ -323,9 +318,8 @@ static resp get_response(int fd) {
   r.rc = molt__proto_recv(fd, MOLT__FRAME_RESPONSE, &r.h, &payload,
                           molt__proto_deadline(10000), err, sizeof err);
   if (r.rc == 0) {
-    r.rc = molt__tsv_parse(payload, r.h.length,
-                           MOLT__PROTO_MAX_RESPONSE_RECORDS, &r.recs, err,
-                           sizeof err);
+    r.rc = molt__tsv_parse(payload, r.h.length, MOLT__PROTO_MAX_RESPONSE_RECORDS, &r.recs,
+                           err, sizeof err);
     free(payload);
   }
   if (r.rc != 0)
@@ -349,8 +343,7 @@ static resp call_op(unsigned op, const char *payload) {
   molt__buf b;
   molt__buf_init(&b);
   unsigned char hdr[MOLT__PROTO_HDR_SIZE];
-  molt__frame_hdr h = {MOLT__PROTO_MAGIC, 1, (uint16_t)op, 0,
-                       (uint32_t)strlen(payload)};
+  molt__frame_hdr h = {MOLT__PROTO_MAGIC, 1, (uint16_t)op, 0, (uint32_t)strlen(payload)};
   molt__proto_encode_hdr(&h, hdr);
   molt__buf_add(&b, hdr, sizeof hdr);
   molt__buf_add(&b, payload, strlen(payload));
@@ -369,14 +362,15 @@ static bool is_error(const resp *r, int code, const char *substr) {
             strcmp(r->recs.recs[0].fields[0], "error") == 0 &&
             strstr(molt__tsv_field(&r->recs.recs[0], 1), substr) != NULL;
   if (!ok)
-    fprintf(stderr, "  expected error %d containing '%s', got rc %d status %d "
-                    "'%s'\n",
+    fprintf(stderr,
+            "  expected error %d containing '%s', got rc %d status %d "
+            "'%s'\n",
             code, substr, r->rc, (int)r->h.status, field(r, "error", 1));
   return ok;
 }
 
-static void hdr(unsigned char *b, uint32_t magic, uint16_t ver, uint16_t kind,
-                int32_t st, uint32_t len) {
+static void hdr(unsigned char *b, uint32_t magic, uint16_t ver, uint16_t kind, int32_t st,
+                uint32_t len) {
   molt__frame_hdr h = {magic, ver, kind, st, len};
   molt__proto_encode_hdr(&h, b);
 }
@@ -433,7 +427,8 @@ static void test_requests(void) {
   CHECK(is_error(&r, MOLT_EPROTO, "not an integer"));
   molt__tsv_free(&r.recs);
   /* update: path, timeout_ms, check_interior; policy is ignored */
-  r = call_op(MOLT__OP_UPDATE, "path\t/v2.so\ncheck_interior\t1\ntimeout_ms\t500\npolicy\tbogus\n");
+  r = call_op(MOLT__OP_UPDATE,
+              "path\t/v2.so\ncheck_interior\t1\ntimeout_ms\t500\npolicy\tbogus\n");
   CHECK(r.rc == 0 && r.h.status == 0);
   CHECK(strcmp(field(&r, "echo", 1), "/v2.so") == 0);
   CHECK(strcmp(field(&r, "echo", 2), "1") == 0);
@@ -466,8 +461,7 @@ static void test_requests(void) {
   /* execute failure: error record first, then the runtime's records */
   r = call_op(MOLT__OP_APPLY, "path\t/p/buildid.so\n");
   CHECK(is_error(&r, MOLT_EBUILDID, "build-id mismatch"));
-  CHECK(r.recs.count == 2 &&
-        strcmp(r.recs.recs[1].fields[0], "detail") == 0);
+  CHECK(r.recs.count == 2 && strcmp(r.recs.recs[1].fields[0], "detail") == 0);
   molt__tsv_free(&r.recs);
 
   /* rollback with nothing applied: the message comes from the table */
@@ -477,14 +471,12 @@ static void test_requests(void) {
 
   /* successful apply and rollback */
   r = call_op(MOLT__OP_APPLY, "path\t/p/fix1.so\npolicy\timmediate\n");
-  CHECK(r.rc == 0 && r.h.status == 0 &&
-        strcmp(field(&r, "generation", 1), "1") == 0);
+  CHECK(r.rc == 0 && r.h.status == 0 && strcmp(field(&r, "generation", 1), "1") == 0);
   molt__tsv_free(&r.recs);
   r = call_op(MOLT__OP_ROLLBACK, "policy\tlocal\ntimeout_ms\t50\n");
-  CHECK(r.rc == 0 && r.h.status == 0 &&
-        strcmp(field(&r, "generation", 1), "2") == 0);
-  CHECK(last_req.op == MOLT__OP_ROLLBACK &&
-        last_req.policy == MOLT_POLICY_LOCAL && last_req.timeout_ms == 50);
+  CHECK(r.rc == 0 && r.h.status == 0 && strcmp(field(&r, "generation", 1), "2") == 0);
+  CHECK(last_req.op == MOLT__OP_ROLLBACK && last_req.policy == MOLT_POLICY_LOCAL &&
+        last_req.timeout_ms == 50);
   molt__tsv_free(&r.recs);
 }
 
@@ -708,9 +700,8 @@ static void test_denied(void) {
   CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
   molt__frame_hdr h;
   char err[256];
-  CHECK(n >= 16 && molt__proto_decode_hdr((unsigned char *)buf,
-                                          MOLT__FRAME_RESPONSE, &h, err,
-                                          sizeof err) == 0);
+  CHECK(n >= 16 && molt__proto_decode_hdr((unsigned char *)buf, MOLT__FRAME_RESPONSE, &h,
+                                          err, sizeof err) == 0);
   CHECK(h.status == MOLT_EPERM);
   CHECK(n == 16 + h.length);
   buf[n < sizeof buf ? n : sizeof buf - 1] = '\0';

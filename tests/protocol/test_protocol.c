@@ -18,42 +18,42 @@
 
 static int failures;
 
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                              \
-    }                                                                          \
+#define CHECK(cond)                                                                      \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);           \
+      failures++;                                                                        \
+    }                                                                                    \
   } while (0)
 
-#define CHECK_EQ(a, b)                                                         \
-  do {                                                                         \
-    long long a_ = (long long)(a), b_ = (long long)(b);                        \
-    if (a_ != b_) {                                                            \
-      fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %lld, %s == %lld\n",      \
-              __FILE__, __LINE__, #a, a_, #b, b_);                             \
-      failures++;                                                              \
-    }                                                                          \
+#define CHECK_EQ(a, b)                                                                   \
+  do {                                                                                   \
+    long long a_ = (long long)(a), b_ = (long long)(b);                                  \
+    if (a_ != b_) {                                                                      \
+      fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %lld, %s == %lld\n", __FILE__,      \
+              __LINE__, #a, a_, #b, b_);                                                 \
+      failures++;                                                                        \
+    }                                                                                    \
   } while (0)
 
-#define CHECK_STR(a, b)                                                        \
-  do {                                                                         \
-    const char *a_ = (a), *b_ = (b);                                           \
-    if (strcmp(a_, b_) != 0) {                                                 \
-      fprintf(stderr, "%s:%d: CHECK_STR failed: %s == \"%s\", expected \"%s\"\n", \
-              __FILE__, __LINE__, #a, a_, b_);                                 \
-      failures++;                                                              \
-    }                                                                          \
+#define CHECK_STR(a, b)                                                                  \
+  do {                                                                                   \
+    const char *a_ = (a), *b_ = (b);                                                     \
+    if (strcmp(a_, b_) != 0) {                                                           \
+      fprintf(stderr, "%s:%d: CHECK_STR failed: %s == \"%s\", expected \"%s\"\n",        \
+              __FILE__, __LINE__, #a, a_, b_);                                           \
+      failures++;                                                                        \
+    }                                                                                    \
   } while (0)
 
-static void hdr_bytes(unsigned char *b, uint32_t magic, uint16_t version,
-                      uint16_t kind, int32_t status, uint32_t len) {
+static void hdr_bytes(unsigned char *b, uint32_t magic, uint16_t version, uint16_t kind,
+                      int32_t status, uint32_t len) {
   molt__frame_hdr h = {magic, version, kind, status, len};
   molt__proto_encode_hdr(&h, b);
 }
 
-static int decode(molt__frame_type t, uint32_t magic, uint16_t version,
-                  uint16_t kind, int32_t status, uint32_t len) {
+static int decode(molt__frame_type t, uint32_t magic, uint16_t version, uint16_t kind,
+                  int32_t status, uint32_t len) {
   unsigned char b[MOLT__PROTO_HDR_SIZE];
   hdr_bytes(b, magic, version, kind, status, len);
   molt__frame_hdr h;
@@ -72,13 +72,11 @@ static void test_header(void) {
   CHECK(b[4] == 1 && b[5] == 0);
   CHECK(b[6] == MOLT__OP_APPLY && b[7] == 0);
   CHECK(b[8] == 0 && b[9] == 0 && b[10] == 0 && b[11] == 0);
-  CHECK(b[12] == (1234 & 0xff) && b[13] == (1234 >> 8) && b[14] == 0 &&
-        b[15] == 0);
+  CHECK(b[12] == (1234 & 0xff) && b[13] == (1234 >> 8) && b[14] == 0 && b[15] == 0);
 
   molt__frame_hdr h;
   char err[256];
-  CHECK_EQ(molt__proto_decode_hdr(b, MOLT__FRAME_REQUEST, &h, err, sizeof err),
-           0);
+  CHECK_EQ(molt__proto_decode_hdr(b, MOLT__FRAME_REQUEST, &h, err, sizeof err), 0);
   CHECK_EQ(h.magic, MOLT__PROTO_MAGIC);
   CHECK_EQ(h.version, 1);
   CHECK_EQ(h.kind, MOLT__OP_APPLY);
@@ -88,20 +86,15 @@ static void test_header(void) {
   /* Negative statuses survive the trip (two's complement on the wire). */
   for (int code = MOLT__ERRNO_MIN; code <= 0; code++) {
     hdr_bytes(b, MOLT__PROTO_MAGIC, 1, 0, code, 7);
-    CHECK_EQ(molt__proto_decode_hdr(b, MOLT__FRAME_RESPONSE, &h, err,
-                                    sizeof err),
-             0);
+    CHECK_EQ(molt__proto_decode_hdr(b, MOLT__FRAME_RESPONSE, &h, err, sizeof err), 0);
     CHECK_EQ(h.status, code);
   }
   hdr_bytes(b, MOLT__PROTO_MAGIC, 1, 0, INT32_MIN, 0);
-  CHECK_EQ(molt__proto_decode_hdr(b, MOLT__FRAME_RESPONSE, &h, err, sizeof err),
-           0);
+  CHECK_EQ(molt__proto_decode_hdr(b, MOLT__FRAME_RESPONSE, &h, err, sizeof err), 0);
   CHECK_EQ(h.status, INT32_MIN);
   /* Every op is accepted in a request; the names exist. */
   for (unsigned op = MOLT__OP_STATUS; op <= MOLT__OP_LOG; op++) {
-    CHECK_EQ(decode(MOLT__FRAME_REQUEST, MOLT__PROTO_MAGIC, 1, (uint16_t)op, 0,
-                    0),
-             0);
+    CHECK_EQ(decode(MOLT__FRAME_REQUEST, MOLT__PROTO_MAGIC, 1, (uint16_t)op, 0, 0), 0);
     CHECK(molt__op_find(op) != NULL && molt__op_find(op)->name != NULL);
   }
 }
@@ -150,9 +143,8 @@ static int parse(const char *s, size_t len, size_t max, molt__records *r) {
 
 static void test_tsv_roundtrip(void) {
   static const char *const nasty[] = {
-      "",         "plain",         "tab\there", "new\nline", "back\\slash",
-      "\\t",      "\\\\n\t\n\\",   "\t",        "\n",        "\\",
-      "trailing\\", "ünïcödé ✓", "a\tb\tc",  "\x01\x7f\xff"};
+      "",   "plain", "tab\there", "new\nline",  "back\\slash", "\\t",     "\\\\n\t\n\\",
+      "\t", "\n",    "\\",        "trailing\\", "ünïcödé ✓",   "a\tb\tc", "\x01\x7f\xff"};
   const size_t n = sizeof nasty / sizeof nasty[0];
 
   /* Written by the runtime's writer, read by our parser: identical. */
@@ -265,7 +257,7 @@ static void test_tsv_malformed(void) {
   CHECK_EQ(PARSE("ab\n\0", &r), MOLT_EPROTO);
   /* bad escapes */
   CHECK_EQ(PARSE("a\\x\n", &r), MOLT_EPROTO);
-  CHECK_EQ(PARSE("a\\\n", &r), MOLT_EPROTO);   /* backslash before newline */
+  CHECK_EQ(PARSE("a\\\n", &r), MOLT_EPROTO);    /* backslash before newline */
   CHECK_EQ(PARSE("a\\\tb\n", &r), MOLT_EPROTO); /* backslash before tab */
   CHECK_EQ(PARSE("ok\n\\0\n", &r), MOLT_EPROTO);
   CHECK_EQ(PARSE("\\r\n", &r), MOLT_EPROTO);
@@ -319,17 +311,14 @@ static void test_io(void) {
   molt__buf b;
   molt__buf_init(&b);
   molt__buf_record(&b, 2, (const char *const[]){"path", "/x/y.so"});
-  molt__frame_hdr out = {MOLT__PROTO_MAGIC, 1, MOLT__OP_APPLY, 0,
-                         (uint32_t)b.len};
-  CHECK_EQ(molt__proto_send(sv[0], &out, b.data, molt__proto_deadline(1000)),
-           0);
+  molt__frame_hdr out = {MOLT__PROTO_MAGIC, 1, MOLT__OP_APPLY, 0, (uint32_t)b.len};
+  CHECK_EQ(molt__proto_send(sv[0], &out, b.data, molt__proto_deadline(1000)), 0);
   CHECK_EQ(molt__proto_recv(sv[1], MOLT__FRAME_REQUEST, &h, &payload,
                             molt__proto_deadline(1000), err, sizeof err),
            0);
   CHECK_EQ(h.kind, MOLT__OP_APPLY);
   CHECK_EQ(h.length, b.len);
-  CHECK(payload != NULL && memcmp(payload, b.data, b.len) == 0 &&
-        payload[b.len] == '\0');
+  CHECK(payload != NULL && memcmp(payload, b.data, b.len) == 0 && payload[b.len] == '\0');
   free(payload);
   /* empty payload: NULL */
   out.length = 0;
@@ -348,17 +337,13 @@ static void test_io(void) {
   pid_t child = fork();
   if (child == 0) {
     molt__frame_hdr big = {MOLT__PROTO_MAGIC, 1, 0, -9, (uint32_t)b.len};
-    _exit(molt__proto_send(sv[0], &big, b.data, molt__proto_deadline(5000)) ==
-                  0
-              ? 0
-              : 1);
+    _exit(molt__proto_send(sv[0], &big, b.data, molt__proto_deadline(5000)) == 0 ? 0 : 1);
   }
   CHECK_EQ(molt__proto_recv(sv[1], MOLT__FRAME_RESPONSE, &h, &payload,
                             molt__proto_deadline(5000), err, sizeof err),
            0);
   CHECK_EQ(h.status, -9);
-  CHECK(payload != NULL && h.length == b.len &&
-        memcmp(payload, b.data, b.len) == 0);
+  CHECK(payload != NULL && h.length == b.len && memcmp(payload, b.data, b.len) == 0);
   free(payload);
   int ws;
   waitpid(child, &ws, 0);
@@ -438,8 +423,7 @@ static void test_io(void) {
   int rc = 0;
   t0 = now_ms();
   for (int i = 0; i < 1000 && rc == 0; i++)
-    rc = molt__proto_write_full(sv[0], junk, sizeof junk,
-                                molt__proto_deadline(100));
+    rc = molt__proto_write_full(sv[0], junk, sizeof junk, molt__proto_deadline(100));
   CHECK_EQ(rc, MOLT_ETIMEDOUT);
   CHECK(now_ms() - t0 < 3000);
   close(sv[0]);
@@ -448,16 +432,14 @@ static void test_io(void) {
   /* writing to a vanished peer: an error, not SIGPIPE */
   pair(sv);
   close(sv[1]);
-  CHECK_EQ(molt__proto_write_full(sv[0], "x", 1, molt__proto_deadline(100)),
-           MOLT_EIO);
+  CHECK_EQ(molt__proto_write_full(sv[0], "x", 1, molt__proto_deadline(100)), MOLT_EIO);
   CHECK(errno == EPIPE);
   close(sv[0]);
 
   /* not a socket: EIO, not a hang */
   int p[2];
   CHECK_EQ(pipe(p), 0);
-  CHECK_EQ(molt__proto_read_full(p[0], hb, 1, molt__proto_deadline(100), NULL),
-           MOLT_EIO);
+  CHECK_EQ(molt__proto_read_full(p[0], hb, 1, molt__proto_deadline(100), NULL), MOLT_EIO);
   close(p[0]);
   close(p[1]);
 }

@@ -13,14 +13,14 @@
 #include <string.h>
 
 static int failures;
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-      failures++;                                                              \
-    }                                                                          \
+#define CHECK(cond, ...)                                                                 \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
+      fprintf(stderr, __VA_ARGS__);                                                      \
+      fputc('\n', stderr);                                                               \
+      failures++;                                                                        \
+    }                                                                                    \
   } while (0)
 
 /* Locks of the table's ranks (not the runtime's own instances, which are
@@ -65,9 +65,12 @@ int main(void) {
   CHECK(!strcmp(molt__lock_name(MOLT__LOCK_RANK_op), "op_lock") &&
             !strcmp(molt__lock_name(MOLT__LOCK_RANK_log), "log_lock"),
         "lock names from the table");
-  CHECK(MOLT__LOCK_RANK_op < MOLT__LOCK_RANK_bar && MOLT__LOCK_RANK_bar < MOLT__LOCK_RANK_prog &&
-            MOLT__LOCK_RANK_prog < MOLT__LOCK_RANK_rt && MOLT__LOCK_RANK_rt < MOLT__LOCK_RANK_reg &&
-            MOLT__LOCK_RANK_reg < MOLT__LOCK_RANK_req && MOLT__LOCK_RANK_req < MOLT__LOCK_RANK_log,
+  CHECK(MOLT__LOCK_RANK_op < MOLT__LOCK_RANK_bar &&
+            MOLT__LOCK_RANK_bar < MOLT__LOCK_RANK_prog &&
+            MOLT__LOCK_RANK_prog < MOLT__LOCK_RANK_rt &&
+            MOLT__LOCK_RANK_rt < MOLT__LOCK_RANK_reg &&
+            MOLT__LOCK_RANK_reg < MOLT__LOCK_RANK_req &&
+            MOLT__LOCK_RANK_req < MOLT__LOCK_RANK_log,
         "the order of the table");
 
   /* In order, outermost first: nothing to report. */
@@ -103,10 +106,12 @@ int main(void) {
   molt__lock_acquire(&op);
   molt__lock_release(&op);
   molt__lock_release(&rt);
-  CHECK(molt__lock_violations() == 1, "the inversion is counted: %u", molt__lock_violations());
+  CHECK(molt__lock_violations() == 1, "the inversion is counted: %u",
+        molt__lock_violations());
   char reason[256] = "";
   CHECK(molt__refusing(reason, sizeof reason), "the runtime refuses updates");
-  CHECK(strstr(reason, "op_lock taken while holding rt_lock") != NULL, "reason: %s", reason);
+  CHECK(strstr(reason, "op_lock taken while holding rt_lock") != NULL, "reason: %s",
+        reason);
   CHECK(log_has("fail", "op_lock taken while holding rt_lock"), "a fail entry is logged");
 
   /* Under the log lock the report cannot log (it would take that lock

@@ -29,14 +29,14 @@
 static const char *dir;
 static int failures;
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-      failures++;                                                              \
-    }                                                                          \
+#define CHECK(cond, ...)                                                                 \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
+      fprintf(stderr, __VA_ARGS__);                                                      \
+      fputc('\n', stderr);                                                               \
+      failures++;                                                                        \
+    }                                                                                    \
   } while (0)
 
 static char *patch(const char *name) {
@@ -131,7 +131,8 @@ static void case_entry(void) {
   for (int i = 0; i < 5; i++)
     CHECK(strcmp(entry_state(fns[i]), "direct") == 0, "%s starts %s", fns[i],
           entry_state(fns[i]));
-  CHECK(version_tag(5) == 5 && through_static(3) == 6, "version 0 through direct entries");
+  CHECK(version_tag(5) == 5 && through_static(3) == 6,
+        "version 0 through direct entries");
   CHECK(apply("patch_a.so", err, sizeof err) == 0, "%s", err);
   /* No wait: the apply has returned, so the entries must already dispatch. */
   for (int i = 0; i < 4; i++)
@@ -162,7 +163,8 @@ static void case_entry(void) {
   CHECK(version_tag(1) == 1001, "back to patch a: %d", version_tag(1));
   sleep_ms(200);
   CHECK(strcmp(entry_state("version_tag"), "dispatch") == 0,
-        "patch a is current: the entry must keep dispatching: %s", entry_state("version_tag"));
+        "patch a is current: the entry must keep dispatching: %s",
+        entry_state("version_tag"));
   CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
   CHECK(wait_entry("version_tag", "direct", 10000), "direct after both rollbacks: %s",
         entry_state("version_tag"));
@@ -199,9 +201,8 @@ static void *caller(void *arg) {
     int r3 = rec(8 + (int)(id % 5));
     int r4 = through_static(x);
     uint64_t after = molt_generation();
-    if (r1 % 1000 != x || !tag_possible(r1 / 1000, before, after) ||
-        r2 % 1000 != x || !tag_possible(r2 / 1000, before, after) ||
-        !tag_possible(r3, before, after) ||
+    if (r1 % 1000 != x || !tag_possible(r1 / 1000, before, after) || r2 % 1000 != x ||
+        !tag_possible(r2 / 1000, before, after) || !tag_possible(r3, before, after) ||
         r4 % 1000 != 2 * x || !tag_possible(r4 / 1000, before, after) ||
         stored_fp != &version_tag) {
       if (atomic_fetch_add(&bad, 1) < 5)
@@ -232,12 +233,14 @@ static void case_stress(int rounds) {
   atomic_store(&stop, true);
   for (int i = 0; i < THREADS; i++)
     pthread_join(th[i], NULL);
-  CHECK(atomic_load(&bad) == 0, "%ld calls returned a version that was not current", atomic_load(&bad));
+  CHECK(atomic_load(&bad) == 0, "%ld calls returned a version that was not current",
+        atomic_load(&bad));
   CHECK(atomic_load(&calls) > 1000, "only %ld calls were made", atomic_load(&calls));
   CHECK(version_tag(7) == 7, "back on the program's own version");
   CHECK(wait_unmapped("patch_a.so", 5000) && wait_unmapped("patch_b.so", 5000),
         "patches still mapped after the last rollback");
-  printf("stress: %d rounds, %ld checked calls in 4 threads\n", rounds, atomic_load(&calls));
+  printf("stress: %d rounds, %ld checked calls in 4 threads\n", rounds,
+         atomic_load(&calls));
 }
 
 /* ---- a call in progress finishes on its old code ------------------------------*/
@@ -261,14 +264,17 @@ static void case_inflight(void) {
   CHECK(apply("patch_b.so", err, sizeof err) == 0, "%s", err);
   CHECK(block_call == block_call && version_tag(1) == 2001, "new calls run patch_b");
   sleep_ms(300); /* many reclamation passes */
-  CHECK(maps_count("patch_a.so") > 0, "patch_a was unloaded while a call still ran in it");
+  CHECK(maps_count("patch_a.so") > 0,
+        "patch_a was unloaded while a call still ran in it");
   __atomic_store_n(&block_hold, 0, __ATOMIC_SEQ_CST);
   pthread_join(t, NULL);
   CHECK(result == 1, "in-flight call finished on %d, expected patch_a (1)", result);
-  CHECK(wait_unmapped("patch_a.so", 2000), "patch_a still mapped 2 s after its last call returned");
+  CHECK(wait_unmapped("patch_a.so", 2000),
+        "patch_a still mapped 2 s after its last call returned");
   CHECK(maps_count("patch_b.so") > 0, "current patch_b must stay mapped");
   CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
-  CHECK(version_tag(1) == 1001, "rollback returns to patch_a (reloaded): %d", version_tag(1));
+  CHECK(version_tag(1) == 1001, "rollback returns to patch_a (reloaded): %d",
+        version_tag(1));
   CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
   CHECK(version_tag(1) == 1, "second rollback returns to the program");
   CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == MOLT_ENOHISTORY,
@@ -298,7 +304,8 @@ static void case_maps(int rounds) {
   char err[512];
   long rss0 = 0;
   for (int i = 0; i < rounds && !failures; i++) {
-    CHECK(apply(i % 2 ? "patch_b.so" : "patch_a.so", err, sizeof err) == 0, "apply %d: %s", i, err);
+    CHECK(apply(i % 2 ? "patch_b.so" : "patch_a.so", err, sizeof err) == 0,
+          "apply %d: %s", i, err);
     if (i == rounds / 10) {
       wait_unmapped(i % 2 ? "patch_a.so" : "patch_b.so", 2000);
       rss0 = rss_kib();
@@ -309,7 +316,8 @@ static void case_maps(int rounds) {
   CHECK(wait_unmapped(old, 3000), "the previous patch is still mapped");
   CHECK(maps_count(cur) > 0, "the current patch is mapped");
   long rss1 = rss_kib();
-  printf("maps: %d patches, RSS %ld KiB -> %ld KiB (%+ld KiB)\n", rounds, rss0, rss1, rss1 - rss0);
+  printf("maps: %d patches, RSS %ld KiB -> %ld KiB (%+ld KiB)\n", rounds, rss0, rss1,
+         rss1 - rss0);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   /* Sanitizers keep freed memory in quarantine and shadow: RSS says nothing
    * about molt there.  The plain build of this test asserts it. */
@@ -352,7 +360,8 @@ static void expect_refused(const char *what, const char *path, int want1, int wa
   CHECK(rc == want1 || rc == want2, "%s: got %d (%s) \"%s\", expected %s", what, rc,
         molt_err_name(rc), err, molt_err_name(want1));
   CHECK(err[0] != '\0', "%s: no error message", what);
-  CHECK(molt_generation() == g && version_tag(3) == before, "%s changed the process", what);
+  CHECK(molt_generation() == g && version_tag(3) == before, "%s changed the process",
+        what);
   const char *base = strrchr(path, '/');
   CHECK(maps_count(base ? base + 1 : path) == 0, "%s: refused file left mapped", what);
   printf("refused %-28s %s: %s\n", what, molt_err_name(rc), err);
@@ -365,11 +374,15 @@ static void case_refuse(void) {
   CHECK(mkdtemp(tmp) != NULL, "mkdtemp");
   char p[4200];
 
-  expect_refused("plain shared library", patch("libplain_lib.so"), MOLT_ENOTPATCH, MOLT_ENOTPATCH);
-  expect_refused("patch for another program", patch("patch_foreign.so"), MOLT_EBUILDID, MOLT_EBUILDID);
-  expect_refused("unstamped patch", patch("patch_unstamped.so"), MOLT_ENOTPATCH, MOLT_ENOTPATCH);
+  expect_refused("plain shared library", patch("libplain_lib.so"), MOLT_ENOTPATCH,
+                 MOLT_ENOTPATCH);
+  expect_refused("patch for another program", patch("patch_foreign.so"), MOLT_EBUILDID,
+                 MOLT_EBUILDID);
+  expect_refused("unstamped patch", patch("patch_unstamped.so"), MOLT_ENOTPATCH,
+                 MOLT_ENOTPATCH);
   expect_refused("missing symbol", patch("patch_missing.so"), MOLT_ENOSYM, MOLT_ENOSYM);
-  expect_refused("not updatable function", patch("patch_nofunc.so"), MOLT_ENOFUNC, MOLT_ENOFUNC);
+  expect_refused("not updatable function", patch("patch_nofunc.so"), MOLT_ENOFUNC,
+                 MOLT_ENOFUNC);
   expect_refused("missing file", "/nonexistent/patch.so", MOLT_ENOENT, MOLT_ENOENT);
 
   snprintf(p, sizeof p, "%s/writable.so", tmp);
@@ -408,7 +421,8 @@ static void case_refuse(void) {
       CHECK(version_tag(3) == 2003, "%s: applied but wrong version", what);
       CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, e2, sizeof e2) == 0, "%s", e2);
     } else {
-      CHECK(molt_generation() == g && version_tag(3) == 1003 && e2[0], "%s: %d", what, rc);
+      CHECK(molt_generation() == g && version_tag(3) == 1003 && e2[0], "%s: %d", what,
+            rc);
     }
     unlink(p);
   }
@@ -433,7 +447,8 @@ static int connect_self(void) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "molt.%d", (int)getppid());
-  if (connect(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) != 0) {
+  if (connect(fd, (struct sockaddr *)&a,
+              (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) != 0) {
     close(fd);
     return -1;
   }
@@ -444,7 +459,8 @@ static int connect_self(void) {
 
 /* Frame header of docs/protocol.md, built by hand: an independent check of
  * the server's parser. */
-static void put_header(unsigned char *h, unsigned magic, unsigned version, unsigned kind, unsigned len) {
+static void put_header(unsigned char *h, unsigned magic, unsigned version, unsigned kind,
+                       unsigned len) {
   memset(h, 0, 16);
   memcpy(h, &magic, 4);
   memcpy(h + 4, &version, 2);
@@ -493,7 +509,8 @@ static void case_socket(void) {
   CHECK(ok == 0, "status request as root answered %d", ok);
   if (geteuid() == 0) {
     int r = in_child(65534, req, 16);
-    CHECK(r == -MOLT_EPERM, "request from uid 65534 answered %d, expected %d", r, -MOLT_EPERM);
+    CHECK(r == -MOLT_EPERM, "request from uid 65534 answered %d, expected %d", r,
+          -MOLT_EPERM);
   }
   unsigned char bad[16];
   put_header(bad, 0xdeadbeef, 1, 1, 0);
@@ -514,11 +531,10 @@ static void case_socket(void) {
   CHECK(version_tag(1) == 1, "process unchanged");
 }
 
-
 /* ---- update timing (issue: local quiescence and global update points) ------*/
 
-
-static void put_header(unsigned char *h, unsigned magic, unsigned version, unsigned kind, unsigned len);
+static void put_header(unsigned char *h, unsigned magic, unsigned version, unsigned kind,
+                       unsigned len);
 
 /* This process's own status records, fetched over its control socket as the
  * CLI would (the runtime thread serves them). */
@@ -526,7 +542,8 @@ static char *own_status(void) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "molt.%d", (int)getpid());
-  if (connect(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) != 0) {
+  if (connect(fd, (struct sockaddr *)&a,
+              (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) != 0) {
     close(fd);
     return NULL;
   }
@@ -563,7 +580,7 @@ static bool thread_follows(const char *status, int tid, char *out, size_t len) {
 }
 
 static pthread_mutex_t L = PTHREAD_MUTEX_INITIALIZER;
-static atomic_int phase;      /* 0 free, 1 A holds L, 2 A lets go */
+static atomic_int phase; /* 0 free, 1 A holds L, 2 A lets go */
 static atomic_int a_tag = -1, b_tag = -1, a_holding;
 static atomic_int a_tid, b_tid;
 
@@ -629,12 +646,14 @@ static void case_locks(void) {
   snprintf(tid, sizeof tid, " %d (", atomic_load(&b_tid));
   CHECK(rc == MOLT_ETIMEDOUT, "global apply with B blocked: %d %s", rc, err);
   CHECK(strstr(err, tid) != NULL, "the error names thread B (%s): %s", tid, err);
-  CHECK(strstr(err, "B-after-L") != NULL, "the error names B's last update point: %s", err);
+  CHECK(strstr(err, "B-after-L") != NULL, "the error names B's last update point: %s",
+        err);
   printf("global refused: %s\n", err);
   CHECK(molt_generation() == g, "nothing changed");
   sleep_ms(30);
   CHECK(atomic_load(&a_tag) == 0, "A still runs the old version after the timeout");
-  CHECK(maps_count("patch_a.so") == 0 || wait_unmapped("patch_a.so", 2000), "refused patch unloaded");
+  CHECK(maps_count("patch_a.so") == 0 || wait_unmapped("patch_a.so", 2000),
+        "refused patch unloaded");
 
   /* local: nobody waits.  A moves at its next quiescence point although B
    * is still blocked; B moves when it gets to its own. */
@@ -647,10 +666,11 @@ static void case_locks(void) {
   char follows[64] = "";
   char want[64];
   snprintf(want, sizeof want, "generation %llu", (unsigned long long)g);
-  CHECK(thread_follows(st, atomic_load(&b_tid), follows, sizeof follows) && !strcmp(follows, want),
+  CHECK(thread_follows(st, atomic_load(&b_tid), follows, sizeof follows) &&
+            !strcmp(follows, want),
         "status shows B still on %s: \"%s\"", want, follows);
   CHECK(thread_follows(st, atomic_load(&a_tid), follows, sizeof follows) &&
-        strcmp(follows, want) != 0 && !strncmp(follows, "generation ", 11),
+            strcmp(follows, want) != 0 && !strncmp(follows, "generation ", 11),
         "status shows A on the new generation: \"%s\"", follows);
   free(st);
   atomic_store(&phase, 2);
@@ -660,7 +680,8 @@ static void case_locks(void) {
   atomic_store(&phase, 0);
   rc = molt_apply(patch("patch_b.so"), MOLT_POLICY_GLOBAL, 5000, err, sizeof err);
   CHECK(rc == 0, "global apply with both threads free: %s", err);
-  CHECK(wait_for(&a_tag, 2, 2000) && wait_for(&b_tag, 2, 2000), "both threads run patch_b");
+  CHECK(wait_for(&a_tag, 2, 2000) && wait_for(&b_tag, 2, 2000),
+        "both threads run patch_b");
   atomic_store(&stop, true);
   pthread_join(a, NULL);
   pthread_join(b, NULL);
@@ -696,18 +717,22 @@ static void case_atomic(int rounds) {
     pthread_create(&th[i], NULL, atomic_caller, NULL);
   char err[512];
   for (int i = 0; i < rounds && !failures; i++) {
-    CHECK(molt_apply(patch(i % 2 ? "patch_b.so" : "patch_a.so"), MOLT_POLICY_LOCAL, -1, err,
-                     sizeof err) == 0, "apply: %s", err);
+    CHECK(molt_apply(patch(i % 2 ? "patch_b.so" : "patch_a.so"), MOLT_POLICY_LOCAL, -1,
+                     err, sizeof err) == 0,
+          "apply: %s", err);
     sleep_ms(1);
-    CHECK(molt_rollback(MOLT_POLICY_LOCAL, -1, err, sizeof err) == 0, "rollback: %s", err);
+    CHECK(molt_rollback(MOLT_POLICY_LOCAL, -1, err, sizeof err) == 0, "rollback: %s",
+          err);
   }
   atomic_store(&stop, true);
   for (int i = 0; i < THREADS; i++)
     pthread_join(th[i], NULL);
-  CHECK(atomic_load(&mixed) == 0, "%ld sequences mixed two generations", atomic_load(&mixed));
+  CHECK(atomic_load(&mixed) == 0, "%ld sequences mixed two generations",
+        atomic_load(&mixed));
   CHECK(atomic_load(&seen_switches) > THREADS * 2, "threads switched only %ld times",
         atomic_load(&seen_switches));
-  printf("atomic: %d rounds, %ld switches observed, 0 mixed\n", rounds, atomic_load(&seen_switches));
+  printf("atomic: %d rounds, %ld switches observed, 0 mixed\n", rounds,
+         atomic_load(&seen_switches));
 }
 
 /* The wake-up callback lets a thread blocked on a condition variable reach
@@ -749,7 +774,8 @@ static void case_wakeup(void) {
   int rc = molt_apply(patch("patch_a.so"), MOLT_POLICY_GLOBAL, 3000, err, sizeof err);
   CHECK(rc == 0, "global apply with a thread asleep on a condition variable: %s", err);
   CHECK(atomic_load(&callbacks) == 1, "callback ran once (%d)", atomic_load(&callbacks));
-  CHECK(wait_for(&waiter_updated, 1, 2000), "the waiter saw the update at its update point");
+  CHECK(wait_for(&waiter_updated, 1, 2000),
+        "the waiter saw the update at its update point");
   CHECK(version_tag(1) == 1001, "patched");
   atomic_store(&stop, true);
   on_pending(NULL);
@@ -793,7 +819,8 @@ static void case_cancel(void) {
   pthread_t p, b, c;
   pthread_create(&p, NULL, cancel_p, NULL);
   pthread_create(&b, NULL, cancel_b, NULL);
-  for (int t = 0; t < 2000 && !(atomic_load(&cancel_p_tid) && atomic_load(&cancel_b_tid)); t++)
+  for (int t = 0; t < 2000 && !(atomic_load(&cancel_p_tid) && atomic_load(&cancel_b_tid));
+       t++)
     sleep_ms(1);
   sleep_ms(100);
   pthread_create(&c, NULL, cancel_later, &p);
@@ -940,8 +967,8 @@ static void *self_applier(void *arg) {
   atomic_store(&self_tid, (int)gettid());
   for (int i = 0; i < 3; i++)
     molt_update_point("T-before-apply"); /* a participant from now on */
-  atomic_store(&self_rc, molt_apply(patch("patch_a.so"), MOLT_POLICY_GLOBAL, 5000, self_err,
-                                    sizeof self_err));
+  atomic_store(&self_rc, molt_apply(patch("patch_a.so"), MOLT_POLICY_GLOBAL, 5000,
+                                    self_err, sizeof self_err));
   atomic_store(&self_tag, version_tag(1)); /* H2: the caller runs the new version */
   return NULL;
 }
@@ -960,21 +987,23 @@ static void case_selfglobal(void) {
         molt_err_name(atomic_load(&self_rc)), self_err);
   char tid[32];
   snprintf(tid, sizeof tid, " %d (", atomic_load(&self_tid));
-  CHECK(strstr(self_err, tid) == NULL, "the error does not name the caller: %s", self_err);
+  CHECK(strstr(self_err, tid) == NULL, "the error does not name the caller: %s",
+        self_err);
   CHECK(atomic_load(&self_tag) == 1001, "the caller runs the patch after its apply: %d",
         atomic_load(&self_tag));
   CHECK(molt_generation() == g + 1, "one new generation");
   CHECK(wait_for(&self_q_saw, 1, 2000), "Q was parked and released by the switch");
   /* The barrier ran on the runtime thread, not on the caller's. */
-  CHECK(atomic_load(&self_cb_tid) != 0 && atomic_load(&self_cb_tid) != atomic_load(&self_tid),
-        "the pending callback ran on thread %d, the caller is %d", atomic_load(&self_cb_tid),
-        atomic_load(&self_tid));
+  CHECK(atomic_load(&self_cb_tid) != 0 &&
+            atomic_load(&self_cb_tid) != atomic_load(&self_tid),
+        "the pending callback ran on thread %d, the caller is %d",
+        atomic_load(&self_cb_tid), atomic_load(&self_tid));
   CHECK(strcmp(self_cb_name, "molt-runtime") == 0, "the update ran on %s", self_cb_name);
   molt_on_update_pending(NULL, NULL);
   atomic_store(&self_stop, 1);
   pthread_join(q, NULL);
-  printf("selfglobal: applied by participant %d, generation %llu\n", atomic_load(&self_tid),
-         (unsigned long long)molt_generation());
+  printf("selfglobal: applied by participant %d, generation %llu\n",
+         atomic_load(&self_tid), (unsigned long long)molt_generation());
   alarm(0);
 }
 
@@ -1003,27 +1032,45 @@ static void case_serve(void) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s stress|inflight|static|maps|refuse|socket|locks|atomic|wakeup|cancel|verdict|selfglobal|serve PATCH_DIR [ROUNDS]\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s "
+            "stress|inflight|static|maps|refuse|socket|locks|atomic|wakeup|cancel|"
+            "verdict|selfglobal|serve PATCH_DIR [ROUNDS]\n",
+            argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0); /* progress survives a crash */
   dir = argv[2];
   int rounds = argc > 3 ? atoi(argv[3]) : 1000;
   const char *c = argv[1];
-  if (!strcmp(c, "stress")) case_stress(rounds);
-  else if (!strcmp(c, "entry")) case_entry();
-  else if (!strcmp(c, "inflight")) case_inflight();
-  else if (!strcmp(c, "static")) case_static();
-  else if (!strcmp(c, "maps")) case_maps(rounds);
-  else if (!strcmp(c, "refuse")) case_refuse();
-  else if (!strcmp(c, "socket")) case_socket();
-  else if (!strcmp(c, "serve")) case_serve();
-  else if (!strcmp(c, "locks")) case_locks();
-  else if (!strcmp(c, "atomic")) case_atomic(rounds > 300 ? 300 : rounds);
-  else if (!strcmp(c, "wakeup")) case_wakeup();
-  else if (!strcmp(c, "cancel")) case_cancel();
-  else if (!strcmp(c, "verdict")) case_verdict();
-  else if (!strcmp(c, "selfglobal")) case_selfglobal();
+  if (!strcmp(c, "stress"))
+    case_stress(rounds);
+  else if (!strcmp(c, "entry"))
+    case_entry();
+  else if (!strcmp(c, "inflight"))
+    case_inflight();
+  else if (!strcmp(c, "static"))
+    case_static();
+  else if (!strcmp(c, "maps"))
+    case_maps(rounds);
+  else if (!strcmp(c, "refuse"))
+    case_refuse();
+  else if (!strcmp(c, "socket"))
+    case_socket();
+  else if (!strcmp(c, "serve"))
+    case_serve();
+  else if (!strcmp(c, "locks"))
+    case_locks();
+  else if (!strcmp(c, "atomic"))
+    case_atomic(rounds > 300 ? 300 : rounds);
+  else if (!strcmp(c, "wakeup"))
+    case_wakeup();
+  else if (!strcmp(c, "cancel"))
+    case_cancel();
+  else if (!strcmp(c, "verdict"))
+    case_verdict();
+  else if (!strcmp(c, "selfglobal"))
+    case_selfglobal();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;

@@ -22,21 +22,21 @@
 #include <unistd.h>
 
 static int failures;
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, "\n");                                                   \
-      failures++;                                                              \
-    }                                                                          \
+#define CHECK(cond, ...)                                                                 \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);           \
+      fprintf(stderr, __VA_ARGS__);                                                      \
+      fprintf(stderr, "\n");                                                             \
+      failures++;                                                                        \
+    }                                                                                    \
   } while (0)
-#define REQUIRE(cond, ...)                                                     \
-  do {                                                                         \
-    int before_ = failures;                                                    \
-    CHECK(cond, __VA_ARGS__); /* evaluated once */                             \
-    if (failures != before_)                                                   \
-      exit(1);                                                                 \
+#define REQUIRE(cond, ...)                                                               \
+  do {                                                                                   \
+    int before_ = failures;                                                              \
+    CHECK(cond, __VA_ARGS__); /* evaluated once */                                       \
+    if (failures != before_)                                                             \
+      exit(1);                                                                           \
   } while (0)
 
 static const char *dir;
@@ -67,14 +67,13 @@ static bool in_image(const molt__image *im, const void *p) {
 /* ---- saved locals: the test plays program.c ----------------------------- */
 static molt__saved_local *saved_locals;
 
-void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_local *l),
-                                 void *arg) {
+void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_local *l), void *arg) {
   for (molt__saved_local *l = saved_locals; l; l = l->next)
     fn(arg, l);
 }
 
-static molt__saved_local *add_local(const char *func, const char *name,
-                                    const void *bytes, size_t size) {
+static molt__saved_local *add_local(const char *func, const char *name, const void *bytes,
+                                    size_t size) {
   molt__saved_local *l = calloc(1, sizeof *l);
   l->func = strdup(func);
   l->name = strdup(name);
@@ -161,7 +160,8 @@ static void *segv_handler(void) {
 static void case_image(void) {
   molt__image *a = open_ok("xf_v1.so");
   CHECK(a->info && a->info->abi == MOLT__PROGRAM_ABI, "molt__program");
-  CHECK(a->info->migrate == NULL && a->info->from_build_id == NULL, "v1 is a first version");
+  CHECK(a->info->migrate == NULL && a->info->from_build_id == NULL,
+        "v1 is a first version");
   CHECK(a->main != NULL && (molt__image_prot_at(a, (uintptr_t)a->main) & PF_X), "main");
   CHECK(strlen(a->build_id) >= 16, "build-id \"%s\"", a->build_id);
   CHECK(a->nranges >= 2, "ranges %zu", a->nranges);
@@ -175,7 +175,8 @@ static void case_image(void) {
   int *hidden = molt__image_sym(a, "hidden_counter", "prog.c");
   CHECK(hidden && *hidden == 5, "static hidden_counter of prog.c");
   CHECK(molt__image_sym(a, "hidden_counter", NULL) == NULL, "a static is not a global");
-  CHECK(molt__image_sym(a, "hidden_counter", "other.c") == NULL, "static of another file");
+  CHECK(molt__image_sym(a, "hidden_counter", "other.c") == NULL,
+        "static of another file");
   CHECK(molt__image_sym(a, "no_such_symbol", NULL) == NULL, "missing symbol");
   /* The image's own symbols, not the test's: the test has a main too. */
   CHECK(SYM(a, "main") == (void *)a->main, "main through the symbol table");
@@ -184,10 +185,11 @@ static void case_image(void) {
   uintptr_t start = 0;
   size_t size = 0;
   bool is_func = true;
-  CHECK(molt__image_sym_at(a, (uintptr_t)counter + 2, &name, &tu, &start, &size, &is_func),
-        "sym_at counter+2");
-  CHECK(name && strcmp(name, "counter") == 0 && tu == NULL && start == (uintptr_t)counter &&
-            size == sizeof(int) && !is_func,
+  CHECK(
+      molt__image_sym_at(a, (uintptr_t)counter + 2, &name, &tu, &start, &size, &is_func),
+      "sym_at counter+2");
+  CHECK(name && strcmp(name, "counter") == 0 && tu == NULL &&
+            start == (uintptr_t)counter && size == sizeof(int) && !is_func,
         "sym_at counter+2: %s %s %zu %d", name, tu, size, is_func);
   CHECK(molt__image_sym_at(a, (uintptr_t)hidden, &name, &tu, &start, &size, &is_func) &&
             strcmp(name, "hidden_counter") == 0 && tu && strcmp(tu, "prog.c") == 0,
@@ -225,7 +227,8 @@ static void case_image(void) {
   molt__image_close(b);
   molt__image_close(a);
 
-  expect_refused("no molt__program", img("xf_noprog.so"), MOLT_ENOTPROGRAM, "molt__program");
+  expect_refused("no molt__program", img("xf_noprog.so"), MOLT_ENOTPROGRAM,
+                 "molt__program");
   expect_refused("other ABI", img("xf_badabi.so"), MOLT_EABI, "ABI");
   expect_refused("missing file", img("nonexistent.so"), MOLT_ENOENT, "cannot open");
 
@@ -363,13 +366,15 @@ static void case_migrate(void) {
   REQUIRE(n1 && (void *)n1 != r.before.head, "head replaced by a new object");
   CHECK(n1 == n1_new, "redirect gives the new head");
   CHECK(counter_new == SYM(v2, "counter"), "redirect of a variable");
-  CHECK(fn_new == SYM(v2, "op_double") && fn_new != v1_op_double, "redirect of a function");
+  CHECK(fn_new == SYM(v2, "op_double") && fn_new != v1_op_double,
+        "redirect of a function");
   struct n_entry *n2 = n1->next, *n3 = n2->next;
-  CHECK(n1->key == 1 && n2->key == 2 && n3->key == 3, "keys %ld %ld %ld", n1->key, n2->key,
-        n3->key);
+  CHECK(n1->key == 1 && n2->key == 2 && n3->key == 3, "keys %ld %ld %ld", n1->key,
+        n2->key, n3->key);
   CHECK(n3->next == n1, "cycle kept");
   CHECK(n1->weight == (double)0.1f && n2->weight == 2.5 && n3->weight == -1.25,
-        "float -> double converted: %.17g %.17g %.17g", n1->weight, n2->weight, n3->weight);
+        "float -> double converted: %.17g %.17g %.17g", n1->weight, n2->weight,
+        n3->weight);
   CHECK(n1->hits == 10 && n3->hits == 30, "new field initialised");
   CHECK(*(void **)SYM(v2, "shared_a") == n2 && *(void **)SYM(v2, "shared_b") == n2,
         "sharing kept");
@@ -455,7 +460,8 @@ static void case_locals(void) {
   *(int *)SYM(r.v2, "xf_mode") = XM_FAIL_AFTER_RUN;
   REQUIRE(molt__xf_begin(r.v1, r.v2, false, &cx) == 0, "begin");
   r.rc = molt__xf_migrate(cx, r.err, sizeof r.err);
-  CHECK(r.rc == MOLT_EXFORM && lw->new_value == NULL, "abort frees new locals: %s", r.err);
+  CHECK(r.rc == MOLT_EXFORM && lw->new_value == NULL, "abort frees new locals: %s",
+        r.err);
   molt__xf_end(cx, false);
   FN(r.v1, void (*)(void), "v1_free_all")();
   molt__image_close(r.v2);
@@ -484,7 +490,8 @@ static void abort_case(int scenario, int mode, int want, const char *msg,
   size_t used_after = heap_in_use();
   const char *tun = getenv("GLIBC_TUNABLES");
   bool exact = tun && strstr(tun, "tcache_count=0"); /* see heap_in_use() */
-  CHECK(!exact || used_after == used_before, "%s: %zd bytes still allocated after the abort", what,
+  CHECK(!exact || used_after == used_before,
+        "%s: %zd bytes still allocated after the abort", what,
         (ssize_t)(used_after - used_before));
   r.cx = NULL;
   CHECK(r.v1->main(0, NULL, NULL) == 77, "old main after abort");

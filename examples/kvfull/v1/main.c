@@ -99,15 +99,14 @@ static int start(int argc, char **argv) {
     }
   }
   for (int i = 0; i < nworkers; i++) {
-    int e = pthread_create(&worker_threads[i], NULL, worker_main,
-                           (void *)(intptr_t)i);
+    int e = pthread_create(&worker_threads[i], NULL, worker_main, (void *)(intptr_t)i);
     if (e) {
       fprintf(stderr, "kvfull: pthread_create: %s\n", strerror(e));
       return -1;
     }
   }
-  printf("kvfull version %s listening on 127.0.0.1:%d pid %d workers %d\n",
-         KV_VERSION, ntohs(a.sin_port), (int)getpid(), nworkers);
+  printf("kvfull version %s listening on 127.0.0.1:%d pid %d workers %d\n", KV_VERSION,
+         ntohs(a.sin_port), (int)getpid(), nworkers);
   fflush(stdout);
   return 0;
 }
@@ -144,9 +143,10 @@ static void accept_one(void) {
 int main(int argc, char **argv) {
   install_handlers();
   if (molt_is_updating()) {
-    fprintf(stderr, "kvfull: now running version %s (main restarted at "
-                    "update point '%s')\n", KV_VERSION,
-            molt_is_updating_from("accept") ? "accept" : "?");
+    fprintf(stderr,
+            "kvfull: now running version %s (main restarted at "
+            "update point '%s')\n",
+            KV_VERSION, molt_is_updating_from("accept") ? "accept" : "?");
   } else if (start(argc, argv) < 0) {
     return 1;
   }

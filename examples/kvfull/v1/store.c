@@ -10,9 +10,9 @@
 #include "kv.h"
 
 struct entry {
-  char *key;   /* NULL: empty or deleted */
+  char *key; /* NULL: empty or deleted */
   char *value;
-  int dead;    /* deleted: probing goes on past this slot */
+  int dead; /* deleted: probing goes on past this slot */
 };
 
 struct store {

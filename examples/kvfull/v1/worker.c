@@ -86,9 +86,8 @@ static int execute(char *line, char *out, size_t outcap, size_t *outlen) {
   } else if (!strcmp(cmd, "VERSION")) {
     n = snprintf(o, room, "VERSION %s\n", KV_VERSION);
   } else if (!strcmp(cmd, "STATS")) {
-    n = snprintf(o, room, "STATS version=%s entries=%zu served=%lu\n",
-                 KV_VERSION, store_count(),
-                 __atomic_load_n(&total_served, __ATOMIC_RELAXED));
+    n = snprintf(o, room, "STATS version=%s entries=%zu served=%lu\n", KV_VERSION,
+                 store_count(), __atomic_load_n(&total_served, __ATOMIC_RELAXED));
   } else if (!strcmp(cmd, "FILL") && (key = next_word(&rest))) {
     n = snprintf(o, room, "FILLED %zu\n", store_fill(strtoul(key, NULL, 10)));
   } else if (!strcmp(cmd, "QUIT")) {

@@ -37,6 +37,7 @@
  *
  *   XX(name, owner, protects -- taken by)
  */
+/* clang-format off */
 #define MOLT__LOCKS(XX)                                                        \
   XX(op, "service/runtime.c",                                                  \
      "whole operations: apply, rollback, update, status, reclamation; may be " \
@@ -60,12 +61,13 @@
      "the queue of in-process requests -- application threads in molt_apply " \
      "and molt_rollback, the runtime thread; nothing is taken under it")      \
   XX(log, "base/log.c", "the log ring and the log file -- anyone; a leaf")
+/* clang-format on */
 
 enum {
 #define MOLT__LOCK_ENUM(name, owner, what) MOLT__LOCK_RANK_##name,
   MOLT__LOCKS(MOLT__LOCK_ENUM)
 #undef MOLT__LOCK_ENUM
-  MOLT__LOCK_RANKS
+      MOLT__LOCK_RANKS
 };
 
 /* On unless NDEBUG: debug builds check, release builds do not, and
@@ -83,7 +85,8 @@ typedef struct molt__lock {
   unsigned rank; /* MOLT__LOCK_RANK_* */
 } molt__lock;
 
-#define MOLT__LOCK_INIT(name) {PTHREAD_MUTEX_INITIALIZER, MOLT__LOCK_RANK_##name}
+#define MOLT__LOCK_INIT(name)                                                            \
+  { PTHREAD_MUTEX_INITIALIZER, MOLT__LOCK_RANK_##name }
 
 /* "op_lock", ... */
 MOLT__HIDDEN const char *molt__lock_name(unsigned rank);
@@ -115,6 +118,7 @@ MOLT__HIDDEN unsigned molt__lock_violations(void);
 /* ---- the log (log.c) ------------------------------------------------------
  *   XX(NAME, "name in the log")
  */
+/* clang-format off */
 #define MOLT__EVENTS(XX)                                                       \
   XX(START, "start")       /* runtime started                         */      \
   XX(LOAD, "load")         /* patch object loaded                     */      \
@@ -128,6 +132,7 @@ MOLT__HIDDEN unsigned molt__lock_violations(void);
   XX(INFO, "info")                                                             \
   XX(UPDATE, "update")     /* a full update committed                 */      \
   XX(ABORT, "abort")       /* a full update aborted after the barrier */
+/* clang-format on */
 
 typedef enum {
 #define MOLT__EV_ENUM(NAME, name) MOLT__EV_##NAME,
@@ -137,8 +142,7 @@ typedef enum {
 
 MOLT__HIDDEN void molt__log_init(void);
 MOLT__HIDDEN void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
-                            const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Appends the ring as TSV records: log <seq> <unix time> <event> <gen> <patch id> <message> */
 MOLT__HIDDEN void molt__log_dump(molt__buf *out);
 MOLT__HIDDEN const char *molt__event_name(molt__event ev);
@@ -158,8 +162,8 @@ MOLT__HIDDEN uint64_t molt__realtime_ns(void); /* CLOCK_REALTIME  */
 /* Opens `path` once, checks it (regular file, owned by the process owner or
  * root, not writable by group/others: R7) and returns a sealed memfd copy
  * (>= 0) that everything later reads, or a negative MOLT_E* with err set. */
-MOLT__HIDDEN int molt__file_open_checked(const char *path, size_t max_bytes,
-                                         char *err, size_t errlen);
+MOLT__HIDDEN int molt__file_open_checked(const char *path, size_t max_bytes, char *err,
+                                         size_t errlen);
 
 /* ---- state.c --------------------------------------------------------------*/
 /* molt__rt_lock: the runtime state (modules, generations, entries, objects). */
@@ -171,8 +175,7 @@ MOLT__HIDDEN void molt__rt_lock_after_fork_child(void);
 /* Enters the refusing state (R3): the first reason is kept, a `fail` entry
  * is logged, later updates fail with MOLT_EREFUSING and status reports the
  * reason.  The program keeps running its current generation. */
-MOLT__HIDDEN void molt__fail(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
+MOLT__HIDDEN void molt__fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Same without the log entry (for a caller that holds the log lock). */
 MOLT__HIDDEN void molt__fail_quiet(const char *reason);
 MOLT__HIDDEN bool molt__refusing(char *reason, size_t len);

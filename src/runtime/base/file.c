@@ -55,8 +55,8 @@ static int private_copy(int fd, const char *path, size_t max_bytes, char *err,
                         size_t errlen) {
   struct stat st;
   if (fstat(fd, &st) != 0 || (uint64_t)st.st_size > max_bytes) {
-    molt__errmsg(err, errlen, "%s is larger than %zu MiB: refusing to load it",
-                 path, max_bytes >> 20);
+    molt__errmsg(err, errlen, "%s is larger than %zu MiB: refusing to load it", path,
+                 max_bytes >> 20);
     return MOLT_EINVAL;
   }
   const char *base = strrchr(path, '/');
@@ -74,15 +74,15 @@ static int private_copy(int fd, const char *path, size_t max_bytes, char *err,
       break;
     if (n < 0 && errno == EINTR)
       continue;
-    if (n < 0 || write(mfd, buf, (size_t)n) != n ||
-        (uint64_t)(off += n) > max_bytes) {
+    if (n < 0 || write(mfd, buf, (size_t)n) != n || (uint64_t)(off += n) > max_bytes) {
       molt__errmsg(err, errlen, "cannot copy %s: %s", path,
                    n < 0 ? strerror(errno) : "short write or file grew");
       close(mfd);
       return MOLT_EIO;
     }
   }
-  if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+  if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) !=
+      0) {
     molt__errmsg(err, errlen, "cannot seal the copy of %s: %s", path, strerror(errno));
     close(mfd);
     return MOLT_EIO;

@@ -70,9 +70,12 @@ void molt__lock_release(molt__lock *l) {
 
 /* The mutex is released and taken again inside the wait; the thread holds
  * the same set of locks before and after, and runs nothing meanwhile. */
-int molt__lock_wait(pthread_cond_t *c, molt__lock *l) { return pthread_cond_wait(c, &l->m); }
+int molt__lock_wait(pthread_cond_t *c, molt__lock *l) {
+  return pthread_cond_wait(c, &l->m);
+}
 
-int molt__lock_timedwait(pthread_cond_t *c, molt__lock *l, const struct timespec *deadline) {
+int molt__lock_timedwait(pthread_cond_t *c, molt__lock *l,
+                         const struct timespec *deadline) {
   return pthread_cond_timedwait(c, &l->m, deadline);
 }
 

@@ -51,8 +51,7 @@ void molt__log_init(void) {
   molt__lock_release(&log_lock);
 }
 
-void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
-               const char *fmt, ...) {
+void molt__log(molt__event ev, uint64_t gen, const char *patch_id, const char *fmt, ...) {
   entry e;
   memset(&e, 0, sizeof e);
   e.time_ns = molt__realtime_ns();
@@ -74,8 +73,9 @@ void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
   int fd = log_fd;
   if (fd >= 0) {
     char line[768];
-    int n = snprintf(line, sizeof line, "%" PRIu64 " %" PRIu64 ".%06" PRIu64
-                     " pid=%d %s gen=%" PRIu64 " patch=%s %s\n",
+    int n = snprintf(line, sizeof line,
+                     "%" PRIu64 " %" PRIu64 ".%06" PRIu64 " pid=%d %s gen=%" PRIu64
+                     " patch=%s %s\n",
                      e.seq, e.time_ns / 1000000000u, (e.time_ns / 1000u) % 1000000u,
                      (int)getpid(), molt__event_name(ev), gen, e.patch, e.msg);
     if (n > 0) {

@@ -21,7 +21,8 @@ bool molt__membarrier_init(void) {
    * executes a core-serializing instruction before it returns to user mode,
    * so none keeps running instructions it fetched before the write. */
   if ((mask & MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE) &&
-      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) == 0)
+      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0,
+              0) == 0)
     sync_core_ok = true;
   if ((mask & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
       syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0) {
@@ -46,7 +47,8 @@ int molt__membarrier(void) {
 }
 
 void molt__sync_core(void) {
-  if (sync_core_ok && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) == 0)
+  if (sync_core_ok &&
+      syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0) == 0)
     return;
   /* Without SYNC_CORE: on x86 the expedited barrier interrupts every CPU
    * running one of our threads, and the return from that interrupt (iret)

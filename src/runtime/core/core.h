@@ -27,8 +27,8 @@ MOLT__HIDDEN void molt__threads_init(void);
  * registry (one hook: the switch layer's).  Set once at start-up. */
 MOLT__HIDDEN void molt__threads_on_exit(void (*fn)(void));
 /* Calls fn for each registered thread, under the registry lock. */
-MOLT__HIDDEN void molt__threads_foreach(void (*fn)(void *arg, const molt__thread *t, pid_t tid),
-                                        void *arg);
+MOLT__HIDDEN void
+molt__threads_foreach(void (*fn)(void *arg, const molt__thread *t, pid_t tid), void *arg);
 /* Points the view of every thread that has one at g (immediate and global
  * switches). */
 MOLT__HIDDEN void molt__threads_set_views(molt__gen *g);
@@ -40,8 +40,8 @@ MOLT__HIDDEN void molt__threads_after_fork_child(void);
 /* ---- entry.c: stable entries -------------------------------------------------*/
 /* Checks and records the entries of start[0..n), function indices first..;
  * on failure `why` names the function. */
-MOLT__HIDDEN int molt__entries_add(const molt__fn_desc *start, uint32_t first,
-                                   uint32_t n, char *why, size_t whylen);
+MOLT__HIDDEN int molt__entries_add(const molt__fn_desc *start, uint32_t first, uint32_t n,
+                                   char *why, size_t whylen);
 /* Before g is published: every entry g maps to another version than
  * version 0 jumps to its dispatch path. */
 MOLT__HIDDEN int molt__entries_prepare(const molt__gen *g, char *err, size_t errlen);
@@ -61,11 +61,11 @@ MOLT__HIDDEN bool molt__entry_dispatching(uint32_t index);
  */
 typedef struct molt__owner molt__owner;
 struct molt__owner {
-  const char *id;                 /* shown as a function's version in status */
+  const char *id;                  /* shown as a function's version in status */
   void (*release)(molt__owner *o); /* no live generation points into o now */
-  size_t gen_refs;                /* live generations pointing into it      */
-  uint64_t mark;                  /* scratch of gen.c (distinct owners)     */
-  molt__owner *release_next;      /* list built by molt__gen_reclaim        */
+  size_t gen_refs;                 /* live generations pointing into it      */
+  uint64_t mark;                   /* scratch of gen.c (distinct owners)     */
+  molt__owner *release_next;       /* list built by molt__gen_reclaim        */
 };
 
 MOLT__HIDDEN void molt__gen_init(void);
@@ -83,7 +83,8 @@ MOLT__HIDDEN void *molt__gen_body(uint32_t index);
 MOLT__HIDDEN int molt__gen_new(const molt__gen *from, bool numbered, molt__gen **out);
 /* Entry `index` of unpublished g runs impl, which owner supplies (NULL:
  * version 0, the program's own). */
-MOLT__HIDDEN void molt__gen_set(molt__gen *g, uint32_t index, void *impl, molt__owner *owner);
+MOLT__HIDDEN void molt__gen_set(molt__gen *g, uint32_t index, void *impl,
+                                molt__owner *owner);
 MOLT__HIDDEN molt__owner *molt__gen_owner(const molt__gen *g, uint32_t index);
 /* The owners of all g->size entries at once (NULL: all the program's), for
  * loops over a whole table. */
@@ -125,10 +126,10 @@ MOLT__HIDDEN void molt__owners_release(molt__owner *list);
 /* ---- module.c: modules and their updatable functions -------------------------*/
 typedef struct molt__module {
   molt__fn_desc *start, *stop;
-  uintptr_t base;        /* load bias of the module          */
-  char *path;            /* file the module was loaded from */
+  uintptr_t base;                            /* load bias of the module          */
+  char *path;                                /* file the module was loaded from */
   char build_id[MOLT__BUILD_ID_HEX_MAX + 1]; /* hex; "" if none */
-  uint32_t first_index;  /* index of start[0] in generation tables */
+  uint32_t first_index;                      /* index of start[0] in generation tables */
   /* Open-addressing index (name, tu of statics) -> descriptor, built on the
    * first lookup so that start-up does not pay for it (P4). */
   molt__fn_desc **index;

@@ -66,9 +66,9 @@ typedef struct segment {
   int prot;         /* its protection, restored after a write   */
 } segment;
 
-static entry *ents;            /* indexed by function index (molt__rt_lock) */
+static entry *ents; /* indexed by function index (molt__rt_lock) */
 static uint32_t nents, capents;
-static uint32_t ndispatch;     /* entries in MODE_DISPATCH                  */
+static uint32_t ndispatch; /* entries in MODE_DISPATCH                  */
 static segment *segs;
 static size_t nsegs;
 static uintptr_t page_size;
@@ -83,8 +83,8 @@ static int add_segments(struct dl_phdr_info *info, size_t size, void *data) {
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
       continue;
     uintptr_t lo = (info->dlpi_addr + ph->p_vaddr) & ~(page_size - 1);
-    uintptr_t hi = (info->dlpi_addr + ph->p_vaddr + ph->p_memsz + page_size - 1) &
-                   ~(page_size - 1);
+    uintptr_t hi =
+        (info->dlpi_addr + ph->p_vaddr + ph->p_memsz + page_size - 1) & ~(page_size - 1);
     bool known = false;
     for (size_t s = 0; s < nsegs && !known; s++)
       known = segs[s].lo == lo && segs[s].hi == hi;
@@ -112,8 +112,8 @@ static bool find_segment(uintptr_t a, uint32_t *seg) {
 
 /* ---- registration --------------------------------------------------------- */
 
-int molt__entries_add(const molt__fn_desc *start, uint32_t first, uint32_t n,
-                      char *why, size_t whylen) {
+int molt__entries_add(const molt__fn_desc *start, uint32_t first, uint32_t n, char *why,
+                      size_t whylen) {
   if (!page_size)
     page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
   if (first + n > capents) {

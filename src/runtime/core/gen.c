@@ -23,12 +23,12 @@
 /* Private side of a generation slot. */
 typedef struct priv {
   bool in_use;
-  bool retired;         /* no longer current (may still run) */
-  void **table;         /* owned copy (molt__gens[s].table aliases it) */
+  bool retired;              /* no longer current (may still run) */
+  void **table;              /* owned copy (molt__gens[s].table aliases it) */
   molt__owner **entry_owner; /* per entry: owner of its version, NULL = program */
-  molt__owner **owners; /* distinct owners the table points into */
+  molt__owner **owners;      /* distinct owners the table points into */
   size_t nowners;
-  bool counted;         /* published: its entries count in `replaced` */
+  bool counted; /* published: its entries count in `replaced` */
   uint64_t retired_at_ns;
 } priv;
 
@@ -155,7 +155,9 @@ void molt__gen_set(molt__gen *g, uint32_t index, void *impl, molt__owner *owner)
   p->entry_owner[index] = owner;
 }
 
-molt__owner *const *molt__gen_owners(const molt__gen *g) { return privs[g->slot].entry_owner; }
+molt__owner *const *molt__gen_owners(const molt__gen *g) {
+  return privs[g->slot].entry_owner;
+}
 
 molt__owner *molt__gen_owner(const molt__gen *g, uint32_t index) {
   const priv *p = &privs[g->slot];
@@ -281,8 +283,8 @@ static void scan_thread(void *arg, const molt__thread *t, pid_t tid) {
   for (unsigned s = 0; s < MOLT__SLOTS; s++)
     /* acquire: pairs with the release decrement in molt__leave, so all
      * accesses of a finished call happen before we free what it used. */
-    u->active[s] += atomic_load_explicit(&((molt__thread *)t)->active[s],
-                                         memory_order_acquire);
+    u->active[s] +=
+        atomic_load_explicit(&((molt__thread *)t)->active[s], memory_order_acquire);
   /* acquire: pairs with the thread's release store of its view (local
    * policy): a view we see is pinned. */
   molt__gen *v = atomic_load_explicit(&((molt__thread *)t)->view, memory_order_acquire);

@@ -81,8 +81,7 @@ static bool build_index(molt__module *m) {
   return true;
 }
 
-molt__fn_desc *molt__module_find_fn(molt__module *m, const char *name,
-                                    const char *tu) {
+molt__fn_desc *molt__module_find_fn(molt__module *m, const char *name, const char *tu) {
   const char *tu_base = tu ? base_name(tu) : NULL;
   if (!m->index && !build_index(m)) {
     /* Out of memory: a linear scan still gives the right answer. */
@@ -114,11 +113,13 @@ void molt__register_module(uint32_t abi, molt__fn_desc *start, molt__fn_desc *st
     char path[4096] = "", hex[MOLT__BUILD_ID_HEX_MAX + 1];
     uintptr_t base;
     if (molt__elf_build_id_of_loaded((const void *)start, hex, sizeof hex, &base, path,
-                                     sizeof path) < 0 || !path[0])
+                                     sizeof path) < 0 ||
+        !path[0])
       snprintf(path, sizeof path, "the module at %p", (void *)start);
-    molt__fail("cannot register the updatable functions of %s: it was built for molt ABI %u, "
-               "this runtime speaks %u (rebuild it with this release's moltcc or molt.h)",
-               path, (unsigned)abi, MOLT__ABI);
+    molt__fail(
+        "cannot register the updatable functions of %s: it was built for molt ABI %u, "
+        "this runtime speaks %u (rebuild it with this release's moltcc or molt.h)",
+        path, (unsigned)abi, MOLT__ABI);
     return;
   }
   if (!start || stop <= start)
@@ -143,8 +144,8 @@ void molt__register_module(uint32_t abi, molt__fn_desc *start, molt__fn_desc *st
   m->stop = stop;
   m->first_index = nfns;
   char path[4096] = "";
-  int rc = molt__elf_build_id_of_loaded(start, m->build_id, sizeof m->build_id,
-                                        &m->base, path, sizeof path);
+  int rc = molt__elf_build_id_of_loaded(start, m->build_id, sizeof m->build_id, &m->base,
+                                        path, sizeof path);
   if (rc < 0)
     m->build_id[0] = '\0'; /* no build-id: patches cannot target it (H9) */
   m->path = strdup(path);
@@ -156,7 +157,8 @@ void molt__register_module(uint32_t abi, molt__fn_desc *start, molt__fn_desc *st
      * every update rather than apply one that silently misses it. */
     free(m->path);
     molt__rt_lock_release();
-    molt__fail("cannot register the updatable functions of %s: %s", path[0] ? path : "?", why);
+    molt__fail("cannot register the updatable functions of %s: %s", path[0] ? path : "?",
+               why);
     return;
   }
   rc = molt__gen_add_functions(start, nfns, n);

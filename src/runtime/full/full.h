@@ -23,23 +23,26 @@
 /* ---- image.c ---------------------------------------------------------------*/
 /* A loaded program image. */
 typedef struct molt__image {
-  void *handle;            /* dlopen handle */
-  char *path;              /* as given by the user */
-  int fd;                  /* sealed memfd copy it was loaded from */
-  uintptr_t base;          /* load bias */
-  molt__symtab *symtab;    /* its file symbol table (statics included) */
+  void *handle;         /* dlopen handle */
+  char *path;           /* as given by the user */
+  int fd;               /* sealed memfd copy it was loaded from */
+  uintptr_t base;       /* load bias */
+  molt__symtab *symtab; /* its file symbol table (statics included) */
   char build_id[MOLT__BUILD_ID_HEX_MAX + 1];
   const molt__program_info *info; /* its molt__program */
   int (*main)(int, char **, char **);
   /* Mapped PT_LOAD segments, absolute addresses, sorted; prot = PF_* bits. */
-  struct molt__range { uintptr_t lo, hi; unsigned prot; } *ranges;
+  struct molt__range {
+    uintptr_t lo, hi;
+    unsigned prot;
+  } * ranges;
   size_t nranges;
 } molt__image;
 
 /* Opens, checks and dlopens (RTLD_NOW | RTLD_LOCAL) a program image.
  * MOLT_ENOTPROGRAM if it has no molt__program / main of its own. */
-MOLT__HIDDEN int molt__image_open(const char *path, molt__image **out,
-                                  char *err, size_t errlen);
+MOLT__HIDDEN int molt__image_open(const char *path, molt__image **out, char *err,
+                                  size_t errlen);
 MOLT__HIDDEN void molt__image_close(molt__image *im); /* dlclose + free */
 /* Absolute address of symbol (name, tu) of the image, or NULL. */
 MOLT__HIDDEN void *molt__image_sym(const molt__image *im, const char *name,
@@ -47,9 +50,8 @@ MOLT__HIDDEN void *molt__image_sym(const molt__image *im, const char *name,
 /* The symbol containing absolute address a: its name, tu (NULL for a global),
  * start and size, and whether it is a function.  false if none. */
 MOLT__HIDDEN bool molt__image_sym_at(const molt__image *im, uintptr_t a,
-                                     const char **name, const char **tu,
-                                     uintptr_t *start, size_t *size,
-                                     bool *is_func);
+                                     const char **name, const char **tu, uintptr_t *start,
+                                     size_t *size, bool *is_func);
 /* The segment protection (PF_R|PF_W|PF_X) of absolute address a, 0 if a is
  * not inside the image. */
 MOLT__HIDDEN unsigned molt__image_prot_at(const molt__image *im, uintptr_t a);
@@ -60,21 +62,21 @@ MOLT__HIDDEN unsigned molt__image_prot_at(const molt__image *im, uintptr_t a);
 typedef struct molt__saved_local {
   struct molt__saved_local *next;
   char *func, *name;
-  const void *old_addr;    /* where it lived in the old frame */
-  void *old_copy;          /* its bytes at the update point */
+  const void *old_addr; /* where it lived in the old frame */
+  void *old_copy;       /* its bytes at the update point */
   size_t old_size;
-  void *new_value;         /* malloc'ed new representation; NULL: dropped */
+  void *new_value; /* malloc'ed new representation; NULL: dropped */
   size_t new_size;
 } molt__saved_local;
 /* Calls fn for every saved local of every program thread (during a
  * migration, on the runtime thread, while the program threads are
  * parked).  program.c provides it. */
-MOLT__HIDDEN void molt__program_foreach_local(
-    void (*fn)(void *arg, molt__saved_local *l), void *arg);
+MOLT__HIDDEN void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_local *l),
+                                              void *arg);
 
 /* Prepares a migration from `old` to `new` (both loaded). */
-MOLT__HIDDEN int molt__xf_begin(molt__image *old, molt__image *new,
-                                bool check_interior, molt__xf_ctx **out);
+MOLT__HIDDEN int molt__xf_begin(molt__image *old, molt__image *new, bool check_interior,
+                                molt__xf_ctx **out);
 /* Runs new->info->migrate under the fault guard, then drains the work
  * list.  0, or MOLT_EXFORM (or MOLT_ENOSYM ...) with a one-line message;
  * on failure the old state has already been restored. */

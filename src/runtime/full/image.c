@@ -95,8 +95,7 @@ static void *own_global(const molt__image *im, const char *name, bool *is_func) 
   return (void *)(im->base + v);
 }
 
-int molt__image_open(const char *path, molt__image **out, char *err,
-                     size_t errlen) {
+int molt__image_open(const char *path, molt__image **out, char *err, size_t errlen) {
   if (!out)
     return MOLT_EINVAL;
   *out = NULL;
@@ -119,7 +118,8 @@ int molt__image_open(const char *path, molt__image **out, char *err,
   if (rc < 0) {
     molt__errmsg(err, errlen, "%s: %s%s", path, e2,
                  rc == MOLT_ENOTPROGRAM ? " (a program image is a shared object built "
-                                          "with moltcc --molt-program)" : "");
+                                          "with moltcc --molt-program)"
+                                        : "");
     goto fail;
   }
   rc = molt__elf_file_build_id(fd, im->build_id, sizeof im->build_id, e2, sizeof e2);
@@ -170,21 +170,21 @@ int molt__image_open(const char *path, molt__image **out, char *err,
   if (!info || is_func) {
     molt__errmsg(err, errlen,
                  "%s defines no molt__program of its own: not a molt program "
-                 "image (build it with moltcc --molt-program)", path);
+                 "image (build it with moltcc --molt-program)",
+                 path);
     rc = MOLT_ENOTPROGRAM;
     goto fail;
   }
   unsigned prot = molt__image_prot_at(im, (uintptr_t)info);
   if (!(prot & PF_R) || molt__image_prot_at(im, (uintptr_t)(info + 1) - 1) != prot) {
-    molt__errmsg(err, errlen, "%s: molt__program lies outside the loaded segments",
-                 path);
+    molt__errmsg(err, errlen, "%s: molt__program lies outside the loaded segments", path);
     rc = MOLT_ECORRUPT;
     goto fail;
   }
   if (info->abi != MOLT__PROGRAM_ABI) {
     molt__errmsg(err, errlen,
-                 "%s was built for molt program ABI %u, this runtime speaks %u",
-                 path, info->abi, MOLT__PROGRAM_ABI);
+                 "%s was built for molt program ABI %u, this runtime speaks %u", path,
+                 info->abi, MOLT__PROGRAM_ABI);
     rc = MOLT_EABI;
     goto fail;
   }
@@ -192,7 +192,8 @@ int molt__image_open(const char *path, molt__image **out, char *err,
   if (!m || !is_func || !(molt__image_prot_at(im, (uintptr_t)m) & PF_X)) {
     molt__errmsg(err, errlen,
                  "%s defines no function main of its own: not a molt program "
-                 "image (build it with moltcc --molt-program)", path);
+                 "image (build it with moltcc --molt-program)",
+                 path);
     rc = MOLT_ENOTPROGRAM;
     goto fail;
   }
@@ -215,8 +216,7 @@ void *molt__image_sym(const molt__image *im, const char *name, const char *tu) {
 }
 
 bool molt__image_sym_at(const molt__image *im, uintptr_t a, const char **name,
-                        const char **tu, uintptr_t *start, size_t *size,
-                        bool *is_func) {
+                        const char **tu, uintptr_t *start, size_t *size, bool *is_func) {
   if (!im || a < im->base)
     return false;
   uintptr_t s;

@@ -71,22 +71,22 @@ typedef struct molt__pthread molt__pthread;
 struct molt__pthread {
   pid_t tid;
   bool is_main;
-  void *(*entry)(void *);   /* entry of the running version (parked) */
-  void *arg;                /* its argument (parked) */
+  void *(*entry)(void *);                /* entry of the running version (parked) */
+  void *arg;                             /* its argument (parked) */
   int (*main_fn)(int, char **, char **); /* main thread: main (parked) */
-  char *entry_name, *entry_tu; /* (name, tu) of entry in its image; NULL:
+  char *entry_name, *entry_tu;           /* (name, tu) of entry in its image; NULL:
                                   not a function of the image */
-  uintptr_t stack_lo, stack_hi; /* the thread's stack, for frame walks */
+  uintptr_t stack_lo, stack_hi;          /* the thread's stack, for frame walks */
   /* Written by the thread (under prog_lock) and by the runtime thread
    * (parked, under prog_lock); read without lock by the thread itself:
    * relaxed atomic. */
   _Atomic bool updating;
-  char *from_point;         /* point the old version parked at (copy) */
-  char *parked_point;       /* point of the current park (copy, bar_lock) */
-  bool snap_failed;         /* snapshot of its locals ran out of memory */
-  bool restart;             /* (parked) restart when released */
+  char *from_point;            /* point the old version parked at (copy) */
+  char *parked_point;          /* point of the current park (copy, bar_lock) */
+  bool snap_failed;            /* snapshot of its locals ran out of memory */
+  bool restart;                /* (parked) restart when released */
   void *(*next_entry)(void *); /* (parked) resolved in the new image */
-  molt__reg *regs;          /* MOLT_MIGRATE_LOCAL registrations (own) */
+  molt__reg *regs;             /* MOLT_MIGRATE_LOCAL registrations (own) */
   size_t nregs;
   molt__saved_local *saved; /* snapshot at the update point */
   void *restart_env;        /* sigjmp_buf of its restart frame */
@@ -94,15 +94,16 @@ struct molt__pthread {
 };
 
 /* The calling thread's record, or NULL if it is not a program thread. */
-static __thread molt__pthread *pthread_self_rec __attribute__((tls_model("initial-exec")));
+static __thread molt__pthread *pthread_self_rec
+    __attribute__((tls_model("initial-exec")));
 
 static molt__lock prog_lock = MOLT__LOCK_INIT(prog);
-static molt__link *threads; /* prog_lock */
-static molt__image *current;   /* running image (prog_lock; changed only by
+static molt__link *threads;  /* prog_lock */
+static molt__image *current; /* running image (prog_lock; changed only by
                                   the runtime thread under op_lock) */
-static molt__image *retired;   /* old image awaiting F7 (prog_lock) */
-static size_t nupdating;       /* restarted threads still updating (prog_lock) */
-static uint64_t nupdates;      /* committed full updates (prog_lock) */
+static molt__image *retired; /* old image awaiting F7 (prog_lock) */
+static size_t nupdating;     /* restarted threads still updating (prog_lock) */
+static uint64_t nupdates;    /* committed full updates (prog_lock) */
 /* Set once by the driver before the image runs; read by the wrapper and
  * the runtime.  release/acquire: a reader that sees true sees `current`. */
 static _Atomic bool active;
@@ -149,7 +150,9 @@ static void on_thread_exit(void *arg) {
     end_thread(arg);
 }
 
-static void make_key(void) { key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0; }
+static void make_key(void) {
+  key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0;
+}
 
 static void stack_bounds(molt__pthread *t) {
   pthread_attr_t a;
@@ -268,7 +271,7 @@ static char *dup_or_null(const char *s, bool *oom) {
 }
 
 MOLT_EXTERN int __wrap_pthread_create(pthread_t *th, const pthread_attr_t *attr,
-                          void *(*fn)(void *), void *arg) {
+                                      void *(*fn)(void *), void *arg) {
   /* acquire: pairs with the driver's release store of `active`. */
   if (!atomic_load_explicit(&active, memory_order_acquire) || !fn)
     return pthread_create(th, attr, fn, arg);
@@ -285,7 +288,8 @@ MOLT_EXTERN int __wrap_pthread_create(pthread_t *th, const pthread_attr_t *attr,
   uintptr_t start_addr = 0;
   bool is_func = false;
   if (current &&
-      molt__image_sym_at(current, (uintptr_t)fn, &name, &tu, &start_addr, NULL, &is_func) &&
+      molt__image_sym_at(current, (uintptr_t)fn, &name, &tu, &start_addr, NULL,
+                         &is_func) &&
       is_func && start_addr == (uintptr_t)fn) {
     t->entry_name = dup_or_null(name, &oom);
     t->entry_tu = dup_or_null(tu, &oom);
@@ -416,8 +420,8 @@ int molt_is_updating_from(const char *point) {
 static bool same_str(const char *a, const char *b) { return a == b || strcmp(a, b) == 0; }
 
 /* Records (func, name) -> (addr, size, frame) for the next update. */
-static void register_local(molt__pthread *me, const char *func, const char *name, void *addr,
-                           size_t size, uintptr_t frame) {
+static void register_local(molt__pthread *me, const char *func, const char *name,
+                           void *addr, size_t size, uintptr_t frame) {
   /* The frame is live (the caller's own): its return address slot, next
    * to the saved frame pointer (x86-64 and AArch64 frame records), can be
    * read. */
@@ -444,9 +448,10 @@ static void register_local(molt__pthread *me, const char *func, const char *name
   if (!me->regs) {
     me->regs = malloc(MAX_REGS * sizeof *me->regs);
     if (!me->regs) {
-      molt__log(MOLT__EV_INFO, 0, NULL,
-                "thread %d: out of memory registering local %s of %s: it will not migrate",
-                (int)me->tid, name, func);
+      molt__log(
+          MOLT__EV_INFO, 0, NULL,
+          "thread %d: out of memory registering local %s of %s: it will not migrate",
+          (int)me->tid, name, func);
       return;
     }
   }
@@ -603,7 +608,9 @@ static void full_on_release(molt__verdict verdict) {
   restart_self(me); /* does not return if restarted */
 }
 
-static bool program_active(void) { return atomic_load_explicit(&active, memory_order_acquire); }
+static bool program_active(void) {
+  return atomic_load_explicit(&active, memory_order_acquire);
+}
 
 /* Called by xf.c during a migration, on the runtime thread, while every
  * program thread is parked.  Deliberately without prog_lock: fn may abort
@@ -625,8 +632,8 @@ void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_local *l), vo
 typedef struct upd {
   molt__image *old, *new;
   bool check_interior;
-  bool reached;      /* the barrier completed: the step ran */
-  uint64_t gen;      /* generation after the commit */
+  bool reached; /* the barrier completed: the step ran */
+  uint64_t gen; /* generation after the commit */
   uint64_t objects, bytes, xf_ns, pause_ns;
   size_t nthreads;
 } upd;
@@ -700,7 +707,8 @@ static int parked_step(void *arg, char *err, size_t errlen) {
   molt__xf_ctx *cx = NULL;
   rc = molt__xf_begin(u->old, u->new, u->check_interior, &cx);
   if (rc < 0) {
-    molt__errmsg(err, errlen, "cannot prepare the state migration: %s", molt_strerror(rc));
+    molt__errmsg(err, errlen, "cannot prepare the state migration: %s",
+                 molt_strerror(rc));
     drop_snapshots();
     return rc;
   }
@@ -799,10 +807,11 @@ static int program_update(const char *path, int timeout_ms, bool check_interior,
                  path, u.old->path, u.old->build_id[0] ? u.old->build_id : "none");
     rc = MOLT_EBUILDID;
   } else if (!u.old->build_id[0] || strcmp(from, u.old->build_id) != 0) {
-    molt__errmsg(err, errlen,
-                 "%s was built from build-id %s, but the running image %s has build-id %s; "
-                 "rebuild it with --molt-from the running image",
-                 path, from, u.old->path, u.old->build_id[0] ? u.old->build_id : "none");
+    molt__errmsg(
+        err, errlen,
+        "%s was built from build-id %s, but the running image %s has build-id %s; "
+        "rebuild it with --molt-from the running image",
+        path, from, u.old->path, u.old->build_id[0] ? u.old->build_id : "none");
     rc = MOLT_EBUILDID;
   }
   if (rc == 0) {
@@ -823,8 +832,8 @@ static int program_update(const char *path, int timeout_ms, bool check_interior,
      * the new image. */
     molt__image_close(u.new);
     if (u.reached)
-      molt__log(MOLT__EV_ABORT, gen, NULL, "update to %s aborted, the old version goes on: %s",
-                path, err);
+      molt__log(MOLT__EV_ABORT, gen, NULL,
+                "update to %s aborted, the old version goes on: %s", path, err);
     else
       molt__log(MOLT__EV_REFUSE, gen, NULL, "update %s refused: %s", path, err);
     /* Snapshots taken by threads that parked before a timeout stay with
@@ -890,8 +899,11 @@ static void full_status(molt__buf *out) {
   for (molt__pthread *t = thread_at(last); t; t = thread_at(t->link.prev)) {
     snprintf(num2, sizeof num2, "%d", (int)t->tid);
     bool upd = atomic_load_explicit(&t->updating, memory_order_relaxed);
-    const char *f[] = {"program_thread", num2, t->entry_name ? t->entry_name : "?",
-                       t->entry_tu ? t->entry_tu : "", upd ? "1" : "0",
+    const char *f[] = {"program_thread",
+                       num2,
+                       t->entry_name ? t->entry_name : "?",
+                       t->entry_tu ? t->entry_tu : "",
+                       upd ? "1" : "0",
                        upd && t->from_point ? t->from_point : ""};
     molt__buf_record(out, 6, f);
   }
@@ -929,7 +941,8 @@ static void full_fork_child(void) {
 
 /* The update operation (runtime thread, op_lock held). */
 static int op_update(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
-  return program_update(req->path, req->timeout_ms, req->check_interior, out, err, errlen);
+  return program_update(req->path, req->timeout_ms, req->check_interior, out, err,
+                        errlen);
 }
 
 /* A process that runs a program image is replaced as a whole: a hot patch

@@ -82,9 +82,9 @@ static inline uint32_t map_tag(uintptr_t k) {
 /* What an old address maps to; appended in insertion order (cx->recs), so
  * that commit and abort walk a dense array instead of the whole table. */
 typedef struct map_rec {
-  uintptr_t key;           /* old address */
-  void *val;               /* new address */
-  const molt__xf_type *t;  /* type it was migrated as, or a marker */
+  uintptr_t key;          /* old address */
+  void *val;              /* new address */
+  const molt__xf_type *t; /* type it was migrated as, or a marker */
   size_t count;
 } map_rec;
 
@@ -102,9 +102,9 @@ typedef struct undo_ent {
 } undo_ent;
 
 typedef struct var_range {
-  uintptr_t lo;   /* old start */
-  size_t size;    /* old_size * count */
-  uintptr_t out;  /* new start */
+  uintptr_t lo;  /* old start */
+  size_t size;   /* old_size * count */
+  uintptr_t out; /* new start */
   const molt__xf_type *t;
   size_t count;
 } var_range;
@@ -141,29 +141,29 @@ struct molt__xf_ctx {
   vec pools;              /* void *: literal copies (freed on abort, kept on commit) */
   vec freeold;            /* uintptr_t: molt__xf_free_old requests */
 
-  vec heap;               /* heap_span: [heap] and anonymous private mappings */
-  size_t heap_last;       /* index of the span that answered last */
+  vec heap;                   /* heap_span: [heap] and anonymous private mappings */
+  size_t heap_last;           /* index of the span that answered last */
   uintptr_t heap_lo, heap_hi; /* hull of the heap spans */
-  uint64_t *kbits;        /* one bit per 16-byte heap granule holding a key */
-  size_t kbits_bytes;     /* 0: no bitmap (every pointer probes the map) */
-  bool kbits_shared;      /* some granule holds more than one key */
+  uint64_t *kbits;            /* one bit per 16-byte heap granule holding a key */
+  size_t kbits_bytes;         /* 0: no bitmap (every pointer probes the map) */
+  bool kbits_shared;          /* some granule holds more than one key */
 
-  vec work;   /* work_item, used as a stack */
-  vec undo;   /* undo_ent */
-  vec vars;   /* var_range */
+  vec work; /* work_item, used as a stack */
+  vec undo; /* undo_ent */
+  vec vars; /* var_range */
   bool vars_sorted;
-  vec locals; /* molt__saved_local * whose new_value this migration set */
-  vec objs;   /* span: interior check, migrated and visited old objects */
-  vec targets;/* uintptr_t: interior check, every pointer asked for */
+  vec locals;  /* molt__saved_local * whose new_value this migration set */
+  vec objs;    /* span: interior check, migrated and visited old objects */
+  vec targets; /* uintptr_t: interior check, every pointer asked for */
 
   /* The work item being run (for setp and for messages). */
   const molt__xf_type *cur_t;
   bool cur_in_place;
 
   uint64_t objects, bytes, ns;
-  bool migrating;   /* inside molt__xf_migrate: failures may siglongjmp */
-  bool restored;    /* the old state has been restored (abort done) */
-  bool migrated;    /* molt__xf_migrate succeeded */
+  bool migrating; /* inside molt__xf_migrate: failures may siglongjmp */
+  bool restored;  /* the old state has been restored (abort done) */
+  bool migrated;  /* molt__xf_migrate succeeded */
   int err_code;
   char err[512];
   sigjmp_buf jb;
@@ -241,12 +241,11 @@ static bool vec_reserve(vec *v, size_t elem, size_t more) {
 }
 
 /* Pushes during a migration: out of memory aborts the migration. */
-#define VPUSH(cx, v, type, ...)                                                \
-  do {                                                                         \
-    if (__builtin_expect((v)->n == (v)->cap, 0) &&                             \
-        !vec_reserve((v), sizeof(type), 1))                                    \
-      fail((cx), MOLT_ENOMEM, "out of memory while migrating the state");      \
-    ((type *)(v)->p)[(v)->n++] = (type)__VA_ARGS__;                            \
+#define VPUSH(cx, v, type, ...)                                                          \
+  do {                                                                                   \
+    if (__builtin_expect((v)->n == (v)->cap, 0) && !vec_reserve((v), sizeof(type), 1))   \
+      fail((cx), MOLT_ENOMEM, "out of memory while migrating the state");                \
+    ((type *)(v)->p)[(v)->n++] = (type)__VA_ARGS__;                                      \
   } while (0)
 
 static void vec_free(vec *v, size_t elem) {
@@ -674,15 +673,16 @@ static bool image_redirect(molt__xf_ctx *cx, uintptr_t p, unsigned prot,
       e->code = MOLT_EXFORM;
       snprintf(e->msg, sizeof e->msg,
                "old data points to code at 0x%lx of the old version that is no "
-               "function", (unsigned long)p);
+               "function",
+               (unsigned long)p);
       return false;
     }
     void *np = molt__image_sym(cx->new, name, tu);
     if (!np) {
       e->code = MOLT_ENOSYM;
       snprintf(e->msg, sizeof e->msg,
-               "the new version has no function %s%s%s%s but old data points to it",
-               name, tu ? " (" : "", tu ? tu : "", tu ? ")" : "");
+               "the new version has no function %s%s%s%s but old data points to it", name,
+               tu ? " (" : "", tu ? tu : "", tu ? ")" : "");
       return false;
     }
     size_t nsize = 0;
@@ -691,7 +691,8 @@ static bool image_redirect(molt__xf_ctx *cx, uintptr_t p, unsigned prot,
       e->code = MOLT_EXFORM;
       snprintf(e->msg, sizeof e->msg,
                "old data points into the middle of function %s (+%lu), which "
-               "changed size", name, (unsigned long)(p - start));
+               "changed size",
+               name, (unsigned long)(p - start));
       return false;
     }
     return true;
@@ -705,8 +706,8 @@ static bool image_redirect(molt__xf_ctx *cx, uintptr_t p, unsigned prot,
       v = NULL;
     if (v) {
       size_t off = p - v->lo;
-      if (shift(v->out, off, v->size, v->t ? v->t->new_size * v->count : v->size,
-                v->t, out))
+      if (shift(v->out, off, v->size, v->t ? v->t->new_size * v->count : v->size, v->t,
+                out))
         return true;
       e->code = MOLT_EXFORM;
       snprintf(e->msg, sizeof e->msg,
@@ -738,8 +739,8 @@ static bool image_redirect(molt__xf_ctx *cx, uintptr_t p, unsigned prot,
     if (prot & PF_W) {
       e->code = MOLT_ENOSYM;
       snprintf(e->msg, sizeof e->msg,
-               "the new version has no variable %s%s%s%s but old data points to it",
-               name, tu ? " (" : "", tu ? tu : "", tu ? ")" : "");
+               "the new version has no variable %s%s%s%s but old data points to it", name,
+               tu ? " (" : "", tu ? tu : "", tu ? ")" : "");
       return false;
     }
     /* A constant the new version dropped: its bytes are immutable and (in
@@ -792,8 +793,8 @@ static bool image_redirect(molt__xf_ctx *cx, uintptr_t p, unsigned prot,
 /* The ABI (called by generated code inside the new image)                   */
 /* ------------------------------------------------------------------------ */
 
-static void *sym_or_fail(molt__xf_ctx *cx, const molt__image *im,
-                         const char *which, const char *name, const char *tu) {
+static void *sym_or_fail(molt__xf_ctx *cx, const molt__image *im, const char *which,
+                         const char *name, const char *tu) {
   void *p = name ? molt__image_sym(im, name, tu) : NULL;
   if (!p)
     fail(cx, MOLT_ENOSYM, "the %s version has no symbol %s%s%s%s", which,
@@ -809,8 +810,8 @@ void *molt__xf_newsym(molt__xf_ctx *cx, const char *name, const char *tu) {
   return sym_or_fail(cx, cx->new, "new", name, tu);
 }
 
-void molt__xf_map_var(molt__xf_ctx *cx, const void *in, void *out,
-                      const molt__xf_type *t, size_t count) {
+void molt__xf_map_var(molt__xf_ctx *cx, const void *in, void *out, const molt__xf_type *t,
+                      size_t count) {
   if (!in || !out || !t || count == 0)
     fail(cx, MOLT_EINVAL, "molt__xf_map_var: invalid arguments for %s", tname(t));
   VPUSH(cx, &cx->vars, var_range,
@@ -825,13 +826,12 @@ static inline void push_work(molt__xf_ctx *cx, const void *in, void *out,
   VPUSH(cx, &cx->work, work_item, {in, out, t, count, in_place});
 }
 
-void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out,
-                  const molt__xf_type *t, size_t count) {
+void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out, const molt__xf_type *t,
+                  size_t count) {
   molt__xf_map_var(cx, in, out, t, count);
   if (!(t->flags & MOLT__XF_CHANGED)) {
     if (t->old_size != t->new_size)
-      fail(cx, MOLT_EINVAL, "type %s is marked unchanged but its size changed",
-           tname(t));
+      fail(cx, MOLT_EINVAL, "type %s is marked unchanged but its size changed", tname(t));
     memcpy(out, in, t->old_size * count);
     cx->objects += count;
     cx->bytes += t->new_size * count;
@@ -858,8 +858,8 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
    * is -- unless it is a key of the map or points into the old image.  The
    * key bitmap answers the first question for heap addresses without a
    * probe of the (large, randomly accessed) map. */
-  if ((!t || (!(t->flags & MOLT__XF_CHANGED) &&
-              !((t->flags & MOLT__XF_TRAVERSE) && t->fn))) &&
+  if ((!t ||
+       (!(t->flags & MOLT__XF_CHANGED) && !((t->flags & MOLT__XF_TRAVERSE) && t->fn))) &&
       p - cx->old_lo >= cx->old_hi - cx->old_lo && !maybe_key(cx, p))
     return (void *)old;
 
@@ -871,7 +871,8 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
     if (t && r->t == t && count > r->count && (t->flags & MOLT__XF_CHANGED))
       fail(cx, MOLT_EXFORM,
            "object at 0x%lx was migrated as %zu element(s) of %s but is also "
-           "used as %zu", (unsigned long)p, r->count, tname(t), count);
+           "used as %zu",
+           (unsigned long)p, r->count, tname(t), count);
     return r->val;
   }
 
@@ -1006,7 +1007,8 @@ static void local_cb(void *arg, molt__saved_local *l) {
   if (l->old_size != t->old_size)
     fail(cx, MOLT_EXFORM,
          "local %s of %s has %zu bytes in the old version, but its transformer "
-         "(%s) expects %zu", a->var, a->func, l->old_size, tname(t), t->old_size);
+         "(%s) expects %zu",
+         a->var, a->func, l->old_size, tname(t), t->old_size);
   if (l->new_value)
     return; /* already migrated (the same rule twice) */
   VPUSH(cx, &cx->locals, molt__saved_local *, l);
@@ -1131,15 +1133,15 @@ static int read_heap_maps(molt__xf_ctx *cx) {
       while ((c = fgetc(f)) != EOF && c != '\n')
         ;
     }
-    if (sscanf(line, "%lx-%lx %7s %*x %*x:%*x %lu %n", &lo, &hi, perms, &ino,
-               &path_at) < 4)
+    if (sscanf(line, "%lx-%lx %7s %*x %*x:%*x %lu %n", &lo, &hi, perms, &ino, &path_at) <
+        4)
       continue;
     const char *path = path_at ? line + path_at : "";
     bool anon = ino == 0 && (path[0] == '\n' || path[0] == '\0');
     bool heap = strncmp(path, "[heap]", 6) == 0;
     bool stack_shaped = prev_guard && prev_hi == lo && (lo & ((64ul << 20) - 1)) != 0;
-    bool keep = heap || (anon && strcmp(perms, "rw-p") == 0 &&
-                         !(unknown && stack_shaped));
+    bool keep =
+        heap || (anon && strcmp(perms, "rw-p") == 0 && !(unknown && stack_shaped));
     for (size_t i = 0; keep && i < nsps; i++)
       if (sps[i] >= lo && sps[i] < hi)
         keep = false;
@@ -1232,37 +1234,37 @@ static int uptr_cmp(const void *a, const void *b) {
  * has the same digit (the high bytes of user-space addresses) are skipped.
  * A million objects sort in a few ms, where qsort takes ~100x longer.
  * Stable.  Falls back to qsort (with cmp) when out of memory. */
-#define DEFINE_RADIX(fname, type, KEY)                                         \
-  static void fname(type *a, size_t n, int (*cmp)(const void *, const void *)) { \
-    if (n < 2) /* also: a may be NULL when nothing was recorded */             \
-      return;                                                                  \
-    type *tmp = n > 256 ? malloc(n * sizeof *tmp) : NULL;                      \
-    if (!tmp) {                                                                \
-      qsort(a, n, sizeof *a, cmp);                                             \
-      return;                                                                  \
-    }                                                                          \
-    type *src = a, *dst = tmp;                                                 \
-    for (unsigned shift = 0; shift < 64; shift += 8) {                         \
-      size_t count[256] = {0};                                                 \
-      for (size_t i = 0; i < n; i++)                                           \
-        count[(KEY(src[i]) >> shift) & 255]++;                                 \
-      if (count[(KEY(src[0]) >> shift) & 255] == n)                            \
-        continue;                                                              \
-      size_t pos = 0;                                                          \
-      for (size_t d = 0; d < 256; d++) {                                       \
-        size_t c = count[d];                                                   \
-        count[d] = pos;                                                        \
-        pos += c;                                                              \
-      }                                                                        \
-      for (size_t i = 0; i < n; i++)                                           \
-        dst[count[(KEY(src[i]) >> shift) & 255]++] = src[i];                   \
-      type *x = src;                                                           \
-      src = dst;                                                               \
-      dst = x;                                                                 \
-    }                                                                          \
-    if (src != a)                                                              \
-      memcpy(a, src, n * sizeof *a);                                           \
-    free(tmp);                                                                 \
+#define DEFINE_RADIX(fname, type, KEY)                                                   \
+  static void fname(type *a, size_t n, int (*cmp)(const void *, const void *)) {         \
+    if (n < 2) /* also: a may be NULL when nothing was recorded */                       \
+      return;                                                                            \
+    type *tmp = n > 256 ? malloc(n * sizeof *tmp) : NULL;                                \
+    if (!tmp) {                                                                          \
+      qsort(a, n, sizeof *a, cmp);                                                       \
+      return;                                                                            \
+    }                                                                                    \
+    type *src = a, *dst = tmp;                                                           \
+    for (unsigned shift = 0; shift < 64; shift += 8) {                                   \
+      size_t count[256] = {0};                                                           \
+      for (size_t i = 0; i < n; i++)                                                     \
+        count[(KEY(src[i]) >> shift) & 255]++;                                           \
+      if (count[(KEY(src[0]) >> shift) & 255] == n)                                      \
+        continue;                                                                        \
+      size_t pos = 0;                                                                    \
+      for (size_t d = 0; d < 256; d++) {                                                 \
+        size_t c = count[d];                                                             \
+        count[d] = pos;                                                                  \
+        pos += c;                                                                        \
+      }                                                                                  \
+      for (size_t i = 0; i < n; i++)                                                     \
+        dst[count[(KEY(src[i]) >> shift) & 255]++] = src[i];                             \
+      type *x = src;                                                                     \
+      src = dst;                                                                         \
+      dst = x;                                                                           \
+    }                                                                                    \
+    if (src != a)                                                                        \
+      memcpy(a, src, n * sizeof *a);                                                     \
+    free(tmp);                                                                           \
   }
 #define SPAN_KEY(x) ((uint64_t)(x).lo)
 #define UPTR_KEY(x) ((uint64_t)(x))
@@ -1343,11 +1345,16 @@ static void restore_old(molt__xf_ctx *cx) {
 
 static const char *sig_name(int sig) {
   switch (sig) {
-  case SIGSEGV: return "SIGSEGV";
-  case SIGBUS: return "SIGBUS";
-  case SIGFPE: return "SIGFPE";
-  case SIGILL: return "SIGILL";
-  default: return "signal";
+  case SIGSEGV:
+    return "SIGSEGV";
+  case SIGBUS:
+    return "SIGBUS";
+  case SIGFPE:
+    return "SIGFPE";
+  case SIGILL:
+    return "SIGILL";
+  default:
+    return "signal";
   }
 }
 
@@ -1390,8 +1397,7 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
       molt__errmsg(cx->err, sizeof cx->err,
                    "the migration code of %s faulted (%s at 0x%lx); update "
                    "aborted, the old version continues",
-                   cx->new->path, sig_name(cx->fault_sig),
-                   (unsigned long)cx->fault_addr);
+                   cx->new->path, sig_name(cx->fault_sig), (unsigned long)cx->fault_addr);
     cx->err_code = MOLT_EXFORM;
     rc = MOLT_EXFORM;
   } else {
@@ -1521,8 +1527,8 @@ static void free_replaced(molt__xf_ctx *cx) {
   for (size_t i = 0; i < nr; i++) {
     const molt__xf_type *t = r[i].t;
     if ((t->flags & MOLT__XF_CHANGED) && in_heap(cx, r[i].key))
-      s[k++] = (span){r[i].key, r[i].key + (t->old_size ? t->old_size : 1) * r[i].count,
-                      NULL};
+      s[k++] =
+          (span){r[i].key, r[i].key + (t->old_size ? t->old_size : 1) * r[i].count, NULL};
   }
   for (size_t i = 0; i < nfo; i++)
     if (in_heap(cx, fo[i]))

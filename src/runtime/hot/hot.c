@@ -87,27 +87,31 @@ static int op_apply(const molt__request *req, molt__buf *out, char *err, size_t 
   molt__rt_lock_acquire();
   obj->gen = g->number;
   history_push(obj);
-  molt__log(MOLT__EV_SWITCH, g->number, obj->id, "applied %s (%zu functions, policy %s): %s",
-            obj->path, (size_t)(obj->hdr->fns_end - obj->hdr->fns), policy_name(req->policy),
+  molt__log(MOLT__EV_SWITCH, g->number, obj->id,
+            "applied %s (%zu functions, policy %s): %s", obj->path,
+            (size_t)(obj->hdr->fns_end - obj->hdr->fns), policy_name(req->policy),
             obj->description);
   molt__rt_lock_release();
   char num[24], msg[512];
   snprintf(num, sizeof num, "%" PRIu64, obj->gen);
   molt__buf_pair(out, "generation", num);
-  snprintf(msg, sizeof msg, "applied patch %s: generation %" PRIu64 " (policy %s)", obj->id,
-           obj->gen, policy_name(req->policy));
+  snprintf(msg, sizeof msg, "applied patch %s: generation %" PRIu64 " (policy %s)",
+           obj->id, obj->gen, policy_name(req->policy));
   molt__buf_pair(out, "message", msg);
   return 0;
 }
 
-static int op_rollback(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
+static int op_rollback(const molt__request *req, molt__buf *out, char *err,
+                       size_t errlen) {
   int rc = check_policy(req->policy, err, errlen);
   if (rc < 0)
     return refused(req, rc, err);
   molt__object *top = nhistory ? history[nhistory - 1] : NULL; /* op_lock */
   if (!top) {
-    molt__errmsg(err, errlen, "nothing to roll back: no patch is applied "
-                              "(rollback reaches back %d patches)", HISTORY_MAX);
+    molt__errmsg(err, errlen,
+                 "nothing to roll back: no patch is applied "
+                 "(rollback reaches back %d patches)",
+                 HISTORY_MAX);
     return refused(req, MOLT_ENOHISTORY, err);
   }
   /* Bring back every object that supplied a version top replaced.  Loading
@@ -138,12 +142,14 @@ static int op_rollback(const molt__request *req, molt__buf *out, char *err, size
     molt__rt_lock_acquire();
     nhistory--;
     molt__log(MOLT__EV_ROLLBACK, g->number, top->id,
-              "rolled back %s (policy %s): generation %" PRIu64 " restores the state before it",
+              "rolled back %s (policy %s): generation %" PRIu64
+              " restores the state before it",
               top->id, policy_name(req->policy), g->number);
     char num[24], msg[512];
     snprintf(num, sizeof num, "%" PRIu64, g->number);
     molt__buf_pair(out, "generation", num);
-    snprintf(msg, sizeof msg, "rolled back patch %s: generation %" PRIu64, top->id, g->number);
+    snprintf(msg, sizeof msg, "rolled back patch %s: generation %" PRIu64, top->id,
+             g->number);
     molt__buf_pair(out, "message", msg);
     /* Last: this may free top (it is still referenced by the retired
      * generation, so in practice it stays until reclaimed). */

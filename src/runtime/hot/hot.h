@@ -18,26 +18,32 @@
  * what only the runtime thread touches under op_lock (loading). */
 typedef struct molt__object molt__object;
 struct molt__object {
-  molt__owner owner;   /* generations point into it (owner.id == id) */
-  void *handle;        /* dlopen handle; NULL while not loaded */
+  molt__owner owner;             /* generations point into it (owner.id == id) */
+  void *handle;                  /* dlopen handle; NULL while not loaded */
   const molt__patch_header *hdr; /* inside the loaded object */
   char *id, *description, *path;
-  int fd;              /* the patch file, opened once (R7); kept for reload */
-  size_t module;       /* index of the program module it patches */
-  uint64_t gen;        /* generation its apply created */
-  bool in_history;     /* on the rollback stack */
+  int fd;          /* the patch file, opened once (R7); kept for reload */
+  size_t module;   /* index of the program module it patches */
+  uint64_t gen;    /* generation its apply created */
+  bool in_history; /* on the rollback stack */
   /* What this patch replaced, for rollback: entry index and the object that
    * supplied the previous version (NULL = the program's version 0).  Each
    * named object has prev_refs counted, so it outlives this record. */
-  struct molt__prev { uint32_t index; uint32_t rec; molt__object *owner; } *prev;
+  struct molt__prev {
+    uint32_t index;
+    uint32_t rec;
+    molt__object *owner;
+  } * prev;
   size_t nprev;
   size_t prev_refs;
   /* (table index, position in hdr->fns) of each function it brings, sorted
    * by table index: finds "this object's version of entry i" in O(log n)
    * (rec is stable across reloads: the file does not change). */
-  struct molt__by_index { uint32_t index, rec; } *by_index;
+  struct molt__by_index {
+    uint32_t index, rec;
+  } * by_index;
   size_t nby_index;
-  molt__link all;      /* every object not yet freed */
+  molt__link all; /* every object not yet freed */
 };
 
 /* The object behind a generation owner, or NULL if o is not a patch
@@ -45,8 +51,8 @@ struct molt__object {
 MOLT__HIDDEN molt__object *molt__object_of(molt__owner *o);
 /* Opens and checks a patch file and loads it (op_lock held, no
  * molt__rt_lock).  On failure nothing is loaded. */
-MOLT__HIDDEN int molt__patch_open(const char *path, molt__object **out,
-                                  char *err, size_t errlen);
+MOLT__HIDDEN int molt__patch_open(const char *path, molt__object **out, char *err,
+                                  size_t errlen);
 /* dlopens obj's file again (rollback to an unloaded object). */
 MOLT__HIDDEN int molt__patch_reload(molt__object *obj, char *err, size_t errlen);
 /* With molt__rt_lock: fills a new numbered generation = from + obj's

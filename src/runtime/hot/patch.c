@@ -29,7 +29,8 @@ static size_t nsymtabs;
 static void object_release(molt__owner *o);
 
 molt__object *molt__object_of(molt__owner *o) {
-  return o && o->release == object_release ? MOLT__CONTAINER(o, molt__object, owner) : NULL;
+  return o && o->release == object_release ? MOLT__CONTAINER(o, molt__object, owner)
+                                           : NULL;
 }
 
 static molt__object *object_at(molt__link *l) {
@@ -59,7 +60,8 @@ static int find_target(const molt__patch_note *note, size_t *module, char *err,
                    "%s with build-id %.16s...; rebuild the patch with "
                    "--molt-target pointing at the running binary",
                    note->target_build_id, module_desc(0),
-                   molt__module_at(0)->build_id[0] ? molt__module_at(0)->build_id : "(none)");
+                   molt__module_at(0)->build_id[0] ? molt__module_at(0)->build_id
+                                                   : "(none)");
   }
   molt__rt_lock_release();
   return rc;
@@ -86,9 +88,7 @@ static const molt__symtab *module_symtab(size_t module, int *rc) {
   return symtabs[module];
 }
 
-static bool bounded_string(const char *s) {
-  return s && memchr(s, '\0', 4096) != NULL;
-}
+static bool bounded_string(const char *s) { return s && memchr(s, '\0', 4096) != NULL; }
 
 /* Resolves every import of obj to the live objects of its module (H6).
  * Called with molt__rt_lock held. */
@@ -102,20 +102,21 @@ static int resolve_imports(molt__object *obj, char *err, size_t errlen) {
       return MOLT_ECORRUPT;
     }
     if (!st && !(st = module_symtab(obj->module, &rc))) {
-      molt__errmsg(err, errlen, "cannot read the symbol table of %s: %s",
-                   m->path, molt_strerror(rc));
+      molt__errmsg(err, errlen, "cannot read the symbol table of %s: %s", m->path,
+                   molt_strerror(rc));
       return rc;
     }
     uintptr_t value;
     rc = molt__symtab_lookup(st, im->name, im->tu, &value);
     if (rc < 0) {
       if (im->tu)
-        molt__errmsg(err, errlen, "%s: static symbol %s of %s%s", molt_strerror(rc),
-                     im->name, im->tu,
-                     rc == MOLT_ENOSYM ? " is not in the running program (was it stripped?)" : "");
+        molt__errmsg(
+            err, errlen, "%s: static symbol %s of %s%s", molt_strerror(rc), im->name,
+            im->tu,
+            rc == MOLT_ENOSYM ? " is not in the running program (was it stripped?)" : "");
       else
-        molt__errmsg(err, errlen, "%s: %s is not in the running program", molt_strerror(rc),
-                     im->name);
+        molt__errmsg(err, errlen, "%s: %s is not in the running program",
+                     molt_strerror(rc), im->name);
       return rc;
     }
     /* Plain store into the patch's own data: no thread can run the patch
@@ -187,8 +188,7 @@ static void unload_handle(molt__object *obj) {
   }
 }
 
-int molt__patch_open(const char *path, molt__object **out, char *err,
-                     size_t errlen) {
+int molt__patch_open(const char *path, molt__object **out, char *err, size_t errlen) {
   /* R7: opened once and checked; everything after this (note, dlopen,
    * rollback reloads) reads the sealed private copy (file.c). */
   int fd = molt__file_open_checked(path, MAX_PATCH_BYTES, err, errlen);
@@ -263,8 +263,8 @@ int molt__patch_reload(molt__object *obj, char *err, size_t errlen) {
   if (rc < 0)
     unload_handle(obj);
   else
-    molt__log(MOLT__EV_LOAD, molt__gen_number_now(), obj->id,
-              "reloaded %s for rollback", obj->path);
+    molt__log(MOLT__EV_LOAD, molt__gen_number_now(), obj->id, "reloaded %s for rollback",
+              obj->path);
   return rc;
 }
 
@@ -282,8 +282,8 @@ static uint32_t rec_of(const molt__object *o, uint32_t idx) {
   return hit ? hit->rec : 0; /* always found: o owns the entry */
 }
 
-int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
-                          molt__gen **out, char *err, size_t errlen) {
+int molt__patch_build_gen(molt__object *obj, const molt__gen *from, molt__gen **out,
+                          char *err, size_t errlen) {
   molt__module *m = molt__module_at(obj->module);
   size_t n = (size_t)(obj->hdr->fns_end - obj->hdr->fns);
   molt__fn_desc **descs = calloc(n, sizeof *descs);
@@ -298,8 +298,8 @@ int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
     if (!descs[i]) {
       molt__errmsg(err, errlen,
                    "patch %s replaces %s%s%s, which is not an updatable function "
-                   "of %s", obj->id, f->name, f->tu ? " in " : "", f->tu ? f->tu : "",
-                   m->path);
+                   "of %s",
+                   obj->id, f->name, f->tu ? " in " : "", f->tu ? f->tu : "", m->path);
       rc = MOLT_ENOFUNC;
       break;
     }
@@ -332,7 +332,8 @@ int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
       for (size_t i = 0; i < n; i++) {
         uint32_t idx = descs[i]->index;
         obj->prev[i].index = idx;
-        molt__object *o = molt__object_of(owners && idx < from->size ? owners[idx] : NULL);
+        molt__object *o =
+            molt__object_of(owners && idx < from->size ? owners[idx] : NULL);
         obj->prev[i].owner = o;
         obj->prev[i].rec = o ? rec_of(o, idx) : 0;
         if (o)

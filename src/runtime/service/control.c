@@ -76,9 +76,8 @@ static void respond(int fd, int status, const char *errmsg, const char *body,
   size_t rec_len = 0;
   if (status != 0)
     rec_len = error_record(rec, sizeof rec,
-                           errmsg != NULL && errmsg[0] != '\0'
-                               ? errmsg
-                               : molt_strerror(status));
+                           errmsg != NULL && errmsg[0] != '\0' ? errmsg
+                                                               : molt_strerror(status));
   molt__frame_hdr h = {.magic = MOLT__PROTO_MAGIC,
                        .version = MOLT__PROTO_VERSION,
                        .kind = 0,
@@ -100,8 +99,8 @@ static void serve_client(int fd) {
 
   struct ucred cred;
   socklen_t clen = sizeof cred;
-  bool have_cred = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 &&
-                   clen == sizeof cred;
+  bool have_cred =
+      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 && clen == sizeof cred;
   uid_t owner = geteuid();
   /* SO_PEERCRED reports the effective uid the client had at connect(). */
   bool allowed = have_cred && (cred.uid == 0 || cred.uid == owner);
@@ -110,8 +109,8 @@ static void serve_client(int fd) {
    * its request when we close would get EPIPE and never see our answer. */
   molt__frame_hdr h;
   char *payload = NULL;
-  int rc = molt__proto_recv(fd, MOLT__FRAME_REQUEST, &h, &payload, deadline,
-                            err, sizeof err);
+  int rc =
+      molt__proto_recv(fd, MOLT__FRAME_REQUEST, &h, &payload, deadline, err, sizeof err);
 
   if (!allowed) {
     if (have_cred) {
@@ -148,21 +147,19 @@ static void serve_client(int fd) {
       rc = MOLT_EPROTO;
     }
     molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
-              "malformed control request from pid %ld: %s", (long)cred.pid,
-              err);
+              "malformed control request from pid %ld: %s", (long)cred.pid, err);
     respond(fd, rc, err, NULL, 0, deadline);
     free(payload);
     return;
   }
 
   molt__records recs;
-  rc = molt__tsv_parse(payload, h.length, MOLT__PROTO_MAX_RECORDS, &recs, err,
-                       sizeof err);
+  rc =
+      molt__tsv_parse(payload, h.length, MOLT__PROTO_MAX_RECORDS, &recs, err, sizeof err);
   free(payload);
   if (rc != 0) {
     molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
-              "malformed control request from pid %ld: %s", (long)cred.pid,
-              err);
+              "malformed control request from pid %ld: %s", (long)cred.pid, err);
     respond(fd, rc, err, NULL, 0, deadline);
     return;
   }
@@ -171,8 +168,7 @@ static void serve_client(int fd) {
   molt__request *req = malloc(sizeof *req);
   if (req == NULL) {
     molt__tsv_free(&recs);
-    respond(fd, MOLT_ENOMEM, "out of memory for the request", NULL, 0,
-            deadline);
+    respond(fd, MOLT_ENOMEM, "out of memory for the request", NULL, 0, deadline);
     return;
   }
   rc = molt__request_decode(h.kind, &recs, req, err, sizeof err);
@@ -204,15 +200,13 @@ static void serve_client(int fd) {
                      "the %s report exceeds the protocol limit of %u bytes",
                      molt__op_find(req->op)->name, MOLT__PROTO_MAX_RESPONSE);
       else
-        molt__errmsg(err, sizeof err,
-                     "out of memory while building the %s report",
+        molt__errmsg(err, sizeof err, "out of memory while building the %s report",
                      molt__op_find(req->op)->name);
     }
   }
   /* The response gets its own deadline: the request may legitimately have
    * taken long (a global update waits for threads). */
-  respond(fd, rc, err, body, body_len,
-          molt__proto_deadline(MOLT__PROTO_SERVER_IO_MS));
+  respond(fd, rc, err, body, body_len, molt__proto_deadline(MOLT__PROTO_SERVER_IO_MS));
   molt__buf_free(&out);
   free(req);
 }

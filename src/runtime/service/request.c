@@ -65,8 +65,9 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
     rc = own[oi->op](req, out, err, errlen);
   } else if (!mode || !(oi->modes & mode->bit)) {
     rc = mode && mode->refuse ? mode->refuse(oi, err, errlen) : MOLT_ENOTSUP;
-    molt__log(MOLT__EV_REFUSE, molt__gen_number_now(), NULL, "%s%s%s refused: %s", oi->name,
-              req->path[0] ? " " : "", req->path, err[0] ? err : molt_strerror(rc));
+    molt__log(MOLT__EV_REFUSE, molt__gen_number_now(), NULL, "%s%s%s refused: %s",
+              oi->name, req->path[0] ? " " : "", req->path,
+              err[0] ? err : molt_strerror(rc));
   } else if (!mode->ops[oi->op]) {
     molt__errmsg(err, errlen, "mode %s has no handler for %s", mode->name, oi->name);
     rc = MOLT_EINTERNAL;
@@ -163,7 +164,8 @@ void molt__requests_after_fork_child(void) {
   pthread_cond_init(&req_done, NULL);
 }
 
-int molt__request_run(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
+int molt__request_run(const molt__request *req, molt__buf *out, char *err,
+                      size_t errlen) {
   if (on_runtime_thread)
     return molt__execute(req, out, err, errlen);
   /* In a forked child the runtime thread starts on first use. */
@@ -226,6 +228,7 @@ int molt_apply(const char *path, molt_policy_t policy, int timeout_ms, char *err
 }
 
 int molt_rollback(molt_policy_t policy, int timeout_ms, char *err_msg, size_t err_len) {
-  molt__request req = {.op = MOLT__OP_ROLLBACK, .policy = policy, .timeout_ms = timeout_ms};
+  molt__request req = {
+      .op = MOLT__OP_ROLLBACK, .policy = policy, .timeout_ms = timeout_ms};
   return run_public(&req, err_msg, err_len);
 }

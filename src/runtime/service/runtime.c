@@ -91,7 +91,8 @@ static void start_runtime_thread(void) {
   if (listen_fd < 0) {
     listen_err = listen_fd;
     listen_fd = -1;
-    molt__log(MOLT__EV_FAIL, 0, NULL, "no control channel: %s", molt_strerror(listen_err));
+    molt__log(MOLT__EV_FAIL, 0, NULL, "no control channel: %s",
+              molt_strerror(listen_err));
   }
   /* The runtime thread blocks every signal: signals sent to the process
    * must reach the application's threads, never ours. */

@@ -34,7 +34,8 @@ static void collect_thread(void *arg, const molt__thread *t, pid_t tid) {
   ti->tid = tid;
   ti->active = 0;
   for (unsigned s = 0; s < MOLT__SLOTS; s++)
-    ti->active += atomic_load_explicit(&((molt__thread *)t)->active[s], memory_order_relaxed);
+    ti->active +=
+        atomic_load_explicit(&((molt__thread *)t)->active[s], memory_order_relaxed);
   molt__gen *v = atomic_load_explicit(&((molt__thread *)t)->view, memory_order_acquire);
   ti->view = v ? (int)v->slot : -1;
 }
@@ -81,7 +82,11 @@ void molt__status(molt__buf *out) {
   for (uint32_t i = 0; i < cur->size; i++) {
     molt__fn_desc *d = molt__fn_at(i);
     molt__owner *o = molt__gen_owner(cur, i);
-    const char *f[] = {"function", d->name, d->tu, d->is_static ? "1" : "0", o ? o->id : "base",
+    const char *f[] = {"function",
+                       d->name,
+                       d->tu,
+                       d->is_static ? "1" : "0",
+                       o ? o->id : "base",
                        molt__entry_dispatching(i) ? "dispatch" : "direct"};
     molt__buf_record(out, 6, f);
   }

@@ -25,7 +25,9 @@ void molt__mode_register(const molt__mode *m) {
   atomic_store_explicit(&nmodes, n + 1, memory_order_release);
 }
 
-static unsigned count(void) { return atomic_load_explicit(&nmodes, memory_order_acquire); }
+static unsigned count(void) {
+  return atomic_load_explicit(&nmodes, memory_order_acquire);
+}
 
 void molt__mode_enter(const molt__mode *m) {
   atomic_store_explicit(&entered, m, memory_order_release);

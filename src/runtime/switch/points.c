@@ -50,8 +50,8 @@ typedef struct participant {
    * thread without bar_lock, read by the updater for its error message:
    * relaxed atomic (a stale value only makes a message stale). */
   _Atomic(const char *) point;
-  bool parked;       /* waiting in molt_update_point (bar_lock) */
-  bool waiting;      /* waiting for a request of its own (bar_lock) */
+  bool parked;  /* waiting in molt_update_point (bar_lock) */
+  bool waiting; /* waiting for a request of its own (bar_lock) */
   bool linked;
   /* How the barrier it was parked in ended (bar_lock): written by the
    * releaser when it counts the thread out, read by the thread when it
@@ -73,7 +73,7 @@ static pthread_cond_t bar_arrive = PTHREAD_COND_INITIALIZER; /* to the updater *
 static pthread_cond_t bar_release;                           /* to the threads */
 static molt__link *parts;
 static size_t nparts, nparked, nwaiting;
-static uint64_t release_seq;         /* bumped when a barrier ends */
+static uint64_t release_seq; /* bumped when a barrier ends */
 /* The pending barrier is complete and its while_parked step runs without
  * bar_lock (bar_lock).  A program thread that starts meanwhile (its
  * creator is not a program thread: those are all parked) waits in
@@ -93,7 +93,9 @@ static _Atomic bool pending;
 static _Atomic(void (*)(void *)) pending_cb;
 static _Atomic(void *) pending_arg;
 
-static participant *part_of(molt__link *l) { return MOLT__CONTAINER(l, participant, link); }
+static participant *part_of(molt__link *l) {
+  return MOLT__CONTAINER(l, participant, link);
+}
 
 /* Participants that count as arrived (bar_lock): parked at an update point,
  * or waiting for a request -- except for a full update, whose participants
@@ -336,8 +338,10 @@ void molt_on_update_pending(void (*cb)(void *), void *arg) {
 
 static void describe_missing(char *err, size_t errlen, int timeout_ms, bool full) {
   size_t used = 0;
-  int n = snprintf(err, errlen, "%s timed out after %d ms; threads that did not "
-                   "reach an update point:", full ? "update" : "global update", timeout_ms);
+  int n = snprintf(err, errlen,
+                   "%s timed out after %d ms; threads that did not "
+                   "reach an update point:",
+                   full ? "update" : "global update", timeout_ms);
   used = n > 0 ? (size_t)n : 0;
   for (molt__link *l = parts; l && used + 1 < errlen; l = l->next) {
     participant *q = part_of(l);
@@ -357,8 +361,9 @@ static void describe_missing(char *err, size_t errlen, int timeout_ms, bool full
     snprintf(err + used, errlen - used, "; nothing was changed");
 }
 
-int molt__barrier(int timeout_ms, int (*while_parked)(void *arg, char *err, size_t errlen),
-                  void *arg, molt__verdict on_success, char *err, size_t errlen) {
+int molt__barrier(int timeout_ms,
+                  int (*while_parked)(void *arg, char *err, size_t errlen), void *arg,
+                  molt__verdict on_success, char *err, size_t errlen) {
   init_once();
   if (timeout_ms < 0)
     timeout_ms = MOLT__DEFAULT_TIMEOUT_MS;
@@ -494,8 +499,8 @@ void molt__switch_after_fork_child(void) {
  * with acquire). */
 void molt__pending_cb_forget(void (*cb)(void *)) {
   void (*expected)(void *) = cb;
-  atomic_compare_exchange_strong_explicit(&pending_cb, &expected, NULL, memory_order_release,
-                                          memory_order_relaxed);
+  atomic_compare_exchange_strong_explicit(&pending_cb, &expected, NULL,
+                                          memory_order_release, memory_order_relaxed);
 }
 
 /* The callback now registered.  acquire: pairs with the release store of

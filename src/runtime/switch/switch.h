@@ -49,7 +49,8 @@ MOLT__HIDDEN int molt__switch_publish(molt__gen *g, molt_policy_t policy, int ti
  * arrived for it.  Returns 0 or the error of the wait or of while_parked. */
 MOLT__HIDDEN int molt__barrier(int timeout_ms,
                                int (*while_parked)(void *arg, char *err, size_t errlen),
-                               void *arg, molt__verdict on_success, char *err, size_t errlen);
+                               void *arg, molt__verdict on_success, char *err,
+                               size_t errlen);
 /* The calling thread is a barrier participant from now on (last point
  * "(none)"): program threads join from their first instruction.  If a
  * barrier's step is running, waits until it ends. */
@@ -125,7 +126,8 @@ MOLT__HIDDEN void molt__mode_enter(const molt__mode *m);
 MOLT__HIDDEN const molt__mode *molt__mode_current(void);
 /* Hooks of every registered mode, in registration order (fork_parent and
  * fork_child in reverse). */
-MOLT__HIDDEN void molt__modes_on_park(void *frame, const char *point, molt__verdict pending);
+MOLT__HIDDEN void molt__modes_on_park(void *frame, const char *point,
+                                      molt__verdict pending);
 MOLT__HIDDEN void molt__modes_on_release(molt__verdict verdict);
 MOLT__HIDDEN bool molt__modes_own_exit(void);
 MOLT__HIDDEN void molt__modes_fork_prepare(void);

@@ -52,14 +52,14 @@ static void fu_serve(void) {
 }
 
 /* "quit" ends the program (exit status 0); anything unknown is an error. */
-#define FU_COMMON(cmd)                                                         \
-  if (!strcmp(cmd, "quit")) {                                                  \
-    printf("bye\n");                                                           \
-    return 0;                                                                  \
-  }                                                                            \
-  if (!strcmp(cmd, "ping")) {                                                  \
-    printf("pong\n");                                                          \
-    return 1;                                                                  \
+#define FU_COMMON(cmd)                                                                   \
+  if (!strcmp(cmd, "quit")) {                                                            \
+    printf("bye\n");                                                                     \
+    return 0;                                                                            \
+  }                                                                                      \
+  if (!strcmp(cmd, "ping")) {                                                            \
+    printf("pong\n");                                                                    \
+    return 1;                                                                            \
   }
 
 #endif

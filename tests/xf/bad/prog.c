@@ -10,5 +10,6 @@ int main(int argc, char **argv) {
 }
 
 #ifdef BAD_ABI
-MOLT_EXTERN const molt__program_info molt__program = {MOLT__PROGRAM_ABI + 41, 0, NULL, NULL};
+MOLT_EXTERN const molt__program_info molt__program = {MOLT__PROGRAM_ABI + 41, 0, NULL,
+                                                      NULL};
 #endif

@@ -34,8 +34,8 @@ struct entry *table_ptr;
 const char *greeting;
 struct pool pool;
 char *interior;
-int fresh = 7;      /* new in v2: keeps its initializer */
-int xf_mode;        /* set by the test before migrating (not migrated) */
+int fresh = 7; /* new in v2: keeps its initializer */
+int xf_mode;   /* set by the test before migrating (not migrated) */
 
 int op_double(int x) { return 2 * x + 1000; } /* v2 behaviour differs */
 static int op_negate(int x) { return -x - 1000; }
@@ -73,8 +73,8 @@ static const molt__xf_type xt_entryp = {"struct entry *", sizeof(void *), sizeof
 static const molt__xf_type xt_int = {"int", sizeof(int), sizeof(int), NULL, 0};
 static const molt__xf_type xt_intp = {"int *", sizeof(void *), sizeof(void *), fix_intp,
                                       MOLT__XF_TRAVERSE};
-static const molt__xf_type xt_charp = {"char *", sizeof(void *), sizeof(void *), fix_charp,
-                                       MOLT__XF_TRAVERSE};
+static const molt__xf_type xt_charp = {"char *", sizeof(void *), sizeof(void *),
+                                       fix_charp, MOLT__XF_TRAVERSE};
 static const molt__xf_type xt_pool = {"struct pool", sizeof(struct molt_o_pool),
                                       sizeof(struct pool), fix_pool, MOLT__XF_TRAVERSE};
 
@@ -202,5 +202,5 @@ int main(int argc, char **argv) {
   return counter;
 }
 
-MOLT_EXTERN const molt__program_info molt__program = {
-    MOLT__PROGRAM_ABI, 0, "0123456789abcdef", migrate};
+MOLT_EXTERN const molt__program_info molt__program = {MOLT__PROGRAM_ABI, 0,
+                                                      "0123456789abcdef", migrate};

@@ -37,9 +37,7 @@
  * counters never go backwards and are never below what one client alone has
  * sent.  relaxed: pure statistics, no other data is published through them.
  */
-static struct {
-  atomic_ulong cmds, gets, hits, misses, sets, dels;
-} stats;
+static struct { atomic_ulong cmds, gets, hits, misses, sets, dels; } stats;
 
 static void count(atomic_ulong *c) {
   atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
@@ -87,8 +85,7 @@ MOLT_UPDATABLE static int reply_error(struct kv_out *out, const char *msg) {
 
 /* Reads the single key argument of GET/DEL; replies with the error and
  * returns 0 when the arguments are wrong. */
-MOLT_UPDATABLE static size_t one_key(char *p, char *end, char **key,
-                                     struct kv_out *out) {
+MOLT_UPDATABLE static size_t one_key(char *p, char *end, char **key, struct kv_out *out) {
   char *extra;
   size_t klen = next_word(&p, end, key);
   if (klen == 0 || next_word(&p, end, &extra) != 0) {
@@ -166,19 +163,17 @@ MOLT_UPDATABLE static int cmd_stats(struct kv_session *s, char *p, char *end,
   int n = snprintf(buf, sizeof buf,
                    "keys=%zu gets=%lu sets=%lu dels=%lu hits=%lu misses=%lu "
                    "cmds=%lu conns=%ld version=%s",
-                   kv_store_count(s->store), counted(&stats.gets),
-                   counted(&stats.sets), counted(&stats.dels),
-                   counted(&stats.hits), counted(&stats.misses),
+                   kv_store_count(s->store), counted(&stats.gets), counted(&stats.sets),
+                   counted(&stats.dels), counted(&stats.hits), counted(&stats.misses),
                    counted(&stats.cmds),
-                   atomic_load_explicit(&kv_active_connections,
-                                        memory_order_relaxed),
+                   atomic_load_explicit(&kv_active_connections, memory_order_relaxed),
                    kv_version_string());
   kv_format_reply(out, "STATS", buf, (size_t)n);
   return 0;
 }
 
-MOLT_UPDATABLE static int cmd_version(struct kv_session *s, char *p,
-                                      char *end, struct kv_out *out) {
+MOLT_UPDATABLE static int cmd_version(struct kv_session *s, char *p, char *end,
+                                      struct kv_out *out) {
   char *extra;
   if (next_word(&p, end, &extra))
     return reply_error(out, "wrong number of arguments");

@@ -21,7 +21,7 @@ struct table {
 
 struct table store;
 int loops;
-int version_tag = -7;                /* set by an INIT rule */
+int version_tag = -7; /* set by an INIT rule */
 static int counter = 100;
 static int cache[8] MOLT_NO_MIGRATE;
 
@@ -32,9 +32,10 @@ int main(void) {
   long local_count = -1;
   int got = MOLT_MIGRATE_LOCAL(local_count);
   if (molt_is_updating()) {
-    printf("v2 updated local=%ld got=%d n=%zu name=%s loops=%d tag=%d counter=%d cache=%d stats=%d\n",
-           local_count, got, store.n, store.name, loops > 0, version_tag, counter, cache[0],
-           stats_counter() > 0);
+    printf("v2 updated local=%ld got=%d n=%zu name=%s loops=%d tag=%d counter=%d "
+           "cache=%d stats=%d\n",
+           local_count, got, store.n, store.name, loops > 0, version_tag, counter,
+           cache[0], stats_counter() > 0);
     for (size_t i = 0; i < store.n; i++) {
       struct entry *e = store.slots[i];
       printf("entry %d weight=%.2f len=%zu hits=%ld next=%d\n", e->key, e->weight, e->len,

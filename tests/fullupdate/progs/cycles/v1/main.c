@@ -26,8 +26,8 @@ static int fu_handle(char *cmd) {
       n = n->next;
       len++;
     } while (n != ring && len < 100);
-    printf("version=1 ring_len=%d links_ok=%d shared=%d a_v=%d pairs=%d\n", len,
-           ok, a == b, a->v, p1->other->other == p1);
+    printf("version=1 ring_len=%d links_ok=%d shared=%d a_v=%d pairs=%d\n", len, ok,
+           a == b, a->v, p1->other->other == p1);
   } else {
     printf("error %s\n", cmd);
   }

@@ -22,8 +22,8 @@ static int fu_handle(char *cmd) {
   } else if (!strcmp(cmd, "dump")) {
     printf("version=1 counter=%d label=%s label_at=%p fn=%d fn_at=%p self_ok=%d "
            "box_at=%p\n",
-           counter, box->label, (void *)box->label, box->fn(21),
-           (void *)box->fn, box->self == box, (void *)box);
+           counter, box->label, (void *)box->label, box->fn(21), (void *)box->fn,
+           box->self == box, (void *)box);
   } else {
     printf("error %s\n", cmd);
   }

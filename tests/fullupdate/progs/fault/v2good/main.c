@@ -15,8 +15,8 @@ struct box *box;
 static int fu_handle(char *cmd) {
   FU_COMMON(cmd)
   if (!strcmp(cmd, "dump")) {
-    printf("version=2 counter=%d label=%s fn=%d self_ok=%d\n", counter,
-           box->label, box->fn(21), box->self == box);
+    printf("version=2 counter=%d label=%s fn=%d self_ok=%d\n", counter, box->label,
+           box->fn(21), box->self == box);
   } else {
     printf("error %s\n", cmd);
   }

@@ -12,8 +12,8 @@ struct m *hm;
 static int fu_handle(char *cmd) {
   FU_COMMON(cmd)
   if (!strcmp(cmd, "dump")) {
-    printf("version=1 gm=%.17g/%d hm=%.17g/%d\n", (double)gm.x, gm.n,
-           (double)hm->x, hm->n);
+    printf("version=1 gm=%.17g/%d hm=%.17g/%d\n", (double)gm.x, gm.n, (double)hm->x,
+           hm->n);
   } else {
     printf("error %s\n", cmd);
   }

@@ -12,8 +12,8 @@ struct item *single;
 static int fu_handle(char *cmd) {
   FU_COMMON(cmd)
   if (!strcmp(cmd, "dump")) {
-    printf("version=1 i0=%d/%d i2=%d/%d single=%d/%d\n", items[0].id,
-           items[0].qty, items[2].id, items[2].qty, single->id, single->qty);
+    printf("version=1 i0=%d/%d i2=%d/%d single=%d/%d\n", items[0].id, items[0].qty,
+           items[2].id, items[2].qty, single->id, single->qty);
   } else {
     printf("error %s\n", cmd);
   }

@@ -14,8 +14,8 @@ static int fu_handle(char *cmd) {
   FU_COMMON(cmd)
   if (!strcmp(cmd, "dump")) {
     printf("version=2 i0=%d/%d/%d i2=%d/%d/%d single=%d/%d/%d\n", items[0].id,
-           items[0].qty, items[0].price, items[2].id, items[2].qty,
-           items[2].price, single->id, single->qty, single->price);
+           items[0].qty, items[0].price, items[2].id, items[2].qty, items[2].price,
+           single->id, single->qty, single->price);
   } else {
     printf("error %s\n", cmd);
   }

@@ -10,8 +10,8 @@ int fresh = 42;
 static int fu_handle(char *cmd) {
   FU_COMMON(cmd)
   if (!strcmp(cmd, "dump")) {
-    printf("version=2 counter=%d counter_x10=%d big=%ld fresh=%d\n", counter,
-           counter_x10, big, fresh);
+    printf("version=2 counter=%d counter_x10=%d big=%ld fresh=%d\n", counter, counter_x10,
+           big, fresh);
   } else {
     printf("error %s\n", cmd);
   }

@@ -18,8 +18,7 @@ long worker_seen; /* the worker's local, published every loop */
 
 void *worker(void *arg) {
   long wl = 0;
-  atomic_store_explicit(&worker_restored, MOLT_MIGRATE_LOCAL(wl),
-                        memory_order_relaxed);
+  atomic_store_explicit(&worker_restored, MOLT_MIGRATE_LOCAL(wl), memory_order_relaxed);
   for (;;) {
     molt_update_point("worker");
     wl++;

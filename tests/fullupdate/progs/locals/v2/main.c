@@ -21,8 +21,7 @@ _Atomic long worker_first = -1; /* wl right after it was restored */
 
 void *worker(void *arg) {
   long wl = 0;
-  atomic_store_explicit(&worker_restored, MOLT_MIGRATE_LOCAL(wl),
-                        memory_order_relaxed);
+  atomic_store_explicit(&worker_restored, MOLT_MIGRATE_LOCAL(wl), memory_order_relaxed);
   atomic_store_explicit(&worker_first, wl, memory_order_relaxed);
   for (;;) {
     molt_update_point("worker");

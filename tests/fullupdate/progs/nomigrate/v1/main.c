@@ -19,8 +19,8 @@ static int fu_handle(char *cmd) {
     normal = 55;
     printf("ok\n");
   } else if (!strcmp(cmd, "dump")) {
-    printf("version=1 cache=%d,%d,%d,%d normal=%d f3=%d\n", cache[0], cache[1],
-           cache[2], cache[3], normal, ops.f(3));
+    printf("version=1 cache=%d,%d,%d,%d normal=%d f3=%d\n", cache[0], cache[1], cache[2],
+           cache[3], normal, ops.f(3));
   } else {
     printf("error %s\n", cmd);
   }

@@ -17,8 +17,8 @@ int normal;
 static int fu_handle(char *cmd) {
   FU_COMMON(cmd)
   if (!strcmp(cmd, "dump")) {
-    printf("version=2 cache=%d,%d,%d,%d normal=%d f3=%d g3=%d\n", cache[0],
-           cache[1], cache[2], cache[3], normal, ops.f(3), ops.g(3));
+    printf("version=2 cache=%d,%d,%d,%d normal=%d f3=%d g3=%d\n", cache[0], cache[1],
+           cache[2], cache[3], normal, ops.f(3), ops.g(3));
   } else {
     printf("error %s\n", cmd);
   }

@@ -15,8 +15,8 @@ struct holder h;
 static int fu_handle(char *cmd) {
   FU_COMMON(cmd)
   if (!strcmp(cmd, "dump")) {
-    printf("version=1 hidden=%p hidden_a=%d shown=%p shown_a=%d\n",
-           (void *)h.hidden, h.hidden->a, (void *)h.shown, h.shown->a);
+    printf("version=1 hidden=%p hidden_a=%d shown=%p shown_a=%d\n", (void *)h.hidden,
+           h.hidden->a, (void *)h.shown, h.shown->a);
   } else {
     printf("error %s\n", cmd);
   }

@@ -18,8 +18,7 @@ static int fu_handle(char *cmd) {
   FU_COMMON(cmd)
   if (!strcmp(cmd, "dump")) {
     printf("version=2 hidden=%p hidden_a=%d shown=%p shown_a=%d shown_b=%d\n",
-           (void *)h.hidden, h.hidden->a, (void *)h.shown, h.shown->a,
-           h.shown->b);
+           (void *)h.hidden, h.hidden->a, (void *)h.shown, h.shown->a, h.shown->b);
   } else {
     printf("error %s\n", cmd);
   }

@@ -14,8 +14,8 @@ static int fu_handle(char *cmd) {
     nmisses++;
     printf("ok\n");
   } else if (!strcmp(cmd, "dump")) {
-    printf("version=2 nhits=%d nmisses=%d via_hp=%d hp_is_nhits=%d\n", nhits,
-           nmisses, *hp, hp == &nhits);
+    printf("version=2 nhits=%d nmisses=%d via_hp=%d hp_is_nhits=%d\n", nhits, nmisses,
+           *hp, hp == &nhits);
   } else {
     printf("error %s\n", cmd);
   }

@@ -13,8 +13,8 @@ struct pt *pts MOLT_PTRARRAY(2);
 static int fu_handle(char *cmd) {
   FU_COMMON(cmd)
   if (!strcmp(cmd, "dump")) {
-    printf("version=1 scale=%d origin=%d,%d p1=%d,%d\n", scale, origin.x,
-           origin.y, pts[1].x, pts[1].y);
+    printf("version=1 scale=%d origin=%d,%d p1=%d,%d\n", scale, origin.x, origin.y,
+           pts[1].x, pts[1].y);
   } else {
     printf("error %s\n", cmd);
   }

@@ -95,8 +95,8 @@ void *sampler(void *arg) {
 static int fu_handle(char *cmd) {
   FU_COMMON(cmd)
   if (!strcmp(cmd, "dump")) {
-    printf("version=%d main_tid=%d main_updating=%d main_from=%d main_starts=%d",
-           VERSION, main_tid, main_updating, main_from, main_starts);
+    printf("version=%d main_tid=%d main_updating=%d main_from=%d main_starts=%d", VERSION,
+           main_tid, main_updating, main_from, main_starts);
     struct tinfo snap[2];
     pthread_mutex_lock(&tinfo_lock);
     for (int i = 0; i < 2; i++) {
@@ -120,8 +120,8 @@ static int fu_handle(char *cmd) {
       printf(" t%d_tid=%d t%d_arg=%ld t%d_version=%d t%d_starts=%d "
              "t%d_updating=%d t%d_from=%d t%d_from_other=%d t%d_after=%d "
              "t%d_loops=%ld",
-             i, t->tid, i, t->arg, i, t->version, i, t->starts, i, t->updating,
-             i, t->from_point, i, t->from_other, i, t->after, i, t->loops);
+             i, t->tid, i, t->arg, i, t->version, i, t->starts, i, t->updating, i,
+             t->from_point, i, t->from_other, i, t->after, i, t->loops);
     }
     printf("\n");
   } else {

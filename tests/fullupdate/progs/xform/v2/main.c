@@ -7,7 +7,7 @@ struct list {
   int key;
   data val;
   struct list *next;
-} *mapping;
+} * mapping;
 void *retired_mapping; /* v1's array, handed over by v2.xf */
 
 static int fu_handle(char *cmd) {
