@@ -70,11 +70,15 @@ def test_assembler_and_objects_pass_through(tool, needs_lib):
 
 
 def test_unmarked_file_compiles_exactly_like_cc(tool):
-    # (plus the sanitizer flags of a sanitized build tree)
+    # (plus the sanitizer flags of a sanitized build tree, and the compile
+    # record, which is all that objcopy -R takes away again)
     tool.write("p.c", PLAIN)
     tool.moltcc("-O2", "-c", "p.c", "-o", "m.o").ok()
     tool.cc("-O2", "-c", "p.c", "-o", "c.o", "-I" + os.path.join(ROOT, "include"),
             *san_flags()).ok()
+    assert Elf(tool.path("m.o")).section(".molt.build") is not None
+    assert Elf(tool.path("c.o")).section(".molt.build") is None
+    tool.run(["objcopy", "-R", ".molt.build", "m.o"]).ok()
     with open(tool.path("m.o"), "rb") as a, open(tool.path("c.o"), "rb") as b:
         assert a.read() == b.read()
 

@@ -13,6 +13,7 @@ MODES = {"moltcc.build", "moltcc.patch.build", "moltcc.image.build"}
 # What every mode may use, and what may use only these (never a mode, a
 # mode's own parts or the driver).
 BASE = {"moltcc", "moltcc.errors", "moltcc.gccargs", "moltcc.toolchain", "moltcc.session",
+        "moltcc.record",
         "moltcc.markers", "moltcc.unit", "moltcc.rewrite", "moltcc.weave", "moltcc.elf",
         "moltcc.dwarf"}
 

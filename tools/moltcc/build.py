@@ -5,10 +5,16 @@ a private directory and compiled from there, and libmolt on every link.
 Everything that needs no weaving (-E, -M, probes, files without markers)
 goes to the real compiler unchanged, with molt.h's directory and the
 sanitizer flags; libclang is loaded only when a file mentions a marker.
+
+Every C file compiled here, woven or not, leaves its compile record
+(record.py) in the object it went into: the compile's dependency output
+is captured (Deps) and, after the compile succeeded, objcopy adds the
+record to the object (compile mode) or to the linked file (link mode, for
+the files the link compiles itself).
 """
 import os
 
-from . import gccargs
+from . import gccargs, record
 from .errors import Fatal
 from .markers import Selection, file_has_markers, read_funcs_file
 from .toolchain import color_flags, generated_flags, strip_lto
@@ -70,6 +76,60 @@ def dep_candidates(cmd, inp):
     return out
 
 
+class Recorder:
+    """Writes the compile records of one program build."""
+
+    def __init__(self, s, updatable, funcs):
+        self.s = s
+        self.updatable = updatable
+        self.funcs = sorted(funcs)
+        self.cwd = os.getcwd()
+        self.n = 0
+
+    def deps(self, args, x):
+        """The Deps of the compile of input x with the user's args."""
+        self.n += 1
+        return record.Deps(self.s.tools.cc, args, self.s.work.file("deps-%d.d" % self.n),
+                           dep_candidates(self.s.cmd, x))
+
+    def exclude(self):
+        """Directories whose files are not the project's: molt.h's, and
+        the work directory (woven sources)."""
+        out = [os.path.normpath(self.s.layout.include)]
+        if self.s.work.path:
+            out.append(self.s.work.path)
+        return out
+
+    def make(self, args, x, output, dep_paths, woven):
+        """The record of the compile of x (None, with a warning, when its
+        dependency output is missing)."""
+        if dep_paths is None:
+            self.s.report.warn("%s: no dependency output of its compile; it has no compile "
+                               "record (patches cannot be built from a diff of it)" % x.path)
+            self.s.flush_report()
+            return None
+        return record.make_record(self.s.tools.cc, args, x.path, output, self.cwd, dep_paths,
+                                  woven, self.updatable, self.funcs)
+
+    def embed(self, path, records, asm=False):
+        records = [r for r in records if r is not None]
+        if not records:
+            return
+        err = record.embed(path, records, self.s.tools, self.s.work.file(""), asm)
+        if err:
+            self.s.report.warn("%s: cannot add the compile record (%s); patches cannot be built "
+                               "from a diff of %s" % (path, err, ", ".join(r.file for r in records)))
+            self.s.flush_report()
+
+
+def default_output(cmd, x):
+    """Where a compile writes the object of input x."""
+    if cmd.output and len(cmd.inputs) == 1:
+        return cmd.output
+    stem = os.path.splitext(os.path.basename(x.path))[0]
+    return stem + (".s" if cmd.has("-S") else ".o")
+
+
 STRICT_C89 = ("-ansi", "-std=c89", "-std=c90", "-std=iso9899:1990", "-std=iso9899:199409")
 
 
@@ -102,10 +162,11 @@ def build_program(s):
     # built with sanitizers, the same -fsanitize= flags (a program or shared
     # object linked against a sanitized libmolt must be linked with them).
     inc = ["-I" + layout.include] + san
-    if not todo:
-        tools.exec_cc(cmd.args + inc + link_extra)
+    if not todo and not cmd.c_inputs():
+        tools.exec_cc(cmd.args + inc + link_extra)    # nothing to weave or record
 
     sel = Selection(updatable == "all", from_funcs, s.report.verbose)
+    rec = Recorder(s, updatable, from_funcs)
     work = s.work
     try:
         woven = {}
@@ -114,19 +175,16 @@ def build_program(s):
             s.flush_report()
             if wv:
                 woven[x.index] = wv
-        if not woven:
-            work.finish()
-            tools.exec_cc(cmd.args + inc + link_extra)
         strict89 = [a for a in cmd.args if a in STRICT_C89]
-        if strict89 and not any(a.startswith("-std=") and a not in strict89 for a in
-                                cmd.args[cmd.args.index(strict89[-1]) + 1:]):
+        if woven and strict89 and not any(a.startswith("-std=") and a not in strict89 for a in
+                                          cmd.args[cmd.args.index(strict89[-1]) + 1:]):
             raise Fatal("%s: updatable functions need C99 or GNU C (molt.h uses inline and "
                         "_Atomic), but this compile uses %s" % (
                             ", ".join(w.inp.path for w in woven.values()), strict89[-1]))
         if mode == "compile":
-            rc = _compile_mode(s, woven, inc)
+            rc = _compile_mode(s, woven, inc, rec)
         else:
-            rc = _link_mode(s, woven, inc, link_extra)
+            rc = _link_mode(s, woven, inc, link_extra, rec)
         work.finish()
         return rc
     except BaseException:
@@ -134,7 +192,7 @@ def build_program(s):
         raise
 
 
-def _compile_mode(s, woven, inc):
+def _compile_mode(s, woven, inc, rec):
     cmd, tools = s.cmd, s.tools
     extra_color = color_flags(cmd)
     if len(cmd.inputs) > 1 and cmd.output:
@@ -148,10 +206,15 @@ def _compile_mode(s, woven, inc):
         base = gccargs.without(cmd.args, gccargs.INPUT)
         groups = [(base + x.args(), x) for x in cmd.inputs]
     rc_all = 0
+    c_inputs = {x.index for x in cmd.c_inputs()}
     for args, x in groups:
         wv = woven.get(x.index)
+        deps = rec.deps(args, x) if x.index in c_inputs else None
+        dep_flags = deps.flags if deps else []
         if wv is None:
-            rc, _ = tools.run(tools.cc + args + inc)
+            rc, _ = tools.run(tools.cc + args + inc + dep_flags)
+            if rc == 0 and deps:
+                _record_object(rec, cmd, args, x, deps, False)
             rc_all = rc_all or rc
             continue
         if len(cmd.inputs) == 1:
@@ -160,7 +223,7 @@ def _compile_mode(s, woven, inc):
         else:
             new = list(args[:-len(x.args())]) + x.args(wv.path)
         front, back = generated_flags(x.path, wv.path)
-        full = tools.cc + front + strip_lto(new, x.path) + inc + back + extra_color
+        full = tools.cc + front + strip_lto(new, x.path) + inc + back + extra_color + dep_flags
         # The check compile is the user's command writing its outputs into
         # the work directory (it must not leave a non-updatable object where
         # make would take it for up to date).
@@ -170,27 +233,60 @@ def _compile_mode(s, woven, inc):
         if rc == 0:
             for d in dep_candidates(cmd, x):
                 fix_dep_file(d, wv.path, x.path)
+            _record_object(rec, cmd, args, x, deps, True)
         rc_all = rc_all or rc
     return rc_all
 
 
-def _link_mode(s, woven, inc, link_extra):
+def _record_object(rec, cmd, args, x, deps, woven):
+    out = default_output(cmd, x)
+    r = rec.make(args, x, out, deps.read(rec.cwd, rec.exclude()), woven)
+    rec.embed(out, [r], asm=cmd.has("-S"))
+
+
+def _link_mode(s, woven, inc, link_extra, rec):
     """Generated sources are compiled to private objects first, then the
-    user's link line runs with those objects in place of the sources."""
+    user's link line runs with those objects in place of the sources.  The
+    records of all C inputs go into the linked file."""
     cmd, tools = s.cmd, s.tools
     compile_base = gccargs.without(cmd.args, gccargs.INPUT, gccargs.OUTPUT, gccargs.DEPS,
                                    gccargs.LINK)
     final = list(cmd.args)
+    records = {}
     for idx, wv in sorted(woven.items(), reverse=True):
         obj = os.path.join(os.path.dirname(wv.path),
                            os.path.splitext(os.path.basename(wv.path))[0] + ".o")
         front, back = generated_flags(wv.inp.path, wv.path)
+        deps = rec.deps(compile_base, wv.inp)
         full = tools.cc + front + strip_lto(compile_base, wv.inp.path) + ["-c", wv.path, "-o", obj] \
-            + inc + back + color_flags(cmd)
+            + inc + back + color_flags(cmd) + deps.flags
         orig = tools.cc + compile_base + ["-c", wv.inp.path, "-o", obj + ".orig.o"] + inc
         rc = s.compile_generated(full, orig, wv.inp.path)
         if rc != 0:
             return rc
+        records[idx] = (wv.inp, deps.read(rec.cwd, rec.exclude()), True)
         final[idx:idx + 1] = ["-x", "none", obj] + (["-x", wv.inp.lang] if wv.inp.explicit else [])
-    rc, _ = tools.run(tools.cc + final + inc + link_extra)
+    # The C files the link compiles itself: one alone (nothing else the
+    # link preprocesses) writes its deps to a private file through the
+    # link; otherwise each is preprocessed once more for them (-MM).
+    others = [x for x in cmd.c_inputs() if x.index not in woven]
+    inline = None
+    if len(others) == 1 and not any(x.kind == gccargs.DEPS for x in gccargs.split(cmd.args)) \
+            and all(x.lang == "object" for x in cmd.inputs if x.index not in woven
+                    and x is not others[0]):
+        inline = rec.deps(cmd.args, others[0])
+    rc, _ = tools.run(tools.cc + final + inc + link_extra + (inline.flags if inline else []))
+    if rc != 0:
+        return rc
+    for x in others:
+        if inline:
+            paths = inline.read(rec.cwd, rec.exclude())
+        else:
+            paths = record.preprocess_deps(tools, compile_base + inc, x.args(),
+                                           s.work.file("deps-mm-%d.d" % x.index), rec.cwd,
+                                           rec.exclude())
+        records[x.index] = (x, paths, False)
+    out = cmd.output or "a.out"
+    rec.embed(out, [rec.make(compile_base + ["-c"] + x.args(), x, out, paths, wv)
+                    for _, (x, paths, wv) in sorted(records.items())])
     return rc

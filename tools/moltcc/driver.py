@@ -8,6 +8,8 @@ programs updatable with molt, and builds hot patches for them.
     moltcc --molt-program --molt-from prog.so --molt-xf v2.xf -o prog2.so *.c
                                     # the next version, with its migration code
                                     # (image/)
+    moltcc --molt-show-build PROG   # PROG's compile record (record.py) as
+                                    # compile_commands.json
 
 The driver reads the command line: the --molt-* options (the real compiler
 never sees them) and the compiler's own (gccargs.Command), finds molt
@@ -15,10 +17,11 @@ never sees them) and the compiler's own (gccargs.Command), finds molt
 mode.  It turns errors.Fatal into `moltcc: error: ...` and exit status 1.
 """
 import os
+import re
 import sys
 import time
 
-from . import gccargs
+from . import gccargs, record
 from .errors import PROG, Diagnostic, Fatal
 from .session import Session
 from .toolchain import Toolchain, locate
@@ -41,6 +44,11 @@ MOLT_OPTIONS = {
     "--molt-updatable": ("updatable", VALUE),
     "--molt-from": ("from_image", VALUE),
     "--molt-xf": ("xf", LIST),
+    "--molt-diff": ("diff", LIST),          # a fix as a unified diff (a series: in order)
+    "--molt-strip": ("strip", VALUE),       # its strip level (also -p N with --molt-diff)
+    "--molt-source": ("source", VALUE),     # where the sources PROG was built from are now
+    "--molt-orig": ("orig", VALUE),         # a fix as OLD tree + new files/tree (inputs)
+    "--molt-show-build": ("show_build", VALUE),
 }
 # From the CMake-generated launcher (moltcc.cmake): where molt is
 # (toolchain.locate); not listed to the user.
@@ -52,7 +60,8 @@ INTERNAL_OPTIONS = {
 }
 
 # Options that belong to one mode only.
-PATCH_ONLY = ("--molt-target", "--molt-patch-id", "--molt-description")
+PATCH_ONLY = ("--molt-target", "--molt-patch-id", "--molt-description", "--molt-diff",
+              "--molt-strip", "--molt-source", "--molt-orig")
 PROGRAM_ONLY = ("--molt-from", "--molt-xf")
 NOT_WITH_PROGRAM = PATCH_ONLY + ("--molt-funcs", "--molt-updatable")
 
@@ -100,9 +109,61 @@ def split_molt_options(argv):
     return opts, rest
 
 
-def choose_mode(opts):
+def take_strip_option(opts, rest):
+    """With --molt-diff, `-p N` and `-pN` are the diff's strip level, as
+    for patch(1) (the compiler's flags are not used with a diff; without
+    --molt-diff, -p keeps gcc's meaning).  Returns the rest without them."""
+    if not opts.diff:
+        return rest
+    out = []
+    i = 0
+    found = []
+    while i < len(rest):
+        a = rest[i]
+        if a == "-p" and i + 1 < len(rest) and rest[i + 1].isdigit():
+            found.append(rest[i + 1])
+            i += 2
+            continue
+        if re.fullmatch(r"-p\d+", a):
+            found.append(a[2:])
+            i += 1
+            continue
+        out.append(a)
+        i += 1
+    for v in found:
+        if opts.strip is not None and int(opts.strip) != int(v):
+            raise Fatal("two strip levels given (%s and %s)" % (opts.strip, v))
+        opts.strip = v
+    if opts.strip is not None:
+        if not str(opts.strip).isdigit():
+            raise Fatal("--molt-strip needs a number (the -p of patch(1)), not %r" % opts.strip)
+        opts.strip = int(opts.strip)
+    return out
+
+
+def show_build(s):
+    """--molt-show-build PROG: PROG's compile record as compile_commands.json."""
+    prog = s.options.show_build
+    recs = record.read_records(prog)
+    if not recs:
+        raise Fatal("%s has no compile record (it was not built by this moltcc, or a tool "
+                    "removed the %s section)" % (prog, record.SECTION))
+    sys.stdout.write(record.compile_commands(recs))
+    return 0
+
+
+def choose_mode(opts, rest):
     """The build function for these options; refuses options that do not
     belong to the mode."""
+    if opts.show_build is not None:
+        others = sorted(k for k in opts.given if k not in ("--molt-show-build", "--molt-verbose")
+                        and k not in INTERNAL_OPTIONS)
+        if others or rest:
+            raise Fatal("--molt-show-build PROG takes nothing else (got %s)"
+                        % " ".join(others + rest))
+        return show_build
+    if opts.strip is not None and not opts.diff:
+        raise Fatal("--molt-strip is only meaningful with --molt-diff")
     if opts.program:
         if opts.patch:
             raise Fatal("--molt-program and --molt-patch cannot be combined")
@@ -130,10 +191,10 @@ def main(argv):
     try:
         opts, rest = split_molt_options(argv)
         verbose = opts.verbose or os.environ.get("MOLT_VERBOSE", "") not in ("", "0")
-        rest = gccargs.expand_response_files(rest)
+        rest = take_strip_option(opts, gccargs.expand_response_files(rest))
         layout = locate(opts.internal)
         cmd = gccargs.Command(rest)
-        build = choose_mode(opts)
+        build = choose_mode(opts, rest)
         return build(Session(cmd, opts, layout, Toolchain(verbose), started))
     except Diagnostic as e:
         sys.stderr.write("%s\n" % e)
