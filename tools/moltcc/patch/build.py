@@ -40,6 +40,8 @@ def read_target(target):
 
 
 def build_patch(s):
+    if s.options.diff or s.options.orig is not None:
+        return build_patch_from_fix(s)
     cmd, layout, opts = s.cmd, s.layout, s.options
     layout.check_include()
     target = opts.target
@@ -141,3 +143,49 @@ def _compile_and_link(s, units, plan, others, patch_id, description):
     if rc != 0:
         raise Fatal("moltstamp could not stamp %s with the build-id of %s" % (out, target))
     return 0
+
+
+# ---------------------------------------------------------------------------
+# A patch from the fix itself (issue 10): --molt-diff FIX.patch... or
+# --molt-orig OLD NEW...  (entry point; the object-level pipeline that
+# takes the TUBuilds is the lead's, not integrated yet)
+# ---------------------------------------------------------------------------
+
+def prepare_fix(s):
+    """PROG's compile record, the fix, the affected TUs and their builds
+    (source.TUBuild: orig/new text and compile, in the real tree or a
+    mirror under the work directory).  Notes go to the report."""
+    from .source import Program, affected_units, fix_from_options, prepare_builds
+    opts = s.options
+    target = opts.target
+    if not target:
+        raise Fatal("--molt-patch needs --molt-target PROGRAM (the program the patch is for)")
+    if not os.path.isfile(target):
+        raise Fatal("target %s does not exist" % target)
+    flags = gccargs.without(s.cmd.args, gccargs.INPUT, gccargs.OUTPUT)
+    if flags and opts.diff:
+        s.report.warn("compiler options are not used with a fix (%s): each file is compiled with "
+                      "the flags of %s's compile record" % (" ".join(flags[:4]), target))
+    prog = Program(target, s.report)
+    fix = fix_from_options(s, prog)
+    units = affected_units(prog, fix)
+    builds = prepare_builds(prog, fix, units, s.work.file("fix"))
+    for n in fix.notes:
+        s.report.messages.append("moltcc: note: " + n)
+    for b in builds:
+        s.report.note("%s: affected by %s (%s; orig in the %s tree, new in the %s tree)"
+                      % (b.rel, ", ".join(b.because), "woven" if b.woven else "not woven",
+                         b.orig.tree, b.new.tree))
+    s.flush_report()
+    return prog, fix, builds
+
+
+def build_patch_from_fix(s):
+    if not s.cmd.output:
+        raise Fatal("--molt-patch needs -o PATCH.so")
+    try:
+        prog, fix, builds = prepare_fix(s)
+    finally:
+        s.work.finish()
+    raise Fatal("building a patch from a fix is not finished yet (found %d affected "
+                "translation units: %s)" % (len(builds), " ".join(b.rel for b in builds)))
