@@ -11,6 +11,7 @@ packages=(
   clang-14                      # second compiler for tests and benchmarks
   clang-format-14               # the C style (tests/style)
   binutils procps
+  git diffutils                 # patch builder tests: real git diff and diff -u
 )
 if [ "${MOLT_WITH_BENCH:-0}" = 1 ]; then
   packages+=(python3-matplotlib valgrind linux-perf)

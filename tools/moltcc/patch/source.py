@@ -259,14 +259,17 @@ def _choose_strip(prog, fix, d, state, strip):
 
 
 def _pick_rel(prog, fix, fd, p, state):
-    """The tree path of fd at strip p: the first of its names that exists
-    (the old name for a change, the new one for a created file)."""
+    """The tree path of fd at strip p: the first of its names that PROG was
+    built from, or else made by an earlier diff, or else on disk (in the
+    order of FileDiff.names())."""
     rels = _strip_candidates(fd, p)
     if not rels:
         raise Fatal("%s has fewer than %d leading directories (-p%d)" % (fd.names()[0], p, p))
-    for r in rels:
-        if r in state or fix.abspath(r) in prog.hashes or os.path.isfile(fix.phys(fix.abspath(r))):
-            return r
+    for found in (lambda r: fix.abspath(r) in prog.hashes, lambda r: r in state,
+                  lambda r: os.path.isfile(fix.phys(fix.abspath(r)))):
+        for r in rels:
+            if found(r):
+                return r
     return rels[0]
 
 
