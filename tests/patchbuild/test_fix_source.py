@@ -218,6 +218,17 @@ def test_refusals_come_all_at_once(proj, prog):
         "program or a build input moltcc cannot follow)" % (proj / "prog")]
     assert str(e.value).count("\nmoltcc: error: ") == 1
     assert any(n.startswith("README is not read by any compile of prog") for n in fix.notes)
+    # documentation the tree does not have (a release tarball without
+    # NEWS): left out with a note; the rest goes on
+    edit(proj, "src/main.c", "+ LOCAL;", "+ LOCAL + 1;")
+    write(proj, {"NEWS": "1.1: fixed\n"})
+    d = git_diff(proj)
+    fix = fix_of(prog, d.replace(b"new file mode 100644\n", b"")
+                 .replace(b"--- /dev/null\n+++ b/NEWS", b"--- a/NEWS\n+++ b/NEWS")
+                 .replace(b"@@ -0,0 +1 @@\n", b"@@ -1 +1 @@\n-1.0\n"))
+    assert list(fix.changed()) == ["src/main.c"]
+    assert fix.notes[0].startswith("NEWS is left out: the fix does not apply to it (1.patch: NEWS "
+                                   "does not exist, and the fix changes it)")
 
 
 def test_a_changed_tu_without_updatable_functions_is_refused(tmp_path, needs_moltcc):
@@ -319,6 +330,23 @@ def test_molt_orig_trees_and_files(proj, prog, tmp_path):
     edit(proj, "lib/more.h", "MORE 5", "MORE 9")
     with pytest.raises(Fatal, match=r"lib/more.h changed since .*prog was built"):
         S.fix_from_trees(prog, str(proj), [str(new)])
+
+
+def test_old_form_new_files_paired_by_path(proj, prog, tmp_path):
+    new = tmp_path / "v2"
+    write(new, {"lib/more.c": (proj / "lib/more.c").read_text().replace("x + MORE", "x - MORE"),
+                "local.h": "#define LOCAL 2\n"})
+    fix = S.fix_from_new_files(prog, [str(new / "lib/more.c"), str(new / "local.h")])
+    assert fix.root == str(proj)
+    assert sorted(fix.changed()) == ["lib/more.c", "src/local.h"]
+    assert [a.rel for a in S.affected_units(prog, fix)] == ["src/main.c", "lib/more.c"]
+    write(new, {"util.c": "int x;\n"})                  # by its name alone
+    one = S.fix_from_new_files(prog, [str(new / "util.c")])
+    assert one.root == str(proj / "lib") and list(one.changed()) == ["util.c"]
+    with pytest.raises(Fatal, match="is not the new version of a file"):
+        S.fix_from_new_files(prog, [str(new / "nothing.c")])
+    with pytest.raises(Fatal, match="is the file .* was built from, not a new version"):
+        S.fix_from_new_files(prog, [str(proj / "lib/more.c")])
 
 
 # -- build trees -------------------------------------------------------------------

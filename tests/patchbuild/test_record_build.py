@@ -201,6 +201,25 @@ def test_plain_compile_records_and_several_inputs(tmp_path, needs_moltcc):
     moltcc(["-S", "b.c"], tmp_path)
     run(["cc", "-c", "b.s", "-o", "b2.o"], tmp_path)
     assert record.read_records(str(tmp_path / "b2.o"))[0].arguments == ["-S", "b.c"]
+    # a shared object linked from sources carries their records
+    moltcc(["-shared", "-fPIC", "-O2", "-o", "libab.so", "a.c", "b.c"], tmp_path)
+    assert [(r.file, r.arguments) for r in record.read_records(str(tmp_path / "libab.so"))] == \
+        [("a.c", ["-fPIC", "-O2", "-c", "a.c"]), ("b.c", ["-fPIC", "-O2", "-c", "b.c"])]
+    # the user's -MD file of a passed-through compile is the compiler's own
+    inc = "-I" + os.path.join(ROOT, "include")
+    moltcc(["-MD", "-MF", "m.d", "-c", "b.c", "-o", "bm.o"], tmp_path)
+    run(["cc", inc, "-MD", "-MF", "c.d", "-c", "b.c", "-o", "bm.o"], tmp_path)
+    assert (tmp_path / "m.d").read_text() == (tmp_path / "c.d").read_text()
+    # LTO objects: the linker plugin keeps only their IR; the link carries
+    # their records over
+    write(tmp_path, {"m.c": "int a(void);\nint main(void) { return a() - 1; }\n"})
+    moltcc(["-O2", "-flto", "-c", "a.c", "-o", "alto.o"], tmp_path)
+    moltcc(["-O2", "-flto", "-c", "m.c", "-o", "mlto.o"], tmp_path)
+    run(["cc", "-O2", "-flto", "-o", "plain-lto", "alto.o", "mlto.o"], tmp_path)
+    assert record.read_records(str(tmp_path / "plain-lto")) == []     # what cc alone does
+    moltcc(["-O2", "-flto", "-o", "lto", "alto.o", "mlto.o"], tmp_path)
+    assert sorted(r.file for r in record.read_records(str(tmp_path / "lto"))) == ["a.c", "m.c"]
+    run(["./lto"], tmp_path)
     # a failed compile writes nothing and adds nothing
     write(tmp_path, {"bad.c": "int broken(void) { return }\n"})
     r = moltcc(["-c", "bad.c"], tmp_path, check=False)

@@ -162,7 +162,8 @@ def build_program(s):
     # built with sanitizers, the same -fsanitize= flags (a program or shared
     # object linked against a sanitized libmolt must be linked with them).
     inc = ["-I" + layout.include] + san
-    if not todo and not cmd.c_inputs():
+    lto = _lto_records(cmd) if linking else []
+    if not todo and not cmd.c_inputs() and not lto:
         tools.exec_cc(cmd.args + inc + link_extra)    # nothing to weave or record
 
     sel = Selection(updatable == "all", from_funcs, s.report.verbose)
@@ -184,7 +185,7 @@ def build_program(s):
         if mode == "compile":
             rc = _compile_mode(s, woven, inc, rec)
         else:
-            rc = _link_mode(s, woven, inc, link_extra, rec)
+            rc = _link_mode(s, woven, inc, link_extra, rec, lto)
         work.finish()
         return rc
     except BaseException:
@@ -244,10 +245,22 @@ def _record_object(rec, cmd, args, x, deps, woven):
     rec.embed(out, [r], asm=cmd.has("-S"))
 
 
-def _link_mode(s, woven, inc, link_extra, rec):
+def _lto_records(cmd):
+    """The records of the LTO objects on a link line (see
+    record.lto_object_records).  Archive members are not looked at: which
+    of them a link uses is the linker's choice."""
+    out = []
+    for x in cmd.inputs:
+        if x.lang == "object" and not x.path.endswith(".a") and os.path.isfile(x.path):
+            out += record.lto_object_records(x.path)
+    return out
+
+
+def _link_mode(s, woven, inc, link_extra, rec, lto):
     """Generated sources are compiled to private objects first, then the
     user's link line runs with those objects in place of the sources.  The
-    records of all C inputs go into the linked file."""
+    records of all C inputs, and those of LTO objects, which the link would
+    lose, go into the linked file."""
     cmd, tools = s.cmd, s.tools
     compile_base = gccargs.without(cmd.args, gccargs.INPUT, gccargs.OUTPUT, gccargs.DEPS,
                                    gccargs.LINK)
@@ -287,6 +300,6 @@ def _link_mode(s, woven, inc, link_extra, rec):
                                            rec.exclude())
         records[x.index] = (x, paths, False)
     out = cmd.output or "a.out"
-    rec.embed(out, [rec.make(compile_base + ["-c"] + x.args(), x, out, paths, wv)
-                    for _, (x, paths, wv) in sorted(records.items())])
+    rec.embed(out, lto + [rec.make(compile_base + ["-c"] + x.args(), x, out, paths, wv)
+                          for _, (x, paths, wv) in sorted(records.items())])
     return rc

@@ -7,6 +7,8 @@ JSON line in the non-allocated ELF section `.molt.build` of its object
 the sections of all objects, archive members included, so the linked
 program carries the records of everything it was built from; `strip`
 (GNU, all modes) keeps the section, `llvm-strip --strip-all` drops it.
+The LTO plugin keeps only the IR of LTO objects: a moltcc link copies their
+records into its output (lto_object_records; not for archive members).
 
     {"v": 1, "directory": cwd, "file": source as given, "abspath": ...,
      "output": object as given (link mode: the linked file),
@@ -349,42 +351,72 @@ class ElfError(Exception):
 
 def elf_sections(data):
     """[(name, sh_type, sh_flags, offset, size)] of an ELF file's sections."""
-    if data[:4] != b"\x7fELF":
+    return _sections(lambda off, n: data[off:off + n])
+
+
+def file_sections(f):
+    """elf_sections of an open file, reading only the headers."""
+    def read(off, n):
+        f.seek(off)
+        return f.read(n)
+    return _sections(read)
+
+
+def _sections(read):
+    head = read(0, 64)
+    if head[:4] != b"\x7fELF":
         raise ElfError("not an ELF file")
-    cls, enc = data[4], data[5]
+    cls, enc = head[4], head[5]
     if cls not in (1, 2) or enc not in (1, 2):
         raise ElfError("unknown ELF class or data encoding")
     e = "<" if enc == 1 else ">"
     try:
         if cls == 2:
-            shoff, = struct.unpack_from(e + "Q", data, 0x28)
-            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x3A)
+            shoff, = struct.unpack_from(e + "Q", head, 0x28)
+            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", head, 0x3A)
             fmt = e + "IIQQQQIIQQ"
         else:
-            shoff, = struct.unpack_from(e + "I", data, 0x20)
-            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x2E)
+            shoff, = struct.unpack_from(e + "I", head, 0x20)
+            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", head, 0x2E)
             fmt = e + "IIIIIIIIII"
         if shoff == 0:
             return []
-        raw = []
-        first = struct.unpack_from(fmt, data, shoff)
+        first = struct.unpack_from(fmt, read(shoff, struct.calcsize(fmt)))
         if shnum == 0:
             shnum = first[5]             # SHN_UNDEF's sh_size holds the count
         if shstrndx == 0xFFFF:
             shstrndx = first[6]          # ... and sh_link the string table
-        for i in range(shnum):
-            raw.append(struct.unpack_from(fmt, data, shoff + i * shentsize))
+        table = read(shoff, shnum * shentsize)
+        raw = [struct.unpack_from(fmt, table, i * shentsize) for i in range(shnum)]
         strtab = raw[shstrndx]
-        str_off, str_size = strtab[4], strtab[5]
+        names = read(strtab[4], strtab[5])
         out = []
-        for s in raw:
-            name_off = str_off + s[0]
-            end = data.index(b"\0", name_off, str_off + str_size)
-            out.append((data[name_off:end].decode("utf-8", "surrogateescape"),
-                        s[1], s[2], s[4], s[5]))
+        for sh in raw:
+            end = names.index(b"\0", sh[0])
+            out.append((names[sh[0]:end].decode("utf-8", "surrogateescape"),
+                        sh[1], sh[2], sh[4], sh[5]))
         return out
     except (struct.error, IndexError, ValueError):
         raise ElfError("truncated or corrupt ELF section headers")
+
+
+def lto_object_records(path):
+    """The records of an LTO object (gcc -flto, not fat or fat): the
+    linker plugin keeps only its IR, so the link that uses it must carry
+    its records over.  [] for anything else."""
+    try:
+        with open(path, "rb") as f:
+            secs = file_sections(f)
+            if not any(n.startswith(".gnu.lto_") for n, *_ in secs):
+                return []
+            blob = b""
+            for n, typ, _, off, size in secs:
+                if n == SECTION and typ != SHT_NOBITS:
+                    f.seek(off)
+                    blob += f.read(size)
+    except (OSError, ElfError):
+        return []
+    return _split_lines(blob, path)
 
 
 SHT_NOBITS = 8

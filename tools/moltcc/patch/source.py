@@ -3,6 +3,7 @@
     prog = Program(path)                          # PROG's compile records
     fix = fix_from_diffs(prog, [("fix.patch", data)], strip=None, source=None)
     fix = fix_from_trees(prog, old_dir, [new_file_or_tree, ...])   # --molt-orig
+    fix = fix_from_new_files(prog, ["new/x.c", ...])                # the old form
     units = affected_units(prog, fix)             # [Affected], or Refusal
     builds = prepare_builds(prog, fix, units, workdir)              # [TUBuild]
 
@@ -238,10 +239,12 @@ def _choose_strip(prog, fix, d, state, strip):
             or os.path.isdir(fix.phys(fix.abspath(d)))
 
     def missing(p):
-        """The first file of d not found at strip p, or None."""
+        """The first file of d not found at strip p, or None.  Missing
+        documentation does not count (a release tarball may lack NEWS)."""
         for fd in d.files:
             rels = _strip_candidates(fd, p)
-            if not any(dir_exists(r) if fd.creates else exists(r) for r in rels):
+            if not any(dir_exists(r) if fd.creates else exists(r) for r in rels) and \
+                    not (rels and all(is_documentation(r) for r in rels)):
                 return fd.names()[0]
         return None
 
@@ -293,7 +296,15 @@ def fix_from_diffs(prog, diffs, strip=None, source=None):
             f.patches.append((d.name, fd))
             state[rel] = None if fd.deletes else b""
     for rel, f in fix.files.items():
-        _resolve(prog, fix, f)
+        try:
+            _resolve(prog, fix, f)
+        except difflib.ApplyError as e:
+            # documentation a release tarball may not even have
+            if fix.abspath(rel) in prog.hashes or not is_documentation(rel):
+                raise
+            f.orig = f.new = _read(fix.phys(fix.abspath(rel)))
+            fix.notes.append("%s is left out: the fix does not apply to it (%s), and no compile "
+                             "of %s reads it" % (rel, e, os.path.basename(prog.path)))
     return fix
 
 
@@ -424,6 +435,47 @@ def fix_from_trees(prog, old, news, source=None):
                         "record); moltcc needs the sources %s was built from as the original"
                         % (os.path.join(fix.source, rel), prog.path,
                            os.path.basename(prog.path), prog.path))
+    fix.how = "files %s" % " ".join(sorted(fix.changed()))
+    return fix
+
+
+def fix_from_new_files(prog, news):
+    """The old form (`moltcc --molt-patch --molt-target PROG new/x.c ...`):
+    each file is the new version of the recorded file with the longest
+    common tail of path (src/x.c, then x.c), which must be unique; the
+    originals are the recorded files, as they are on disk now."""
+    pairs = {}
+    for n in news:
+        full = os.path.abspath(n)
+        parts = full.split("/")[1:]
+        match = None
+        for k in range(len(parts)):
+            tail = "/".join(parts[k:])
+            found = sorted({r + "/" + tail if r != "/" else "/" + tail
+                            for r in prog.roots_of(tail)})
+            if len(found) == 1:
+                match = found[0]
+                break
+            if len(found) > 1:
+                raise Fatal("%s could be the new version of %s; give the fix as --molt-diff or "
+                            "--molt-orig" % (n, " or ".join(found)))
+        if match is None:
+            raise Fatal("%s is not the new version of a file %s was built from (no recorded "
+                        "file has its name)" % (n, prog.path))
+        if os.path.realpath(full) == os.path.realpath(match):
+            raise Fatal("%s is the file %s was built from, not a new version of it; give the "
+                        "fix as --molt-diff, or the new file elsewhere" % (n, prog.path))
+        pairs[match] = full
+    root = os.path.commonpath([os.path.dirname(m) for m in pairs])
+    fix = Fix(root, root, "files")
+    for ab, full in sorted(pairs.items()):
+        rel = _rel(ab, root)
+        f = fix.files[rel] = ChangedFile(rel)
+        f.orig, f.new = _read(ab), _read(full)
+        if f.orig is None or sha256_bytes(f.orig) not in prog.hashes[ab]:
+            raise Fatal("%s changed since %s was built (its sha256 differs from %s's compile "
+                        "record); moltcc needs the original beside the new version"
+                        % (ab, prog.path, os.path.basename(prog.path)))
     fix.how = "files %s" % " ".join(sorted(fix.changed()))
     return fix
 
