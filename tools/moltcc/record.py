@@ -535,8 +535,8 @@ def embed(path, records, tools, tmpdir, asm=False):
     output (asm, -S: directives appended).  Returns an error string, or
     None."""
     blob = b"".join(r.line() for r in records)
-    if not blob:
-        return None
+    if not blob or path == "-":
+        return None                     # -o -: written to standard output
     try:
         st = os.stat(path)
     except OSError as e:
