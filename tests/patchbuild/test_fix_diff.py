@@ -8,8 +8,7 @@ import subprocess
 
 import pytest
 
-import fixtools
-from fixtools import git, run, skip, write
+from fixtools import git, skip, write
 
 from moltcc.patch import diff as D
 

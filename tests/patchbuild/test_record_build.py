@@ -4,10 +4,8 @@ the record of every C file it was built from, through the archive and
 through strip; --molt-show-build prints it as compile_commands.json; the
 recorded command rebuilds the same object."""
 import hashlib
-import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
