@@ -526,32 +526,25 @@ class ObjModel:
     def region_at(self, sec, off):
         """The anonymous piece of `sec` around `off` (not covered by a named
         unit): from the closest split point at or before `off` to the next
-        one.  Split points are the ends of named units and, where the byte
-        before is a NUL that no relocation fills (string ends, padding),
-        offsets that some relocation targets."""
+        one.  Split points are the ends and starts of named units and the
+        offsets that some relocation targets for sure (compilers refer to
+        their anonymous constants -- string literals, float constants,
+        jump tables, array initialisers -- at their start; two constants are
+        never parts of one another)."""
         lo, hi = 0, sec.size
         if sec.units:
             i = bisect.bisect_right(sec._starts, off) - 1
             if i >= 0:
-                lo = max(u.end for u in sec.units[max(0, i - 8):i + 1] if u.end <= off) \
-                    if any(u.end <= off for u in sec.units[max(0, i - 8):i + 1]) else 0
+                ends = [u.end for u in sec.units[max(0, i - 8):i + 1] if u.end <= off]
+                lo = max(ends) if ends else 0
             if i + 1 < len(sec.units):
                 hi = sec.units[i + 1].start
         if sec._anchor_list is None:
             sec._anchor_list = sorted(sec.anchors)
         anchors = sec._anchor_list
-        data = sec.data
-
-        def fixed(a):
-            for r in sec.relocs_in(max(0, a - 8), a):
-                if r[0] <= a - 1 < r[0] + (8 if r[1] in _FIELD8 else 4):
-                    return True
-            return False
 
         def splits(a):
-            if sec.type == SHT_NOBITS:
-                return True
-            return a - 1 < len(data) and data[a - 1] == 0 and not fixed(a)
+            return True
 
         j = bisect.bisect_right(anchors, off) - 1
         while j >= 0 and anchors[j] > lo:
@@ -587,7 +580,7 @@ class ObjModel:
                     return base + 4, 4
                 return base + 4 + k, 0
             # a PC-relative field in data: relative to the start of the table
-            return base + (off - unit.start), 0
+            return base - (off - unit.start), 0
         return base, 0
 
     def _compute_anchors(self):
@@ -600,7 +593,8 @@ class ObjModel:
                 if sec is None:
                     continue
                 t, w = self._offset(u, r, sym)
-                sec.anchors.add(t)
+                if w == 0:
+                    sec.anchors.add(t)
         # relocations of anonymous data (jump tables) target code; code is
         # split by function symbols already
 
@@ -748,14 +742,22 @@ class Fingerprinter:
         stack.append(u)
         h = hashlib.blake2b(digest_size=16)
         sec = u.sec
-        h.update(("%s %s %d\n" % (u.kind, sec.klass, u.end - u.start)).encode())
+        data = b""
         if sec.type != SHT_NOBITS:
             data = bytearray(sec.data[u.start:u.end])
+            last = 0
             for r in sec.relocs_in(u.start, u.end):
                 o = r[0] - u.start
                 width = 8 if r[1] in _FIELD8 else 4
-                data[o:o + width] = bytes(min(width, len(data) - o))
-            h.update(bytes(data))
+                data[o:o + width] = b"\xff" * min(width, len(data) - o)
+            if u.kind == "region":
+                # an anonymous piece runs to the next piece: its alignment
+                # padding is not part of the constant (the code that reads
+                # the constant fixes how many bytes it reads)
+                data = data.rstrip(b"\0")
+        size = len(data) if u.kind == "region" else u.end - u.start
+        h.update(("%s %s %d\n" % (u.kind, sec.klass, size)).encode())
+        h.update(bytes(data))
         if u.targets is None:
             u.targets = [self.m._target(u, r) for r in sec.relocs_in(u.start, u.end)]
         for rel, typ, t in u.targets:
@@ -853,10 +855,9 @@ def correlate(orig, new):
 # Results
 # ---------------------------------------------------------------------------
 
-def _where_str(where):
-    if not where:
-        return ""
-    return "%s:%s" % where
+def _loc(tu, where):
+    """'t.c:12' (where the item is declared), else the TU's name."""
+    return "%s:%s" % where if where else tu
 
 
 class FuncItem:
@@ -881,10 +882,8 @@ class FuncItem:
         return (self.name, self.tu if self.static else None)
 
     def __str__(self):
-        w = _where_str(self.where)
-        return "%s%s (%s%s, %s): %s" % (
-            "static " if self.static else "", self.name, self.tu, " " + w if w else "",
-            self.section, self.reason)
+        return "%s%s (%s, %s): %s" % ("static " if self.static else "", self.name,
+                                       _loc(self.tu, self.where), self.section, self.reason)
 
     __repr__ = __str__
 
@@ -911,9 +910,8 @@ class DataItem:
         return (self.name, self.tu if self.static else None)
 
     def __str__(self):
-        w = _where_str(self.where)
-        s = "%s%s (%s%s, %s): %s" % ("static " if self.static else "", self.name, self.tu,
-                                     " " + w if w else "", self.section, self.reason)
+        s = "%s%s (%s, %s): %s" % ("static " if self.static else "", self.name,
+                                   _loc(self.tu, self.where), self.section, self.reason)
         if self.users:
             s += "; used by " + ", ".join(self.users)
         return s
@@ -935,8 +933,7 @@ class Unshippable:
         self.where = where
 
     def __str__(self):
-        w = _where_str(self.where)
-        return "%s (%s%s): %s" % (self.name, self.tu, " " + w if w else "", self.reason)
+        return "%s (%s): %s" % (self.name, _loc(self.tu, self.where), self.reason)
 
     __repr__ = __str__
 
@@ -1063,6 +1060,7 @@ def compare_objects(orig_o, new_o, remapped_o=None, updatable=None, target_has=N
         target_has = lambda name, is_static, s=onames: name in s   # noqa: E731
 
     res = Comparison(tu)
+    res.orig_path, res.new_path, res.remapped_path = orig_o, new_o, remapped_o
     O = _Side(orig)
     N = _Side(new, correlate(orig, new))
     R = _Side(rem, correlate(orig, rem)) if rem is not None else None
