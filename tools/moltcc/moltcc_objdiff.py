@@ -954,7 +954,8 @@ class Comparison:
         self.line_only_data = []
         self.unshippable = []
         self.notes = []
-        self.references = {}          # name -> names it refers to (new build)
+        self.references = {}          # function -> names it refers to (new build)
+        self.orig_references = {}     # the same in the original build
 
     @property
     def replaced(self):
@@ -1117,24 +1118,31 @@ def compare_objects(orig_o, new_o, remapped_o=None, updatable=None, target_has=N
         if ident not in N.funcs:
             res.removed_functions.append(func_item(ident, ou, "removed", side_new=False))
 
-    # references of the new build, by identity (for propagation and messages)
-    refs = {}
+    # references by identity (for propagation and messages); a stable
+    # entry `f` counts as f
+    def references(side, model):
+        refs = {}
+        for ident, u in list(side.funcs.items()) + list(side.data.items()):
+            out = set()
+            for part in [u] + u.colds:
+                for v in model.referenced_units(part):
+                    if v is u or (v.generated and v.sec.name != ".text.molt_entries"):
+                        continue
+                    out.add(side.canon(v))
+            refs[ident] = out
+        return refs
+
+    refs = references(N, new)
     referrers = {}
-    for ident, nu in list(N.funcs.items()) + list(N.data.items()):
-        out = set()
-        for v in new.referenced_units(nu):
-            if v.generated:
-                continue
-            out.add(N.canon(v))
-        for c in nu.colds:
-            for v in new.referenced_units(c):
-                if not v.generated and v is not nu:
-                    out.add(N.canon(v))
-        refs[ident] = out
+    for ident, out in refs.items():
         for v in out:
             referrers.setdefault(v, set()).add(ident)
-    res.references = {logical_name(k.lstrip("+")): sorted(logical_name(x.lstrip("+")) for x in v)
-                      for k, v in refs.items() if k in N.funcs}
+
+    def by_name(refs, side):
+        return {logical_name(k.lstrip("+")): sorted({logical_name(x.lstrip("+")) for x in v})
+                for k, v in refs.items() if k in side.funcs}
+    res.references = by_name(refs, N)
+    res.orig_references = by_name(references(O, orig), O)
 
     # -- propagation --------------------------------------------------------
     changed = dict(direct)

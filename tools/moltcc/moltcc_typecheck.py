@@ -143,7 +143,7 @@ def display(t, depth=0):
         return "..."
     k = t.kind
     if k in ("base", "void"):
-        return t.name
+        return _C_NAMES.get(t.name, t.name)
     if k in ("struct", "union", "enum"):
         if t.name.startswith(k + " {"):
             inner = t.name[len(k) + 2:-1]
@@ -172,6 +172,21 @@ def display(t, depth=0):
     return k
 
 
+# base type names as C programmers write them (gcc and clang spell some
+# differently in DWARF: 'long int' / 'long')
+_C_NAMES = {"long int": "long", "long unsigned int": "unsigned long", "short int": "short",
+            "short unsigned int": "unsigned short", "long long int": "long long",
+            "long long unsigned int": "unsigned long long", "unsigned": "unsigned int",
+            "signed char": "signed char", "_Bool": "_Bool"}
+
+
+def display_resolved(t):
+    """display(t), plus what a typedef names when that differs: 'len_t (long)'."""
+    d = display(t)
+    s = display(t.strip()) if t is not None else "void"
+    return d if s == d else "%s (%s)" % (d, s)
+
+
 def _params_display(f, depth=0):
     ps = [display(p, depth) for p in f.params]
     if f.variadic:
@@ -192,7 +207,7 @@ def sig(t, depth=0):
     s = t.strip()
     k = s.kind
     if k in ("base", "void"):
-        out = "%s/%s" % (s.name, s.size)
+        out = "%s/%s" % (_C_NAMES.get(s.name, s.name), s.size)
     elif k in ("struct", "union", "enum"):
         out = s.name
     elif k == "pointer":
@@ -912,7 +927,7 @@ def _layout_changes(a, b):
     if a.kind == "typedef":
         if sig(a.target) != sig(b.target) or a.real_size() != b.real_size():
             ch.append("now names %s instead of %s%s" % (
-                display(b.target), display(a.target),
+                display_resolved(b.target), display_resolved(a.target),
                 "" if a.real_size() == b.real_size() else
                 " (size %s -> %s)" % (a.real_size(), b.real_size())))
         return ch, notes
@@ -929,7 +944,7 @@ def _layout_changes(a, b):
         n = n[1]
         parts = []
         if sig(m.type) != sig(n.type) or m.type.real_size() != n.type.real_size():
-            parts.append("changed type %s -> %s" % (display(m.type), display(n.type)))
+            parts.append("changed type %s -> %s" % (display_resolved(m.type), display_resolved(n.type)))
         if m.bit_size is not None or n.bit_size is not None:
             if m.bit_size != n.bit_size:
                 parts.append("changed width %s -> %s bits" % (m.bit_size or "(not a bit-field)",
@@ -980,7 +995,7 @@ def _params_sig(f):
 
 
 def _params_words(f):
-    ps = [display(t) for _n, t in f.params]
+    ps = [display_resolved(t) for _n, t in f.params]
     if f.variadic:
         ps.append("...")
     return "(%s)" % (", ".join(ps) if ps else "void")
@@ -1080,10 +1095,11 @@ def check_types(orig_o, new_o, shipped_functions=(), comparison=None, target_has
         if _params_sig(of) != _params_sig(nf):
             parts.append("parameters changed %s -> %s" % (_params_words(of), _params_words(nf)))
         if sig(of.ret) != sig(nf.ret):
-            parts.append("return type changed %s -> %s" % (display(of.ret), display(nf.ret)))
+            parts.append("return type changed %s -> %s" % (display_resolved(of.ret),
+                                                            display_resolved(nf.ret)))
         if parts:
-            callers = sorted(c for c, refs in (comparison.references.items() if comparison else ())
-                             if name in refs and c != name)
+            callers = sorted(c for c, refs in (comparison.orig_references.items()
+                                               if comparison else ()) if name in refs and c != name)
             what = "; ".join(parts) + "; live callers pass the old arguments and expect the old result"
             res.refusals.append(Refusal("signature", "function " + name, nf.decl or of.decl, what,
                                         callers))
@@ -1098,13 +1114,13 @@ def check_types(orig_o, new_o, shipped_functions=(), comparison=None, target_has
         if target_has is not None and not target_has(v.name, not v.external):
             continue
         if sig(v.type) != sig(w.type) or v.type.real_size() != w.type.real_size():
-            what = "type changed %s -> %s" % (display(v.type), display(w.type))
+            what = "type changed %s -> %s" % (display_resolved(v.type), display_resolved(w.type))
             if v.type.real_size() != w.type.real_size():
                 what += " (size %s -> %s)" % (v.type.real_size(), w.type.real_size())
             what += "; the live object keeps its old type"
             users = []
             if comparison is not None:
-                users = sorted(c for c, refs in comparison.references.items() if v.name in refs)
+                users = sorted(c for c, refs in comparison.orig_references.items() if v.name in refs)
             res.refusals.append(Refusal("variable", _var_display(v), w.decl or v.decl, what, users))
 
     # -- from the object comparison -------------------------------------------

@@ -1,0 +1,266 @@
+"""moltcc_typecheck on real compiles: what a hot patch cannot carry is
+refused with the type/field/function named, the file:line, and the live
+code that uses it; what it can carry is not refused."""
+import pytest
+
+import moltcc_objdiff as od
+import moltcc_typecheck as tc
+
+HEADER = r'''#ifndef CONN_H
+#define CONN_H
+enum color { RED, GREEN, BLUE };
+struct inner { short a; short b; };
+struct conn {
+    int fd;
+    int len;
+    char buf[16];
+    struct inner in;
+    unsigned flag : 3;
+    unsigned mode : 2;
+};
+typedef struct { int x; int y; } pair_t;
+typedef int len_t;
+struct unused_here { int q; };
+#endif
+'''
+
+MAIN = r'''#include <stdio.h>
+#include "conn.h"
+
+int counter = 5;
+static const int table[4] = {1, 2, 3, 4};
+int compute(int x);
+int (*stored)(int) = compute;
+
+int conn_read(struct conn *c) { return c->fd + c->len + counter; }
+int conn_write(struct conn *c, int v) { c->len = v; return c->flag + c->in.b; }
+int is_red(enum color c) { return c == RED; }
+int pair_sum(pair_t *p) { return p->x + p->y; }
+int scale(int v) { return v * 3; }
+int compute(int x)
+{
+    static int calls;
+    calls++;
+    return x + table[x & 3] + calls;
+}
+len_t get_len(struct conn *c) { return c->len; }
+int untouched(int q) { return q - 1; }
+
+int main(void)
+{
+    struct conn c = {0};
+    pair_t p = {1, 2};
+    printf("%d %d %d %d %d %d %d\n", conn_read(&c), conn_write(&c, 3), is_red(GREEN),
+           pair_sum(&p), scale(2), stored(1), (int)get_len(&c) + untouched(2));
+    return 0;
+}
+'''
+
+COMBOS = [("gcc", "-O0"), ("gcc", "-O2"), ("clang", "-O0"), ("clang", "-O2")]
+COMBO_IDS = ["%s%s" % c for c in COMBOS]
+
+
+def edit(text, *pairs):
+    for a, b in pairs:
+        assert text.count(a) == 1, "edit %r: found %d times" % (a, text.count(a))
+        text = text.replace(a, b)
+    return text
+
+
+def check(builder, header_new=None, main_new=None, cc="gcc", opt="-O2", woven=True, extra=()):
+    orig = {"t.c": MAIN, "conn.h": HEADER}
+    new = {"t.c": main_new or MAIN, "conn.h": header_new or HEADER}
+    o = builder.objects({"orig": orig, "new": new}, cc=cc, opt=opt, woven=woven, extra=extra)
+    upd = None
+    if not woven:
+        upd = {"conn_read", "conn_write", "is_red", "pair_sum", "scale", "compute", "get_len",
+               "untouched"}
+    cmp = od.compare_objects(o["orig"], o["new"], updatable=upd)
+    return cmp, tc.check_types(o["orig"], o["new"], comparison=cmp)
+
+
+def only(res, kind, name):
+    got = [r for r in res.refusals if r.name == name]
+    assert len(got) == 1 and got[0].kind == kind, "\n".join(res.report()) or "no refusals"
+    return got[0]
+
+
+# -- types ------------------------------------------------------------------
+
+@pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
+def test_field_added(builder, cc, opt):
+    cmp, res = check(builder, edit(HEADER, ("    int len;\n", "    int len;\n    int flags;\n")),
+                     cc=cc, opt=opt)
+    r = only(res, "type", "struct conn")
+    assert r.where == ("conn.h", 5)
+    assert "field 'flags' (int) added at offset 8" in r.what
+    assert "field 'buf' moved from offset 8 to 12" in r.what
+    assert "size 32 -> 36" in r.what
+    assert {"conn_read", "conn_write", "get_len"} <= set(r.users), r
+    assert "untouched" not in r.users and "scale" not in r.users
+    text = str(r)
+    assert text.startswith("struct conn (conn.h:5): ") and "used by live code: " in text
+    # main has a struct conn on its stack: its code changed with the size
+    assert sorted(x.kind for x in res.refusals) == ["main", "type"], res.report()
+    assert not res.ok and res.report()[-1].endswith(tc.WAY_FORWARD)
+
+
+@pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
+def test_field_type_changed(builder, cc, opt):
+    cmp, res = check(builder, edit(HEADER, ("    int len;\n", "    long len;\n")), cc=cc, opt=opt)
+    r = only(res, "type", "struct conn")
+    assert "field 'len' changed type int -> long and moved from offset 4 to 8" in r.what, r
+    assert "size 32 -> 40" in r.what
+    assert str(r).startswith("struct conn (conn.h:5): field 'len' changed type int -> long")
+
+
+@pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
+def test_enum_value_changed(builder, cc, opt):
+    cmp, res = check(builder, edit(HEADER, ("{ RED, GREEN, BLUE }", "{ RED, BLUE, GREEN }")),
+                     cc=cc, opt=opt)
+    r = only(res, "type", "enum color")
+    assert r.where == ("conn.h", 3)
+    assert "enumerator GREEN changed value 1 -> 2" in r.what
+    assert "enumerator BLUE changed value 2 -> 1" in r.what
+    assert "is_red" in r.users
+
+
+@pytest.mark.parametrize("cc,opt", [("gcc", "-O2"), ("clang", "-O0")], ids=["gcc-O2", "clang-O0"])
+def test_enumerator_added_at_the_end_is_allowed(builder, cc, opt):
+    cmp, res = check(builder, edit(HEADER, ("{ RED, GREEN, BLUE }", "{ RED, GREEN, BLUE, PURPLE }")),
+                     cc=cc, opt=opt)
+    assert res.ok, res.report()
+    assert any("enum color" in n and "PURPLE = 3" in n for n in res.notes), res.notes
+
+
+def test_anonymous_struct_through_typedef(builder):
+    cmp, res = check(builder, edit(HEADER, ("typedef struct { int x; int y; }",
+                                            "typedef struct { int x; long y; }")))
+    r = only(res, "type", "pair_t (anonymous struct)")
+    assert "field 'y' changed type int -> long and moved from offset 4 to 8" in r.what
+    assert "pair_sum" in r.users and r.where == ("conn.h", 13)
+
+
+def test_bitfield_changed(builder):
+    cmp, res = check(builder, edit(HEADER, ("unsigned flag : 3;", "unsigned flag : 4;")))
+    r = only(res, "type", "struct conn")
+    assert "field 'flag' changed width 3 -> 4 bits" in r.what
+    assert "field 'mode' moved from bits 227..228 to bits 228..229" in r.what, r.what
+
+
+def test_typedef_changed(builder):
+    cmp, res = check(builder, edit(HEADER, ("typedef int len_t;", "typedef long len_t;")))
+    r = only(res, "type", "typedef len_t")
+    assert "now names long instead of int (size 4 -> 8)" in r.what
+    assert r.users == ("get_len",)
+    # the signature of get_len changed with it (shipped: its code changed)
+    s = only(res, "signature", "function get_len")
+    assert "return type changed len_t (int) -> len_t (long)" in s.what
+
+
+def test_embedded_struct_changed(builder):
+    cmp, res = check(builder, edit(HEADER, ("struct inner { short a; short b; };",
+                                            "struct inner { int a; short b; };")))
+    inner = only(res, "type", "struct inner")
+    assert "field 'a' changed type short -> int" in inner.what
+    assert "field 'b' moved from offset 2 to 4" in inner.what
+    outer = only(res, "type", "struct conn")
+    assert "size 32 -> 36" in outer.what
+    # conn_write reads c->in.b through struct conn
+    assert "conn_write" in inner.users
+
+
+def test_unused_changed_type_is_a_note(builder):
+    cmp, res = check(builder, edit(HEADER, ("struct unused_here { int q; };",
+                                            "struct unused_here { long q; };")),
+                     extra=("-fno-eliminate-unused-debug-types",))
+    assert res.ok, res.report()
+    assert any(n.startswith("struct unused_here (conn.h:15) changed") for n in res.notes), res.notes
+
+
+# -- functions --------------------------------------------------------------
+
+@pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
+def test_signature_changed(builder, cc, opt):
+    main = edit(MAIN, ("int scale(int v) { return v * 3; }", "int scale(long v, int w) { return v * w; }"),
+                ("scale(2)", "scale(2, 3)"))
+    cmp, res = check(builder, main_new=main, cc=cc, opt=opt)
+    r = only(res, "signature", "function scale")
+    assert r.where == ("t.c", 13)
+    assert "parameters changed (int) -> (long, int)" in r.what
+    assert "main" in r.users
+
+
+def test_return_type_changed(builder):
+    main = edit(MAIN, ("int scale(int v) { return v * 3; }", "long scale(int v) { return v * 3L; }"))
+    cmp, res = check(builder, main_new=main)
+    r = only(res, "signature", "function scale")
+    assert "return type changed int -> long" in r.what and "parameters" not in r.what
+
+
+# -- variables and initial values --------------------------------------------
+
+@pytest.mark.parametrize("cc,opt", [("gcc", "-O0"), ("clang", "-O2")], ids=["gcc-O0", "clang-O2"])
+def test_global_and_static_local_type_changed(builder, cc, opt):
+    main = edit(MAIN, ("int counter = 5;", "long counter = 5;"),
+                ("    static int calls;", "    static long calls;"))
+    cmp, res = check(builder, main_new=main, cc=cc, opt=opt)
+    r = only(res, "variable", "counter")
+    assert r.where == ("t.c", 4) and "type changed int -> long (size 4 -> 8)" in r.what
+    assert "conn_read" in r.users
+    r = only(res, "variable", "static local 'calls' of compute (molt__compute__calls)")
+    assert r.where == ("t.c", 16)
+
+
+def test_static_local_type_changed_plain_c(builder):
+    main = edit(MAIN, ("    static int calls;", "    static long calls;"))
+    cmp, res = check(builder, main_new=main, opt="-O0", woven=False)
+    r = only(res, "variable", "static local 'calls' of compute")
+    assert "int -> long" in r.what
+
+
+@pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
+def test_changed_initial_values(builder, cc, opt):
+    main = edit(MAIN, ("int counter = 5;", "int counter = 6;"), ("{1, 2, 3, 4}", "{1, 2, 3, 5}"))
+    cmp, res = check(builder, main_new=main, cc=cc, opt=opt)
+    r = only(res, "initializer", "counter")
+    assert r.where == ("t.c", 4) and "conn_read" in r.users
+    assert "initial value changed" in r.what
+    r = only(res, "initializer", "table")
+    assert r.where == ("t.c", 5)
+
+
+@pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
+def test_function_pointer_initializer_unchanged_is_fine(builder, cc, opt):
+    main = edit(MAIN, ("return v * 3;", "return v * 4;"), ("return q - 1;", "return q - 2;"))
+    cmp, res = check(builder, main_new=main, cc=cc, opt=opt)
+    assert res.ok, res.report()
+    assert sorted(f.name for f in cmp.replaced) == ["scale", "untouched"]
+
+
+def test_main_changed(builder):
+    main = edit(MAIN, ("pair_t p = {1, 2};", "pair_t p = {1, 3};"))
+    cmp, res = check(builder, main_new=main)
+    r = only(res, "main", "main")
+    assert "never runs again" in r.what and r.where == ("t.c", 23)
+
+
+def test_all_reasons_are_collected(builder):
+    header = edit(HEADER, ("    int len;\n", "    long len;\n"), ("{ RED, GREEN, BLUE }", "{ GREEN, RED, BLUE }"))
+    main = edit(MAIN, ("int counter = 5;", "int counter = 7;"),
+                ("int scale(int v) { return v * 3; }", "int scale(int v, int w) { return v * w; }"),
+                ("scale(2)", "scale(2, 3)"))
+    cmp, res = check(builder, header, main)
+    kinds = sorted((r.kind, r.name) for r in res.refusals)
+    assert kinds == [("initializer", "counter"), ("main", "main"), ("signature", "function scale"),
+                     ("type", "enum color"), ("type", "struct conn")], res.report()
+    lines = res.report()
+    assert len(lines) == 6 and all(line.startswith("moltcc: error: ") for line in lines)
+
+
+def test_decl_locations(builder):
+    o = builder.objects({"orig": {"t.c": MAIN, "conn.h": HEADER}})["orig"]
+    loc = tc.decl_locations(o)
+    assert loc["compute__molt_v0"] == ("t.c", 14)
+    assert loc["counter"] == ("t.c", 4)
+    assert loc["molt__compute__calls"] == ("t.c", 16)
