@@ -964,8 +964,14 @@ class Comparison:
 
     @property
     def private_copies(self):
+        """Changed non-updatable functions the patch carries as its own
+        copies (and non-updatable statics shipped code needs that the
+        program lacks).  Compiler clones (.part/.isra/.constprop) of a
+        replaced function come with its new version and are not listed."""
         stuck = {u.name for u in self.unshippable}
-        return [f for f in self.changed if not f.updatable and f.name not in stuck] + \
+        whole = {f.source for f in self.replaced} | {f.source for f in self.new_functions}
+        return [f for f in self.changed if not f.updatable and f.name not in stuck
+                and not (f.name != f.source and f.source in whole)] + \
             getattr(self, "_extra_private", [])
 
     def shipped_functions(self):
@@ -1228,10 +1234,9 @@ def compare_objects(orig_o, new_o, remapped_o=None, updatable=None, target_has=N
 
     # -- data ---------------------------------------------------------------
     users_orig = {}
-    for ident, ou in O.funcs.items():
-        for v in orig.referenced_units(ou):
-            if v.kind == "data":
-                users_orig.setdefault(v.name, set()).add(logical_name(ident))
+    for ident, refs_o in res.orig_references.items():
+        for v in refs_o:
+            users_orig.setdefault(v, set()).add(ident)
 
     def data_item(ident, u, reason, old=None, side_new=True):
         nm = ident.lstrip("+")
@@ -1252,16 +1257,33 @@ def compare_objects(orig_o, new_o, remapped_o=None, updatable=None, target_has=N
             if ru is not None and O.fp.fp(ou) == R.fp.fp(ru):
                 res.line_only_data.append(data_item(ident, nu, "only line numbers changed", ou))
                 continue
+        ok, nk = ou.sec.klass, nu.sec.klass
         if (ou.end - ou.start) != (nu.end - nu.start):
             why = "size changed %d -> %d bytes" % (ou.end - ou.start, nu.end - nu.start)
-        elif ou.sec.klass != nu.sec.klass:
-            why = "moved from %s to %s memory" % (_KLASS[ou.sec.klass], _KLASS[nu.sec.klass])
+        elif "r" in (ok, nk) and ok != nk:
+            why = "moved from %s to %s memory (const changed)" % (_KLASS[ok], _KLASS[nk])
+        elif "t" in (ok, nk) and ok != nk:
+            why = "thread-local storage changed"
         else:
             why = "initial value changed"
         res.changed_data.append(data_item(ident, nu, why, ou))
     for ident, ou in O.data.items():
         if ident not in N.data:
             res.removed_data.append(data_item(ident, ou, "removed", side_new=False))
+    # -fcommon tentative definitions: only a size
+    ocom = {s.name: s.size for s in orig.elf.symbols if s.shndx == SHN_COMMON}
+    for s in new.elf.symbols:
+        if s.shndx != SHN_COMMON:
+            continue
+        if s.name not in ocom:
+            if s.name not in N.data:
+                res.new_data.append(DataItem(s.name, tu, s.name, "COMMON", False, "new", None, s.size,
+                                             (), where(s.name)))
+        elif ocom[s.name] != s.size:
+            res.changed_data.append(DataItem(s.name, tu, s.name, "COMMON", False,
+                                             "size changed %d -> %d bytes" % (ocom[s.name], s.size),
+                                             ocom[s.name], s.size,
+                                             sorted(users_orig.get(s.name, ())), where(s.name)))
 
     for lst in (res.changed, res.new_functions, res.removed_functions, res.line_only,
                 res.changed_data, res.new_data, res.removed_data, res.line_only_data,

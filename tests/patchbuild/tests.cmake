@@ -1,0 +1,11 @@
+# Patch builder unit tests: the object comparison (moltcc_objdiff) and the
+# DWARF checks (moltcc_typecheck) on small C files compiled for real with
+# gcc and clang-14, woven by this build tree's moltcc.  No process runs.
+#   by hand:  MOLT_BUILD_DIR=build python3 -m pytest -q tests/patchbuild
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_FOUND)
+  add_test(NAME patchbuild_pytest
+    COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_LIST_DIR})
+  set_tests_properties(patchbuild_pytest PROPERTIES TIMEOUT 900 LABELS "patchbuild;moltcc"
+    ENVIRONMENT "MOLT_BUILD_DIR=${CMAKE_BINARY_DIR}")
+endif()
