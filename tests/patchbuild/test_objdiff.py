@@ -81,6 +81,28 @@ int classify(int v)
 
 int logit(const char *m) { return puts(m); }
 
+int code_of(int k)
+{
+    switch (k) {
+    case 0: return 10;
+    case 1: return 20;
+    case 2: return 35;
+    case 3: return 47;
+    case 4: return 51;
+    case 5: return 66;
+    default: return -1;
+    }
+}
+
+int pick(int i)
+{
+    int arr[8] = {3, 1, 4, 1, 5, 9, 2, 6};
+    return arr[i & 7] + arr[(i + 3) & 7];
+}
+
+static const char *const greetings[] = {"hi", "hello", "hey"};
+const char *greet(int i) { return greetings[i % 3]; }
+
 static int sq(int v) { return v * v; }
 int use_sq(int v) { return sq(v) + 1; }
 
@@ -95,14 +117,15 @@ int main(int argc, char **argv)
     struct conn c = {1, 2, ""};
     (void)argv;
     stored = compute;
-    printf("%d %s %d %f %d %d %d %d\n", compute(argc), name(argc), conn_read(&c), scale(argc),
-           dispatch(argc, 3), classify(argc), twice(argc), use_sq(argc) + logit("x") + checked(argc));
+    printf("%d %s %d %f %d %d %d %d %s\n", compute(argc), name(argc), conn_read(&c), scale(argc),
+           dispatch(argc, 3), classify(argc), twice(argc), use_sq(argc) + logit("x") + checked(argc)
+           + code_of(argc) + pick(argc), greet(argc));
     return 0;
 }
 '''
 
 ALL = {"compute", "twice", "name", "dispatch", "conn_read", "scale", "classify", "logit", "sq",
-       "use_sq", "checked"}
+       "use_sq", "checked", "code_of", "pick", "greet"}
 
 
 def edit(text, *pairs):
@@ -118,7 +141,8 @@ def all_versions():
     news = [edit(BASE, ("int counter = 5;\n", "int counter = 5;\n" + TOP_ADDITIONS))]
     news += [edit(BASE, *b[1]) for b in BODY_CHANGES]
     news += [edit(BASE, *batch(i)[0]) for i in range(len(BATCHES))]
-    news += [LINES_NEW, LINES_NEW_ONLY, NEW_GLOBAL]
+    news += [LINES_NEW, LINES_NEW_ONLY, NEW_GLOBAL,
+             edit(BASE, ('{"hi", "hello", "hey"}', '{"hi", "hullo", "hey"}'))]
     for n in news:
         out += [n, od.remap_source(BASE, n)]
     return out
@@ -231,6 +255,8 @@ BODY_CHANGES = [
     ("inlined callee body", [("return x * 3 + 1;", "return x * 3 + 2;")], {"compute", "twice"}),
     ("static callee (updatable)", [("return v * v;", "return v * v * v;")], {"sq"}),
     ("static local use", [("calls++;", "calls += 2;")], {"compute"}),
+    ("switch value table", [("case 2: return 35;", "case 2: return 36;")], {"code_of"}),
+    ("local array initializer", [("{3, 1, 4, 1, 5, 9, 2, 6}", "{3, 1, 4, 1, 5, 8, 2, 6}")], {"pick"}),
 ]
 
 
@@ -240,8 +266,9 @@ BODY_CHANGES = [
 # batches, each function touched once per batch.
 BATCHES = [
     ["constant", "called function", "string literal text", "jump table entries",
-     "switch string table", "float constant", "inlined callee body", "static callee (updatable)"],
-    ["condition", "referenced global", "static local use"],
+     "switch string table", "float constant", "inlined callee body", "static callee (updatable)",
+     "switch value table"],
+    ["condition", "referenced global", "static local use", "local array initializer"],
 ]
 _BY_NAME = {b[0]: b for b in BODY_CHANGES}
 
@@ -298,7 +325,7 @@ def test_body_change_detected_plain_c(builder, cc, opt, b):
     # plain C: the compiler may inline a changed function into its callers
     # in this file (main calls them all): those are changed too; a
     # non-updatable static helper that changed is a private copy
-    callers = {"sq": {"use_sq", "main"}, "compute": {"main"}, "twice": {"main"}}
+    callers = {"sq": {"use_sq", "main"}}
     allowed = set(expect) | {"main", "helper"}
     for f in expect:
         allowed |= callers.get(f, set())
@@ -393,6 +420,22 @@ def test_changed_initializers(builder, cc, opt):
     # the code of compute may or may not change (gcc folds table reads at
     # -O2); nothing else may
     assert set(names(r.replaced)) <= {"compute"}, r.summary()
+
+
+@pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
+def test_string_in_a_table_of_strings(builder, cc, opt):
+    """The table's content is relocations into a string pool: a changed
+    string is a changed initial value of the table."""
+    new = edit(BASE, ('{"hi", "hello", "hey"}', '{"hi", "hullo", "hey"}'))
+    r = compare(builder, BASE, new, cc, opt)
+    if cc == "clang" and opt == "-O2":
+        # clang turns the table into greet's own relative lookup table
+        # (reltable.greet__molt_v0, compared as part of greet)
+        assert not r.changed_data and names(r.replaced) == ["greet"], r.summary()
+        return
+    assert names(r.changed_data) == ["greetings"], r.summary()
+    assert "greet" in r.changed_data[0].users
+    assert set(names(r.replaced)) <= {"greet"}, r.summary()
 
 
 def test_unchanged_function_pointer_initializer(builder):
@@ -494,6 +537,35 @@ def test_static_functions_of_the_same_name_in_two_files(builder):
     assert ra.tu == "a.c" and rb.tu == "b.c"
     assert names(ra.changed) == [] and names(rb.replaced) == ["pick"]
     assert rb.replaced[0].key == ("pick", "b.c") and rb.replaced[0].static
+
+
+# -- compiler clones of non-updatable functions ---------------------------------
+
+CLONE = r'''static __attribute__((noinline)) int clampadd(int x, int lim)
+{
+    if (x > lim)
+        return lim;
+    return x + 7;
+}
+int use1(int v) { return clampadd(v, 100); }
+int use2(int v) { return clampadd(v * 2, 100); }
+int use3(int v) { return v - 1; }
+'''
+
+
+def test_changed_clone_propagates_to_its_callers(builder):
+    """gcc makes clampadd.constprop.0: a change in it replaces its callers
+    (their own bytes did not change) and ships the clone privately."""
+    o = builder.objects({"orig": CLONE}, woven=False)["orig"]
+    assert "clampadd.constprop.0" in {u.name for u in od.load_object(o).units}, \
+        "gcc -O2 did not make the clone the test needs"
+    new = edit(CLONE, ("return x + 7;", "return x + 8;"))
+    r = compare(builder, CLONE, new, "gcc", "-O2", woven=False, updatable={"use1", "use2", "use3"})
+    assert names(r.replaced) == ["use1", "use2"], r.summary()
+    for f in r.replaced:
+        assert "clampadd.constprop.0" in f.reason and f.via == ("clampadd.constprop.0",)
+    assert names(r.private_copies) == ["clampadd.constprop.0"], r.summary()
+    assert r.private_copies[0].source == "clampadd"
 
 
 # -- numbered static locals in plain C ----------------------------------------

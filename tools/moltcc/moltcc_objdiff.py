@@ -368,7 +368,7 @@ _ARTIFACT_RE = re.compile(
     r"^(?:\..*"                                         # .L.str, .Lswitch.table, .compoundliteral
     r"|(?:CSWTCH|C|__func__|__FUNCTION__|__PRETTY_FUNCTION__|__compound_literal"
     r"|compound_literal)\.\d+"
-    r"|switch\.table\..*|__const\..*|.*\.compoundliteral(?:\.\d+)?)$")
+    r"|switch\.table\..*|reltable\..*|__const\..*|.*\.compoundliteral(?:\.\d+)?)$")
 _CLONE_KINDS = ("cold", "part", "isra", "constprop", "lto_priv", "localalias", "clone",
                 "specialized")
 MOLT_SECTIONS = ("molt_fns", "molt_pfns", "molt_imports", ".molt")
@@ -643,7 +643,9 @@ class ObjModel:
                 e += n
             return ("cst", n, tuple(ents), t - first, adj)
         hits = []
-        p = t
+        # a target outside the section (an instruction misread, or a
+        # pointer before/after an object): the closest byte names it
+        p = min(max(t, 0), max(sec.size - 1, 0))
         while True:
             u = self.unit_at(sec, p)
             if u is None and p == sec.size and p > 0:
