@@ -170,6 +170,17 @@ def test_embedded_struct_changed(builder):
     assert "conn_write" in inner.users
 
 
+def test_renamed_field_and_enumerator_are_notes(builder):
+    header = edit(HEADER, ("    int len;\n", "    int length;\n"), ("GREEN,", "VERDANT,"))
+    main = MAIN.replace("c->len", "c->length").replace("GREEN", "VERDANT")
+    cmp, res = check(builder, header, main)
+    assert res.ok, res.report()
+    assert any("field 'len' renamed to 'length'" in n for n in res.notes), res.notes
+    assert any("enumerator GREEN renamed to VERDANT (= 1)" in n for n in res.notes), res.notes
+    # the code is the same: nothing to replace
+    assert not cmp.replaced and not cmp.unshippable, cmp.summary()
+
+
 def test_unused_changed_type_is_a_note(builder):
     cmp, res = check(builder, edit(HEADER, ("struct unused_here { int q; };",
                                             "struct unused_here { long q; };")),

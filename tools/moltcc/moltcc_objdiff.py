@@ -747,7 +747,6 @@ class Fingerprinter:
         data = b""
         if sec.type != SHT_NOBITS:
             data = bytearray(sec.data[u.start:u.end])
-            last = 0
             for r in sec.relocs_in(u.start, u.end):
                 o = r[0] - u.start
                 width = 8 if r[1] in _FIELD8 else 4
@@ -1181,7 +1180,6 @@ def compare_objects(orig_o, new_o, remapped_o=None, updatable=None, target_has=N
         chain = seen_chain[g]
         for r in sorted(referrers.get(g, ())):
             if r in N.data:
-                du = N.data[r]
                 if r in O.data and target_has(O.data[r].name, O.data[r].static):
                     nm = r.lstrip("+")
                     if nm not in unship:
@@ -1291,6 +1289,10 @@ def compare_objects(orig_o, new_o, remapped_o=None, updatable=None, target_has=N
                 res.changed_data, res.new_data, res.removed_data, res.line_only_data,
                 res.unshippable, res._extra_private):
         lst.sort(key=lambda x: x.name)
+    for f in res.new_functions:
+        if f.ctor:
+            res.notes.append("new %s %s (%s) will not run in the live process" % (
+                f.ctor, f.name, _loc(tu, f.where)))
     if R is None:
         res.notes.append("no line-remapped build: a change of line numbers only (__LINE__, "
                          "assert) counts as a change")

@@ -15,8 +15,9 @@ live code depends on:
     no existing value are allowed and reported as notes.  A changed type
     that nothing of this TU uses (no function, parameter, local or variable
     of either build reaches it) is only a note: the TUs that use it refuse.
-  * a shipped function that exists in the original whose parameter types
-    or return type changed (the live callers pass the old arguments);
+  * a function replaced in place (updatable, shipped) that exists in the
+    original whose parameter types or return type changed (the live callers
+    pass the old arguments);
   * an existing global or static, including function-local statics (gcc
     `x.N`, moltcc's hoisted `molt__<f>__<v>`), whose type changed;
   * from the object comparison (moltcc_objdiff.compare_objects, passed as
@@ -33,8 +34,10 @@ API
 ---
 check_types(orig_o, new_o, shipped_functions=(), comparison=None,
             target_has=None, tu=None) -> TypeCheck
-    shipped_functions: names of the functions the patch carries (logical
-    names as compare_objects reports them: 'f' for a woven f's body).
+    shipped_functions: names of the functions the patch replaces in place
+    (logical names as compare_objects reports them: 'f' for a woven f's
+    body); default: comparison.replaced.  Their signatures must not change
+    (private copies and new functions are called by shipped code only).
     target_has(symbol, is_static) -> bool: whether the program has a
     variable (default: every variable of orig exists).
 TypeCheck.refusals -> [Refusal(kind, name, where, what, users, shipped_users)],
@@ -910,12 +913,17 @@ def _layout_changes(a, b):
     if a.kind == "enum":
         old = dict(a.enumerators)
         new = dict(b.enumerators)
+        added = [(n, v) for n, v in b.enumerators if n not in old]
         for n, v in a.enumerators:
             if n not in new:
-                ch.append("enumerator %s (= %d) removed" % (n, v))
+                same = [x for x, w in added if w == v]
+                if len(same) == 1:        # renamed, same value: the program cannot tell
+                    notes.append("enumerator %s renamed to %s (= %d)" % (n, same[0], v))
+                    added = [(x, w) for x, w in added if x != same[0]]
+                else:
+                    ch.append("enumerator %s (= %d) removed" % (n, v))
             elif new[n] != v:
                 ch.append("enumerator %s changed value %d -> %d" % (n, v, new[n]))
-        added = [(n, v) for n, v in b.enumerators if n not in old]
         if added and not ch:
             notes.append("enumerators added: %s (no existing value changed)" % ", ".join(
                 "%s = %d" % nv for nv in added))
@@ -935,6 +943,22 @@ def _layout_changes(a, b):
         return ch, notes
     amem = _keyed_members(a.members)
     bmem = _keyed_members(b.members)
+
+    def shape(m):
+        return (m.offset, sig(m.type), m.type.real_size(), m.bit_size, m.bit_offset)
+
+    # a field renamed in place (same offset, type, bits) changes no layout
+    gone = {k: v for k, v in amem.items() if k not in bmem}
+    came = {k: v for k, v in bmem.items() if k not in amem}
+    for k, (i, m) in list(gone.items()):
+        same = [k2 for k2, (j, n) in came.items() if shape(n) == shape(m)]
+        if len(same) == 1:
+            notes.append("field %s renamed to %s" % (_member_label(m, i),
+                                                     _member_label(came[same[0]][1], came[same[0]][0])))
+            bmem = dict(bmem)
+            amem = dict(amem)
+            amem[same[0]] = amem.pop(k)
+            del came[same[0]]
     for k, (i, m) in amem.items():
         lab = _member_label(m, i)
         n = bmem.get(k)
@@ -1010,9 +1034,12 @@ def check_types(orig_o, new_o, shipped_functions=(), comparison=None, target_has
     old = load_debug(orig_o)
     new = load_debug(new_o)
     res = TypeCheck()
+    # signatures matter for functions replaced in place (live callers go
+    # through the stable entry); a private copy is called by shipped code only
     shipped = set(shipped_functions or ())
     if comparison is not None and not shipped:
-        shipped = set(comparison.shipped_functions())
+        shipped = {f.name for f in comparison.replaced}
+    using = shipped | (set(comparison.shipped_functions()) if comparison is not None else set())
 
     ogr = _type_graph(old)
     ngr = _type_graph(new)
@@ -1063,7 +1090,7 @@ def check_types(orig_o, new_o, shipped_functions=(), comparison=None, target_has
         nreach = _reaching(ngr, {cname})
         users = sorted(f for f, refs in ofuncs.items() if refs & oreach)
         data_users = sorted(_var_display(old.vars[k]) for k, refs in ovars.items() if refs & oreach)
-        susers = sorted(f for f, refs in nfuncs.items() if refs & nreach and f in shipped)
+        susers = sorted(f for f, refs in nfuncs.items() if refs & nreach and f in using)
         any_new = any(refs & nreach for refs in nfuncs.values()) or \
             any(refs & nreach for refs in nvars.values())
         what = "; ".join(ch)
