@@ -933,7 +933,9 @@ def _layout_changes(a, b):
             ch.append("size %s -> %s" % (a.size, b.size))
         return ch, notes
     if a.kind == "typedef":
-        if sig(a.target) != sig(b.target) or a.real_size() != b.real_size():
+        # a typedef of a struct whose layout changed names the same struct:
+        # the struct is reported itself
+        if sig(a.target) != sig(b.target):
             ch.append("now names %s instead of %s%s" % (
                 display_resolved(b.target), display_resolved(a.target),
                 "" if a.real_size() == b.real_size() else
@@ -959,11 +961,12 @@ def _layout_changes(a, b):
             amem = dict(amem)
             amem[same[0]] = amem.pop(k)
             del came[same[0]]
+    changed, moved, removed = [], [], []
     for k, (i, m) in amem.items():
         lab = _member_label(m, i)
         n = bmem.get(k)
         if n is None:
-            ch.append("field %s (%s) removed" % (lab, display(m.type)))
+            removed.append("field %s (%s) removed" % (lab, display(m.type)))
             continue
         n = n[1]
         parts = []
@@ -974,19 +977,54 @@ def _layout_changes(a, b):
                 parts.append("changed width %s -> %s bits" % (m.bit_size or "(not a bit-field)",
                                                               n.bit_size or "(not a bit-field)"))
             if m.bit_offset != n.bit_offset and m.bit_size is not None and n.bit_size is not None:
-                parts.append("moved from %s to %s" % (_bits(m), _bits(n)))
+                if parts:
+                    parts.append("moved from %s to %s" % (_bits(m), _bits(n)))
+                else:
+                    moved.append((lab, "bits", m.bit_offset, n.bit_offset, m.bit_size, n.bit_size))
         if m.offset != n.offset and not (m.bit_size is not None and n.bit_size is not None):
-            parts.append("moved from offset %d to %d" % (m.offset, n.offset))
+            if parts:
+                parts.append("moved from offset %d to %d" % (m.offset, n.offset))
+            else:
+                moved.append((lab, "offset", m.offset, n.offset, None, None))
         if parts:
-            ch.append("field %s %s" % (lab, " and ".join(parts)))
+            changed.append("field %s %s" % (lab, " and ".join(parts)))
+    added = []
     for k, (i, n) in bmem.items():
         if k not in amem:
             where = ("bits %d..%d" % (n.bit_offset, n.bit_offset + n.bit_size - 1)
                      if n.bit_size is not None else "offset %d" % n.offset)
-            ch.append("field %s (%s) added at %s" % (_member_label(n, i), display(n.type), where))
+            added.append("field %s (%s) added at %s" % (_member_label(n, i), display(n.type), where))
+    ch = changed + added + removed + _moves(moved)
     if a.size != b.size:
         ch.append("size %s -> %s" % (a.size, b.size))
     return ch, notes
+
+
+def _moves(moved):
+    """Fields that only moved: runs of 3 or more moved by the same distance
+    are one phrase ('fields 'a' .. 'z' (20) moved by 8 bytes')."""
+    out = []
+    i = 0
+    while i < len(moved):
+        lab, unit, old, new = moved[i][:4]
+        j = i
+        while j + 1 < len(moved) and moved[j + 1][1] == unit and \
+                moved[j + 1][3] - moved[j + 1][2] == new - old:
+            j += 1
+        if j - i >= 2:
+            d = new - old
+            out.append("fields %s .. %s (%d) moved by %s%d %s" % (
+                lab, moved[j][0], j - i + 1, "+" if d > 0 else "", d,
+                "bytes" if unit == "offset" else "bits"))
+        else:
+            for lab2, unit2, o2, n2, s2, t2 in moved[i:j + 1]:
+                if unit2 == "offset":
+                    out.append("field %s moved from offset %d to %d" % (lab2, o2, n2))
+                else:
+                    out.append("field %s moved from bits %d..%d to bits %d..%d" % (
+                        lab2, o2, o2 + s2 - 1, n2, n2 + t2 - 1))
+        i = j + 1
+    return out
 
 
 def _keyed_members(ms):
@@ -1159,9 +1197,10 @@ def check_types(orig_o, new_o, shipped_functions=(), comparison=None, target_has
             if label in typed:
                 continue
             where = d.where or (v.decl if v is not None else None)
+            what = d.reason if d.reason.startswith("initial value") else \
+                "initial value changed: %s" % d.reason
             res.refusals.append(Refusal("initializer", label, where,
-                                        "initial value changed (%s); the live object keeps its "
-                                        "old contents" % d.reason, d.users))
+                                        what + "; the live object keeps its old contents", d.users))
         for u in comparison.unshippable:
             res.refusals.append(Refusal(u.kind, u.name, u.where, u.reason, ()))
     return res
