@@ -105,6 +105,14 @@ def test_field_added(builder, cc, opt):
     assert not res.ok and res.report()[-1].endswith(tc.WAY_FORWARD)
 
 
+def test_field_added_first_moves_the_rest(builder):
+    cmp, res = check(builder, edit(HEADER, ("    int fd;\n", "    int magic;\n    int fd;\n")))
+    r = only(res, "type", "struct conn")
+    assert r.what == ("field 'magic' (int) added at offset 0; fields 'fd' .. 'in' (4) moved by +4 bytes; "
+                      "field 'flag' moved from bits 224..226 to bits 256..258; "
+                      "field 'mode' moved from bits 227..228 to bits 259..260; size 32 -> 36"), r.what
+
+
 @pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
 def test_field_type_changed(builder, cc, opt):
     cmp, res = check(builder, edit(HEADER, ("    int len;\n", "    long len;\n")), cc=cc, opt=opt)
