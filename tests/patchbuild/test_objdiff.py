@@ -612,3 +612,40 @@ def test_remap_never_after_continuation_or_in_comment():
     out = od.remap_source(a, b)
     lines = out.splitlines()
     assert lines.index("#line 4") == lines.index("int y;") - 1, out
+
+
+# -- more than 65,280 sections (SHN_XINDEX) -------------------------------------
+
+def test_objects_with_extended_section_indices(tmp_path):
+    """32,700 functions with -ffunction-sections-like sections and their
+    relocation sections: 65,400 sections, symbol section indices in
+    SHT_SYMTAB_SHNDX.  The assembler makes it in about a second."""
+    import shutil
+    import subprocess
+    if not shutil.which("as"):
+        pytest.skip("binutils' as is not installed")
+    n = 32700
+
+    def asm(changed):
+        out = []
+        for i in range(n):
+            body = "  call f%d\n" % ((i + 1) % n)
+            if i == n - 7 and changed:
+                body += "  nop\n"
+            out.append('.section .text.f%d,"ax",@progbits\n.globl f%d\n.type f%d,@function\nf%d:\n%s'
+                       "  ret\n.size f%d,.-f%d" % (i, i, i, i, body, i, i))
+        return "\n".join(out) + "\n"
+
+    objs = []
+    for lab, changed in (("o", False), ("n", True)):
+        s = tmp_path / (lab + ".s")
+        s.write_text(asm(changed))
+        subprocess.run(["as", str(s), "-o", str(tmp_path / (lab + ".o"))], check=True)
+        objs.append(str(tmp_path / (lab + ".o")))
+    m = od.load_object(objs[0])
+    assert len(m.elf.sections) > 0xff00
+    last = m.by_name["f%d" % (n - 1)]
+    assert last.sec.idx > 0xff00 and last.sec.name == ".text.f%d" % (n - 1)
+    assert [t[2][1].name for t in last.targets] == ["f0"]
+    r = od.compare_objects(objs[0], objs[1], updatable=lambda name: True, locate=False)
+    assert names(r.replaced) == ["f%d" % (n - 7)], r.summary()

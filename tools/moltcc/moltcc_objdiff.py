@@ -26,13 +26,16 @@ Comparison (all lists sorted by name; every item has .name, .tu, .symbol,
 .section and .where = (file, line) or None, and str() gives one line):
 
   changed        FuncItem: in both builds, different code (or made different
-                 by propagation, .reason says which); .updatable (in the
-                 program: replace it by a new version) or not (.private: the
-                 patch carries a private copy, callers are changed too)
-  replaced       the changed functions that are updatable (shipped as new versions)
-  private_copies changed non-updatable statics, plus non-updatable statics
-                 that shipped code refers to and the program lacks
-  new_functions  only in new (shipped, private)
+                 by propagation: .reason says which, .via the changed callee
+                 chain); .updatable (in the program) or not
+  replaced       the changed functions that are updatable: shipped as new
+                 versions (main, constructors ... are in unshippable instead)
+  private_copies changed non-updatable functions the patch carries as its
+                 own copies (callers are changed too), plus non-updatable
+                 statics that shipped code calls and the program lacks;
+                 .source is the C function (clones `helper.constprop.0` ->
+                 'helper'); clones of a replaced function are not listed
+  new_functions  only in new (shipped as private functions)
   removed_functions
   line_only      FuncItem: differ between orig and new but not between orig
                  and remapped (only __LINE__ moved): reported, not shipped
@@ -41,12 +44,17 @@ Comparison (all lists sorted by name; every item has .name, .tu, .symbol,
                  orig functions that refer to it
   new_data       DataItem: only in new (or not in the program)
   removed_data, line_only_data
-  unshippable    Unshippable: a change that cannot be carried (main, a
-                 constructor, a non-updatable function with external linkage,
-                 a changed function whose address live data keeps), with the
-                 chain of functions that led there
+  unshippable    Unshippable(name, kind, chain, reason): main, a constructor
+                 or destructor, a non-updatable function with external
+                 linkage, or a live data object holding the address of a
+                 changed non-updatable function; .chain is the path of
+                 references that led there ('main', 'banner')
+  references, orig_references
+                 {function: [functions and data it refers to]} in the new and
+                 the original build (logical names; an entry `f` counts as f)
   notes          strings
   shipped_functions()  names of replaced + private + new functions
+  summary(), to_dict()
 
 Identity of a function
 ----------------------
@@ -193,17 +201,18 @@ class Section:
 
 
 class Symbol:
-    __slots__ = ("idx", "name", "value", "size", "type", "bind", "shndx", "unit")
+    __slots__ = ("idx", "name", "value", "size", "type", "bind", "shndx", "xindex", "unit")
 
     def __init__(self, idx, name, value, size, typ, bind, shndx):
         self.idx, self.name, self.value, self.size = idx, name, value, size
         self.type, self.bind, self.shndx = typ, bind, shndx
+        self.xindex = False           # shndx came from SHT_SYMTAB_SHNDX
         self.unit = None
 
     @property
     def defined(self):
-        return self.shndx not in (SHN_UNDEF, SHN_ABS, SHN_COMMON) and self.shndx < 0xff00 \
-            or self.shndx > 0xffff
+        return self.xindex or (self.shndx not in (SHN_UNDEF, SHN_ABS, SHN_COMMON)
+                               and self.shndx < 0xff00)
 
     def __repr__(self):
         return "<Symbol %s>" % self.name
@@ -262,10 +271,11 @@ class Elf:
                     xindex = struct.unpack_from("<%dI" % (s.size // 4), raw, s.offset)
             for i, (name, info, _other, shndx, value, size) in enumerate(
                     struct.iter_unpack("<IBBHQQ", st.data)):
+                sym = Symbol(i, cstr(strtab, name), value, size, info & 0xf, info >> 4, shndx)
                 if shndx == SHN_XINDEX and xindex is not None:
-                    shndx = xindex[i] | 0x10000       # > 0xffff: a real index
-                self.symbols.append(Symbol(i, cstr(strtab, name), value, size, info & 0xf,
-                                           info >> 4, shndx))
+                    sym.shndx = xindex[i]             # a section index >= 0xff00
+                    sym.xindex = True
+                self.symbols.append(sym)
         for s in self.sections:
             if s.type == SHT_REL:
                 raise ObjectError("%s uses REL relocations (not x86-64 ELF as gcc/clang write it)" % path)
@@ -280,8 +290,7 @@ class Elf:
 
     def section_of(self, sym):
         shndx = sym.shndx
-        if shndx > 0xffff:
-            shndx &= 0xffff
+        if sym.xindex:
             return self.sections[shndx] if shndx < len(self.sections) else None
         if shndx in (SHN_UNDEF, SHN_ABS, SHN_COMMON) or shndx >= 0xff00:
             return None
@@ -1271,9 +1280,9 @@ def compare_objects(orig_o, new_o, remapped_o=None, updatable=None, target_has=N
         if ident not in N.data:
             res.removed_data.append(data_item(ident, ou, "removed", side_new=False))
     # -fcommon tentative definitions: only a size
-    ocom = {s.name: s.size for s in orig.elf.symbols if s.shndx == SHN_COMMON}
+    ocom = {s.name: s.size for s in orig.elf.symbols if s.shndx == SHN_COMMON and not s.xindex}
     for s in new.elf.symbols:
-        if s.shndx != SHN_COMMON:
+        if s.shndx != SHN_COMMON or s.xindex:
             continue
         if s.name not in ocom:
             if s.name not in N.data:
