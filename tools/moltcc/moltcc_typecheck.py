@@ -33,7 +33,7 @@ variables whose type reaches it.
 API
 ---
 check_types(orig_o, new_o, shipped_functions=(), comparison=None,
-            target_has=None, tu=None) -> TypeCheck
+            target_has=None) -> TypeCheck
     shipped_functions: names of the functions the patch replaces in place
     (logical names as compare_objects reports them: 'f' for a woven f's
     body); default: comparison.replaced.  Their signatures must not change
@@ -1068,7 +1068,7 @@ def _find_func(info, name):
     return info.funcs.get(name + "__molt_v0") or info.funcs.get(name)
 
 
-def check_types(orig_o, new_o, shipped_functions=(), comparison=None, target_has=None, tu=None):
+def check_types(orig_o, new_o, shipped_functions=(), comparison=None, target_has=None):
     old = load_debug(orig_o)
     new = load_debug(new_o)
     res = TypeCheck()
