@@ -143,8 +143,11 @@ def all_versions():
     news += [edit(BASE, *batch(i)[0]) for i in range(len(BATCHES))]
     news += [LINES_NEW, LINES_NEW_ONLY, NEW_GLOBAL,
              edit(BASE, ('{"hi", "hello", "hey"}', '{"hi", "hullo", "hey"}'))]
-    for n in news:
-        out += [n, od.remap_source(BASE, n)]
+    pairs = [(BASE, n) for n in news]
+    pairs += [(PRINTF_ORIG, PRINTF_NEW), (FNPTR_ORIG, FNPTR_NEW), (CTOR_ORIG, CTOR_NEW),
+              (BANNER_ORIG, BANNER_NEW)] + [(COLD, n) for n in COLD_NEWS]
+    for o, n in pairs:
+        out += [o, n, od.remap_source(o, n)]
     return out
 
 
@@ -388,10 +391,13 @@ def test_line_numbers_only(builder, cc, opt):
     assert any("line-remapped" in n for n in r3.notes)
 
 
+PRINTF_ORIG = BASE.replace("int logit(const char *m) { return puts(m); }",
+                           'int logit(const char *m) { printf("%d\\n", __LINE__); return puts(m); }')
+PRINTF_NEW = edit(PRINTF_ORIG, ("double scale(double d)", "\n\n\ndouble scale(double d)"))
+
+
 def test_line_numbers_only_with_printf_line(builder):
-    orig = BASE.replace("int logit(const char *m) { return puts(m); }",
-                        'int logit(const char *m) { printf("%d\\n", __LINE__); return puts(m); }')
-    new = edit(orig, ("double scale(double d)", "\n\n\ndouble scale(double d)"))
+    orig, new = PRINTF_ORIG, PRINTF_NEW
     r = compare(builder, orig, new, "gcc", "-O2", remap=True)
     nothing_else(r)
     assert names(r.line_only) == ["checked", "logit"], r.summary()
@@ -438,20 +444,30 @@ def test_string_in_a_table_of_strings(builder, cc, opt):
     assert set(names(r.replaced)) <= {"greet"}, r.summary()
 
 
+FNPTR_ORIG = BASE.replace("int (*stored)(int);", "int (*stored)(int) = compute;") \
+    .replace("int counter = 5;", "int compute(int x);\nint counter = 5;")
+FNPTR_NEW = edit(FNPTR_ORIG, ("return v + 1;", "return v + 3;"))
+
+
 def test_unchanged_function_pointer_initializer(builder):
-    orig = BASE.replace("int (*stored)(int);", "int (*stored)(int) = compute;") \
-        .replace("int counter = 5;", "int compute(int x);\nint counter = 5;")
-    new = edit(orig, ("return v + 1;", "return v + 3;"))
+    orig, new = FNPTR_ORIG, FNPTR_NEW
     r = compare(builder, orig, new, "gcc", "-O2")
     nothing_else(r, replaced={"checked"})
 
 
 # -- main, constructors, external non-updatable -------------------------------
 
+CTOR_ORIG = BASE + "\n__attribute__((constructor)) static void setup(void) { counter = 3; }\n"
+CTOR_NEW = edit(CTOR_ORIG, ("stored = compute;", "stored = twice;"), ("counter = 3;", "counter = 4;"))
+BANNER_ORIG = BASE.replace("int main(int argc, char **argv)\n{",
+                           "static inline int banner(int a) { return a * 5; }\n"
+                           "int main(int argc, char **argv)\n{\n    argc += banner(argc);")
+BANNER_NEW = edit(BANNER_ORIG, ("return a * 5;", "return a * 6;"))
+
+
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
 def test_main_and_constructor_cannot_be_shipped(builder, cc):
-    orig = BASE + "\n__attribute__((constructor)) static void setup(void) { counter = 3; }\n"
-    new = edit(orig, ("stored = compute;", "stored = twice;"), ("counter = 3;", "counter = 4;"))
+    orig, new = CTOR_ORIG, CTOR_NEW
     r = compare(builder, orig, new, cc, "-O2")
     kinds = {u.name: u.kind for u in r.unshippable}
     assert kinds == {"main": "main", "setup": "constructor"}, r.summary()
@@ -460,10 +476,7 @@ def test_main_and_constructor_cannot_be_shipped(builder, cc):
 
 def test_propagation_reaches_main(builder):
     """A non-updatable static helper used by main: main would have to change."""
-    orig = BASE.replace("int main(int argc, char **argv)\n{",
-                        "static inline int banner(int a) { return a * 5; }\n"
-                        "int main(int argc, char **argv)\n{\n    argc += banner(argc);")
-    new = edit(orig, ("return a * 5;", "return a * 6;"))
+    orig, new = BANNER_ORIG, BANNER_NEW
     r = compare(builder, orig, new, "gcc", "-O0")
     assert [u.name for u in r.unshippable] == ["main"], r.summary()
     u = r.unshippable[0]
@@ -498,6 +511,14 @@ int other_work(int x) { return x + 1; }
 '''
 
 
+COLD_NEWS = [
+    edit(COLD, ('"at index %d\\n"', '"at position %d\\n"')),             # the cold part only
+    edit(COLD, ("s += a[i] * 3;", "s += a[i] * 5;")),                      # the hot part only
+    edit(COLD, ("int work(int *a, int n)", "int first(int q) { if (__builtin_expect(q < 0, 0)) "
+                "{ fprintf(stderr, \"q\\n\"); abort(); } return q; }\nint work(int *a, int n)")),
+]
+
+
 @pytest.mark.parametrize("woven", [True, False], ids=["woven", "plain"])
 def test_cold_part_belongs_to_parent(builder, woven):
     o = builder.objects({"orig": COLD}, cc="gcc", opt="-O2", woven=woven)["orig"]
@@ -507,17 +528,16 @@ def test_cold_part_belongs_to_parent(builder, woven):
     assert all(c.cold_of is not None and c.cold_of.name.startswith("work") for c in colds)
     upd = None if woven else {"work", "other_work", "report_bad"}
     # a change only in the cold part
-    new = edit(COLD, ('"at index %d\\n"', '"at position %d\\n"'))
+    new = COLD_NEWS[0]
     r = compare(builder, COLD, new, "gcc", "-O2", woven=woven, updatable=upd)
     assert names(r.changed) == ["work"], r.summary()
     assert "cold" in r.changed[0].reason and r.changed[0].colds
     # a change in the hot part only
-    new = edit(COLD, ("s += a[i] * 3;", "s += a[i] * 5;"))
+    new = COLD_NEWS[1]
     r = compare(builder, COLD, new, "gcc", "-O2", woven=woven, updatable=upd)
     assert names(r.changed) == ["work"], r.summary()
     # adding code before it moves nothing
-    new = edit(COLD, ("int work(int *a, int n)", "int first(int q) { if (__builtin_expect(q < 0, 0)) "
-                      "{ fprintf(stderr, \"q\\n\"); abort(); } return q; }\nint work(int *a, int n)"))
+    new = COLD_NEWS[2]
     r = compare(builder, COLD, new, "gcc", "-O2", woven=woven, updatable=upd)
     assert names(r.changed) == [] and names(r.new_functions) == ["first"], r.summary()
 

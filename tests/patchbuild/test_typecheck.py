@@ -67,9 +67,52 @@ def edit(text, *pairs):
     return text
 
 
-def check(builder, header_new=None, main_new=None, cc="gcc", opt="-O2", woven=True, extra=()):
+# Every new version the tests build, by name: woven in one moltcc run.
+V = {
+    "field_added": (edit(HEADER, ("    int len;\n", "    int len;\n    int flags;\n")), MAIN),
+    "field_first": (edit(HEADER, ("    int fd;\n", "    int magic;\n    int fd;\n")), MAIN),
+    "field_type": (edit(HEADER, ("    int len;\n", "    long len;\n")), MAIN),
+    "enum_value": (edit(HEADER, ("{ RED, GREEN, BLUE }", "{ RED, BLUE, GREEN }")), MAIN),
+    "enum_added": (edit(HEADER, ("{ RED, GREEN, BLUE }", "{ RED, GREEN, BLUE, PURPLE }")), MAIN),
+    "anon": (edit(HEADER, ("typedef struct { int x; int y; }", "typedef struct { int x; long y; }")),
+             MAIN),
+    "bitfield": (edit(HEADER, ("unsigned flag : 3;", "unsigned flag : 4;")), MAIN),
+    "typedef": (edit(HEADER, ("typedef int len_t;", "typedef long len_t;")), MAIN),
+    "embedded": (edit(HEADER, ("struct inner { short a; short b; };",
+                               "struct inner { int a; short b; };")), MAIN),
+    "renamed": (edit(HEADER, ("    int len;\n", "    int length;\n"), ("GREEN,", "VERDANT,")),
+                MAIN.replace("c->len", "c->length").replace("GREEN", "VERDANT")),
+    "unused": (edit(HEADER, ("struct unused_here { int q; };", "struct unused_here { long q; };")),
+               MAIN),
+    "signature": (HEADER, edit(MAIN, ("int scale(int v) { return v * 3; }",
+                                      "int scale(long v, int w) { return v * w; }"),
+                               ("scale(2)", "scale(2, 3)"))),
+    "return": (HEADER, edit(MAIN, ("int scale(int v) { return v * 3; }",
+                                   "long scale(int v) { return v * 3L; }"))),
+    "var_types": (HEADER, edit(MAIN, ("int counter = 5;", "long counter = 5;"),
+                               ("    static int calls;", "    static long calls;"))),
+    "local_type": (HEADER, edit(MAIN, ("    static int calls;", "    static long calls;"))),
+    "initial": (HEADER, edit(MAIN, ("int counter = 5;", "int counter = 6;"),
+                             ("{1, 2, 3, 4}", "{1, 2, 3, 5}"))),
+    "bodies": (HEADER, edit(MAIN, ("return v * 3;", "return v * 4;"), ("return q - 1;", "return q - 2;"))),
+    "main": (HEADER, edit(MAIN, ("pair_t p = {1, 2};", "pair_t p = {1, 3};"))),
+    "all": (edit(HEADER, ("    int len;\n", "    long len;\n"), ("{ RED, GREEN, BLUE }", "{ GREEN, RED, BLUE }")),
+            edit(MAIN, ("int counter = 5;", "int counter = 7;"),
+                 ("int scale(int v) { return v * 3; }", "int scale(int v, int w) { return v * w; }"),
+                 ("scale(2)", "scale(2, 3)"))),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefetch(builder):
+    vs = [{"t.c": MAIN, "conn.h": HEADER}] + [{"t.c": m, "conn.h": h} for h, m in V.values()]
+    builder.weave(vs, "t.c")
+
+
+def check(builder, variant, cc="gcc", opt="-O2", woven=True, extra=()):
+    header_new, main_new = V[variant]
     orig = {"t.c": MAIN, "conn.h": HEADER}
-    new = {"t.c": main_new or MAIN, "conn.h": header_new or HEADER}
+    new = {"t.c": main_new, "conn.h": header_new}
     o = builder.objects({"orig": orig, "new": new}, cc=cc, opt=opt, woven=woven, extra=extra)
     upd = None
     if not woven:
@@ -89,8 +132,7 @@ def only(res, kind, name):
 
 @pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
 def test_field_added(builder, cc, opt):
-    cmp, res = check(builder, edit(HEADER, ("    int len;\n", "    int len;\n    int flags;\n")),
-                     cc=cc, opt=opt)
+    cmp, res = check(builder, "field_added", cc=cc, opt=opt)
     r = only(res, "type", "struct conn")
     assert r.where == ("conn.h", 5)
     assert "field 'flags' (int) added at offset 8" in r.what
@@ -106,7 +148,7 @@ def test_field_added(builder, cc, opt):
 
 
 def test_field_added_first_moves_the_rest(builder):
-    cmp, res = check(builder, edit(HEADER, ("    int fd;\n", "    int magic;\n    int fd;\n")))
+    cmp, res = check(builder, "field_first")
     r = only(res, "type", "struct conn")
     assert r.what == ("field 'magic' (int) added at offset 0; fields 'fd' .. 'in' (4) moved by +4 bytes; "
                       "field 'flag' moved from bits 224..226 to bits 256..258; "
@@ -115,7 +157,7 @@ def test_field_added_first_moves_the_rest(builder):
 
 @pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
 def test_field_type_changed(builder, cc, opt):
-    cmp, res = check(builder, edit(HEADER, ("    int len;\n", "    long len;\n")), cc=cc, opt=opt)
+    cmp, res = check(builder, "field_type", cc=cc, opt=opt)
     r = only(res, "type", "struct conn")
     assert "field 'len' changed type int -> long and moved from offset 4 to 8" in r.what, r
     assert "size 32 -> 40" in r.what
@@ -124,8 +166,7 @@ def test_field_type_changed(builder, cc, opt):
 
 @pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
 def test_enum_value_changed(builder, cc, opt):
-    cmp, res = check(builder, edit(HEADER, ("{ RED, GREEN, BLUE }", "{ RED, BLUE, GREEN }")),
-                     cc=cc, opt=opt)
+    cmp, res = check(builder, "enum_value", cc=cc, opt=opt)
     r = only(res, "type", "enum color")
     assert r.where == ("conn.h", 3)
     assert "enumerator GREEN changed value 1 -> 2" in r.what
@@ -135,29 +176,27 @@ def test_enum_value_changed(builder, cc, opt):
 
 @pytest.mark.parametrize("cc,opt", [("gcc", "-O2"), ("clang", "-O0")], ids=["gcc-O2", "clang-O0"])
 def test_enumerator_added_at_the_end_is_allowed(builder, cc, opt):
-    cmp, res = check(builder, edit(HEADER, ("{ RED, GREEN, BLUE }", "{ RED, GREEN, BLUE, PURPLE }")),
-                     cc=cc, opt=opt)
+    cmp, res = check(builder, "enum_added", cc=cc, opt=opt)
     assert res.ok, res.report()
     assert any("enum color" in n and "PURPLE = 3" in n for n in res.notes), res.notes
 
 
 def test_anonymous_struct_through_typedef(builder):
-    cmp, res = check(builder, edit(HEADER, ("typedef struct { int x; int y; }",
-                                            "typedef struct { int x; long y; }")))
+    cmp, res = check(builder, "anon")
     r = only(res, "type", "pair_t (anonymous struct)")
     assert "field 'y' changed type int -> long and moved from offset 4 to 8" in r.what
     assert "pair_sum" in r.users and r.where == ("conn.h", 13)
 
 
 def test_bitfield_changed(builder):
-    cmp, res = check(builder, edit(HEADER, ("unsigned flag : 3;", "unsigned flag : 4;")))
+    cmp, res = check(builder, "bitfield")
     r = only(res, "type", "struct conn")
     assert "field 'flag' changed width 3 -> 4 bits" in r.what
     assert "field 'mode' moved from bits 227..228 to bits 228..229" in r.what, r.what
 
 
 def test_typedef_changed(builder):
-    cmp, res = check(builder, edit(HEADER, ("typedef int len_t;", "typedef long len_t;")))
+    cmp, res = check(builder, "typedef")
     r = only(res, "type", "typedef len_t")
     assert "now names long instead of int (size 4 -> 8)" in r.what
     assert r.users == ("get_len",)
@@ -167,8 +206,7 @@ def test_typedef_changed(builder):
 
 
 def test_embedded_struct_changed(builder):
-    cmp, res = check(builder, edit(HEADER, ("struct inner { short a; short b; };",
-                                            "struct inner { int a; short b; };")))
+    cmp, res = check(builder, "embedded")
     inner = only(res, "type", "struct inner")
     assert "field 'a' changed type short -> int" in inner.what
     assert "field 'b' moved from offset 2 to 4" in inner.what
@@ -179,9 +217,7 @@ def test_embedded_struct_changed(builder):
 
 
 def test_renamed_field_and_enumerator_are_notes(builder):
-    header = edit(HEADER, ("    int len;\n", "    int length;\n"), ("GREEN,", "VERDANT,"))
-    main = MAIN.replace("c->len", "c->length").replace("GREEN", "VERDANT")
-    cmp, res = check(builder, header, main)
+    cmp, res = check(builder, "renamed")
     assert res.ok, res.report()
     assert any("field 'len' renamed to 'length'" in n for n in res.notes), res.notes
     assert any("enumerator GREEN renamed to VERDANT (= 1)" in n for n in res.notes), res.notes
@@ -190,9 +226,7 @@ def test_renamed_field_and_enumerator_are_notes(builder):
 
 
 def test_unused_changed_type_is_a_note(builder):
-    cmp, res = check(builder, edit(HEADER, ("struct unused_here { int q; };",
-                                            "struct unused_here { long q; };")),
-                     extra=("-fno-eliminate-unused-debug-types",))
+    cmp, res = check(builder, "unused", extra=("-fno-eliminate-unused-debug-types",))
     assert res.ok, res.report()
     assert any(n.startswith("struct unused_here (conn.h:15) changed") for n in res.notes), res.notes
 
@@ -201,9 +235,7 @@ def test_unused_changed_type_is_a_note(builder):
 
 @pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
 def test_signature_changed(builder, cc, opt):
-    main = edit(MAIN, ("int scale(int v) { return v * 3; }", "int scale(long v, int w) { return v * w; }"),
-                ("scale(2)", "scale(2, 3)"))
-    cmp, res = check(builder, main_new=main, cc=cc, opt=opt)
+    cmp, res = check(builder, "signature", cc=cc, opt=opt)
     r = only(res, "signature", "function scale")
     assert r.where == ("t.c", 13)
     assert "parameters changed (int) -> (long, int)" in r.what
@@ -211,8 +243,7 @@ def test_signature_changed(builder, cc, opt):
 
 
 def test_return_type_changed(builder):
-    main = edit(MAIN, ("int scale(int v) { return v * 3; }", "long scale(int v) { return v * 3L; }"))
-    cmp, res = check(builder, main_new=main)
+    cmp, res = check(builder, "return")
     r = only(res, "signature", "function scale")
     assert "return type changed int -> long" in r.what and "parameters" not in r.what
 
@@ -221,9 +252,7 @@ def test_return_type_changed(builder):
 
 @pytest.mark.parametrize("cc,opt", [("gcc", "-O0"), ("clang", "-O2")], ids=["gcc-O0", "clang-O2"])
 def test_global_and_static_local_type_changed(builder, cc, opt):
-    main = edit(MAIN, ("int counter = 5;", "long counter = 5;"),
-                ("    static int calls;", "    static long calls;"))
-    cmp, res = check(builder, main_new=main, cc=cc, opt=opt)
+    cmp, res = check(builder, "var_types", cc=cc, opt=opt)
     r = only(res, "variable", "counter")
     assert r.where == ("t.c", 4) and "type changed int -> long (size 4 -> 8)" in r.what
     assert "conn_read" in r.users
@@ -232,16 +261,14 @@ def test_global_and_static_local_type_changed(builder, cc, opt):
 
 
 def test_static_local_type_changed_plain_c(builder):
-    main = edit(MAIN, ("    static int calls;", "    static long calls;"))
-    cmp, res = check(builder, main_new=main, opt="-O0", woven=False)
+    cmp, res = check(builder, "local_type", opt="-O0", woven=False)
     r = only(res, "variable", "static local 'calls' of compute")
     assert "int -> long" in r.what
 
 
 @pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
 def test_changed_initial_values(builder, cc, opt):
-    main = edit(MAIN, ("int counter = 5;", "int counter = 6;"), ("{1, 2, 3, 4}", "{1, 2, 3, 5}"))
-    cmp, res = check(builder, main_new=main, cc=cc, opt=opt)
+    cmp, res = check(builder, "initial", cc=cc, opt=opt)
     r = only(res, "initializer", "counter")
     assert r.where == ("t.c", 4) and "conn_read" in r.users
     assert "initial value changed" in r.what
@@ -251,25 +278,19 @@ def test_changed_initial_values(builder, cc, opt):
 
 @pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
 def test_function_pointer_initializer_unchanged_is_fine(builder, cc, opt):
-    main = edit(MAIN, ("return v * 3;", "return v * 4;"), ("return q - 1;", "return q - 2;"))
-    cmp, res = check(builder, main_new=main, cc=cc, opt=opt)
+    cmp, res = check(builder, "bodies", cc=cc, opt=opt)
     assert res.ok, res.report()
     assert sorted(f.name for f in cmp.replaced) == ["scale", "untouched"]
 
 
 def test_main_changed(builder):
-    main = edit(MAIN, ("pair_t p = {1, 2};", "pair_t p = {1, 3};"))
-    cmp, res = check(builder, main_new=main)
+    cmp, res = check(builder, "main")
     r = only(res, "main", "main")
     assert "never runs again" in r.what and r.where == ("t.c", 23)
 
 
 def test_all_reasons_are_collected(builder):
-    header = edit(HEADER, ("    int len;\n", "    long len;\n"), ("{ RED, GREEN, BLUE }", "{ GREEN, RED, BLUE }"))
-    main = edit(MAIN, ("int counter = 5;", "int counter = 7;"),
-                ("int scale(int v) { return v * 3; }", "int scale(int v, int w) { return v * w; }"),
-                ("scale(2)", "scale(2, 3)"))
-    cmp, res = check(builder, header, main)
+    cmp, res = check(builder, "all")
     kinds = sorted((r.kind, r.name) for r in res.refusals)
     assert kinds == [("initializer", "counter"), ("main", "main"), ("signature", "function scale"),
                      ("type", "enum color"), ("type", "struct conn")], res.report()
