@@ -6,9 +6,9 @@ Builds three versions of one TU the way the patch builder does (woven by
 moltcc --molt-updatable=all, -O2 -g -ffunction-sections -fdata-sections):
 the original, a new version (one function changed, one added at the top),
 and the new version line-remapped; then times, in fresh processes:
-  compare   moltcc_objdiff.compare_objects(orig, new, remapped, locate=False)
-  dwarf     reading the DWARF of orig and new (moltcc_typecheck.load_debug)
-  check     moltcc_typecheck.check_types after that (DWARF cached)
+  compare   objdiff.compare_objects(orig, new, remapped, locate=False)
+  dwarf     reading the DWARF of orig and new (typecheck.load_debug)
+  check     typecheck.check_types after that (DWARF cached)
 and prints medians and min/max of CPU and wall time over --runs runs.
 
   bench/patchbuild/compare_time.py [--build BUILD] [--runs 5] [--source FILE.c -- CFLAGS...]
@@ -29,9 +29,9 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools", "moltcc"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 
-import moltcc_objdiff as od  # noqa: E402
+from moltcc.patch import objdiff as od  # noqa: E402
 
 FLAGS = ["-O2", "-g", "-ffunction-sections", "-fdata-sections", "-c"]
 
@@ -85,7 +85,7 @@ def build(moltcc, src_dir, rel, text, out, cflags):
 TIMER = r'''
 import json, resource, sys, time
 sys.path.insert(0, %(tools)r)
-import moltcc_objdiff as od, moltcc_typecheck as tc
+from moltcc.patch import objdiff as od, typecheck as tc
 o, n, r = sys.argv[1:4]
 def cpu():
     u = resource.getrusage(resource.RUSAGE_SELF)
@@ -131,7 +131,7 @@ def main():
     objs = [os.path.join(work, x + ".o") for x in ("orig", "new", "rem")]
     for text, out in zip((orig, new, od.remap_source(orig, new)), objs):
         build(moltcc, src_dir, rel, text, out, a.cflags)
-    script = TIMER % {"tools": os.path.join(ROOT, "tools", "moltcc")}
+    script = TIMER % {"tools": os.path.join(ROOT, "tools")}
     runs = []
     for _ in range(a.runs):
         p = subprocess.run(["/usr/bin/python3", "-c", script] + objs, capture_output=True, text=True,

@@ -1,6 +1,6 @@
 """Fixtures for the patch-builder unit tests: real compiles of small C
 sources, woven the way a program build weaves them, compared with
-moltcc_objdiff / moltcc_typecheck.
+moltcc.patch.objdiff / moltcc.patch.typecheck.
 
 Woven objects are made as the patch builder will make them: moltcc
 (--molt-updatable=all --molt-keep) weaves the source, the kept generated
@@ -26,7 +26,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 BUILD = os.path.abspath(os.environ.get("MOLT_BUILD_DIR") or os.path.join(ROOT, "build"))
-TOOLS = os.path.join(ROOT, "tools", "moltcc")
+TOOLS = os.path.join(ROOT, "tools")
 INCLUDE = os.path.join(ROOT, "include")
 sys.path.insert(0, TOOLS)
 
@@ -46,8 +46,8 @@ def moltcc_cmd():
     launcher = os.path.join(BUILD, "bin", "moltcc")
     if os.path.exists(launcher):
         return [launcher]
-    return ["/usr/bin/python3", os.path.join(TOOLS, "moltcc.py"),
-            "--molt-internal-include=" + INCLUDE]
+    return ["/usr/bin/python3", os.path.join(TOOLS, "moltcc"),
+            "--molt-internal-include=" + INCLUDE, "--molt-internal-libdir=" + BUILD]
 
 
 class Builder:

@@ -1,4 +1,4 @@
-"""moltcc_objdiff on real compiles: what changed between two builds of one
+"""moltcc.patch.objdiff on real compiles: what changed between two builds of one
 translation unit, and no false "changed" when only other code moved.
 
 Every test builds the objects the way the patch builder does (woven by
@@ -7,7 +7,7 @@ compares them; the combos run gcc 12 and clang 14 at -O0 and -O2 (some
 also -Os and -fPIC)."""
 import pytest
 
-import moltcc_objdiff as od
+from moltcc.patch import objdiff as od
 
 COMBOS = [("gcc", "-O0"), ("gcc", "-O2"), ("clang", "-O0"), ("clang", "-O2")]
 COMBO_IDS = ["%s%s" % c for c in COMBOS]

@@ -1,10 +1,10 @@
-"""moltcc_typecheck on real compiles: what a hot patch cannot carry is
+"""moltcc.patch.typecheck on real compiles: what a hot patch cannot carry is
 refused with the type/field/function named, the file:line, and the live
 code that uses it; what it can carry is not refused."""
 import pytest
 
-import moltcc_objdiff as od
-import moltcc_typecheck as tc
+from moltcc.patch import objdiff as od
+from moltcc.patch import typecheck as tc
 
 HEADER = r'''#ifndef CONN_H
 #define CONN_H

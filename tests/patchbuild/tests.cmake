@@ -1,13 +1,22 @@
-# Patch builder unit tests: the object comparison (moltcc_objdiff) and the
-# DWARF checks (moltcc_typecheck) on small C files compiled for real with
-# gcc and clang-14, woven by this build tree's moltcc.  No program runs and
-# nothing links against libmolt, so a sanitized build tree would repeat the
-# same compiles: they are registered in the plain build tree only.
+# Patch builder tests (plain build tree only: nothing they build runs under a
+# sanitizer, so a sanitized tree would only repeat the same compiles):
+#   patchbuild_compare  the object comparison (moltcc.patch.objdiff) and the
+#                       DWARF checks (moltcc.patch.typecheck) on small C files
+#                       compiled for real with gcc and clang-14
+#   patchbuild_fix      the compile record of program builds (test_record_*)
+#                       and a fix as changed files, affected TUs and build
+#                       trees (test_fix_*), with real make, diff, git, compiles
 #   by hand:  MOLT_BUILD_DIR=build python3 -m pytest -q tests/patchbuild
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_FOUND AND NOT MOLT_SANITIZE)
-  add_test(NAME patchbuild_pytest
-    COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_LIST_DIR})
-  set_tests_properties(patchbuild_pytest PROPERTIES TIMEOUT 900 LABELS "patchbuild;moltcc"
-    ENVIRONMENT "MOLT_BUILD_DIR=${CMAKE_BINARY_DIR}")
+  file(GLOB MOLT_COMPARE_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_objdiff*.py
+                               ${CMAKE_CURRENT_LIST_DIR}/test_typecheck*.py)
+  file(GLOB MOLT_FIX_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_fix_*.py
+                           ${CMAKE_CURRENT_LIST_DIR}/test_record_*.py)
+  add_test(NAME patchbuild_compare
+    COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${MOLT_COMPARE_TESTS})
+  add_test(NAME patchbuild_fix
+    COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${MOLT_FIX_TESTS})
+  set_tests_properties(patchbuild_compare patchbuild_fix PROPERTIES TIMEOUT 900
+    LABELS "patchbuild;moltcc" ENVIRONMENT "MOLT_BUILD_DIR=${CMAKE_BINARY_DIR}")
 endif()

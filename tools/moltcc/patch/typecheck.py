@@ -20,7 +20,7 @@ live code depends on:
     pass the old arguments);
   * an existing global or static, including function-local statics (gcc
     `x.N`, moltcc's hoisted `molt__<f>__<v>`), whose type changed;
-  * from the object comparison (moltcc_objdiff.compare_objects, passed as
+  * from the object comparison (objdiff.compare_objects, passed as
     `comparison`): an existing object whose initial value changed, and
     changes that cannot be shipped (main, constructors, destructors,
     non-updatable external functions, addresses kept in live data).
@@ -48,7 +48,7 @@ str(Refusal) is one line, e.g.
      conn_read, conn_write"
 
 decl_locations(obj) -> {name: (file, line)} for the functions and
-variables defined in an object (moltcc_objdiff uses it for messages).
+variables defined in an object (objdiff uses it for messages).
 
 Only the standard library and pyelftools (which applies the .rela.debug_*
 relocations of relocatable objects).
