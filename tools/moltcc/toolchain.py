@@ -1,9 +1,10 @@
 """Where molt is, and the compiler moltcc runs.
 
 Layout: molt.h's directory, libmolt's directory and moltstamp, found
-through $MOLT_PREFIX, the paths the CMake-generated launcher passes
-(--molt-internal-*), or this package's own place (installed tree, source
-tree + build/); and the sanitizers libmolt was built with, whose flags
+through $MOLT_PREFIX, the paths the CMake-generated launchers pass
+(--molt-internal-*: the build tree's, or the installed one's, relative to
+itself), or this package's own place (installed tree, source tree +
+build/); and the sanitizers libmolt was built with, whose flags
 every compile and link must carry.
 
 Toolchain: the real compiler ($MOLT_CC, default cc) and how moltcc runs it
@@ -16,6 +17,7 @@ import re
 import shlex
 import subprocess
 import sys
+import sysconfig
 
 from .errors import PROG, Fatal
 
@@ -97,28 +99,34 @@ def detect_sanitizers(libdir):
     return found
 
 
+def prefix_layout(prefix):
+    """The Layout of a molt installation: <prefix>/include, <prefix>/bin/moltstamp
+    and libmolt in lib/, lib64/ or Debian's lib/<multiarch>/ (GNUInstallDirs)."""
+    multiarch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
+    libdir = os.path.join(prefix, "lib")
+    for cand in ("lib", "lib64", os.path.join("lib", multiarch)):
+        if os.path.exists(os.path.join(prefix, cand, "libmolt.so")):
+            libdir = os.path.join(prefix, cand)
+            break
+    return Layout(os.path.join(prefix, "include"), libdir, os.path.join(prefix, "bin", "moltstamp"))
+
+
 def locate(internal):
     """The Layout.  internal: the launcher's --molt-internal-* options
     ({"include": ..., "libdir": ..., "moltstamp": ..., "sanitize": ...})."""
     prefix = os.environ.get("MOLT_PREFIX")
     if prefix:
-        libdir = os.path.join(prefix, "lib")
-        for cand in ("lib", "lib64", "lib/x86_64-linux-gnu"):
-            if os.path.exists(os.path.join(prefix, cand, "libmolt.so")):
-                libdir = os.path.join(prefix, cand)
-                break
-        return Layout(os.path.join(prefix, "include"), libdir, os.path.join(prefix, "bin", "moltstamp"))
+        return prefix_layout(prefix)
     if "include" in internal:
         san = internal.get("sanitize")
         return Layout(internal["include"], internal.get("libdir", ""), internal.get("moltstamp", ""),
                       parse_sanitize(san) if san is not None else None)
     here = os.path.dirname(os.path.realpath(__file__))
-    # installed: <prefix>/lib/molt/moltcc/ (this package)
+    # installed without its launcher: <prefix>/share/molt/moltcc/ (this package)
     pfx = os.path.normpath(os.path.join(here, "..", "..", ".."))
     if os.path.isfile(os.path.join(pfx, "include", "molt.h")) and \
             os.path.basename(os.path.dirname(here)) == "molt":
-        return Layout(os.path.join(pfx, "include"), os.path.join(pfx, "lib"),
-                      os.path.join(pfx, "bin", "moltstamp"))
+        return prefix_layout(pfx)
     # source tree: <src>/tools/moltcc/, build tree in $MOLT_BUILD_DIR or <src>/build
     src = os.path.normpath(os.path.join(here, "..", ".."))
     build = os.environ.get("MOLT_BUILD_DIR") or os.path.join(src, "build")
