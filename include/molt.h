@@ -236,6 +236,125 @@ MOLT_EXTERN int molt_migrate_local(const char *func, const char *name, void *add
 #define MOLT_UPDATABLE
 #endif
 
+/* ======================================================================== */
+/* Shadow data (SPEC H13; src/runtime/shadow.c, guide section 6)             */
+/* ======================================================================== */
+/*
+ * A hot patch cannot change the layout of a structure: every object in the
+ * process, and all unpatched code, use the old layout.  A fix that needs a
+ * new field instead attaches *shadow data* to each object: a block of
+ * memory found by the object's address and a numeric id.  The patch keeps
+ * the new field there (what Linux livepatch calls shadow variables).
+ *
+ *   #define CONN_FAILS 0x636f6e6e01u   // any constant; one per added field
+ *   struct conn_fails { int fails; };
+ *
+ *   // creation (patched): the new object gets its field
+ *   struct conn_fails *f = molt_shadow_attach(c, CONN_FAILS, sizeof *f,
+ *                                             NULL, NULL, NULL);
+ *   // use (patched): NULL = an object created before the patch
+ *   struct conn_fails *f = molt_shadow_get(c, CONN_FAILS);
+ *   // destruction (patched): before free(c)
+ *   molt_shadow_free(c, CONN_FAILS, NULL);
+ *
+ * The (object, id) pair is the key: `obj` is only compared, never
+ * dereferenced.  Ids are the patch author's choice (a later patch that
+ * carries the same added field must use the same id; give a different
+ * field a different id).  Shadow data is zero-filled and aligned for any
+ * type (max_align_t).
+ *
+ * Lifetime.  Shadow data lives in libmolt, not in the patch that created
+ * it: it survives that patch being superseded or unloaded, and the next
+ * patch of the same fix finds it.  The runtime never keeps a constructor
+ * or destructor pointer: each is called only during the call that passes
+ * it, so code of the calling patch is fine.  The data itself must not
+ * point into a patch (its string literals, functions or variables), which
+ * is unloaded when superseded (guide section 6, "Lifetimes").
+ *
+ * Before / after the patch.  The patched creation path attaches a shadow
+ * to every object it makes, so an object without one was created by code
+ * that predates the patch -- including calls of the old creation code that
+ * were still running when the patch was applied (SPEC H1).  Patched code
+ * then behaves as the old code did for it, or adds the field lazily with
+ * molt_shadow_get_or_alloc if a correct initial value can be derived.  The
+ * hazard is a stale shadow: an object freed by code that does not free its
+ * shadow (old code still running, a destruction path the patch does not
+ * replace, everything after a rollback) leaves the shadow behind, and the
+ * next object at that address would inherit it.  molt_shadow_attach at
+ * creation destroys such a shadow; replace every destruction path; and
+ * after a rollback free the id with molt_shadow_free_all once the patch's
+ * code can no longer run (the guide shows how).
+ *
+ * Concurrency.  All functions are thread-safe.  molt_shadow_get takes no
+ * lock and never blocks (the first call in a thread allocates 64 bytes); it
+ * sees a shadow whose creation returned before it started, and never one
+ * whose freeing returned before it started.  Writers lock one of 32 shards.
+ * The data is the caller's: molt does not order accesses to it between
+ * threads (use the same locking as for the object's other fields), and the
+ * pointer stays valid until the shadow is freed -- never free a shadow
+ * while another thread may use it, as for the object itself.  Whatever a
+ * constructor wrote is visible to every thread that later gets the
+ * pointer.  A constructor runs under a shard lock: it may call
+ * molt_shadow_get, but any other molt_shadow_* call from inside it fails
+ * (NULL, MOLT_EBUSY or 0) instead of deadlocking; it must not wait for
+ * other threads.  Destructors run outside locks and may call anything.
+ * These functions are not async-signal-safe.  The runtime never prints or
+ * aborts: out of memory gives NULL.
+ */
+
+/* Initializes fresh (zero-filled) shadow data of `obj`; `arg` is passed
+ * through.  Return 0 to keep it, anything else to fail the allocation. */
+typedef int (*molt_shadow_ctor_fn)(const void *obj, void *data, void *arg);
+/* Releases what the data holds (not the data itself) before it is freed. */
+typedef void (*molt_shadow_dtor_fn)(const void *obj, void *data);
+
+/* The shadow data (obj, id), or NULL if there is none. */
+MOLT_EXTERN void *molt_shadow_get(const void *obj, uint64_t id);
+
+/* New shadow data of `size` bytes for (obj, id), initialized by ctor (if
+ * not NULL).  NULL if (obj, id) already has one, if obj is NULL or size 0,
+ * if memory runs out, or if ctor fails (then nothing is allocated). */
+MOLT_EXTERN void *molt_shadow_alloc(const void *obj, uint64_t id, size_t size,
+                                    molt_shadow_ctor_fn ctor, void *arg);
+
+/* The existing shadow data (obj, id), else new data as molt_shadow_alloc.
+ * When threads race, the constructor runs once and all get the same
+ * data.  NULL as molt_shadow_alloc (a failed constructor: none is made). */
+MOLT_EXTERN void *molt_shadow_get_or_alloc(const void *obj, uint64_t id,
+                                           size_t size,
+                                           molt_shadow_ctor_fn ctor, void *arg);
+
+/* For the creation path of the object: `obj` has just been created, so a
+ * shadow (obj, id) that exists belonged to an earlier object at the same
+ * address, freed by code that did not free its shadow.  That one is
+ * destroyed (stale_dtor, if not NULL, is called on it) and replaced by new
+ * data as molt_shadow_alloc makes it.  When this returns NULL (out of
+ * memory, ctor failed), (obj, id) has no shadow: the object looks like one
+ * created before the patch. */
+MOLT_EXTERN void *molt_shadow_attach(const void *obj, uint64_t id, size_t size,
+                                     molt_shadow_ctor_fn ctor, void *arg,
+                                     molt_shadow_dtor_fn stale_dtor);
+
+/* Frees the shadow data (obj, id), calling dtor (if not NULL) on it first.
+ * 0, MOLT_ENOENT (none), MOLT_EINVAL (obj NULL), MOLT_EBUSY (called from a
+ * constructor). */
+MOLT_EXTERN int molt_shadow_free(const void *obj, uint64_t id,
+                                 molt_shadow_dtor_fn dtor);
+
+/* Frees every shadow of `id` (dtor, if not NULL, is called on each) and
+ * returns how many.  Only when no thread uses any of them: typically after
+ * the patch that used the id was rolled back and unloaded. */
+MOLT_EXTERN size_t molt_shadow_free_all(uint64_t id, molt_shadow_dtor_fn dtor);
+
+/* How many shadows of `id` / of all ids exist (for checks and leak
+ * hunting: molt_shadow_count walks every shadow). */
+MOLT_EXTERN size_t molt_shadow_count(uint64_t id);
+MOLT_EXTERN size_t molt_shadow_total(void);
+
+/* ======================================================================== */
+/* End of shadow data                                                        */
+/* ======================================================================== */
+
 /* ------------------------------------------------------------------------ */
 /* 3. Manual interface                                                       */
 /* ------------------------------------------------------------------------ */
