@@ -427,10 +427,10 @@ static int case_fork(void) {
         _exit(5);
       for (int i = 0; i < 256; i++)
         molt_shadow_get(objs + i, ID_A);
-#ifndef __SANITIZE_ADDRESS__
-      /* (Not under ASan: gcc 12's ASan allocator is not fork-safe, a child
-       * that allocates can block on an allocator lock a parent thread held
-       * at fork; the plain and TSan builds run this part.) */
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+      /* (Plain build only: the allocators of gcc 12's ASan and TSan
+       * runtimes are not fork-safe, a child that allocates can block on an
+       * allocator lock that a parent thread held at fork.) */
       static char mine[1000];
       for (int i = 0; i < 1000; i++)
         if (!molt_shadow_alloc(&mine[i], ID_B, 16, NULL, NULL))

@@ -1,7 +1,7 @@
 /* Shadow data (SPEC H13): new per-object data that a hot patch attaches to
  * existing objects by address, so that a fix which adds a field to a
  * structure can be a hot patch.  The idea is Linux livepatch's shadow
- * variables; the design is molt's own (docs/design.md, "Shadow data").
+ * variables; the design is molt's own (docs/design.md §14, "Shadow data").
  *
  * The data lives in libmolt, not in the patch that created it: it outlives
  * that patch (a later patch of the same fix keeps using it).  The runtime
@@ -47,8 +47,8 @@
  * current table, and its own link is marked first, so an unmarked link to
  * X from a node that was itself checked is still live.  A stalled reader
  * (preempted, stopped in a debugger) pins at most its own three pointers:
- * memory never depends on other threads making progress, and no call ever
- * waits for another thread.
+ * memory never depends on readers making progress, and nothing ever waits
+ * for a reader.
  *
  * Growth without blocking readers: every node has two links, one per table
  * parity.  The new table of the other parity is threaded through the other
@@ -165,14 +165,13 @@ static inline node *node_of(uintptr_t link) { return (node *)(link & ~MARK); }
 /* ---- hashing -------------------------------------------------------------*/
 
 static inline uint64_t hash_of(const void *obj, uint64_t id) {
-  /* splitmix64's finalizer over address and id: objects are 16-byte
-   * aligned and ids are small numbers, so both must be mixed. */
+  /* Objects are 16-byte aligned and ids small numbers: mix both, then two
+   * xor-shift-multiply rounds (the top bits pick the shard, the low bits
+   * the bucket). */
   uint64_t h = (uint64_t)(uintptr_t)obj ^ (id * 0x9e3779b97f4a7c15ull);
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  h ^= h >> 31;
+  h ^= h >> 32;
+  h *= 0xd6e8feb86659fd93ull;
+  h ^= h >> 32;
   return h;
 }
 
@@ -296,8 +295,8 @@ static __attribute__((noinline)) reader *reader_claim(void) {
  * Without membarrier() the store is an exchange: on x86-64 (molt's only
  * target) a locked instruction, i.e. a store followed by a full barrier,
  * which pairs with the reclaimer's (scan_hazards). */
-static inline void hp_set(_Atomic(void *) *slot, void *p) {
-  if (__builtin_expect(fence_mode, 0))
+static inline void hp_set(_Atomic(void *) *slot, void *p, bool fence) {
+  if (__builtin_expect(fence, 0))
     (void)atomic_exchange_explicit(slot, p, memory_order_seq_cst);
   else
     atomic_store_explicit(slot, p, memory_order_release);
@@ -306,14 +305,14 @@ static inline void hp_set(_Atomic(void *) *slot, void *p) {
 
 /* The lock-free lookup with the hazard pointers hp[0..2]. */
 static inline node *lookup(_Atomic(void *) *hp, shard *sh, uint64_t h,
-                           const void *obj, uint64_t id) {
+                           const void *obj, uint64_t id, bool fence) {
 retry:;
   /* acquire (table loads): pairs with the release that published the
    * table, so its buckets and the links of its parity are visible. */
   table *t = atomic_load_explicit(&sh->table, memory_order_acquire);
   if (!t)
     return NULL;
-  hp_set(&hp[HP_TABLE], t);
+  hp_set(&hp[HP_TABLE], t, fence);
   if (atomic_load_explicit(&sh->table, memory_order_acquire) != t)
     goto retry;
   unsigned p = t->parity;
@@ -326,7 +325,7 @@ retry:;
     if (cur & MARK) /* the node holding `link` was unlinked */
       goto retry;
     node *n = node_of(cur);
-    hp_set(&hp[slot], n);
+    hp_set(&hp[slot], n, fence);
     /* n is protected once it is still reachable from a protected place of
      * the current table (see the file comment). */
     if (atomic_load_explicit(link, memory_order_acquire) != cur ||
@@ -369,33 +368,35 @@ static __attribute__((noinline)) void *get_locked(const void *obj, uint64_t id) 
   return n ? n->data : NULL;
 }
 
-void *molt_shadow_get(const void *obj, uint64_t id) {
-  if (__builtin_expect(obj == NULL, 0))
+/* The rare cases of molt_shadow_get, out of line so that the fast path
+ * saves no registers: obj NULL, the thread's first call, deeper nesting. */
+static __attribute__((noinline)) void *get_slow(const void *obj, uint64_t id) {
+  if (!obj)
     return NULL;
+  if (!self)
+    return reader_claim() ? molt_shadow_get(obj, id) : get_locked(obj, id);
+  return get_locked(obj, id); /* a third nested level (signal handlers) */
+}
+
+void *molt_shadow_get(const void *obj, uint64_t id) {
   reader *r = self;
-  if (__builtin_expect(r == NULL, 0)) {
-    r = reader_claim();
-    if (!r)
-      return get_locked(obj, id);
-  }
   /* Only this thread (and its signal handlers, which restore it) writes
    * depth: load + store is the increment. */
-  int depth = r->depth;
-  if (__builtin_expect(depth >= HP_LEVELS, 0))
-    return get_locked(obj, id);
+  int depth;
+  if (__builtin_expect(!obj || !r || (depth = r->depth) >= HP_LEVELS, 0))
+    return get_slow(obj, id);
   r->depth = depth + 1;
   atomic_signal_fence(memory_order_seq_cst); /* a handler sees the new depth */
   uint64_t h = hash_of(obj, id);
   _Atomic(void *) *hp = r->hp[depth];
-  node *n = lookup(hp, shard_of(h), h, obj, id);
-  void *data = n ? n->data : NULL;
+  node *n = lookup(hp, shard_of(h), h, obj, id, fence_mode);
   /* release (clearing): our reads of the nodes happen before a reclaimer
    * that sees the slots empty (acquire) frees them. */
   for (int i = 0; i < HP_PER_LEVEL; i++)
     atomic_store_explicit(&hp[i], NULL, memory_order_release);
   atomic_signal_fence(memory_order_seq_cst);
   r->depth = depth;
-  return data;
+  return n ? n->data : NULL;
 }
 
 /* ---- reclamation ---------------------------------------------------------*/
