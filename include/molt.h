@@ -9,7 +9,8 @@
  *
  * Layout of this file:
  *   1. export macro, error codes (one table), version
- *   2. the public API callable from application code
+ *   2. the public API callable from application code, ending with shadow
+ *      data (per-object data of hot patches, in its own delimited part)
  *   3. the manual interface: declaring updatable functions and writing
  *      patches by hand (moltcc generates the same shapes automatically)
  *

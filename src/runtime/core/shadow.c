@@ -61,6 +61,10 @@
  * inside it uses a second set of hazard pointers (depth 1); deeper nesting
  * takes the shard lock.
  *
+ * Memory order: every access made under a shard lock to data of that
+ * shard is relaxed (the mutex orders them); the orders below are for the
+ * lock-free side (readers, limbo lists, reclaimer) and each says why.
+ *
  * Locks (docs/design.md §5): the shard mutexes (never two at once, except
  * in the fork handler, in index order) and reclaim_lock (never held with a
  * shard mutex, except in the fork handler, which takes reclaim_lock first).
@@ -212,6 +216,7 @@ static void fork_parent(void) {
 /* In the child only the forking thread exists: the others' records are
  * given back with their hazard pointers cleared. */
 static void fork_child(void) {
+  /* relaxed: the child has one thread, this one. */
   for (reader *r = atomic_load_explicit(&readers, memory_order_relaxed); r; r = r->next) {
     if (r == self)
       continue;
@@ -254,7 +259,8 @@ static __attribute__((noinline)) reader *reader_claim(void) {
   reader *r;
   for (r = atomic_load_explicit(&readers, memory_order_acquire); r; r = r->next) {
     int free_rec = 0;
-    /* acquire: pairs with the release in reader_exit. */
+    /* relaxed peek (a failed CAS is only a missed record); acquire CAS:
+     * pairs with the release in reader_exit. */
     if (atomic_load_explicit(&r->owned, memory_order_relaxed) == 0 &&
         atomic_compare_exchange_strong_explicit(&r->owned, &free_rec, 1,
                                                 memory_order_acquire,
@@ -267,6 +273,7 @@ static __attribute__((noinline)) reader *reader_claim(void) {
       return NULL;
     memset(r, 0, sizeof *r);
     atomic_init(&r->owned, 1);
+    /* relaxed: as in push_node. */
     reader *head = atomic_load_explicit(&readers, memory_order_relaxed);
     do
       r->next = head;
@@ -402,6 +409,8 @@ void *molt_shadow_get(const void *obj, uint64_t id) {
 /* ---- reclamation ---------------------------------------------------------*/
 
 static void push_node(shard *sh, node *n) {
+  /* relaxed: only the CAS below publishes, and it retries with the value
+   * it finds. */
   node *head = atomic_load_explicit(&sh->limbo, memory_order_relaxed);
   do
     n->retired = head;
@@ -413,6 +422,7 @@ static void push_node(shard *sh, node *n) {
 }
 
 static void push_table(shard *sh, table *t) {
+  /* relaxed: as in push_node. */
   table *head = atomic_load_explicit(&sh->limbo_tables, memory_order_relaxed);
   do
     t->retired = head;
@@ -487,6 +497,7 @@ static void reclaim(bool block) {
   bool any = false;
   for (unsigned i = 0; i < SHARDS; i++) {
     shard *sh = &shards[i];
+    /* relaxed: a trigger count, it orders nothing. */
     atomic_store_explicit(&sh->nretired, 0, memory_order_relaxed);
     /* acquire: pairs with the retiring thread's release push, so the
      * unlinking happens before our membarrier(). */
@@ -528,7 +539,8 @@ out:
 /* n is unlinked; the caller holds no lock. */
 static void retire_node(shard *sh, node *n) {
   push_node(sh, n);
-  /* One pass (one membarrier()) per batch of retirements. */
+  /* One pass (one membarrier()) per batch of retirements.  relaxed: a
+   * trigger count, it orders nothing. */
   size_t k = atomic_fetch_add_explicit(&sh->nretired, 1, memory_order_relaxed) + 1;
   if (k >= RECLAIM_BATCH)
     reclaim(false);
@@ -578,6 +590,7 @@ static void maybe_grow(shard *sh) {
 /* Makes n reachable at the head of its bucket. */
 static void insert(shard *sh, table *t, uint64_t h, node *n) {
   _Atomic(uintptr_t) *b = &t->bucket[h & t->mask];
+  /* relaxed: n is not reachable yet; the release below publishes it. */
   atomic_store_explicit(&n->next[t->parity], atomic_load_explicit(b, memory_order_relaxed),
                         memory_order_relaxed);
   /* release: n's obj, id, link and data (zeroed, constructed) are visible
