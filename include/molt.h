@@ -321,8 +321,7 @@ MOLT_EXTERN void *molt_shadow_alloc(const void *obj, uint64_t id, size_t size,
 /* The existing shadow data (obj, id), else new data as molt_shadow_alloc.
  * When threads race, the constructor runs once and all get the same
  * data.  NULL as molt_shadow_alloc (a failed constructor: none is made). */
-MOLT_EXTERN void *molt_shadow_get_or_alloc(const void *obj, uint64_t id,
-                                           size_t size,
+MOLT_EXTERN void *molt_shadow_get_or_alloc(const void *obj, uint64_t id, size_t size,
                                            molt_shadow_ctor_fn ctor, void *arg);
 
 /* For the creation path of the object: `obj` has just been created, so a
@@ -339,8 +338,7 @@ MOLT_EXTERN void *molt_shadow_attach(const void *obj, uint64_t id, size_t size,
 /* Frees the shadow data (obj, id), calling dtor (if not NULL) on it first.
  * 0, MOLT_ENOENT (none), MOLT_EINVAL (obj NULL), MOLT_EBUSY (called from a
  * constructor). */
-MOLT_EXTERN int molt_shadow_free(const void *obj, uint64_t id,
-                                 molt_shadow_dtor_fn dtor);
+MOLT_EXTERN int molt_shadow_free(const void *obj, uint64_t id, molt_shadow_dtor_fn dtor);
 
 /* Frees every shadow of `id` (dtor, if not NULL, is called on each) and
  * returns how many.  Only when no thread uses any of them: typically after

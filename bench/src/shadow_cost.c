@@ -66,8 +66,8 @@ static __attribute__((noinline)) long run_op(void) {
       acc += molt_shadow_get(&others[i & (OBJECTS - 1)], ID) != NULL;
   } else if (!strcmp(op, "get_or_alloc_hit")) {
     for (long i = 0; i < iterations; i++)
-      acc += *(int *)molt_shadow_get_or_alloc(&objs[i & (OBJECTS - 1)], ID, sizeof(int), NULL,
-                                              NULL);
+      acc += *(int *)molt_shadow_get_or_alloc(&objs[i & (OBJECTS - 1)], ID, sizeof(int),
+                                              NULL, NULL);
   } else if (!strcmp(op, "alloc_free")) {
     for (long i = 0; i < iterations; i++) {
       const void *o = &others[i & (OBJECTS - 1)];

@@ -26,14 +26,14 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fputc('\n', stderr);                                                     \
-      failures++;                                                              \
-    }                                                                          \
+#define CHECK(cond, ...)                                                                 \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
+      fprintf(stderr, __VA_ARGS__);                                                      \
+      fputc('\n', stderr);                                                               \
+      failures++;                                                                        \
+    }                                                                                    \
   } while (0)
 
 static uint64_t now_ns(void) {
@@ -59,8 +59,8 @@ typedef struct {
   int calls;
   const void *obj;
   void *data;
-  int fail;     /* return this */
-  int value;    /* written into the data */
+  int fail;  /* return this */
+  int value; /* written into the data */
 } ctor_rec;
 
 static int rec_ctor(const void *obj, void *data, void *arg) {
@@ -94,7 +94,8 @@ static int nesting_ctor(const void *obj, void *data, void *arg) {
   nested_results[4] = molt_shadow_free_all(ID_A, NULL) == 0;
   nested_results[5] = molt_shadow_count(ID_A) == 0 && molt_shadow_total() == 0;
   /* get works, also for the shadow being constructed (not there yet) */
-  nested_results[6] = molt_shadow_get(arg, ID_A) != NULL && molt_shadow_get(obj, ID_B) == NULL;
+  nested_results[6] =
+      molt_shadow_get(arg, ID_A) != NULL && molt_shadow_get(obj, ID_B) == NULL;
   *(int *)data = 7;
   return 0;
 }
@@ -137,12 +138,14 @@ static int case_api(void) {
   CHECK(molt_shadow_alloc(NULL, ID_A, 8, NULL, NULL) == NULL, "alloc(NULL)");
   CHECK(molt_shadow_alloc(&objs[3], ID_A, 0, NULL, NULL) == NULL, "size 0");
   CHECK(molt_shadow_alloc(&objs[3], ID_A, SIZE_MAX, NULL, NULL) == NULL, "size max");
-  CHECK(molt_shadow_alloc(&objs[3], ID_A, SIZE_MAX / 2, NULL, NULL) == NULL, "size max/2");
+  CHECK(molt_shadow_alloc(&objs[3], ID_A, SIZE_MAX / 2, NULL, NULL) == NULL,
+        "size max/2");
   CHECK(molt_shadow_get_or_alloc(NULL, ID_A, 8, NULL, NULL) == NULL, "goa(NULL)");
   CHECK(molt_shadow_get_or_alloc(&objs[3], ID_A, 0, NULL, NULL) == NULL, "goa size 0");
   CHECK(molt_shadow_attach(NULL, ID_A, 8, NULL, NULL, NULL) == NULL, "attach(NULL)");
   CHECK(molt_shadow_free(NULL, ID_A, NULL) == MOLT_EINVAL, "free(NULL)");
-  CHECK(molt_shadow_get(&objs[3], ID_A) == NULL && molt_shadow_total() == 3, "nothing made");
+  CHECK(molt_shadow_get(&objs[3], ID_A) == NULL && molt_shadow_total() == 3,
+        "nothing made");
 
   /* constructors: arguments, value, failure */
   ctor_rec r = {.value = 41};
@@ -150,7 +153,8 @@ static int case_api(void) {
   CHECK(d && *d == 41 && r.calls == 1 && r.obj == &objs[4] && r.data == d,
         "ctor ran once with obj and data (calls %d)", r.calls);
   ctor_rec f = {.fail = 5};
-  CHECK(molt_shadow_alloc(&objs[5], ID_A, sizeof(int), rec_ctor, &f) == NULL && f.calls == 1,
+  CHECK(molt_shadow_alloc(&objs[5], ID_A, sizeof(int), rec_ctor, &f) == NULL &&
+            f.calls == 1,
         "failing ctor: NULL");
   CHECK(molt_shadow_get(&objs[5], ID_A) == NULL, "failing ctor allocates nothing");
   CHECK(molt_shadow_get_or_alloc(&objs[5], ID_A, sizeof(int), rec_ctor, &f) == NULL &&
@@ -159,17 +163,20 @@ static int case_api(void) {
 
   /* get_or_alloc: existing data, ctor not called; else a new one */
   r.calls = 0;
-  CHECK(molt_shadow_get_or_alloc(&objs[4], ID_A, sizeof(int), rec_ctor, &r) == d && r.calls == 0,
+  CHECK(molt_shadow_get_or_alloc(&objs[4], ID_A, sizeof(int), rec_ctor, &r) == d &&
+            r.calls == 0,
         "get_or_alloc returns the existing one without ctor");
   r.value = 9;
   int *e = molt_shadow_get_or_alloc(&objs[6], ID_A, sizeof(int), rec_ctor, &r);
-  CHECK(e && *e == 9 && r.calls == 1 && molt_shadow_get(&objs[6], ID_A) == e, "get_or_alloc new");
+  CHECK(e && *e == 9 && r.calls == 1 && molt_shadow_get(&objs[6], ID_A) == e,
+        "get_or_alloc new");
 
   /* free: destructor sees the data; then gone; second free ENOENT */
   *e = 1234;
   dtor_calls = 0;
   CHECK(molt_shadow_free(&objs[6], ID_A, rec_dtor) == 0, "free");
-  CHECK(dtor_calls == 1 && dtor_obj == &objs[6] && dtor_value == 1234, "dtor got the data");
+  CHECK(dtor_calls == 1 && dtor_obj == &objs[6] && dtor_value == 1234,
+        "dtor got the data");
   CHECK(molt_shadow_get(&objs[6], ID_A) == NULL, "freed: gone");
   CHECK(molt_shadow_free(&objs[6], ID_A, rec_dtor) == MOLT_ENOENT && dtor_calls == 1,
         "second free: ENOENT, no dtor");
@@ -213,7 +220,8 @@ static int case_api(void) {
             molt_shadow_alloc(&objs[11], ID_A, 4, NULL, NULL),
         "two more");
   dtor_calls = 0;
-  CHECK(molt_shadow_free(&objs[10], ID_A, chained_dtor) == 0 && dtor_calls == 1, "chained");
+  CHECK(molt_shadow_free(&objs[10], ID_A, chained_dtor) == 0 && dtor_calls == 1,
+        "chained");
   CHECK(molt_shadow_get(&objs[11], ID_A) == NULL, "the dtor freed the other one");
 
   /* free_all: one id only, dtor on each */
@@ -221,10 +229,11 @@ static int case_api(void) {
   size_t before_a = molt_shadow_count(ID_A);
   dtor_calls = 0;
   size_t k = molt_shadow_free_all(ID_A, rec_dtor);
-  CHECK(k == before_a && (size_t)dtor_calls == before_a, "free_all freed %zu of %zu (dtor %d)",
-        k, before_a, dtor_calls);
+  CHECK(k == before_a && (size_t)dtor_calls == before_a,
+        "free_all freed %zu of %zu (dtor %d)", k, before_a, dtor_calls);
   CHECK(molt_shadow_count(ID_A) == 0 && molt_shadow_get(o1, ID_A) == NULL, "id A gone");
-  CHECK(molt_shadow_count(ID_B) == before_b && molt_shadow_get(o1, ID_B) == b, "id B kept");
+  CHECK(molt_shadow_count(ID_B) == before_b && molt_shadow_get(o1, ID_B) == b,
+        "id B kept");
   CHECK(molt_shadow_free_all(ID_A, rec_dtor) == 0, "free_all of nothing");
   CHECK(molt_shadow_free_all(ID_B, NULL) == before_b && molt_shadow_total() == 0,
         "all gone (total %zu)", molt_shadow_total());
@@ -252,7 +261,8 @@ static int case_api(void) {
   for (int i = 0; i < N; i++)
     found += (molt_shadow_get(many + i, ID_A) != NULL) == (i & 1);
   CHECK(found == N, "after freeing the even ones: %d right", found);
-  CHECK(molt_shadow_free_all(ID_A, NULL) == N / 2 && molt_shadow_total() == 0, "many freed");
+  CHECK(molt_shadow_free_all(ID_A, NULL) == N / 2 && molt_shadow_total() == 0,
+        "many freed");
   free(many);
   return failures ? 1 : 0;
 }
@@ -314,8 +324,8 @@ static void *race_thread(void *arg) {
   int t = (int)(intptr_t)arg;
   for (int i = 0; i < RACE_OBJECTS; i++) {
     pthread_barrier_wait(&race_barrier);
-    race_results[t][i] = molt_shadow_get_or_alloc(&race_objs[i], ID_A, sizeof(size_t),
-                                                  race_ctor, NULL);
+    race_results[t][i] =
+        molt_shadow_get_or_alloc(&race_objs[i], ID_A, sizeof(size_t), race_ctor, NULL);
   }
   return NULL;
 }
@@ -334,7 +344,8 @@ static int case_ctor_race(void) {
     for (int t = 0; t < RACE_THREADS; t++)
       bad_ptr += race_results[t][i] != p || !p || *p != (size_t)i;
   }
-  CHECK(bad_calls == 0, "%d objects had their constructor run other than once", bad_calls);
+  CHECK(bad_calls == 0, "%d objects had their constructor run other than once",
+        bad_calls);
   CHECK(bad_ptr == 0, "%d results differ between threads or are wrong", bad_ptr);
   CHECK(molt_shadow_free_all(ID_A, NULL) == RACE_OBJECTS, "free_all");
   pthread_barrier_destroy(&race_barrier);
@@ -391,7 +402,8 @@ static int case_grow(void) {
   CHECK(atomic_load(&grow_reads) > 0, "no reads");
   CHECK(molt_shadow_free_all(ID_B, NULL) == GROW_KEEP && molt_shadow_total() == 0,
         "left: %zu", molt_shadow_total());
-  printf("grow: %ld reads during 240,000 inserts and frees, no miss\n", atomic_load(&grow_reads));
+  printf("grow: %ld reads during 240,000 inserts and frees, no miss\n",
+         atomic_load(&grow_reads));
   return failures ? 1 : 0;
 }
 
@@ -741,27 +753,32 @@ static int case_stress(int seconds) {
   size_t fa = molt_shadow_free_all(FIELD_F, f_dtor);
   size_t la = molt_shadow_free_all(FIELD_L, l_dtor);
 
-  long made = atomic_load(&f_made), freed = atomic_load(&f_freed), stale = atomic_load(&f_stale);
-  printf("stress: %ds, %" PRIu64 " objects, %ld uses, %ld lock-free peeks; field F: %ld made, "
+  long made = atomic_load(&f_made), freed = atomic_load(&f_freed),
+       stale = atomic_load(&f_stale);
+  printf("stress: %ds, %" PRIu64
+         " objects, %ld uses, %ld lock-free peeks; field F: %ld made, "
          "%ld freed, %ld stale replaced at creation, %ld left by old frees; field L: %ld "
          "constructed, %ld freed, %ld stale dropped at creation\n",
-         seconds, atomic_load(&next_serial) - 1, atomic_load(&uses_total), atomic_load(&peeks),
-         made, freed, stale, stale_f_left, atomic_load(&l_ctor), atomic_load(&l_freed),
-         atomic_load(&l_stale));
-  CHECK(atomic_load(&f_bad) == 0, "%ld uses saw another object's field F", atomic_load(&f_bad));
-  CHECK(atomic_load(&f_missing) == 0, "%ld objects made by the patched creation had no field F",
+         seconds, atomic_load(&next_serial) - 1, atomic_load(&uses_total),
+         atomic_load(&peeks), made, freed, stale, stale_f_left, atomic_load(&l_ctor),
+         atomic_load(&l_freed), atomic_load(&l_stale));
+  CHECK(atomic_load(&f_bad) == 0, "%ld uses saw another object's field F",
+        atomic_load(&f_bad));
+  CHECK(atomic_load(&f_missing) == 0,
+        "%ld objects made by the patched creation had no field F",
         atomic_load(&f_missing));
   CHECK(atomic_load(&l_bad) == 0, "%ld uses of field L went wrong (or a ctor ran twice)",
         atomic_load(&l_bad));
-  CHECK((uint64_t)made == atomic_load(&next_serial) - 1, "F made %ld for %" PRIu64 " objects", made,
-        atomic_load(&next_serial) - 1);
-  CHECK(made == freed + stale, "F: made %ld != freed %ld + stale %ld (incl. free_all %zu)",
-        made, freed, stale, fa);
-  CHECK((long)fa == stale_f_left && (long)la == stale_l_left, "free_all %zu/%zu of %ld/%ld", fa,
-        la, stale_f_left, stale_l_left);
+  CHECK((uint64_t)made == atomic_load(&next_serial) - 1,
+        "F made %ld for %" PRIu64 " objects", made, atomic_load(&next_serial) - 1);
+  CHECK(made == freed + stale,
+        "F: made %ld != freed %ld + stale %ld (incl. free_all %zu)", made, freed, stale,
+        fa);
+  CHECK((long)fa == stale_f_left && (long)la == stale_l_left,
+        "free_all %zu/%zu of %ld/%ld", fa, la, stale_f_left, stale_l_left);
   CHECK(atomic_load(&l_ctor) == atomic_load(&l_freed) + atomic_load(&l_stale),
-        "L: constructed %ld, freed %ld + stale %ld", atomic_load(&l_ctor), atomic_load(&l_freed),
-        atomic_load(&l_stale));
+        "L: constructed %ld, freed %ld + stale %ld", atomic_load(&l_ctor),
+        atomic_load(&l_freed), atomic_load(&l_stale));
   CHECK(molt_shadow_total() == 0, "left: %zu", molt_shadow_total());
   CHECK(atomic_load(&old_frees) > 0 && stale > 0, "the stale path was not exercised");
   CHECK(atomic_load(&uses_total) > 1000, "too few uses: %ld", atomic_load(&uses_total));
@@ -770,7 +787,8 @@ static int case_stress(int seconds) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s api|memory|ctor_race|grow|fork|signal|stress [SECONDS]\n", argv[0]);
+    fprintf(stderr, "usage: %s api|memory|ctor_race|grow|fork|signal|stress [SECONDS]\n",
+            argv[0]);
     return 2;
   }
   const char *c = argv[1];

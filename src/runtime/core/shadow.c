@@ -105,8 +105,8 @@ typedef struct node {
 } node;
 
 typedef struct table {
-  size_t mask;      /* buckets - 1 */
-  unsigned parity;  /* which link of the nodes this table's chains use */
+  size_t mask;     /* buckets - 1 */
+  unsigned parity; /* which link of the nodes this table's chains use */
   unsigned shard;
   struct table *retired;
   _Atomic(uintptr_t) bucket[];
@@ -262,9 +262,8 @@ static __attribute__((noinline)) reader *reader_claim(void) {
     /* relaxed peek (a failed CAS is only a missed record); acquire CAS:
      * pairs with the release in reader_exit. */
     if (atomic_load_explicit(&r->owned, memory_order_relaxed) == 0 &&
-        atomic_compare_exchange_strong_explicit(&r->owned, &free_rec, 1,
-                                                memory_order_acquire,
-                                                memory_order_relaxed))
+        atomic_compare_exchange_strong_explicit(
+            &r->owned, &free_rec, 1, memory_order_acquire, memory_order_relaxed))
       break;
   }
   if (!r) {
@@ -279,9 +278,8 @@ static __attribute__((noinline)) reader *reader_claim(void) {
       r->next = head;
     /* release: the record's initial fields are visible to a reclaimer that
      * finds it in the list (acquire load of `readers`). */
-    while (!atomic_compare_exchange_weak_explicit(&readers, &head, r,
-                                                  memory_order_release,
-                                                  memory_order_relaxed));
+    while (!atomic_compare_exchange_weak_explicit(
+        &readers, &head, r, memory_order_release, memory_order_relaxed));
   }
   r->depth = 0;
   self = r;
@@ -311,8 +309,8 @@ static inline void hp_set(_Atomic(void *) *slot, void *p, bool fence) {
 }
 
 /* The lock-free lookup with the hazard pointers hp[0..2]. */
-static inline node *lookup(_Atomic(void *) *hp, shard *sh, uint64_t h,
-                           const void *obj, uint64_t id, bool fence) {
+static inline node *lookup(_Atomic(void *) *hp, shard *sh, uint64_t h, const void *obj,
+                           uint64_t id, bool fence) {
 retry:;
   /* acquire (table loads): pairs with the release that published the
    * table, so its buckets and the links of its parity are visible. */
@@ -353,11 +351,11 @@ retry:;
 }
 
 /* Under the shard lock (no marks on live nodes). */
-static node *walk_locked(const table *t, uint64_t h, const void *obj,
-                         uint64_t id) {
+static node *walk_locked(const table *t, uint64_t h, const void *obj, uint64_t id) {
   unsigned p = t->parity;
   /* relaxed: the lock orders every write. */
-  for (node *n = node_of(atomic_load_explicit(&t->bucket[h & t->mask], memory_order_relaxed));
+  for (node *n =
+           node_of(atomic_load_explicit(&t->bucket[h & t->mask], memory_order_relaxed));
        n; n = node_of(atomic_load_explicit(&n->next[p], memory_order_relaxed)))
     if (n->obj == obj && n->id == id)
       return n;
@@ -416,9 +414,8 @@ static void push_node(shard *sh, node *n) {
     n->retired = head;
   /* release: n's unlinking (and the destructor's writes) happen before the
    * reclaimer takes the list (acquire exchange). */
-  while (!atomic_compare_exchange_weak_explicit(&sh->limbo, &head, n,
-                                                memory_order_release,
-                                                memory_order_relaxed));
+  while (!atomic_compare_exchange_weak_explicit(
+      &sh->limbo, &head, n, memory_order_release, memory_order_relaxed));
 }
 
 static void push_table(shard *sh, table *t) {
@@ -427,13 +424,12 @@ static void push_table(shard *sh, table *t) {
   do
     t->retired = head;
   /* release: as in push_node. */
-  while (!atomic_compare_exchange_weak_explicit(&sh->limbo_tables, &head, t,
-                                                memory_order_release,
-                                                memory_order_relaxed));
+  while (!atomic_compare_exchange_weak_explicit(
+      &sh->limbo_tables, &head, t, memory_order_release, memory_order_relaxed));
 }
 
 static int cmp_ptr(const void *a, const void *b) {
-  uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+  uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
   return x < y ? -1 : x > y;
 }
 
@@ -591,7 +587,8 @@ static void maybe_grow(shard *sh) {
 static void insert(shard *sh, table *t, uint64_t h, node *n) {
   _Atomic(uintptr_t) *b = &t->bucket[h & t->mask];
   /* relaxed: n is not reachable yet; the release below publishes it. */
-  atomic_store_explicit(&n->next[t->parity], atomic_load_explicit(b, memory_order_relaxed),
+  atomic_store_explicit(&n->next[t->parity],
+                        atomic_load_explicit(b, memory_order_relaxed),
                         memory_order_relaxed);
   /* release: n's obj, id, link and data (zeroed, constructed) are visible
    * to a reader that loads n from this link (acquire). */
@@ -601,8 +598,7 @@ static void insert(shard *sh, table *t, uint64_t h, node *n) {
 }
 
 /* Under the shard lock: the link that points at (obj, id), or NULL. */
-static _Atomic(uintptr_t) *find_link(table *t, uint64_t h, const void *obj,
-                                     uint64_t id) {
+static _Atomic(uintptr_t) *find_link(table *t, uint64_t h, const void *obj, uint64_t id) {
   unsigned p = t->parity;
   _Atomic(uintptr_t) *link = &t->bucket[h & t->mask];
   for (;;) {
@@ -790,7 +786,8 @@ size_t molt_shadow_count(uint64_t id) {
     pthread_mutex_lock(&sh->lock);
     table *t = atomic_load_explicit(&sh->table, memory_order_relaxed);
     for (size_t b = 0; t && b <= t->mask; b++)
-      for (node *n = node_of(atomic_load_explicit(&t->bucket[b], memory_order_relaxed)); n;
+      for (node *n = node_of(atomic_load_explicit(&t->bucket[b], memory_order_relaxed));
+           n;
            n = node_of(atomic_load_explicit(&n->next[t->parity], memory_order_relaxed)))
         count += n->id == id;
     pthread_mutex_unlock(&sh->lock);

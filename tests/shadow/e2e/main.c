@@ -109,9 +109,9 @@ static void *worker(void *arg) {
 }
 
 static void print_stats(const char *what) {
-  printf("%s opened=%lu closed=%lu requests=%lu wrong=%lu shadows=%zu generation=%llu\n", what,
-         atomic_load(&opened), atomic_load(&closed), atomic_load(&requests), atomic_load(&wrong),
-         molt_shadow_total(), (unsigned long long)molt_generation());
+  printf("%s opened=%lu closed=%lu requests=%lu wrong=%lu shadows=%zu generation=%llu\n",
+         what, atomic_load(&opened), atomic_load(&closed), atomic_load(&requests),
+         atomic_load(&wrong), molt_shadow_total(), (unsigned long long)molt_generation());
   for (int a = 0; a < MAX_GEN; a++)
     for (int b = 0; b < MAX_GEN; b++)
       if (atomic_load(&pairs[a][b][0]) + atomic_load(&pairs[a][b][1]) +

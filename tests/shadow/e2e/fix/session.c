@@ -28,8 +28,8 @@ MOLT_UPDATABLE struct session *session_open(uint64_t id, int user) {
   /* The new session gets the field (zero failures).  attach, not alloc: a
    * session freed by the old session_close left its field behind, and this
    * one may have its address. */
-  if (!molt_shadow_attach(s, SESSION_FAILURES, sizeof(struct session_failures),
-                          NULL, NULL, NULL)) {
+  if (!molt_shadow_attach(s, SESSION_FAILURES, sizeof(struct session_failures), NULL,
+                          NULL, NULL)) {
     free(s); /* out of memory: as when calloc fails */
     return NULL;
   }
