@@ -27,7 +27,10 @@ static int failures;
  * static in their files: the check is by rank). */
 static molt__lock op = MOLT__LOCK_INIT(op), bar = MOLT__LOCK_INIT(bar),
                   rt = MOLT__LOCK_INIT(rt), reg = MOLT__LOCK_INIT(reg),
-                  log_l = MOLT__LOCK_INIT(log);
+                  req = MOLT__LOCK_INIT(req), log_l = MOLT__LOCK_INIT(log);
+/* Two shard locks of shadow data (one rank for all 32), and its reclaim. */
+static molt__lock shard_a = MOLT__LOCK_INIT(shadow), shard_b = MOLT__LOCK_INIT(shadow),
+                  reclaim = MOLT__LOCK_INIT(shadow_reclaim);
 
 static bool log_has(const char *event, const char *text) {
   molt__buf b;
@@ -65,7 +68,14 @@ int main(void) {
   CHECK(!strcmp(molt__lock_name(MOLT__LOCK_RANK_op), "op_lock") &&
             !strcmp(molt__lock_name(MOLT__LOCK_RANK_log), "log_lock"),
         "lock names from the table");
-  CHECK(MOLT__LOCK_RANK_op < MOLT__LOCK_RANK_bar &&
+  CHECK(
+      !strcmp(molt__lock_name(MOLT__LOCK_RANK_shadow), "shadow_lock") &&
+          !strcmp(molt__lock_name(MOLT__LOCK_RANK_shadow_reclaim), "shadow_reclaim_lock"),
+      "names of the shadow-data locks");
+  CHECK(MOLT__LOCK_RANK_shadow == 0 &&
+            MOLT__LOCK_RANK_shadow < MOLT__LOCK_RANK_shadow_reclaim &&
+            MOLT__LOCK_RANK_shadow_reclaim < MOLT__LOCK_RANK_op &&
+            MOLT__LOCK_RANK_op < MOLT__LOCK_RANK_bar &&
             MOLT__LOCK_RANK_bar < MOLT__LOCK_RANK_prog &&
             MOLT__LOCK_RANK_prog < MOLT__LOCK_RANK_rt &&
             MOLT__LOCK_RANK_rt < MOLT__LOCK_RANK_reg &&
@@ -84,6 +94,33 @@ int main(void) {
   molt__lock_release(&rt);
   molt__lock_release(&bar);
   molt__lock_release(&op);
+  /* A shadow constructor runs under its shard lock and may do what any
+   * application thread does: register (reg), molt_apply (req, and in a
+   * forked child the lazy start under op), an update point (bar), log. */
+  molt__lock_acquire(&shard_a);
+  molt__lock_acquire(&op);
+  molt__lock_release(&op);
+  molt__lock_acquire(&bar);
+  molt__lock_release(&bar);
+  molt__lock_acquire(&reg);
+  molt__lock_release(&reg);
+  molt__lock_acquire(&req);
+  molt__lock_acquire(&log_l);
+  molt__lock_release(&log_l);
+  molt__lock_release(&req);
+  molt__lock_release(&shard_a);
+  /* A reclamation pass after the shard was released; the fork handler's
+   * order: a shard, the reclaim lock, then the runtime's. */
+  molt__lock_acquire(&reclaim);
+  molt__lock_release(&reclaim);
+  molt__lock_acquire(&shard_b);
+  molt__lock_acquire(&reclaim);
+  molt__lock_acquire(&op);
+  molt__lock_acquire(&rt);
+  molt__lock_release(&rt);
+  molt__lock_release(&op);
+  molt__lock_release(&reclaim);
+  molt__lock_release(&shard_b);
   /* Released locks are forgotten: any single lock, in any sequence. */
   molt__lock_acquire(&rt);
   molt__lock_release(&rt);
@@ -123,12 +160,38 @@ int main(void) {
   CHECK(molt__lock_violations() == 2, "the inversion under log_lock is counted: %u",
         molt__lock_violations());
 
+  /* The runtime thread must take no shadow lock: a patch's constructor
+   * that calls a shadow writer under op is reported. */
+  molt__lock_acquire(&op);
+  molt__lock_acquire(&shard_a);
+  molt__lock_release(&shard_a);
+  molt__lock_release(&op);
+  CHECK(molt__lock_violations() == 3, "a shard lock under op is counted: %u",
+        molt__lock_violations());
+  CHECK(log_has("fail", "shadow_lock taken while holding op_lock"),
+        "a fail entry names both");
+  /* Two shards at once (same rank) are reported: they could deadlock
+   * against a thread that takes them the other way round. */
+  molt__lock_acquire(&shard_a);
+  molt__lock_acquire(&shard_b);
+  molt__lock_release(&shard_b);
+  molt__lock_release(&shard_a);
+  CHECK(molt__lock_violations() == 4, "two shard locks at once are counted: %u",
+        molt__lock_violations());
+  /* A shard lock is not taken under the reclaim lock. */
+  molt__lock_acquire(&reclaim);
+  molt__lock_acquire(&shard_a);
+  molt__lock_release(&shard_a);
+  molt__lock_release(&reclaim);
+  CHECK(molt__lock_violations() == 5, "a shard under the reclaim lock is counted: %u",
+        molt__lock_violations());
+
   /* In a forked child a lock is initialized anew and no longer held. */
   molt__lock_acquire(&rt);
   molt__lock_reinit(&rt);
   molt__lock_acquire(&op);
   molt__lock_release(&op);
-  CHECK(molt__lock_violations() == 2, "a reinitialized lock is not held: %u",
+  CHECK(molt__lock_violations() == 5, "a reinitialized lock is not held: %u",
         molt__lock_violations());
 
   if (failures)

@@ -35,10 +35,35 @@
  * across dlopen/dlclose, rt never is, because a module registers itself
  * (taking rt) from a constructor, i.e. while the loader holds its lock.
  *
+ * The shadow-data locks (core/shadow.c) come first, above op.  A shadow
+ * constructor runs under its shard's lock (that is what makes it run once
+ * per object when threads race) and may do whatever an application thread
+ * may: call an updatable function (the first call registers the thread:
+ * reg; in a forked child it also starts the runtime thread: op), reach an
+ * update point (bar, prog), log, dlopen, or call molt_apply (req, then it
+ * waits for the runtime thread, which carries the request out under op).
+ * So every other lock, and the runtime thread's work, may nest inside a
+ * shard lock, and the converse must never happen: the runtime thread
+ * takes no shadow lock.  No runtime code calls molt_shadow_*; code that
+ * the runtime thread runs for a program -- constructors and destructors of
+ * patches and images (under op and the loader's lock), state
+ * transformers, molt_on_update_pending callbacks -- must not call the
+ * shadow writers (molt_shadow_get takes no lock), and the check reports it
+ * if it does.  Shard locks never nest with each other (a constructor's own
+ * shadow calls fail instead) nor with shadow_reclaim, which nothing is
+ * taken under; only the fork handler holds them all, shards first.
+ *
  *   XX(name, owner, protects -- taken by)
  */
 /* clang-format off */
 #define MOLT__LOCKS(XX)                                                        \
+  XX(shadow, "core/shadow.c",                                                  \
+     "shadow data, one lock per shard (32) -- application threads in the "    \
+     "molt_shadow_* writers, one shard at a time; a shadow constructor runs " \
+     "under it; never the runtime thread")                                     \
+  XX(shadow_reclaim, "core/shadow.c",                                          \
+     "a reclamation pass of shadow data -- the thread that retires a batch "  \
+     "or frees an id, holding no shard lock; nothing is taken under it")      \
   XX(op, "service/runtime.c",                                                  \
      "whole operations: apply, rollback, update, status, reclamation; may be " \
      "held across dlopen/dlclose -- the runtime thread; the fork handlers")    \
