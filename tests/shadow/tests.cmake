@@ -1,8 +1,9 @@
-# Shadow data (molt_shadow_*, src/runtime/shadow.c).
-#   test_shadow: every call and error case, the get-or-alloc race, growth
-#     under lock-free readers, fork, signals, memory, and a stress run of
-#     concurrent creation and destruction (labelled concurrency: the TSan
-#     build of scripts/test.sh runs them).
+# Shadow data (molt_shadow_*, src/runtime/core/shadow.c).
+#   test_shadow: every call and error case, the get-or-alloc race, a
+#     constructor that calls into the runtime (the rank of the shadow
+#     locks), growth under lock-free readers, fork, signals, memory,
+#     and a stress run of concurrent creation and destruction (labelled
+#     concurrency: the TSan build of scripts/test.sh runs them).
 #   test_shadow_e2e.py: a server built with moltcc gets a field added to its
 #     struct by a hot patch (shadow data) under load, then rolled back.
 set(SHADOW_T ${CMAKE_CURRENT_LIST_DIR})
@@ -14,7 +15,7 @@ foreach(case api memory)
   add_test(NAME shadow_${case} COMMAND test_shadow ${case})
   set_tests_properties(shadow_${case} PROPERTIES TIMEOUT 300 LABELS "shadow")
 endforeach()
-foreach(case ctor_race grow fork signal stress)
+foreach(case ctor_race ctor_calls grow fork signal stress)
   add_test(NAME shadow_${case} COMMAND test_shadow ${case} 3)
   set_tests_properties(shadow_${case} PROPERTIES TIMEOUT 300 LABELS "shadow;concurrency")
 endforeach()

@@ -10,8 +10,11 @@
  *   gen.c      generations: slots, tables, numbering, owners, publication,
  *              reclamation; molt_generation()
  *   module.c   registered modules and their updatable functions
+ *   shadow.c   shadow data (molt_shadow_*, molt.h): per-object data of hot
+ *              patches, which belongs to no mode and outlives its patch
  *
- * Within the layer: module -> gen -> entry, thread (no calls back up).
+ * Within the layer: module -> gen -> entry, thread (no calls back up);
+ * shadow.c calls nothing of the others.
  * The functions of entry.c, gen.c and module.c run with molt__rt_lock held
  * unless their comment says otherwise; the registry (thread.c) takes its
  * own lock.
@@ -149,5 +152,16 @@ MOLT__HIDDEN molt__fn_desc *molt__module_find_fn(molt__module *m, const char *na
 MOLT__HIDDEN const char *molt__module_file(const molt__module *m);
 MOLT__HIDDEN uint32_t molt__fn_count(void); /* all modules */
 MOLT__HIDDEN molt__fn_desc *molt__fn_at(uint32_t index);
+
+/* ---- shadow.c: shadow data ---------------------------------------------------*/
+/* Called by the runtime's fork handlers (service/runtime.c) at the place of
+ * shadow_lock and shadow_reclaim_lock in the lock table: prepare before
+ * every other lock, parent and child after every other is released or
+ * reinitialized.  prepare holds every shard lock and the reclaim lock
+ * across fork(); the child also gives back the reader records of the
+ * threads it does not have. */
+MOLT__HIDDEN void molt__shadow_fork_prepare(void);
+MOLT__HIDDEN void molt__shadow_fork_parent(void);
+MOLT__HIDDEN void molt__shadow_fork_child(void);
 
 #endif /* MOLT_CORE_H */

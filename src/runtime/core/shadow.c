@@ -65,13 +65,17 @@
  * shard is relaxed (the mutex orders them); the orders below are for the
  * lock-free side (readers, limbo lists, reclaimer) and each says why.
  *
- * Locks (docs/design.md §5): the shard mutexes (never two at once, except
- * in the fork handler, in index order) and reclaim_lock (never held with a
- * shard mutex, except in the fork handler, which takes reclaim_lock first).
- * Both are leaves with respect to the rest of the runtime.  A constructor
- * runs under its shard mutex: from inside it every call that would take a
- * lock fails instead of deadlocking (molt_shadow_get works there). */
-#include "base/base.h"
+ * Locks: the first two rows of the lock table (base/base.h, where the
+ * argument for their rank is): the shard locks (shadow_lock, never two at
+ * once) and reclaim_lock (shadow_reclaim_lock, never held with a shard
+ * lock), both checked molt__locks.  A constructor runs under its shard
+ * lock and may call anything of the program and the runtime; only the
+ * shadow calls that would take a lock fail from inside it (molt_shadow_get
+ * works there).  Two things the check cannot express use the raw mutex,
+ * each with its reason: the fork handlers, which hold all 32 shard locks
+ * (one rank) in index order, called by service/runtime.c's handlers first
+ * in the order of the table; and the passes that only try reclaim_lock. */
+#include "core/core.h"
 
 #include <linux/membarrier.h>
 #include <stdalign.h>
@@ -80,8 +84,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* 32 shards: writers rarely contend, and the fork handler's 33 locks stay
- * within what ThreadSanitizer tracks for one thread (64). */
+/* 32 shards: writers rarely contend, and the 37 locks the fork handlers
+ * hold (33 here, op, prog, rt, reg) stay within what ThreadSanitizer
+ * tracks for one thread (64). */
 #define SHARD_BITS 5
 #define SHARDS (1u << SHARD_BITS)
 #define MIN_BUCKETS 8u
@@ -113,7 +118,7 @@ typedef struct table {
 } table;
 
 typedef struct shard {
-  pthread_mutex_t lock;
+  molt__lock lock; /* shadow_lock */
   /* The current table (NULL until the first shadow).  Written under lock
    * with release, read by readers with acquire. */
   _Atomic(table *) table;
@@ -136,11 +141,12 @@ typedef struct reader {
   int depth; /* nesting of molt_shadow_get (owner only) */
 } __attribute__((aligned(64))) reader;
 
-static shard shards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+static shard shards[SHARDS] = {[0 ... SHARDS - 1] = {.lock = MOLT__LOCK_INIT(shadow)}};
 static _Atomic(reader *) readers;
 static __thread reader *self __attribute__((tls_model("initial-exec")));
-/* Set while this thread runs a constructor under a shard lock. */
-static __thread int in_ctor __attribute__((tls_model("initial-exec")));
+/* The shard whose lock this thread holds while it runs a constructor, or
+ * NULL.  Only the thread itself reads or writes it. */
+static __thread shard *ctor_shard __attribute__((tls_model("initial-exec")));
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
@@ -149,7 +155,7 @@ static bool key_ok;
  * init(), read after pthread_once). */
 static bool fence_mode;
 
-static pthread_mutex_t reclaim_lock = PTHREAD_MUTEX_INITIALIZER;
+static molt__lock reclaim_lock = MOLT__LOCK_INIT(shadow_reclaim);
 /* Threads waiting for reclaim_lock in a blocking call (free_all, fork).
  * The passes that retirements start only try the lock, and skip while
  * someone waits: otherwise threads that keep freeing could take the lock
@@ -197,25 +203,42 @@ static void reader_exit(void *arg) {
 static void reclaim_lock_blocking(void) {
   /* relaxed: only a hint for the trylock side; the mutex orders the rest. */
   atomic_fetch_add_explicit(&reclaim_waiters, 1, memory_order_relaxed);
-  pthread_mutex_lock(&reclaim_lock);
+  molt__lock_acquire(&reclaim_lock);
   atomic_fetch_sub_explicit(&reclaim_waiters, 1, memory_order_relaxed);
 }
 
-static void fork_prepare(void) {
-  reclaim_lock_blocking();
+/* fork(): service/runtime.c's handlers call these first (prepare) and last
+ * (parent, child), the order of the lock table.  The shard locks are all
+ * of one rank, so the checked acquire would report the second one: they
+ * are taken raw, in index order -- the only place that holds two, and
+ * writers hold one at a time, so it cannot deadlock against them.
+ *
+ * A constructor must not fork (molt.h): its thread holds its shard's lock,
+ * which this would take again.  Skipping that shard is no way out: the
+ * thread would take the lower shards while holding a higher one, against
+ * the index order of a fork() in another thread -- a deadlock between the
+ * two.  It is reported (molt status names it) before the thread blocks. */
+void molt__shadow_fork_prepare(void) {
+  if (ctor_shard)
+    molt__fail("fork() called inside a shadow-data constructor: the thread holds "
+               "shadow_lock of shard %u, which the fork handler takes; it blocks",
+               (unsigned)(ctor_shard - shards));
   for (unsigned i = 0; i < SHARDS; i++)
-    pthread_mutex_lock(&shards[i].lock);
+    pthread_mutex_lock(&shards[i].lock.m);
+  reclaim_lock_blocking();
 }
 
-static void fork_parent(void) {
+void molt__shadow_fork_parent(void) {
+  molt__lock_release(&reclaim_lock);
   for (unsigned i = SHARDS; i-- > 0;)
-    pthread_mutex_unlock(&shards[i].lock);
-  pthread_mutex_unlock(&reclaim_lock);
+    pthread_mutex_unlock(&shards[i].lock.m);
 }
 
-/* In the child only the forking thread exists: the others' records are
- * given back with their hazard pointers cleared. */
-static void fork_child(void) {
+/* In the child only the forking thread exists.  It holds every lock here
+ * itself (no other thread of the parent held one across fork()), so
+ * releasing them is enough.  The other threads' records are given back
+ * with their hazard pointers cleared. */
+void molt__shadow_fork_child(void) {
   /* relaxed: the child has one thread, this one. */
   for (reader *r = atomic_load_explicit(&readers, memory_order_relaxed); r; r = r->next) {
     if (r == self)
@@ -226,7 +249,7 @@ static void fork_child(void) {
     r->depth = 0;
     atomic_store_explicit(&r->owned, 0, memory_order_relaxed);
   }
-  fork_parent();
+  molt__shadow_fork_parent();
 }
 
 /* The barrier of a reclamation pass.  Only the expedited command (an IPI
@@ -247,7 +270,6 @@ static void init(void) {
    * the expedited membarrier(). */
   const char *force = getenv("MOLT__SHADOW_FENCES");
   fence_mode = (force && *force == '1') || !membarrier_expedited();
-  pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 static inline void init_once(void) { pthread_once(&once, init); }
@@ -366,10 +388,14 @@ static __attribute__((noinline)) void *get_locked(const void *obj, uint64_t id) 
   uint64_t h = hash_of(obj, id);
   shard *sh = shard_of(h);
   init_once();
-  pthread_mutex_lock(&sh->lock);
+  /* In a constructor of this very shard the thread holds its lock. */
+  bool held = sh == ctor_shard;
+  if (!held)
+    molt__lock_acquire(&sh->lock);
   table *t = atomic_load_explicit(&sh->table, memory_order_relaxed);
   node *n = t ? walk_locked(t, h, obj, id) : NULL;
-  pthread_mutex_unlock(&sh->lock);
+  if (!held)
+    molt__lock_release(&sh->lock);
   return n ? n->data : NULL;
 }
 
@@ -483,10 +509,14 @@ static size_t scan_hazards(void) {
  * pointer names, and puts the others back.  block: wait for the lock
  * (free_all); else give up at once if another pass runs or someone waits. */
 static void reclaim(bool block) {
+  /* The trylock is raw (the check has no try): a try cannot deadlock, and
+   * the thread holds no shard lock here (retire_node's callers released
+   * it).  The release at the end is the checked one either way: it only
+   * clears a rank bit that is set in the blocking case. */
   if (block)
     reclaim_lock_blocking();
   else if (atomic_load_explicit(&reclaim_waiters, memory_order_relaxed) ||
-           pthread_mutex_trylock(&reclaim_lock) != 0)
+           pthread_mutex_trylock(&reclaim_lock.m) != 0)
     return;
   node *nodes[SHARDS];
   table *tables[SHARDS];
@@ -529,7 +559,7 @@ static void reclaim(bool block) {
     }
   }
 out:
-  pthread_mutex_unlock(&reclaim_lock);
+  molt__lock_release(&reclaim_lock);
 }
 
 /* n is unlinked; the caller holds no lock. */
@@ -637,7 +667,7 @@ static void *alloc_common(const void *obj, uint64_t id, size_t size,
     if (have)
       return have;
   }
-  if (in_ctor)
+  if (ctor_shard)
     return NULL;
   init_once();
   node *n = calloc(1, sizeof(node) + size);
@@ -652,7 +682,7 @@ static void *alloc_common(const void *obj, uint64_t id, size_t size,
   shard *sh = shard_of(h);
   void *result = NULL;
   node *stale = NULL;
-  pthread_mutex_lock(&sh->lock);
+  molt__lock_acquire(&sh->lock);
   table *t = atomic_load_explicit(&sh->table, memory_order_relaxed);
   if (!t && n) {
     t = table_new(MIN_BUCKETS, 0, (unsigned)(sh - shards));
@@ -677,9 +707,9 @@ static void *alloc_common(const void *obj, uint64_t id, size_t size,
   if (!n || !t)
     goto unlock;
   if (ctor) {
-    in_ctor = 1;
+    ctor_shard = sh;
     int rc = ctor(obj, n->data, arg);
-    in_ctor = 0;
+    ctor_shard = NULL;
     if (rc != 0)
       goto unlock;
   }
@@ -687,7 +717,7 @@ static void *alloc_common(const void *obj, uint64_t id, size_t size,
   result = n->data;
   n = NULL;
 unlock:
-  pthread_mutex_unlock(&sh->lock);
+  molt__lock_release(&sh->lock);
   free(n); /* never published: no reader can have seen it */
   if (stale) {
     if (stale_dtor)
@@ -716,18 +746,18 @@ void *molt_shadow_attach(const void *obj, uint64_t id, size_t size,
 int molt_shadow_free(const void *obj, uint64_t id, molt_shadow_dtor_fn dtor) {
   if (!obj)
     return MOLT_EINVAL;
-  if (in_ctor)
+  if (ctor_shard)
     return MOLT_EBUSY;
   init_once();
   uint64_t h = hash_of(obj, id);
   shard *sh = shard_of(h);
   node *n = NULL;
-  pthread_mutex_lock(&sh->lock);
+  molt__lock_acquire(&sh->lock);
   table *t = atomic_load_explicit(&sh->table, memory_order_relaxed);
   _Atomic(uintptr_t) *link = t ? find_link(t, h, obj, id) : NULL;
   if (link)
     n = unlink_at(sh, t, link);
-  pthread_mutex_unlock(&sh->lock);
+  molt__lock_release(&sh->lock);
   if (!n)
     return MOLT_ENOENT;
   /* Outside the lock: a destructor may call molt_shadow_* itself. */
@@ -738,14 +768,14 @@ int molt_shadow_free(const void *obj, uint64_t id, molt_shadow_dtor_fn dtor) {
 }
 
 size_t molt_shadow_free_all(uint64_t id, molt_shadow_dtor_fn dtor) {
-  if (in_ctor)
+  if (ctor_shard)
     return 0;
   init_once();
   size_t freed = 0;
   for (unsigned i = 0; i < SHARDS; i++) {
     shard *sh = &shards[i];
     node *mine = NULL;
-    pthread_mutex_lock(&sh->lock);
+    molt__lock_acquire(&sh->lock);
     table *t = atomic_load_explicit(&sh->table, memory_order_relaxed);
     for (size_t b = 0; t && b <= t->mask; b++) {
       _Atomic(uintptr_t) *link = &t->bucket[b];
@@ -760,7 +790,7 @@ size_t molt_shadow_free_all(uint64_t id, molt_shadow_dtor_fn dtor) {
         }
       }
     }
-    pthread_mutex_unlock(&sh->lock);
+    molt__lock_release(&sh->lock);
     while (mine) {
       node *next = mine->retired;
       if (dtor)
@@ -777,33 +807,33 @@ size_t molt_shadow_free_all(uint64_t id, molt_shadow_dtor_fn dtor) {
 }
 
 size_t molt_shadow_count(uint64_t id) {
-  if (in_ctor)
+  if (ctor_shard)
     return 0;
   init_once();
   size_t count = 0;
   for (unsigned i = 0; i < SHARDS; i++) {
     shard *sh = &shards[i];
-    pthread_mutex_lock(&sh->lock);
+    molt__lock_acquire(&sh->lock);
     table *t = atomic_load_explicit(&sh->table, memory_order_relaxed);
     for (size_t b = 0; t && b <= t->mask; b++)
       for (node *n = node_of(atomic_load_explicit(&t->bucket[b], memory_order_relaxed));
            n;
            n = node_of(atomic_load_explicit(&n->next[t->parity], memory_order_relaxed)))
         count += n->id == id;
-    pthread_mutex_unlock(&sh->lock);
+    molt__lock_release(&sh->lock);
   }
   return count;
 }
 
 size_t molt_shadow_total(void) {
-  if (in_ctor)
+  if (ctor_shard)
     return 0;
   init_once();
   size_t count = 0;
   for (unsigned i = 0; i < SHARDS; i++) {
-    pthread_mutex_lock(&shards[i].lock);
+    molt__lock_acquire(&shards[i].lock);
     count += shards[i].count;
-    pthread_mutex_unlock(&shards[i].lock);
+    molt__lock_release(&shards[i].lock);
   }
   return count;
 }

@@ -120,12 +120,14 @@ static void start_runtime_thread(void) {
 /* ---- fork ----------------------------------------------------------------------*/
 
 static void fork_prepare(void) {
-  /* In the order of the lock table (base.h): op, the modes' (prog), rt,
-   * the registry.  bar_lock is not taken: the child rebuilds the barrier
+  /* In the order of the lock table (base.h): shadow data's (every shard,
+   * then its reclaim lock), op, the modes' (prog), rt, the registry.
+   * bar_lock is not taken: the child rebuilds the barrier
    * from scratch (switch/points.c), and a barrier holds op_lock
    * throughout, so none is running now.  req_lock is not taken either: the
    * child starts with an empty queue (the threads that queued requests do
    * not exist there). */
+  molt__shadow_fork_prepare();
   molt__lock_acquire(&op_lock);
   molt__modes_fork_prepare();
   molt__rt_lock_acquire();
@@ -137,6 +139,7 @@ static void fork_parent(void) {
   molt__rt_lock_release();
   molt__modes_fork_parent();
   molt__lock_release(&op_lock);
+  molt__shadow_fork_parent();
 }
 
 static void start_in_child(void);
@@ -150,6 +153,7 @@ static void fork_child(void) {
   molt__requests_after_fork_child();
   molt__rt_lock_after_fork_child();
   molt__lock_reinit(&op_lock);
+  molt__shadow_fork_child();
   if (listen_fd >= 0)
     close(listen_fd);
   listen_fd = -1;
