@@ -238,7 +238,7 @@ MOLT_EXTERN int molt_migrate_local(const char *func, const char *name, void *add
 #endif
 
 /* ======================================================================== */
-/* Shadow data (SPEC H13; src/runtime/shadow.c, guide section 6)             */
+/* Shadow data (SPEC H13; guide section 6), the end of the public API        */
 /* ======================================================================== */
 /*
  * A hot patch cannot change the layout of a structure: every object in the
@@ -295,10 +295,16 @@ MOLT_EXTERN int molt_migrate_local(const char *func, const char *name, void *add
  * pointer stays valid until the shadow is freed -- never free a shadow
  * while another thread may use it, as for the object itself.  Whatever a
  * constructor wrote is visible to every thread that later gets the
- * pointer.  A constructor runs under a shard lock: it may call
- * molt_shadow_get, but any other molt_shadow_* call from inside it fails
- * (NULL, MOLT_EBUSY or 0) instead of deadlocking; it must not wait for
- * other threads.  Destructors run outside locks and may call anything.
+ * pointer.  A constructor runs under a shard lock.  It may call the
+ * program's functions and molt's (updatable functions, update points,
+ * molt_apply) and molt_shadow_get; any other molt_shadow_* call from
+ * inside it fails (NULL, MOLT_EBUSY or 0) instead of deadlocking.  It must
+ * not call fork(), nor wait for a thread that may call molt_shadow_* or
+ * fork().  Destructors run outside locks and may call anything.  Code that
+ * molt's runtime thread runs during an update -- constructors and
+ * destructors of a patch or a program image, state transformers, the
+ * molt_on_update_pending callback -- must not call the functions that
+ * create or free shadow data (molt_shadow_get is fine there).
  * These functions are not async-signal-safe.  The runtime never prints or
  * aborts: out of memory gives NULL.
  */
