@@ -1,28 +1,39 @@
-"""Types, variables and locals of a program image, read from its DWARF
-(pyelftools), plus the image's build-id and its `.molt_types` annotations.
+"""The one DWARF reader of moltcc (pyelftools): the types, variables and
+functions of a program image or of a relocatable object.
 
-Used by `moltcc --molt-program --molt-from OLD.so` (image/xfgen.py) for both
-versions: the old image from its file, the new one from the image just
-linked.
+  load_image(path) -> Image: a program image's types, variables and locals,
+      its build-id and its `.molt_types` annotations.  `moltcc --molt-program
+      --molt-from OLD.so` (image/xfgen.py) reads both versions with it: the
+      old image from its file, the new one from the image just linked.
+  load_debug(path) -> DebugInfo: a relocatable object's types, defined
+      functions (signatures, the types their parameters and locals use) and
+      variables of static storage, each with its file:line.  The patch
+      builder's checks (patch/typecheck.py) compare two builds of one TU with
+      it; decl_locations(path) names items for patch/objdiff.py.  The
+      object's .rela.debug_* relocations are applied here, by a fast path
+      for x86-64 (_ObjELF).
 
 Type model (Type.kind):
   void, base, enum, struct, union, typedef, pointer, array, func,
   const / volatile / restrict / atomic (qualifiers, `target`).
 Named types have a canonical name: 'struct entry', 'union u', 'enum color',
-'typedef entry_t', base types their C name ('long unsigned int').  An
+'typedef entry_t', base types their DWARF name ('long unsigned int').  An
 anonymous struct/union/enum named by a typedef is 'struct {entry_t}'; one
-that is the type of a member is 'struct {parent.member}'.  Struct, union,
-enum and typedef types are shared across compilation units by canonical
-name (the first complete definition wins).
+that is the type of a member is 'struct {parent.member}'; any other
+'struct {anon@FILE:OFFSET}'.  Struct, union, enum and typedef types are
+shared across compilation units by canonical name (the first complete
+definition wins), base types by name, size and encoding.  An enum's target
+is its integer type.
 """
 import json
 import os
+import struct
 
 try:
     from elftools.common.exceptions import ELFError, DWARFError
     from elftools.elf.elffile import ELFFile
     HAVE_ELFTOOLS = True
-except ImportError:       # pragma: no cover - reported by load_image()
+except ImportError:       # pragma: no cover - reported by load_image() / load_debug()
     HAVE_ELFTOOLS = False
 
     class ELFError(Exception):
@@ -36,11 +47,23 @@ class ImageError(Exception):
     """A one-line user error about an image."""
 
 
+class DebugError(Exception):
+    """A one-line error about the debug information of an object."""
+
+
 ANNOTATION_SECTION = ".molt_types"
 
 # DW_ATE_* encodings
 _ATE = {1: "address", 2: "bool", 3: "complex", 4: "float", 5: "signed",
         6: "signed_char", 7: "unsigned", 8: "unsigned_char", 0x10: "utf"}
+
+_AGGREGATES = {"DW_TAG_structure_type": "struct", "DW_TAG_union_type": "union",
+               "DW_TAG_enumeration_type": "enum"}
+_QUALIFIERS = {"DW_TAG_const_type": "const", "DW_TAG_volatile_type": "volatile",
+               "DW_TAG_restrict_type": "restrict", "DW_TAG_atomic_type": "atomic"}
+_TYPE_NAMES = ("DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_enumeration_type",
+               "DW_TAG_typedef")
+_SEE_THROUGH = ("typedef", "const", "volatile", "restrict", "atomic")
 
 
 class Member:
@@ -59,25 +82,33 @@ class Member:
 
 
 class Type:
+    __slots__ = ("kind", "name", "size", "target", "members", "complete", "dims", "encoding",
+                 "enumerators", "params", "variadic", "decl", "_sig")
+
     def __init__(self, kind, name=None, size=None):
         self.kind = kind
         self.name = name              # canonical name (named kinds, base types)
         self.size = size
-        self.target = None            # typedef, pointer, qualifiers, array element, func return
-        self.members = []             # struct / union
+        self.target = None            # typedef, pointer, qualifiers, array element, func return, enum
+        self.members = []             # struct / union: [Member]
         self.complete = True          # struct / union / enum: False for a declaration
         self.dims = []                # array: element counts, None = unknown ([])
         self.encoding = None          # base: signed, unsigned, float, bool, ...
         self.enumerators = []         # enum: [(name, value)]
         self.params = []              # func: parameter types
         self.variadic = False
-        self.decl = None              # (file, line) where known
+        self.decl = None              # named kinds: (file, line) where known
+        self._sig = None              # patch/typecheck.py's sig(), computed once
 
     # -- helpers -------------------------------------------------------------
+    @property
+    def named(self):
+        return self.kind in ("struct", "union", "enum", "typedef") and self.name is not None
+
     def strip(self):
         """Without typedefs and qualifiers."""
         t = self
-        while t is not None and t.kind in ("typedef", "const", "volatile", "restrict", "atomic"):
+        while t is not None and t.kind in _SEE_THROUGH:
             t = t.target
         return t if t is not None else VOID
 
@@ -86,6 +117,14 @@ class Type:
         while t is not None and t.kind in ("const", "volatile", "restrict", "atomic"):
             t = t.target
         return t if t is not None else VOID
+
+    def real_size(self):
+        """The size, looking through typedefs and qualifiers whose own size
+        was not known when they were read (a type cycle)."""
+        t = self
+        while t is not None and t.size is None and t.kind in _SEE_THROUGH:
+            t = t.target
+        return None if t is None else t.size
 
     def is_const(self):
         """The object itself is read-only (const at top level, or an array
@@ -160,6 +199,10 @@ def describe(t, depth=0):
     return k
 
 
+# ---------------------------------------------------------------------------
+# What an image holds
+# ---------------------------------------------------------------------------
+
 class Variable:
     def __init__(self, name, type_, tu, external, cu_name, func=None, tls=False, decl=None):
         self.name = name
@@ -192,6 +235,7 @@ class Image:
         self.path = path
         self.build_id = None
         self.types = {}               # canonical name -> Type (named kinds)
+        self.base_types = {}          # (name, size, encoding) -> Type
         self.variables = []           # globals and file-scope statics (definitions)
         self.func_statics = []        # function-scope statics (not migrated)
         self.tls = []                 # thread-local variables (not migrated)
@@ -257,31 +301,166 @@ _BASE_ALIASES = {
 }
 
 
+# ---------------------------------------------------------------------------
+# What an object holds
+# ---------------------------------------------------------------------------
+
+class Function:
+    """A function defined in an object (its body is there)."""
+    __slots__ = ("name", "decl", "ret", "params", "variadic", "external", "uses", "defined")
+
+    def __init__(self, name):
+        self.name = name
+        self.decl = None              # (file, line)
+        self.ret = VOID
+        self.params = []              # [(name, Type)]
+        self.variadic = False
+        self.external = False
+        self.uses = set()             # Types of params, return, locals (inlined code's too)
+        self.defined = False
+
+
+class ObjectVariable:
+    """A variable of static storage defined in an object."""
+    __slots__ = ("name", "key", "decl", "type", "external", "func")
+
+    def __init__(self, name, key, decl, type_, external, func):
+        self.name, self.key, self.decl, self.type = name, key, decl, type_
+        self.external, self.func = external, func     # func: function-scope statics
+
+
+class DebugInfo:
+    def __init__(self, path):
+        self.path = path
+        self.types = {}               # canonical name -> Type (named kinds)
+        self.base_types = {}          # (name, size, encoding) -> Type
+        self.funcs = {}               # name -> Function (defined functions)
+        self.vars = {}                # key -> ObjectVariable (globals, file statics: name;
+        #                               function statics: 'f/x')
+        self.cu_name = None
+        self.comp_dir = None
+
+
 def _str(v):
     if isinstance(v, bytes):
         return v.decode("utf-8", "replace")
     return v
 
 
+# ---------------------------------------------------------------------------
+# Reading DIEs
+# ---------------------------------------------------------------------------
+
 class _Reader:
-    """Converts the DIEs of one image into the Type model."""
+    """Converts the DIEs of one file into the Type model, one compilation
+    unit after the other (read_cu).  What a CU's top-level variables and
+    functions become is the subclass's: variable(die), function(die)."""
 
-    def __init__(self, image, dwarf):
-        self.im = image
+    def __init__(self, dwarf, types, base):
         self.dw = dwarf
-        self.by_off = {}              # absolute DIE offset -> Type (this CU)
-        self.base = {}                # (name, size, enc) -> Type
-        image.base_types = self.base
+        self.types = types            # canonical name -> Type, shared by all CUs
+        self.base = base              # (name, size, encoding) -> Type
 
+    # -- one CU ---------------------------------------------------------------
+    def read_cu(self, cu):
+        top = cu.get_top_DIE()
+        ta = top.attributes
+        self.cu = cu
+        self.cu_name = _str(ta["DW_AT_name"].value) if "DW_AT_name" in ta else "?"
+        self.comp_dir = _str(ta["DW_AT_comp_dir"].value) if "DW_AT_comp_dir" in ta else None
+        self.cu_base = os.path.basename(self.cu_name)
+        self.version = cu.header.version
+        self.files = None             # the line program's file names, when first needed
+        self.by_off = {}              # absolute DIE offset -> Type (this CU)
+        self.dies = {d.offset: d for d in cu.iter_DIEs() if d.tag is not None}
+        self.anon_names = {}          # offset of an anonymous struct/union/enum -> its typedef
+        for d in self.dies.values():
+            if d.tag == "DW_TAG_typedef" and "DW_AT_type" in d.attributes and "DW_AT_name" in d.attributes:
+                tgt = self.dies.get(self.ref(d))
+                if tgt is not None and "DW_AT_name" not in tgt.attributes and tgt.tag in (
+                        "DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_enumeration_type"):
+                    self.anon_names.setdefault(tgt.offset, _str(d.attributes["DW_AT_name"].value))
+        self.start_cu()
+        for d in top.iter_children():
+            tag = d.tag
+            if tag == "DW_TAG_variable":
+                self.variable(d)
+            elif tag == "DW_TAG_subprogram":
+                self.function(d)
+            elif tag in _TYPE_NAMES:
+                # named types even when nothing uses them (xf rules and
+                # layout checks name them); anonymous ones get their names
+                # from where they are used
+                if "DW_AT_name" in d.attributes or d.offset in self.anon_names:
+                    self.type_at(d.offset)
+
+    def start_cu(self):
+        pass
+
+    def variable(self, die):
+        raise NotImplementedError
+
+    def function(self, die):
+        raise NotImplementedError
+
+    # -- file:line --------------------------------------------------------------
+    def _file_table(self):
+        """The CU's file names: relative to the compile directory where they
+        are below it, as the compiler was given them otherwise."""
+        if self.files is not None:
+            return self.files
+        self.files = []
+        try:
+            lp = self.dw.line_program_for_CU(self.cu)
+        except Exception:
+            lp = None
+        if lp is None:
+            return self.files
+        version = self.version
+        dirs = [_str(d) for d in lp["include_directory"]]
+        for fe in lp["file_entry"]:
+            name = _str(fe.name)
+            di = fe.dir_index
+            if version >= 5:
+                d = dirs[di] if di < len(dirs) else None
+            else:
+                d = dirs[di - 1] if 0 < di <= len(dirs) else self.comp_dir
+            path = name
+            if not os.path.isabs(name) and d:
+                path = os.path.join(d, name)
+            if self.comp_dir and os.path.isabs(path):
+                cd = self.comp_dir.rstrip("/") + "/"
+                if path.startswith(cd):
+                    path = path[len(cd):]
+            if not os.path.isabs(name) and d and (d == self.comp_dir or not os.path.isabs(d)) \
+                    and os.path.isabs(path):
+                path = name
+            self.files.append(os.path.normpath(path))
+        return self.files
+
+    def decl(self, die):
+        """(file, line) of DW_AT_decl_file/DW_AT_decl_line, None without a line."""
+        at = die.attributes
+        if "DW_AT_decl_line" not in at:
+            return None
+        files = self._file_table()
+        fi = at["DW_AT_decl_file"].value if "DW_AT_decl_file" in at else None
+        f = None
+        if fi is not None:
+            idx = fi if self.version >= 5 else fi - 1
+            if 0 <= idx < len(files):
+                f = files[idx]
+        return (f or self.cu_base, at["DW_AT_decl_line"].value)
+
+    # -- types ------------------------------------------------------------------
     def ref(self, die, attr="DW_AT_type"):
+        """The absolute offset of the DIE that attribute `attr` refers to."""
         a = die.attributes.get(attr)
         if a is None:
             return None
         if a.form in ("DW_FORM_ref_addr", "DW_FORM_ref_sig8", "DW_FORM_GNU_ref_alt"):
-            off = a.value
-        else:
-            off = a.value + die.cu.cu_offset
-        return off
+            return a.value
+        return a.value + die.cu.cu_offset
 
     def type_at(self, off, hint=None):
         if off is None:
@@ -298,106 +477,43 @@ class _Reader:
         return self.convert(die, hint)
 
     def convert(self, die, hint=None):
-        tag = die.tag
-        at = die.attributes
+        """The Type of a type DIE.  hint: the name an anonymous struct, union
+        or enum gets when no typedef names it ('parent.member')."""
+        tag, at = die.tag, die.attributes
         name = _str(at["DW_AT_name"].value) if "DW_AT_name" in at else None
         size = at["DW_AT_byte_size"].value if "DW_AT_byte_size" in at else None
         if tag == "DW_TAG_base_type":
             enc = _ATE.get(at["DW_AT_encoding"].value, "other") if "DW_AT_encoding" in at else "other"
-            key = (name, size, enc)
-            t = self.base.get(key)
-            if t is None:
-                t = Type("base", name, size)
-                t.encoding = enc
-                self.base[key] = t
-            self.by_off[die.offset] = t
-            return t
-        if tag == "DW_TAG_unspecified_type":
-            self.by_off[die.offset] = VOID
-            return VOID
-        if tag in ("DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_enumeration_type"):
-            kind = {"DW_TAG_structure_type": "struct", "DW_TAG_union_type": "union",
-                    "DW_TAG_enumeration_type": "enum"}[tag]
-            if name:
-                canon = "%s %s" % (kind, name)
-            else:
-                tdname = self.anon_names.get(die.offset) or hint
-                canon = "%s {%s}" % (kind, tdname) if tdname else \
-                    "%s {anon@%s:%x}" % (kind, self.cu_base, die.offset)
-            decl = bool(at.get("DW_AT_declaration") and at["DW_AT_declaration"].value)
-            old = self.im.types.get(canon)
-            if old is not None and (old.complete or decl):
-                self.by_off[die.offset] = old
-                return old
-            t = old if old is not None else Type(kind, canon, size)
-            t.size = size
-            t.complete = not decl
-            self.by_off[die.offset] = t
-            self.im.types[canon] = t
-            if kind == "enum":
-                t.target = self.type_at(self.ref(die)) if "DW_AT_type" in at else None
-                t.enumerators = [(_str(c.attributes["DW_AT_name"].value),
-                                  c.attributes["DW_AT_const_value"].value)
-                                 for c in die.iter_children() if c.tag == "DW_TAG_enumerator"
-                                 and "DW_AT_const_value" in c.attributes]
-                if t.target is None or t.target.kind != "base":
-                    t.target = self._int_type(size or 4, any(v < 0 for _, v in t.enumerators))
-                return t
-            mems = []
-            anon_i = 0
-            for c in die.iter_children():
-                if c.tag != "DW_TAG_member":
-                    continue
-                ca = c.attributes
-                mname = _str(ca["DW_AT_name"].value) if "DW_AT_name" in ca else None
-                sub_hint = "%s.%s" % (canon.split(" ", 1)[1], mname or "#%d" % anon_i)
-                if mname is None:
-                    anon_i += 1
-                mt = self.type_at(self.ref(c), sub_hint)
-                off = 0
-                loc = ca.get("DW_AT_data_member_location")
-                if loc is not None:
-                    off = _member_offset(loc.value)
-                bsize = ca["DW_AT_bit_size"].value if "DW_AT_bit_size" in ca else None
-                boff = None
-                if bsize is not None:
-                    if "DW_AT_data_bit_offset" in ca:
-                        boff = ca["DW_AT_data_bit_offset"].value
-                    elif "DW_AT_bit_offset" in ca:
-                        # DWARF 2/3 (big-endian numbering within the storage unit)
-                        unit = ca["DW_AT_byte_size"].value if "DW_AT_byte_size" in ca else (mt.strip().size or 4)
-                        boff = off * 8 + unit * 8 - ca["DW_AT_bit_offset"].value - bsize
-                    else:
-                        boff = off * 8
-                    off = boff // 8
-                mems.append(Member(mname, mt, off, bsize, boff))
-            t.members = mems
-            return t
-        if tag == "DW_TAG_typedef":
+            t = self._base_type(name, size, enc)
+        elif tag == "DW_TAG_unspecified_type":
+            t = VOID
+        elif tag in _AGGREGATES:
+            return self._aggregate(die, _AGGREGATES[tag], name, size, hint)
+        elif tag == "DW_TAG_typedef":
             canon = "typedef " + (name or "?")
-            old = self.im.types.get(canon)
+            old = self.types.get(canon)
             if old is not None and old.target is not None and old.target is not VOID:
                 self.by_off[die.offset] = old
                 return old
             t = old or Type("typedef", canon)
+            t.decl = self.decl(die)
             self.by_off[die.offset] = t
-            self.im.types[canon] = t
+            self.types[canon] = t
             t.target = self.type_at(self.ref(die), name)
-            t.size = t.target.size if t.target is not None else None
+            t.size = t.target.real_size()
             return t
-        if tag in ("DW_TAG_const_type", "DW_TAG_volatile_type", "DW_TAG_restrict_type",
-                   "DW_TAG_atomic_type"):
-            t = Type(tag[len("DW_TAG_"):-len("_type")])
+        elif tag in _QUALIFIERS:
+            t = Type(_QUALIFIERS[tag])
             self.by_off[die.offset] = t
             t.target = self.type_at(self.ref(die), hint)
-            t.size = t.target.size
+            t.size = t.target.real_size()
             return t
-        if tag in ("DW_TAG_pointer_type", "DW_TAG_reference_type"):
+        elif tag in ("DW_TAG_pointer_type", "DW_TAG_reference_type"):
             t = Type("pointer", None, size or 8)
             self.by_off[die.offset] = t
             t.target = self.type_at(self.ref(die))
             return t
-        if tag == "DW_TAG_array_type":
+        elif tag == "DW_TAG_array_type":
             t = Type("array")
             self.by_off[die.offset] = t
             t.target = self.type_at(self.ref(die), hint)
@@ -417,10 +533,10 @@ class _Reader:
             n = 1
             for d in t.dims:
                 n = None if d is None or n is None else n * d
-            es = t.target.size
+            es = t.target.real_size()
             t.size = (n * es) if (n is not None and es is not None) else (size or 0)
             return t
-        if tag == "DW_TAG_subroutine_type":
+        elif tag == "DW_TAG_subroutine_type":
             t = Type("func")
             self.by_off[die.offset] = t
             t.target = self.type_at(self.ref(die)) if "DW_AT_type" in at else VOID
@@ -430,60 +546,118 @@ class _Reader:
                 elif c.tag == "DW_TAG_unspecified_parameters":
                     t.variadic = True
             return t
-        # anything else (C++ or exotic): opaque bytes
-        t = Type("base", "unsigned char", size or 1)
-        t.encoding = "unsigned_char"
+        else:
+            # anything else (C++ or exotic): opaque bytes
+            t = Type("base", "unsigned char", size or 1)
+            t.encoding = "unsigned_char"
         self.by_off[die.offset] = t
         return t
 
-    def _int_type(self, size, signed):
-        names = {1: "char", 2: "short int", 4: "int", 8: "long int"}
-        nm = names.get(size, "int")
-        if not signed:
-            nm = {1: "unsigned char", 2: "short unsigned int", 4: "unsigned int",
-                  8: "long unsigned int"}.get(size, "unsigned int")
-        key = (nm, size, "signed" if signed else "unsigned")
+    def _aggregate(self, die, kind, name, size, hint):
+        at = die.attributes
+        if name:
+            canon = "%s %s" % (kind, name)
+        else:
+            tdname = self.anon_names.get(die.offset) or hint
+            canon = "%s {%s}" % (kind, tdname) if tdname else \
+                "%s {anon@%s:%x}" % (kind, self.cu_base, die.offset)
+        is_decl = bool(at.get("DW_AT_declaration") and at["DW_AT_declaration"].value)
+        old = self.types.get(canon)
+        if old is not None and (old.complete or is_decl):
+            self.by_off[die.offset] = old
+            return old
+        t = old if old is not None else Type(kind, canon, size)
+        t.size = size
+        t.complete = not is_decl
+        t.decl = self.decl(die) or t.decl
+        self.by_off[die.offset] = t
+        self.types[canon] = t
+        if kind == "enum":
+            t.enumerators = [(_str(c.attributes["DW_AT_name"].value),
+                              c.attributes["DW_AT_const_value"].value)
+                             for c in die.iter_children() if c.tag == "DW_TAG_enumerator"
+                             and "DW_AT_const_value" in c.attributes]
+            t.target = self.type_at(self.ref(die)) if "DW_AT_type" in at else None
+            if t.target is None or t.target.kind != "base":
+                t.target = self._int_type(size or 4, any(v < 0 for _, v in t.enumerators))
+            return t
+        mems = []
+        anon_i = 0
+        prefix = canon.split(" ", 1)[1]
+        for c in die.iter_children():
+            if c.tag != "DW_TAG_member":
+                continue
+            ca = c.attributes
+            mname = _str(ca["DW_AT_name"].value) if "DW_AT_name" in ca else None
+            sub_hint = "%s.%s" % (prefix, mname or "#%d" % anon_i)
+            if mname is None:
+                anon_i += 1
+            mt = self.type_at(self.ref(c), sub_hint)
+            loc = ca.get("DW_AT_data_member_location")
+            off = _member_offset(loc.value) if loc is not None else 0
+            bsize = ca["DW_AT_bit_size"].value if "DW_AT_bit_size" in ca else None
+            boff = None
+            if bsize is not None:
+                if "DW_AT_data_bit_offset" in ca:
+                    boff = ca["DW_AT_data_bit_offset"].value
+                elif "DW_AT_bit_offset" in ca:
+                    # DWARF 2/3 (big-endian numbering within the storage unit)
+                    unit = ca["DW_AT_byte_size"].value if "DW_AT_byte_size" in ca else (mt.real_size() or 4)
+                    boff = off * 8 + unit * 8 - ca["DW_AT_bit_offset"].value - bsize
+                else:
+                    boff = off * 8
+                off = boff // 8
+            mems.append(Member(mname, mt, off, bsize, boff))
+        t.members = mems
+        return t
+
+    def _base_type(self, name, size, enc):
+        key = (name, size, enc)
         t = self.base.get(key)
         if t is None:
-            t = Type("base", nm, size)
-            t.encoding = key[2]
+            t = Type("base", name, size)
+            t.encoding = enc
             self.base[key] = t
         return t
 
-    def read_cu(self, cu):
-        top = cu.get_top_DIE()
-        cu_name = _str(top.attributes["DW_AT_name"].value) if "DW_AT_name" in top.attributes else "?"
-        lang = top.attributes.get("DW_AT_language")
-        self.cu_base = os.path.basename(cu_name)
-        self.im.cu_names.append(cu_name)
-        self.by_off = {}
-        self.dies = {}
-        self.anon_names = {}
-        for d in cu.iter_DIEs():
-            if d.tag is None:
-                continue
-            self.dies[d.offset] = d
-        for d in self.dies.values():
-            if d.tag == "DW_TAG_typedef" and "DW_AT_type" in d.attributes and "DW_AT_name" in d.attributes:
-                tgt = self.dies.get(self.ref(d))
-                if tgt is not None and "DW_AT_name" not in tgt.attributes and tgt.tag in (
-                        "DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_enumeration_type"):
-                    self.anon_names.setdefault(tgt.offset, _str(d.attributes["DW_AT_name"].value))
-        tu = self.cu_base
-        # declarations by offset, for DW_AT_specification
-        for d in top.iter_children():
-            if d.tag == "DW_TAG_variable":
-                self._variable(d, tu, cu_name, None)
-            elif d.tag == "DW_TAG_subprogram":
-                self._function(d, tu, cu_name)
-            elif d.tag in ("DW_TAG_structure_type", "DW_TAG_union_type",
-                           "DW_TAG_enumeration_type", "DW_TAG_typedef"):
-                # register named types even when no variable uses them
-                # ($oldtype / $newtype / rules may name them); anonymous
-                # ones get their names from where they are used
-                if "DW_AT_name" in d.attributes or d.offset in self.anon_names:
-                    self.type_at(d.offset)
-        del lang
+    def _int_type(self, size, signed):
+        if signed:
+            nm = {1: "char", 2: "short int", 4: "int", 8: "long int"}.get(size, "int")
+        else:
+            nm = {1: "unsigned char", 2: "short unsigned int", 4: "unsigned int",
+                  8: "long unsigned int"}.get(size, "unsigned int")
+        return self._base_type(nm, size, "signed" if signed else "unsigned")
+
+
+def _member_offset(v):
+    if isinstance(v, int):
+        return v
+    # DWARF 2 location expression: DW_OP_plus_uconst ULEB128
+    if isinstance(v, list) and v and v[0] == 0x23:
+        n = 0
+        shift = 0
+        for b in v[1:]:
+            n |= (b & 0x7f) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        return n
+    return 0
+
+
+class _ImageReader(_Reader):
+    """Variables with a fixed address, thread-local variables and locals of
+    the functions of a program image."""
+
+    def __init__(self, image, dwarf):
+        super().__init__(dwarf, image.types, image.base_types)
+        self.im = image
+
+    def start_cu(self):
+        self.im.cu_names.append(self.cu_name)
+
+    def variable(self, d):
+        self._variable(d, None)
 
     def _var_decl(self, d):
         """The DIE with name/type/external: the declaration a definition's
@@ -494,7 +668,7 @@ class _Reader:
                 return s
         return d
 
-    def _variable(self, d, tu, cu_name, func):
+    def _variable(self, d, func):
         at = d.attributes
         if "DW_AT_location" not in at:
             if func is None:
@@ -520,7 +694,8 @@ class _Reader:
         is_addr = len(loc) == 9 and loc[0] == 0x03
         tls = not is_addr and bool(loc) and loc[-1] in (0xe0, 0x9b)
         line = da["DW_AT_decl_line"].value if "DW_AT_decl_line" in da else None
-        v = Variable(name, ty, tu, external, cu_name, func, tls, (tu, line))
+        tu = self.cu_base
+        v = Variable(name, ty, tu, external, self.cu_name, func, tls, (tu, line))
         if tls:
             self.im.tls.append(v)
         elif func is not None:
@@ -531,7 +706,7 @@ class _Reader:
         elif is_addr:
             self.im.variables.append(v)
 
-    def _function(self, d, tu, cu_name):
+    def function(self, d):
         at = d.attributes
         if "DW_AT_low_pc" not in at and "DW_AT_ranges" not in at:
             return
@@ -550,27 +725,129 @@ class _Reader:
                 if c.tag == "DW_TAG_variable":
                     if "DW_AT_abstract_origin" in c.attributes and "DW_AT_name" not in c.attributes:
                         continue
-                    self._variable(c, tu, cu_name, fname)
+                    self._variable(c, fname)
                 elif c.tag == "DW_TAG_lexical_block":
                     walk(c)
         walk(d)
 
 
-def _member_offset(v):
-    if isinstance(v, int):
-        return v
-    # DWARF 2 location expression: DW_OP_plus_uconst ULEB128
-    if isinstance(v, list) and v and v[0] == 0x23:
-        n = 0
-        shift = 0
-        for b in v[1:]:
-            n |= (b & 0x7f) << shift
-            shift += 7
-            if not b & 0x80:
-                break
-        return n
-    return 0
+class _ObjectReader(_Reader):
+    """Defined functions (signature, the types they use) and variables of
+    static storage of a relocatable object, each with its file:line."""
 
+    def __init__(self, info, dwarf):
+        super().__init__(dwarf, info.types, info.base_types)
+        self.info = info
+
+    def start_cu(self):
+        info = self.info
+        info.cu_name = info.cu_name or self.cu_name
+        info.comp_dir = info.comp_dir or self.comp_dir
+
+    def _origin(self, d):
+        """The DIE carrying name/type: through DW_AT_specification and
+        DW_AT_abstract_origin."""
+        seen = 0
+        while seen < 4:
+            at = d.attributes
+            nxt = None
+            for a in ("DW_AT_abstract_origin", "DW_AT_specification"):
+                if a in at:
+                    nxt = self.dies.get(self.ref(d, a))
+                    break
+            if nxt is None:
+                return d
+            d = nxt
+            seen += 1
+        return d
+
+    def variable(self, d, func=None):
+        at = d.attributes
+        loc = at.get("DW_AT_location")
+        if loc is None:
+            return None
+        v = loc.value
+        # static storage: DW_OP_addr, DW_OP_addrx (DWARF 5), DW_OP_GNU_addr_index;
+        # thread-local: ... DW_OP_form_tls_address / DW_OP_GNU_push_tls_address
+        if not isinstance(v, list) or not v:
+            return None
+        if v[0] not in (0x03, 0xa1, 0xfb) and v[-1] not in (0x9b, 0xe0):
+            return None
+        o = self._origin(d)
+        oa = o.attributes
+        if "DW_AT_name" not in oa or oa.get("DW_AT_artificial"):
+            return None
+        name = _str(oa["DW_AT_name"].value)
+        ext = bool(oa.get("DW_AT_external") and oa["DW_AT_external"].value)
+        ty = self.type_at(self.ref(o))
+        key = name if func is None else "%s/%s" % (func, name)
+        var = ObjectVariable(name, key, self.decl(o) or self.decl(d), ty, ext, func)
+        self.info.vars[key] = var
+        return var
+
+    def function(self, d):
+        at = d.attributes
+        o = self._origin(d)
+        oa = o.attributes
+        if "DW_AT_name" not in oa:
+            return
+        name = _str(oa["DW_AT_name"].value)
+        defined = "DW_AT_low_pc" in at or "DW_AT_ranges" in at
+        if not defined:
+            # an abstract instance (inlined everywhere): its static locals
+            # live here
+            if "DW_AT_inline" in at:
+                self._statics_of(d, name)
+            return
+        f = self.info.funcs.get(name)
+        if f is None:
+            f = self.info.funcs[name] = Function(name)
+        f.defined = True
+        f.decl = self.decl(o) or self.decl(d)
+        f.external = bool(oa.get("DW_AT_external") and oa["DW_AT_external"].value)
+        f.ret = self.type_at(self.ref(o)) if "DW_AT_type" in oa else VOID
+        params = []
+        variadic = False
+        for c in o.iter_children():
+            if c.tag == "DW_TAG_formal_parameter":
+                ca = c.attributes
+                params.append((_str(ca["DW_AT_name"].value) if "DW_AT_name" in ca else None,
+                               self.type_at(self.ref(c))))
+            elif c.tag == "DW_TAG_unspecified_parameters":
+                variadic = True
+        f.params, f.variadic = params, variadic
+        uses = f.uses
+        uses.add(f.ret)
+        uses.update(t for _n, t in params)
+
+        def walk(die, own, depth=0):
+            for c in die.iter_children():
+                tag = c.tag
+                if tag in ("DW_TAG_variable", "DW_TAG_formal_parameter"):
+                    oc = self._origin(c)
+                    if "DW_AT_type" in oc.attributes:
+                        uses.add(self.type_at(self.ref(oc)))
+                    if tag == "DW_TAG_variable" and own:
+                        self.variable(c, name)
+                elif tag == "DW_TAG_lexical_block" and depth < 64:
+                    walk(c, own, depth + 1)
+                elif tag == "DW_TAG_inlined_subroutine" and depth < 64:
+                    walk(c, False, depth + 1)
+        walk(d, True)
+        if o is not d:
+            walk(o, True)
+
+    def _statics_of(self, die, fname, depth=0):
+        for c in die.iter_children():
+            if c.tag == "DW_TAG_variable":
+                self.variable(c, fname)
+            elif c.tag == "DW_TAG_lexical_block" and depth < 64:
+                self._statics_of(c, fname, depth + 1)
+
+
+# ---------------------------------------------------------------------------
+# Program images
+# ---------------------------------------------------------------------------
 
 def _build_id(elf):
     for sec in elf.iter_sections():
@@ -617,7 +894,7 @@ def load_image(path, need_annotations=True, skip_cu=None):
                              "with moltcc --molt-program and keep it unstripped" % path)
         try:
             dw = elf.get_dwarf_info()
-            r = _Reader(im, dw)
+            r = _ImageReader(im, dw)
             for cu in dw.iter_CUs():
                 top = cu.get_top_DIE()
                 nm = top.attributes.get("DW_AT_name")
@@ -628,3 +905,145 @@ def load_image(path, need_annotations=True, skip_cu=None):
             raise ImageError("%s: cannot read its DWARF: %s" % (path, e))
         im.has_dwarf = True
     return im
+
+
+# ---------------------------------------------------------------------------
+# Relocatable objects: their debug sections relocated quickly
+# ---------------------------------------------------------------------------
+#
+# pyelftools applies .rela.debug_* itself, but finds the relocation section
+# of every debug section by parsing every section header with `construct`:
+# with -ffunction-sections (thousands of sections) that costs more than
+# reading the DWARF.  The object's headers, symbols and .rela.debug_* are
+# read here with struct and applied to the section data before pyelftools
+# parses it (x86-64 ELF64 little-endian; anything else: pyelftools' own way).
+
+def _raw_debug_relocs(raw):
+    """{section name: (section index, [(offset, type, value, addend)])} for
+    the relocations of non-allocated sections, plus {name: index} of all
+    sections; None when the file is not an x86-64 ELF64 LE relocatable."""
+    if raw[:4] != b"\x7fELF" or raw[4] != 2 or raw[5] != 1:
+        return None
+    (e_type, e_machine, _v, _e, _ph, shoff, _f, _eh, _pe, _pn, shentsize, shnum,
+     shstrndx) = struct.unpack_from("<HHIQQQIHHHHHH", raw, 16)
+    if e_type != 1 or e_machine != 62 or shoff == 0:
+        return None
+    first = struct.unpack_from("<IIQQQQIIQQ", raw, shoff)
+    if shnum == 0:
+        shnum = first[5]
+    if shstrndx == 0xffff:
+        shstrndx = first[6]
+    hdrs = [struct.unpack_from("<IIQQQQIIQQ", raw, shoff + i * shentsize) for i in range(shnum)]
+    st = hdrs[shstrndx]
+    shstr = raw[st[4]:st[4] + st[5]]
+
+    def name(off):
+        e = shstr.find(b"\0", off)
+        return shstr[off:e].decode("utf-8", "surrogateescape")
+
+    names = {}
+    for i, h in enumerate(hdrs):
+        names.setdefault(name(h[0]), i)
+    symvals = None
+    out = {}
+    for i, (nm, typ, flags, _a, off, size, link, info, _al, _es) in enumerate(hdrs):
+        if typ != 4 or info >= shnum or hdrs[info][2] & 2:      # SHT_RELA of a non-alloc section
+            continue
+        if symvals is None:
+            sh = hdrs[link]
+            symvals = [v for (_n, _i, _o, _x, v, _s) in
+                       struct.iter_unpack("<IBBHQQ", raw[sh[4]:sh[4] + sh[5]])]
+        rel = [(o, inf & 0xffffffff, symvals[inf >> 32] if (inf >> 32) < len(symvals) else 0, a)
+               for o, inf, a in struct.iter_unpack("<QQq", raw[off:off + size])]
+        out[name(hdrs[info][0])] = (info, rel)
+    return out, names
+
+
+def _apply(data, rel):
+    buf = bytearray(data)
+    for o, typ, sv, a in rel:
+        if typ in (1, 17, 24):                 # R_X86_64_64, DTPOFF64, PC64 (no PC in .o debug)
+            struct.pack_into("<Q", buf, o, (sv + a - (o if typ == 24 else 0)) & 0xffffffffffffffff)
+        elif typ in (10, 11, 21, 2):           # _32, _32S, DTPOFF32, PC32
+            struct.pack_into("<I", buf, o, (sv + a - (o if typ == 2 else 0)) & 0xffffffff)
+        elif typ != 0:
+            return None                        # unknown: let pyelftools do it
+    return bytes(buf)
+
+
+if HAVE_ELFTOOLS:
+    from io import BytesIO
+
+    class _ObjELF(ELFFile):
+        """ELFFile whose debug sections are relocated by _apply."""
+
+        def __init__(self, stream, raw):
+            super().__init__(stream)
+            got = _raw_debug_relocs(raw)
+            self._molt_rel = None
+            if got is not None:
+                self._molt_rel, names = got
+                if getattr(self, "_section_name_map", "missing") is None:
+                    self._section_name_map = names
+
+        def _read_dwarf_section(self, section, relocate_dwarf_sections):
+            if not relocate_dwarf_sections or self._molt_rel is None:
+                return super()._read_dwarf_section(section, relocate_dwarf_sections)
+            desc = super()._read_dwarf_section(section, False)
+            r = self._molt_rel.get(section.name)
+            if r is None:
+                return desc
+            data = _apply(desc.stream.getvalue(), r[1])
+            if data is None:
+                return super()._read_dwarf_section(section, True)
+            return desc._replace(stream=BytesIO(data))
+
+
+_cache = {}
+
+
+def load_debug(path):
+    """DebugInfo of an object (cached by path, size, mtime).  DebugError when
+    it cannot be read or has no DWARF."""
+    if not HAVE_ELFTOOLS:
+        raise DebugError("reading debug information needs pyelftools (apt-get install python3-pyelftools)")
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise DebugError("cannot read %s: %s" % (path, e.strerror))
+    k = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    got = _cache.get(k)
+    if got is not None:
+        return got
+    info = DebugInfo(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+            f.seek(0)
+            elf = _ObjELF(f, raw)
+            if not elf.has_dwarf_info() or elf.get_section_by_name(".debug_info") is None:
+                raise DebugError("%s has no DWARF debug information (compile with -g)" % path)
+            dw = elf.get_dwarf_info()
+            r = _ObjectReader(info, dw)
+            for cu in dw.iter_CUs():
+                r.read_cu(cu)
+    except (ELFError, DWARFError) as e:
+        raise DebugError("%s: cannot read its DWARF: %s" % (path, e))
+    if len(_cache) > 16:
+        _cache.clear()
+    _cache[k] = info
+    return info
+
+
+def decl_locations(path):
+    """{name: (file, line)} of the functions and file-scope variables defined
+    in the object (function-scope statics as 'f/x')."""
+    info = load_debug(path)
+    out = {}
+    for n, v in info.vars.items():
+        if v.decl:
+            out[n] = v.decl
+    for n, f in info.funcs.items():
+        if f.decl:
+            out[n] = f.decl
+    return out

@@ -6,7 +6,7 @@ build -- function by function and data object by data object, and says what
 a hot patch has to carry.  The objects are built with `-ffunction-sections
 -fdata-sections -g -c` (woven by moltcc or plain C; gcc or clang; any -O;
 -fPIC or not).  Only the Python standard library is used for the ELF part;
-file:line of items comes from DWARF through typecheck (pyelftools).
+file:line of items comes from DWARF through moltcc.dwarf (pyelftools).
 
 API
 ---
@@ -1085,7 +1085,7 @@ def compare_objects(orig_o, new_o, remapped_o=None, updatable=None, target_has=N
     where_new, where_orig = ({}, {})
     if locate:
         try:
-            from .typecheck import decl_locations
+            from ..dwarf import decl_locations
             where_new = decl_locations(new_o)
             where_orig = decl_locations(orig_o)
         except Exception as e:              # pragma: no cover - DWARF problems are not fatal here
