@@ -215,6 +215,24 @@ def _func_refs(f):
     return out
 
 
+def _type_users(info):
+    """({logical function name: the named types its parameters, return value
+    and locals mention}, {variable key: the named types its type mentions})
+    of one build, without moltcc's generated functions and variables."""
+    funcs = {}
+    for n, f in info.funcs.items():
+        ln = _logical(n)
+        if ln is not None:
+            funcs.setdefault(ln, set()).update(_func_refs(f))
+    variables = {}
+    for k, v in info.vars.items():
+        if not _is_generated_var(v):
+            refs = set()
+            _named_refs(v.type, refs)
+            variables[k] = refs
+    return funcs, variables
+
+
 def _logical(name):
     """'f__molt_v0' -> 'f'; generated functions -> None."""
     if name.endswith("__molt_dispatch") or name.startswith("molt__"):
@@ -477,33 +495,9 @@ def check_types(orig_o, new_o, shipped_functions=(), comparison=None, target_has
     ogr = _type_graph(old)
     ngr = _type_graph(new)
 
-    # live users (orig) and shipped users (new) of every type, lazily
-    ofuncs = {}
-    for n, f in old.funcs.items():
-        ln = _logical(n)
-        if ln is None:
-            continue
-        ofuncs.setdefault(ln, set()).update(_func_refs(f))
-    nfuncs = {}
-    for n, f in new.funcs.items():
-        ln = _logical(n)
-        if ln is None:
-            continue
-        nfuncs.setdefault(ln, set()).update(_func_refs(f))
-    ovars = {}
-    for k, v in old.vars.items():
-        if _is_generated_var(v):
-            continue
-        s = set()
-        _named_refs(v.type, s)
-        ovars[k] = s
-    nvars = {}
-    for k, v in new.vars.items():
-        if _is_generated_var(v):
-            continue
-        s = set()
-        _named_refs(v.type, s)
-        nvars[k] = s
+    # live users (orig) and shipped users (new) of every type
+    ofuncs, ovars = _type_users(old)
+    nfuncs, nvars = _type_users(new)
 
     # -- named types --------------------------------------------------------
     changed_types = []
