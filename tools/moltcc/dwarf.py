@@ -23,7 +23,7 @@ that is the type of a member is 'struct {parent.member}'; any other
 'struct {anon@FILE:OFFSET}'.  Struct, union, enum and typedef types are
 shared across compilation units by canonical name (the first complete
 definition wins), base types by name, size and encoding.  An enum's target
-is its integer type.
+is its integer type; an array of unknown size (`int a[]`, a VLA) has size 0.
 """
 import json
 import os
@@ -377,8 +377,7 @@ class _Reader:
         for d in self.dies.values():
             if d.tag == "DW_TAG_typedef" and "DW_AT_type" in d.attributes and "DW_AT_name" in d.attributes:
                 tgt = self.dies.get(self.ref(d))
-                if tgt is not None and "DW_AT_name" not in tgt.attributes and tgt.tag in (
-                        "DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_enumeration_type"):
+                if tgt is not None and "DW_AT_name" not in tgt.attributes and tgt.tag in _AGGREGATES:
                     self.anon_names.setdefault(tgt.offset, _str(d.attributes["DW_AT_name"].value))
         self.start_cu()
         for d in top.iter_children():
