@@ -82,3 +82,32 @@ class PatchPlan:
             if not fn.static:
                 self.global_roles[fn.name] = role
         return fns
+
+
+# ---------------------------------------------------------------------------
+# Roles decided by the patch pipeline (patch/pipeline.py, a patch from a fix)
+# ---------------------------------------------------------------------------
+
+ROLES = ("pfn", "copy", "import", "removed")
+
+
+def assign_roles(plan, unit, role_of):
+    """Like PatchPlan.decide, but every function's role comes from the
+    pipeline: role_of(fn) -> 'pfn' (changed, replaced in place), 'copy'
+    (compiled into the patch: new, private copy), 'import' (the program's
+    unchanged function: its definition becomes a prototype and references
+    reach the program's instance) or 'removed' (left out, nothing uses it).
+    Returns the unit's functions, each analysed, with .role set."""
+    fns = unit.functions()
+    for fn in fns:
+        unit.analyse(fn)
+        refuse_naked_conflicts(fn)
+        if fn.body is None:
+            continue
+        role = role_of(fn)
+        assert role in ROLES, role
+        fn.role = role
+        plan.roles[fn.usr] = role
+        if not fn.static:
+            plan.global_roles[fn.name] = role
+    return fns

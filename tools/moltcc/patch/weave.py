@@ -9,6 +9,8 @@ and every reference to an object of the running program becomes
 `(*(__typeof__(x) *)molt__imp_x)`, where `static void *molt__imp_x` is filled
 by the runtime from a molt__import record before the patch is switched in.
 """
+import re
+
 import clang.cindex as ci
 
 from ..elf import FUNC_SYMTYPES, VAR_SYMTYPES
@@ -115,6 +117,8 @@ class PatchWeaver(Weaver):
             if getattr(fn, "role", None) == "removed":
                 rw.remove(fn.ext_start, fn.ext_end)
                 self.dropped.append((fn.ext_start, fn.ext_end))
+            elif getattr(fn, "role", None) == "import":
+                self._import_definition(fn)
 
         # Hoisted statics of new versions: imported when the target has them
         # (same name in the program build: molt__<func>__<var>).
@@ -387,6 +391,8 @@ class PatchWeaver(Weaver):
         serve __typeof__ now, so they become extern declarations."""
         u, rw = self.u, self.rw
         imported = {(i.symbol) for i in self.imports.values() if i.is_func and i.tu}
+        imported |= {r.spelling for r in self.u.top if r.kind == CK.FUNCTION_DECL
+                     and self.plan.roles.get(r.get_usr()) == "import"}
         replaced = {n for n, tu, _ in self.pfns if tu}
         for c in u.top:
             if c.kind != CK.FUNCTION_DECL or c.is_definition():
@@ -399,6 +405,39 @@ class PatchWeaver(Weaver):
             st = [t for t in toks if t.spelling == "static"]
             if st:
                 rw.replace(st[0].start, st[0].end, "extern")
+
+
+    # -- role 'import' (patch from a fix: patch/pipeline.py) ------------------------
+    _DIRECTIVE = re.compile(rb"^[ \t]*#[ \t]*(define|undef|if|ifdef|ifndef|elif|else|endif)\b")
+
+    def _import_definition(self, fn):
+        """The program's unchanged function: its definition becomes a
+        prototype (none when a declaration precedes it, so -Wredundant-decls
+        stays quiet), for __typeof__ in the import expressions that replace
+        every reference.  Macro definitions and conditionals inside it are
+        kept; the text after it stays on its own lines."""
+        u, rw = self.u, self.rw
+        proto = ""
+        if not fn.has_prior_decl:
+            if fn.plain:
+                proto = self.header_variant(fn, fn.name, storage="extern" if fn.static else None)
+            else:
+                ret, decl, _, _ = self.macro_signature(fn)
+                proto = "%s__typeof__(%s) %s(%s)" % ("extern " if fn.static else "", ret,
+                                                     fn.name, decl)
+            proto += ";"
+        directives = []
+        cont = False
+        lines = u.data[fn.ext_start:fn.ext_end].split(b"\n")
+        for i, ln in enumerate(lines):
+            if cont or (i > 0 and self._DIRECTIVE.match(ln)):
+                directives.append(ln.decode("utf-8", "surrogateescape"))
+                cont = ln.rstrip(b"\r").endswith(b"\\")
+        text = proto
+        if directives:
+            text += "\n" + "\n".join(directives)
+        rw.replace(fn.ext_start, fn.ext_end, text + self.resume(fn.end_line, fn.end_col))
+        self.dropped.append((fn.ext_start, fn.ext_end))
 
 
 def patch_header_source(patch_id, description):
