@@ -204,15 +204,24 @@ def test_patch_id_option_and_no_molt_sections_in_program_style(prog):
 
 def test_patch_from_two_sources(prog):
     t = prog
+    # other_helper is not updatable and other files call it: a changed
+    # other_helper cannot be carried (main.c's live code would keep calling
+    # the old one), so the patch is refused
     t.write("v2/other.c", PROG_OTHER.replace("x * 2", "x * 3").replace("x - 1", "x - 7"))
+    r = t.moltcc("--molt-patch", "--molt-target", "./prog", "-o", "both.so",
+                 "v2/main.c", "v2/other.c")
+    assert r.rc == 1 and re.search(r"moltcc: error: v2/other\.c:\d+: other_helper: not updatable "
+                                   r"and has external linkage", r.err), r
+    assert not os.path.exists(t.path("both.so"))
+    t.write("v3/other.c", PROG_OTHER.replace("x * 2", "x * 3"))
     t.moltcc("--molt-patch", "--molt-target", "./prog", "-o", "both.so",
-             "v2/main.c", "v2/other.c").ok()
+             "v2/main.c", "v3/other.c").ok()
     e = Elf(t.path("both.so"))
     pfns = {p["name"]: p["tu"] for p in e.patch_fns()}
     assert pfns == {"step": "main.c", "report": None, "handle": None, "other_fn": None}
     imps = {(i["name"], i["tu"]) for i in e.imports()}
-    # other_helper is now defined in the patch sources: a private copy, not an import
-    assert ("other_helper", None) not in imps
+    # the unchanged other_helper is the program's
+    assert ("other_helper", None) in imps
     assert ("other_fn", None) in imps              # handle's call: the stable entry
 
 
@@ -224,7 +233,8 @@ def test_patch_errors(prog):
     assert r.rc == 1 and r.err.startswith("moltcc: error: --molt-patch needs --molt-target")
     t.write("v2/none.c", "int unrelated(int x) { return x; }\n")
     r = t.moltcc("--molt-patch", "--molt-target", "./prog", "-o", "x.so", "v2/none.c")
-    assert r.rc == 1 and "moltcc: error: no updatable function of ./prog in v2/none.c" in r.err
+    assert r.rc == 1 and "moltcc: error: v2/none.c is not the new version of a file ./prog " \
+        "was built from" in r.err
     assert not os.path.exists(t.path("x.so"))
     shutil.copy(t.path("prog"), t.path("stripped"))
     t.run(["strip", "stripped"]).ok()
@@ -240,13 +250,14 @@ def test_patch_errors(prog):
 
 
 def test_static_matched_by_file_name(prog):
-    # a static function is found by the basename of its file
+    # a new source is the new version of the program's file with its name
+    # (statics are found by file name): another name is refused
     t = prog
     t.write("renamed/main2.c", PATCH_MAIN)
-    r = t.moltcc("--molt-patch", "--molt-target", "./prog", "-o", "r.so", "renamed/main2.c").ok()
-    assert "'step' is marked updatable but ./prog has no updatable function 'step' in main2.c" in r.err
-    pfns = {p["name"] for p in Elf(t.path("r.so")).patch_fns()}
-    assert pfns == {"report", "handle"}
+    r = t.moltcc("--molt-patch", "--molt-target", "./prog", "-o", "r.so", "renamed/main2.c")
+    assert r.rc == 1 and "renamed/main2.c is not the new version of a file ./prog was built " \
+        "from" in r.err, r
+    assert not os.path.exists(t.path("r.so"))
 
 
 def test_updatable_in_target_without_markers(tool, needs_stamp):
@@ -258,8 +269,9 @@ def test_updatable_in_target_without_markers(tool, needs_stamp):
                          "int main(void) { return g(0) - 1; }\n")
     tool.moltcc("--molt-patch", "--molt-target", "prog", "-o", "p.so", "v2/a.c").ok()
     e = Elf(tool.path("p.so"))
-    assert {(p["name"], p["tu"]) for p in e.patch_fns()} == {("s", "a.c"), ("g", None)}
-    assert {(i["name"], i["tu"]) for i in e.imports()} == {("s", "a.c")}
+    # only what changed: g calls s through its stable entry and stays as it is
+    assert {(p["name"], p["tu"]) for p in e.patch_fns()} == {("s", "a.c")}
+    assert {(i["name"], i["tu"]) for i in e.imports()} == set()
 
 
 def test_macro_references_and_thread_locals(tool, needs_stamp):
@@ -281,7 +293,7 @@ MOLT_UPDATABLE int f(void) { int r = BUMP(); return r; }
     assert {(i["name"], i["tu"]) for i in Elf(tool.path("p.so")).imports()} == {("level", "m.c")}
     tool.write("v3/m.c", """#include <molt.h>
 static __thread int tls_count;
-MOLT_UPDATABLE int t(void) { return tls_count++; }
+MOLT_UPDATABLE int t(void) { return tls_count += 2; }
 """)
     r = tool.moltcc("--molt-patch", "--molt-target", "prog", "-o", "q.so", "v3/m.c")
     assert r.rc == 1 and "thread-local" in r.err and r.err.startswith("moltcc: error: v3/m.c:3:")

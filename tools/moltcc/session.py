@@ -66,6 +66,7 @@ class Workdir:
             sys.stderr.write("%s: generated sources kept in %s\n" % (PROG, self.path))
         else:
             shutil.rmtree(self.path, ignore_errors=True)
+        self.path = None            # finished once (a mode may finish on several paths)
 
 
 class Session:

@@ -163,6 +163,7 @@ class Fix:
         self.strips = {}            # diff name -> strip level used
         self.notes = []
         self.how = how              # provenance: what the fix was made from
+        self.given = {}             # rel -> the new file as the user named it (old form)
 
     def abspath(self, rel):
         return os.path.join(self.root, rel) if self.root != "/" else "/" + rel
@@ -435,7 +436,7 @@ def fix_from_trees(prog, old, news, source=None):
                         "record); moltcc needs the sources %s was built from as the original"
                         % (os.path.join(fix.source, rel), prog.path,
                            os.path.basename(prog.path), prog.path))
-    fix.how = "files %s" % " ".join(sorted(fix.changed()))
+    fix.how = "tree %s and %s" % (old, " ".join(news))
     return fix
 
 
@@ -465,18 +466,19 @@ def fix_from_new_files(prog, news):
         if os.path.realpath(full) == os.path.realpath(match):
             raise Fatal("%s is the file %s was built from, not a new version of it; give the "
                         "fix as --molt-diff, or the new file elsewhere" % (n, prog.path))
-        pairs[match] = full
+        pairs[match] = (full, n)
     root = os.path.commonpath([os.path.dirname(m) for m in pairs])
     fix = Fix(root, root, "files")
-    for ab, full in sorted(pairs.items()):
+    for ab, (full, given) in sorted(pairs.items()):
         rel = _rel(ab, root)
+        fix.given[rel] = given
         f = fix.files[rel] = ChangedFile(rel)
         f.orig, f.new = _read(ab), _read(full)
         if f.orig is None or sha256_bytes(f.orig) not in prog.hashes[ab]:
             raise Fatal("%s changed since %s was built (its sha256 differs from %s's compile "
                         "record); moltcc needs the original beside the new version"
                         % (ab, prog.path, os.path.basename(prog.path)))
-    fix.how = "files %s" % " ".join(sorted(fix.changed()))
+    fix.how = "new files %s" % " ".join(news)
     return fix
 
 
