@@ -6,6 +6,9 @@
 #   patchbuild_fix      the compile record of program builds (test_record_*)
 #                       and a fix as changed files, affected TUs and build
 #                       trees (test_fix_*), with real make, diff, git, compiles
+#   patchbuild_corpus   patches built from fixes (test_corpus_*): small real
+#                       programs changed one way, patched while they run with
+#                       molt apply, or refused
 #   by hand:  MOLT_BUILD_DIR=build python3 -m pytest -q tests/patchbuild
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_FOUND AND NOT MOLT_SANITIZE)
@@ -17,6 +20,9 @@ if(Python3_FOUND AND NOT MOLT_SANITIZE)
     COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${MOLT_COMPARE_TESTS})
   add_test(NAME patchbuild_fix
     COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${MOLT_FIX_TESTS})
-  set_tests_properties(patchbuild_compare patchbuild_fix PROPERTIES TIMEOUT 900
+  file(GLOB MOLT_CORPUS_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_corpus_*.py)
+  add_test(NAME patchbuild_corpus
+    COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${MOLT_CORPUS_TESTS})
+  set_tests_properties(patchbuild_compare patchbuild_fix patchbuild_corpus PROPERTIES TIMEOUT 900
     LABELS "patchbuild;moltcc" ENVIRONMENT "MOLT_BUILD_DIR=${CMAKE_BINARY_DIR}")
 endif()

@@ -16,7 +16,9 @@ known to be harmless:
 Harmless uses -- the pointer cannot be kept by the time the use is over:
 an argument of a call to a function declared in a system header (except
 those that keep pointers: atexit, signal, pthread_create, setvbuf, openlog
-...), a comparison or truth value, a dereference, subscript or member
+...) or to a function of the same file whose body uses that parameter only
+in harmless ways (checked the same way, through the calls it makes), a
+comparison or truth value, a dereference, subscript or member
 access, `sizeof`, the initializer of a local array (copied), the value of
 an expression statement.  Anything else (stored, returned, passed to a
 function of the program or of the patch, put into an initializer) is a
@@ -178,6 +180,8 @@ def find_escapes(unit, functions, is_patch_function, is_patch_object, display=No
                     continue
                 if op in _ASSIGNMENTS and len(kids) == 2 and kids[1] == child:
                     return False, "is stored by '%s'" % op
+                if op == "=" and kids and kids[0] == child:
+                    return True, None           # overwritten
                 return False, "is used by '%s'" % (op or "an operator")
             if p.kind == CK.UNARY_OPERATOR:
                 op = _unary_operator(p)
@@ -200,6 +204,10 @@ def find_escapes(unit, functions, is_patch_function, is_patch_object, display=No
                     return True, None
                 if callee.spelling in POINTER_KEEPERS:
                     return False, "is passed to '%s', which keeps it" % callee.spelling
+                arg = [k.hash for k in kids[1:]].index(child.hash) if child.hash in \
+                    [k.hash for k in kids[1:]] else None
+                if arg is not None and not param_escapes(callee, arg):
+                    return True, None
                 return False, "is passed to '%s'" % callee.spelling
             if p.kind == CK.VAR_DECL:
                 if _is_local_array(p):
@@ -215,6 +223,48 @@ def find_escapes(unit, functions, is_patch_function, is_patch_object, display=No
                 return False, "is put into an initializer"
             return False, "is used as a value"
         return True, None
+
+    escapes_memo = {}
+
+    def param_escapes(callee, index):
+        """Whether a function of this file may keep its parameter `index`
+        beyond the call: its body uses it in a way that is not harmless
+        (as above, recursively through the calls it makes).  A function
+        defined elsewhere may keep anything; a cycle counts as harmless
+        (any other use in it is checked on its own)."""
+        d = callee.get_definition()
+        if d is None or not unit.in_main(d):
+            return True
+        params = [a for a in d.get_arguments()]
+        if index >= len(params):
+            return True                         # a variadic argument
+        key = (d.hash, index)
+        if key in escapes_memo:
+            return escapes_memo[key]
+        escapes_memo[key] = False               # in progress
+        target = params[index].hash
+        body = [ch for ch in d.get_children() if ch.kind == CK.COMPOUND_STMT]
+        found = False
+
+        def walk(stack):
+            nonlocal found
+            c = stack[-1]
+            if found:
+                return
+            if c.kind == CK.DECL_REF_EXPR and c.referenced is not None and \
+                    c.referenced.hash == target:
+                safe, _ = consumer(stack, len(stack) - 1)
+                if not safe:
+                    found = True
+                    return
+            for ch in c.get_children():
+                stack.append(ch)
+                walk(stack)
+                stack.pop()
+        for b in body:
+            walk([d, b])
+        escapes_memo[key] = found
+        return found
 
     def direct_call(stack, i):
         j, child = i - 1, stack[i]

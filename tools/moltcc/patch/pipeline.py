@@ -60,9 +60,14 @@ from . import source as fixsource
 COMPARE_FLAGS = ["-ffunction-sections", "-fdata-sections", "-g"]
 GCC_COMPARE_FLAGS = ["-fno-eliminate-unused-debug-types"]
 # Patches keep only what their new versions need of a whole file, so
-# "unused" warnings there are expected, not the user's problem.
+# "unused" warnings there are expected, not the user's problem; and the
+# declarations the generator writes for the program's objects repeat those
+# of the user's headers.  The user's warnings (and -Werror) are enforced on
+# the new version's own build (the "new" comparison build, with the
+# recorded flags), so these are warnings about moltcc's rewriting only.
 PATCH_CFLAGS = ["-fPIC", "-fvisibility=hidden", "-DMOLT__NO_AUTO_REGISTER",
-                "-Wno-unused-function", "-Wno-unused-variable", "-Wno-unused-const-variable"]
+                "-Wno-unused-function", "-Wno-unused-variable", "-Wno-unused-const-variable",
+                "-Wno-redundant-decls"]
 
 WAY_FORWARD = ("a hot patch keeps every live object and every caller as they are: carry an added "
                "field as shadow data (docs/guide.md, \"Adding a field: shadow data\"), or change "
@@ -740,14 +745,12 @@ class Pipeline:
                     out[key].append({"name": f.name, "file": t.rel, "tu": t.tu, "static": f.static,
                                      "where": self.where(f.where, t.rel), "reason": f.reason})
             for f in cmp.private_copies:
+                reason = f.reason
+                if f.name in t.carried:
+                    reason = "signature changed: a new private function, all its callers replaced"
                 out["private_copies"].append({"name": f.name, "file": t.rel, "tu": t.tu,
-                                              "static": f.static, "reason": f.reason,
+                                              "static": f.static, "reason": reason,
                                               "where": self.where(f.where, t.rel)})
-            for name in t.carried:
-                out["private_copies"].append({"name": name, "file": t.rel, "tu": t.tu,
-                                              "static": True, "where": t.rel,
-                                              "reason": "signature changed: a new private "
-                                                        "function, all callers shipped"})
             from .objdiff import source_name
             orig_funcs = t.orig_names or {source_name(k) for k in cmp.orig_references}
             for f in cmp.new_functions:
