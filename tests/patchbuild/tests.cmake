@@ -2,7 +2,8 @@
 # sanitizer, so a sanitized tree would only repeat the same compiles):
 #   patchbuild_compare  the object comparison (moltcc.patch.objdiff) and the
 #                       DWARF checks (moltcc.patch.typecheck) on small C files
-#                       compiled for real with gcc and clang-14
+#                       compiled for real with gcc and clang-14; lifetimes
+#                       (moltcc.patch.lifetime) on a source read by libclang
 #   patchbuild_fix      the compile record of program builds (test_record_*)
 #                       and a fix as changed files, affected TUs and build
 #                       trees (test_fix_*), with real make, diff, git, compiles
@@ -13,7 +14,8 @@
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_FOUND AND NOT MOLT_SANITIZE)
   file(GLOB MOLT_COMPARE_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_objdiff*.py
-                               ${CMAKE_CURRENT_LIST_DIR}/test_typecheck*.py)
+                               ${CMAKE_CURRENT_LIST_DIR}/test_typecheck*.py
+                               ${CMAKE_CURRENT_LIST_DIR}/test_lifetime*.py)
   file(GLOB MOLT_FIX_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_fix_*.py
                            ${CMAKE_CURRENT_LIST_DIR}/test_record_*.py)
   add_test(NAME patchbuild_compare

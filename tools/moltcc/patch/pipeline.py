@@ -805,10 +805,16 @@ class Pipeline:
         for d in it["not_shipped"]:
             lines.append("  %s: affected by %s, but none of its code changed" % (
                 d["file"], ", ".join(d["because"])))
-        for e in self.pinned:
+        shown = 3           # the rest is in --molt-report
+        for e in self.pinned[:shown]:
             lines.append("  kept loaded (pinned): %s" % e)
-        for e in self.address_taken:
-            lines.append("  address taken: %s" % e)
+        if len(self.pinned) > shown:
+            lines.append("  kept loaded (pinned): ... and %d more reasons%s" % (
+                len(self.pinned) - shown, "" if self.opts.report else " (--molt-report FILE lists them)"))
+        taken = sorted({e.what for e in self.address_taken})
+        if taken:
+            lines.append("  new functions whose address is taken: %s" % ", ".join(
+                w.split("'")[1] for w in taken))
         for n in self.notes():
             lines.append("  note: %s" % n)
         sys.stderr.write("\n".join(lines) + "\n")
