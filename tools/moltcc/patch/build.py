@@ -96,13 +96,13 @@ def build_patch_from_fix(s):
         raise Fatal("target %s does not exist" % target)
     if not s.cmd.output:
         raise Fatal("--molt-patch needs -o PATCH.so")
-    others = [x for x in s.cmd.inputs if x.lang != "c"]
+    # the old form may add objects and archives to the patch's link; with
+    # --molt-orig the inputs are the new files and trees
+    others = [] if opts.diff or opts.orig is not None else \
+        [x for x in s.cmd.inputs if x.lang != "c"]
     for x in others:
         if x.lang not in ("object",):
             raise Fatal("%s: only C sources, objects and archives can go into a patch" % x.path)
-        if opts.diff or opts.orig is not None:
-            raise Fatal("%s: objects and archives go into a patch only with its new source files "
-                        "(not with --molt-diff or --molt-orig)" % x.path)
     symtab = read_target(target)
     try:
         prog, fix, builds = prepare_fix(s)

@@ -772,8 +772,10 @@ class Pipeline:
                 out["not_shipped"].append({"file": t.rel, "because": list(t.b.because)})
         return out
 
-    def notes(self):
-        out = list(self.fix.notes)
+    def notes(self, with_fix=True):
+        """The notes of the run (with_fix: also the fix's own, which
+        prepare_fix printed already)."""
+        out = list(self.fix.notes) if with_fix else []
         for t in self.tus:
             out += t.notes
             if t.comparison is not None:
@@ -815,7 +817,7 @@ class Pipeline:
         if taken:
             lines.append("  new functions whose address is taken: %s" % ", ".join(
                 w.split("'")[1] for w in taken))
-        for n in self.notes():
+        for n in self.notes(with_fix=False):
             lines.append("  note: %s" % n)
         sys.stderr.write("\n".join(lines) + "\n")
 
