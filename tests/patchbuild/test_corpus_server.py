@@ -177,6 +177,21 @@ static void *serve(void *arg)
     return NULL;
 }
 
+static void accept_loop(int s)
+{
+    for (;;) {
+        pthread_t t;
+        int c = accept(s, NULL, NULL);
+        if (c < 0)
+            continue;
+        if (pthread_create(&t, NULL, serve, (void *)(long)c) != 0) {
+            close(c);
+            continue;
+        }
+        pthread_detach(t);
+    }
+}
+
 int main(int argc, char **argv)
 {
     struct sockaddr_un addr;
@@ -194,17 +209,8 @@ int main(int argc, char **argv)
         return 3;
     if (rename(tmp, argv[1]) != 0)
         return 4;
-    for (;;) {
-        pthread_t t;
-        int c = accept(s, NULL, NULL);
-        if (c < 0)
-            continue;
-        if (pthread_create(&t, NULL, serve, (void *)(long)c) != 0) {
-            close(c);
-            continue;
-        }
-        pthread_detach(t);
-    }
+    accept_loop(s);
+    return 0;
 }
 """
 
@@ -370,6 +376,18 @@ def test_line_numbers_only(srv):
     assert r.rc == 1 and not os.path.exists(out), r
     assert "moltcc: error: nothing to patch" in r.err and "cmd_line" in r.err, r.err
     assert data["status"] == "nothing" and [f["name"] for f in data["line_only"]] == ["cmd_line"]
+
+
+def test_endless_loop_is_noted(srv):
+    # the accept loop never returns: the patch builds, and says that the
+    # thread inside it keeps the old code
+    r, data, out = srv.patch([srv.git_diff({"server.c": [("if (c < 0)\n            continue;",
+                                                          "if (c < 0) {\n            usleep(1000);\n"
+                                                          "            continue;\n        }")]})])
+    ok_patch(r, out)
+    assert [(f["name"], f["file"]) for f in data["replaced"]] == [("accept_loop", "server.c")]
+    assert "note: server.c:%d: 'accept_loop' runs a loop that never exits" % (
+        SERVER_C[:SERVER_C.index("static void accept_loop")].count("\n") + 1) in r.err, r.err
 
 
 def test_changed_initializer_is_refused(srv):

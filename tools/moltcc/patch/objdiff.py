@@ -378,6 +378,10 @@ _ARTIFACT_RE = re.compile(
     r"|(?:CSWTCH|C|__func__|__FUNCTION__|__PRETTY_FUNCTION__|__compound_literal"
     r"|compound_literal)\.\d+"
     r"|switch\.table\..*|reltable\..*|__const\..*|.*\.compoundliteral(?:\.\d+)?)$")
+# The constructors and destructors sanitizers and coverage add to every
+# object (gcc: _sub_I_00099_0, clang: asan.module_ctor): not the user's code;
+# they change whenever the object's globals do.
+_INSTRUMENTATION_RE = re.compile(r"^(_sub_[ID]_\d+_\d+|[a-z]+\.module_[cd]tor)$")
 _CLONE_KINDS = ("cold", "part", "isra", "constprop", "lto_priv", "localalias", "clone",
                 "specialized")
 MOLT_SECTIONS = ("molt_fns", "molt_pfns", "molt_imports", ".molt")
@@ -504,7 +508,7 @@ class ObjModel:
             sn = u.sec.name
             if u.kind == "func":
                 if sn == ".text.molt_entries" or u.name.endswith("__molt_dispatch") \
-                        or u.name.startswith("molt__"):
+                        or u.name.startswith("molt__") or _INSTRUMENTATION_RE.match(u.name):
                     u.generated = True
             elif u.name.endswith("__molt_desc") or sn in MOLT_SECTIONS or sn.startswith(".molt"):
                 u.generated = True

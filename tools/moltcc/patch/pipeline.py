@@ -170,9 +170,6 @@ class TU:
                     return self.given + text[len(name):]
         return text
 
-    def role_names(self, role):
-        return sorted(n for n, r in self.roles.items() if r == role)
-
 
 def _words(comp, path):
     return ["-x", comp.lang, path, "-x", "none"] if comp.lang else [path]
@@ -542,6 +539,19 @@ class Pipeline:
         t.fns = fns
         return plan
 
+    def endless(self, t):
+        """Notes for replaced functions that run a loop with no way out: a
+        thread already inside one never reaches the new version."""
+        u = t.variants["new"].unit
+        for fn in t.fns:
+            if getattr(fn, "role", None) != "pfn":
+                continue
+            line = endless_loop(u, fn.body)
+            if line:
+                t.notes.append("%s: '%s' runs a loop that never exits (line %d): a thread "
+                               "already inside it keeps running the old code; only new calls "
+                               "run the new one" % (t.shown(fn.loc), fn.name, line))
+
     def lifetimes(self, t, plan):
         from .lifetime import find_escapes
         u = t.variants["new"].unit
@@ -629,6 +639,7 @@ class Pipeline:
             return self.nothing()
         for t in shipping:
             self.lifetimes(t, plans[t.rel])
+            self.endless(t)
         t0 = time.time()
         sources = {}
         for t in shipping:
@@ -846,6 +857,60 @@ class Pipeline:
         with open(path, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True, default=str)
             f.write("\n")
+
+
+_LOOPS = (CK.FOR_STMT, CK.WHILE_STMT, CK.DO_STMT)
+
+
+def endless_loop(u, body):
+    """The line of a loop in `body` that nothing leaves -- `for (;;)`,
+    `while (1)`, `do ... while (1)` with no break of its own, no return and
+    no goto inside -- or None."""
+    for c in body.walk_preorder():
+        if c.kind not in _LOOPS or not _always_true(u, c):
+            continue
+        if not _exits(c, top=True):
+            return c.location.line
+    return None
+
+
+def _always_true(u, loop):
+    toks = [t.spelling for t in loop.get_tokens()]
+    forever = (["while", "(", "1", ")"], ["while", "(", "true", ")"])
+    if loop.kind == CK.FOR_STMT:
+        depth = 0
+        for i, t in enumerate(toks[1:], 1):      # the first ';' of the header
+            depth += t in ("(", "[", "{")
+            depth -= t in (")", "]", "}")
+            if t == ";" and depth == 1:
+                return i + 1 < len(toks) and toks[i + 1] == ";"
+        return False
+    if loop.kind == CK.WHILE_STMT:
+        return toks[:4] in forever
+    if toks and toks[-1] == ";":
+        toks = toks[:-1]
+    return toks[-4:] in forever
+
+
+def _exits(c, top):
+    """Whether something inside loop c leaves it: a return or goto anywhere,
+    a break that belongs to it (not to an inner loop or switch)."""
+    for ch in c.get_children():
+        if ch.kind in (CK.RETURN_STMT, CK.GOTO_STMT, CK.INDIRECT_GOTO_STMT):
+            return True
+        if ch.kind == CK.BREAK_STMT:
+            return True
+        if ch.kind in _LOOPS + (CK.SWITCH_STMT,):
+            if _has(ch, (CK.RETURN_STMT, CK.GOTO_STMT, CK.INDIRECT_GOTO_STMT)):
+                return True
+            continue
+        if _exits(ch, False):
+            return True
+    return False
+
+
+def _has(c, kinds):
+    return any(d.kind in kinds for d in c.walk_preorder())
 
 
 def _list(names, limit=8):
