@@ -637,6 +637,13 @@ class Pipeline:
         shipping = [t for t in self.tus if t.roles and self.ships(t)]
         if not shipping:
             return self.nothing()
+        names = [t.tu for t in shipping]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise Fatal("the fix changes functions of several files named %s (%s); the runtime "
+                        "tells statics apart by file name, so they cannot go into one patch: "
+                        "build one patch per file (a diff of each)" % (
+                            twice[0], ", ".join(t.rel for t in shipping if t.tu == twice[0])))
         for t in shipping:
             self.lifetimes(t, plans[t.rel])
             self.endless(t)
