@@ -49,6 +49,16 @@ int shipped(int *v, size_t n)
 }
 
 const char *version(void) { return counter ? "v2" : "v1"; }
+
+void locals(int k)
+{
+    const char *msg = "printed later";
+    const char *kept = "kept later";
+    const char *p;
+    p = k ? "chosen" : "other";
+    printf("%s %s\n", msg, p);
+    last = kept;
+}
 """
 
 
@@ -112,3 +122,11 @@ def test_returned_literal(escapes):
         "src/t.c:%d: string literal \"v2\" is returned (in 'version')" % line_of('"v2"'),
         "src/t.c:%d: string literal \"v1\" is returned (in 'version')" % line_of('"v2"')]
     assert e.reasons == [str(x) for x in e.pinned]
+
+
+def test_locals_are_followed(escapes):
+    # a literal put into a local pointer counts by what the local is used for
+    e = escapes("locals")
+    assert [str(x) for x in e.pinned] == [
+        "src/t.c:%d: string literal \"kept later\" initializes 'kept' (in 'locals')"
+        % line_of('"kept later"')]

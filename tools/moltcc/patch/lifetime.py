@@ -20,7 +20,8 @@ those that keep pointers: atexit, signal, pthread_create, setvbuf, openlog
 in harmless ways (checked the same way, through the calls it makes), a
 comparison or truth value, a dereference, subscript or member
 access, `sizeof`, the initializer of a local array (copied), the value of
-an expression statement.  Anything else (stored, returned, passed to a
+an expression statement, and a local variable (or parameter) it is put
+into whose every use is harmless in turn.  Anything else (stored, returned, passed to a
 function of the program or of the patch, put into an initializer) is a
 reason to keep the patch loaded for good: the patch is built *pinned* and
 each reason is one line, `file:line: what how (in 'f')`.
@@ -129,6 +130,12 @@ def _callee_decl(call):
     return None
 
 
+def _is_automatic(var):
+    parent = var.semantic_parent
+    return parent is not None and parent.kind == CK.FUNCTION_DECL and \
+        var.storage_class not in (SC.STATIC, SC.EXTERN)
+
+
 def _is_local_array(var):
     parent = var.semantic_parent
     if parent is None or parent.kind != CK.FUNCTION_DECL:
@@ -179,9 +186,12 @@ def find_escapes(unit, functions, is_patch_function, is_patch_object, display=No
                     child, j = p, j - 1
                     continue
                 if op in _ASSIGNMENTS and len(kids) == 2 and kids[1] == child:
+                    v = local_pointer(kids[0])
+                    if op == "=" and v is not None and not var_escapes(stack[0], v):
+                        return True, None       # a local whose every use is harmless
                     return False, "is stored by '%s'" % op
-                if op == "=" and kids and kids[0] == child:
-                    return True, None           # overwritten
+                if op in _ASSIGNMENTS and kids and kids[0] == child:
+                    return True, None           # overwritten (its uses are checked)
                 return False, "is used by '%s'" % (op or "an operator")
             if p.kind == CK.UNARY_OPERATOR:
                 op = _unary_operator(p)
@@ -200,7 +210,9 @@ def find_escapes(unit, functions, is_patch_function, is_patch_object, display=No
                 callee = _callee_decl(p)
                 if callee is None:
                     return False, "is passed to a call through a pointer"
-                if in_system_header(callee.location) and callee.spelling not in POINTER_KEEPERS:
+                system = in_system_header(callee.location) or \
+                    callee.spelling.startswith("__builtin")      # _FORTIFY_SOURCE's wrappers
+                if system and callee.spelling not in POINTER_KEEPERS:
                     return True, None
                 if callee.spelling in POINTER_KEEPERS:
                     return False, "is passed to '%s', which keeps it" % callee.spelling
@@ -212,6 +224,8 @@ def find_escapes(unit, functions, is_patch_function, is_patch_object, display=No
             if p.kind == CK.VAR_DECL:
                 if _is_local_array(p):
                     return True, None           # copied into the local array
+                if _is_automatic(p) and not var_escapes(stack[0], p):
+                    return True, None           # a local whose every use is harmless
                 return False, "initializes '%s'" % p.spelling
             if p.kind == CK.RETURN_STMT:
                 return False, "is returned"
@@ -228,22 +242,28 @@ def find_escapes(unit, functions, is_patch_function, is_patch_object, display=No
 
     def param_escapes(callee, index):
         """Whether a function of this file may keep its parameter `index`
-        beyond the call: its body uses it in a way that is not harmless
-        (as above, recursively through the calls it makes).  A function
-        defined elsewhere may keep anything; a cycle counts as harmless
-        (any other use in it is checked on its own)."""
+        beyond the call (see var_escapes).  A function defined elsewhere
+        may keep anything."""
         d = callee.get_definition()
         if d is None or not unit.in_main(d):
             return True
         params = [a for a in d.get_arguments()]
         if index >= len(params):
             return True                         # a variadic argument
-        key = (d.hash, index)
+        return var_escapes(d, params[index])
+
+    def var_escapes(func, var):
+        """Whether the pointer held by a parameter or automatic local `var`
+        of `func` may be kept: some use of it in the body is not harmless
+        (as above, recursively through the variables and same-file calls it
+        reaches).  A cycle counts as harmless (every other use in it is
+        checked on its own)."""
+        key = (func.hash, var.hash)
         if key in escapes_memo:
             return escapes_memo[key]
         escapes_memo[key] = False               # in progress
-        target = params[index].hash
-        body = [ch for ch in d.get_children() if ch.kind == CK.COMPOUND_STMT]
+        target = var.hash
+        body = [ch for ch in func.get_children() if ch.kind == CK.COMPOUND_STMT]
         found = False
 
         def walk(stack):
@@ -262,9 +282,26 @@ def find_escapes(unit, functions, is_patch_function, is_patch_object, display=No
                 walk(stack)
                 stack.pop()
         for b in body:
-            walk([d, b])
+            walk([func, b])
         escapes_memo[key] = found
         return found
+
+    def local_pointer(c):
+        """The automatic local (or parameter) a cursor names, through casts
+        and parentheses, or None."""
+        while c.kind in _TRANSPARENT:
+            sub = list(c.get_children())
+            if len(sub) != 1:
+                return None
+            c = sub[0]
+        if c.kind != CK.DECL_REF_EXPR or c.referenced is None:
+            return None
+        v = c.referenced
+        if v.kind == CK.PARM_DECL:
+            return v
+        if v.kind == CK.VAR_DECL and _is_automatic(v) and not _is_local_array(v):
+            return v
+        return None
 
     def direct_call(stack, i):
         j, child = i - 1, stack[i]

@@ -162,12 +162,14 @@ class TU:
         self.patch_object = None
 
     def shown(self, text):
-        """A message about this TU's source with the file named as the user
-        gave it (the old form names the new file on the command line)."""
-        if self.given:
-            for name in (self.b.record.file, self.rel):
-                if text.startswith(name + ":"):
-                    return self.given + text[len(name):]
+        """A message that starts with this TU's source as libclang named it
+        (its recorded name) with the file named as the user knows it: as
+        given on the command line (the old form), else relative to the
+        source root (as in the diff)."""
+        name = self.given or self.rel
+        for old in (self.b.record.file, self.rel):
+            if text.startswith(old + ":"):
+                return name + text[len(old):]
         return text
 
 
@@ -213,23 +215,29 @@ class Pipeline:
         self.times = {}
 
     # -- paths ------------------------------------------------------------------
-    def show_path(self, path):
+    def show_path(self, path, t=None):
         """A file of the build as the user knows it: relative to the source
-        root when under it."""
+        root when under it (a relative name is taken from t's compile
+        directory, as in its DWARF); t's own source as the user gave it."""
         if not path:
             return path
         root = self.fix.root
-        for top in [v.comp.mirror for t in self.tus for v in t.variants.values() if v.comp.mirror]:
+        for top in [v.comp.mirror for u in self.tus for v in u.variants.values() if v.comp.mirror]:
             if path.startswith(top + "/"):
                 path = path[len(top):]
+        if t is not None and not os.path.isabs(path):
+            path = os.path.normpath(os.path.join(t.b.record.directory, path))
         if os.path.isabs(path) and root != "/" and path.startswith(root + "/"):
-            return path[len(root) + 1:]
+            path = path[len(root) + 1:]
+        if t is not None and t.given and path == t.rel:
+            return t.given
         return path
 
-    def where(self, w, fallback):
+    def where(self, w, t):
+        """'file:line' of a (file, line) of t's builds, else t's file."""
         if not w:
-            return fallback
-        return "%s:%s" % (self.show_path(w[0]), w[1])
+            return t.given or t.rel
+        return "%s:%s" % (self.show_path(w[0], t), w[1])
 
     # -- 1. builds ----------------------------------------------------------------
     def remap_tree(self):
@@ -420,11 +428,10 @@ class Pipeline:
 
     def collect_refusals(self, t):
         for r in t.check.refusals:
-            w = self.where(r.where, t.rel)
             msg = "%s: %s" % (r.name, r.what)
             if r.users:
                 msg += "; used by live code: " + _list(r.users)
-            t.refusals.append((t.shown(w + ":")[:-1], msg))
+            t.refusals.append((self.where(r.where, t), msg))
 
     # -- 4. roles ---------------------------------------------------------------------
     def decide_roles(self, t):
@@ -578,7 +585,10 @@ class Pipeline:
             return not tgt.has_variable(tu, v.spelling, v.linkage == ci.LinkageKind.INTERNAL)
 
         t.escapes = find_escapes(u, shipped, is_patch_function, is_patch_object,
-                                 display=self.show_path)
+                                 display=lambda f: self.show_path(f, t))
+        for e in t.escapes.pinned + t.escapes.address_taken:
+            if e.where[0] == u.display:
+                e.where = (t.given or t.rel, e.where[1])
 
     # -- 6. generation --------------------------------------------------------------
     def weave_patch(self, t, plan):
@@ -706,7 +716,7 @@ class Pipeline:
         return 1
 
     def nothing(self):
-        line_only = ["%s (%s)" % (f.name, self.where(f.where, t.rel))
+        line_only = ["%s (%s)" % (f.name, self.where(f.where, t))
                      for t in self.tus if t.comparison for f in t.comparison.line_only]
         why = []
         if line_only:
@@ -761,14 +771,14 @@ class Pipeline:
             for key, items in (("replaced", cmp.replaced), ("line_only", cmp.line_only)):
                 for f in items:
                     out[key].append({"name": f.name, "file": t.rel, "tu": t.tu, "static": f.static,
-                                     "where": self.where(f.where, t.rel), "reason": f.reason})
+                                     "where": self.where(f.where, t), "reason": f.reason})
             for f in cmp.private_copies:
                 reason = f.reason
                 if f.name in t.carried:
                     reason = "signature changed: a new private function, all its callers replaced"
                 out["private_copies"].append({"name": f.name, "file": t.rel, "tu": t.tu,
                                               "static": f.static, "reason": reason,
-                                              "where": self.where(f.where, t.rel)})
+                                              "where": self.where(f.where, t)})
             from .objdiff import source_name
             orig_funcs = t.orig_names or {source_name(k) for k in cmp.orig_references}
             for f in cmp.new_functions:
@@ -776,16 +786,16 @@ class Pipeline:
                     if t.roles.get(f.source) == "copy" and f.name == f.source:
                         out["private_copies"].append({
                             "name": f.name, "file": t.rel, "tu": t.tu, "static": f.static,
-                            "where": self.where(f.where, t.rel),
+                            "where": self.where(f.where, t),
                             "reason": "changed; the running program has no copy of it "
                                       "(inlined there)"})
                     continue        # else a compiler clone of an existing function
                 out["new_functions"].append({"name": f.name, "file": t.rel, "tu": t.tu,
                                              "static": f.static,
-                                             "where": self.where(f.where, t.rel)})
+                                             "where": self.where(f.where, t)})
             for d in cmp.new_data:
                 out["new_data"].append({"name": d.name, "file": t.rel, "tu": t.tu,
-                                        "where": self.where(d.where, t.rel), "reason": d.reason})
+                                        "where": self.where(d.where, t), "reason": d.reason})
             if not shipped:
                 out["not_shipped"].append({"file": t.rel, "because": list(t.b.because)})
         return out
