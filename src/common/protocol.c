@@ -464,11 +464,23 @@ static int wait_fd(int fd, short events, uint64_t deadline_ns) {
   }
 }
 
-int molt__proto_read_full(int fd, void *buf, size_t n, uint64_t deadline_ns,
-                          size_t *got) {
+/* Whether the guard (if any) lets us touch fd. */
+static bool guard_ok(const molt__io_guard *g) {
+  if (g == NULL || g->ours(g->arg))
+    return true;
+  errno = EBADF;
+  return false;
+}
+
+static int read_full(int fd, void *buf, size_t n, uint64_t deadline_ns, size_t *got,
+                     const molt__io_guard *guard) {
   size_t done = 0;
   int rc = 0;
   while (done < n) {
+    if (!guard_ok(guard)) {
+      rc = MOLT_EIO;
+      break;
+    }
     /* MSG_DONTWAIT: a blocking recv could outlive the deadline. */
     ssize_t k = recv(fd, (char *)buf + done, n - done, MSG_DONTWAIT);
     if (k > 0) {
@@ -493,9 +505,17 @@ int molt__proto_read_full(int fd, void *buf, size_t n, uint64_t deadline_ns,
   return rc;
 }
 
-int molt__proto_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ns) {
+int molt__proto_read_full(int fd, void *buf, size_t n, uint64_t deadline_ns,
+                          size_t *got) {
+  return read_full(fd, buf, n, deadline_ns, got, NULL);
+}
+
+int molt__proto_write_full_guarded(int fd, const void *buf, size_t n,
+                                   uint64_t deadline_ns, const molt__io_guard *guard) {
   size_t done = 0;
   while (done < n) {
+    if (!guard_ok(guard))
+      return MOLT_EIO;
     /* MSG_NOSIGNAL: a client that went away must not kill the host process
      * with SIGPIPE; MSG_DONTWAIT: the deadline rules, not the socket. */
     ssize_t k = send(fd, (const char *)buf + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -514,6 +534,10 @@ int molt__proto_write_full(int fd, const void *buf, size_t n, uint64_t deadline_
   return 0;
 }
 
+int molt__proto_write_full(int fd, const void *buf, size_t n, uint64_t deadline_ns) {
+  return molt__proto_write_full_guarded(fd, buf, n, deadline_ns, NULL);
+}
+
 int molt__proto_send(int fd, const molt__frame_hdr *h, const void *payload,
                      uint64_t deadline_ns) {
   unsigned char hdr[MOLT__PROTO_HDR_SIZE];
@@ -526,11 +550,17 @@ int molt__proto_send(int fd, const molt__frame_hdr *h, const void *payload,
 
 int molt__proto_recv(int fd, molt__frame_type type, molt__frame_hdr *h, char **payload,
                      uint64_t deadline_ns, char *err, size_t errlen) {
+  return molt__proto_recv_guarded(fd, type, h, payload, deadline_ns, err, errlen, NULL);
+}
+
+int molt__proto_recv_guarded(int fd, molt__frame_type type, molt__frame_hdr *h,
+                             char **payload, uint64_t deadline_ns, char *err,
+                             size_t errlen, const molt__io_guard *guard) {
   unsigned char hdr[MOLT__PROTO_HDR_SIZE];
   size_t got = 0;
   *payload = NULL;
   memset(h, 0, sizeof *h);
-  int rc = molt__proto_read_full(fd, hdr, sizeof hdr, deadline_ns, &got);
+  int rc = read_full(fd, hdr, sizeof hdr, deadline_ns, &got, guard);
   if (rc == MOLT_EPROTO) {
     if (got == 0) {
       molt__errmsg(err, errlen, "connection closed before a message arrived");
@@ -558,7 +588,7 @@ int molt__proto_recv(int fd, molt__frame_type type, molt__frame_hdr *h, char **p
     molt__errmsg(err, errlen, "out of memory for a %u-byte payload", (unsigned)h->length);
     return MOLT_ENOMEM;
   }
-  rc = molt__proto_read_full(fd, p, h->length, deadline_ns, &got);
+  rc = read_full(fd, p, h->length, deadline_ns, &got, guard);
   if (rc != 0) {
     if (rc == MOLT_EPROTO)
       molt__errmsg(err, errlen, "truncated payload (%zu of %u bytes)", got,

@@ -238,6 +238,18 @@ MOLT__HIDDEN int molt__proto_read_full(int fd, void *buf, size_t n, uint64_t dea
 MOLT__HIDDEN int molt__proto_write_full(int fd, const void *buf, size_t n,
                                         uint64_t deadline_ns);
 
+/* The runtime's check that a descriptor is still its own (the host may
+ * close it and reuse the number: runtime/base/base.h).  The guarded
+ * variants below call ours(arg) before every recv and send and stop with
+ * MOLT_EIO (errno EBADF) when it says no; the plain ones use no guard. */
+typedef struct molt__io_guard {
+  bool (*ours)(const void *arg);
+  const void *arg;
+} molt__io_guard;
+MOLT__HIDDEN int molt__proto_write_full_guarded(int fd, const void *buf, size_t n,
+                                                uint64_t deadline_ns,
+                                                const molt__io_guard *guard);
+
 /* Sends header + payload. */
 MOLT__HIDDEN int molt__proto_send(int fd, const molt__frame_hdr *h, const void *payload,
                                   uint64_t deadline_ns);
@@ -252,6 +264,10 @@ MOLT__HIDDEN int molt__proto_send(int fd, const molt__frame_hdr *h, const void *
 MOLT__HIDDEN int molt__proto_recv(int fd, molt__frame_type type, molt__frame_hdr *h,
                                   char **payload, uint64_t deadline_ns, char *err,
                                   size_t errlen);
+MOLT__HIDDEN int molt__proto_recv_guarded(int fd, molt__frame_type type,
+                                          molt__frame_hdr *h, char **payload,
+                                          uint64_t deadline_ns, char *err, size_t errlen,
+                                          const molt__io_guard *guard);
 
 /* ---- addressing -------------------------------------------------------- */
 

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -259,9 +260,9 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
 
 static int stop_pipe[2];
 
-static void serve_loop(int lfd) {
+static void serve_loop(const molt__fd *lfd) {
   for (;;) {
-    struct pollfd p[2] = {{.fd = lfd, .events = POLLIN},
+    struct pollfd p[2] = {{.fd = lfd->fd, .events = POLLIN},
                           {.fd = stop_pipe[0], .events = POLLIN}};
     if (poll(p, 2, -1) < 0)
       continue;
@@ -273,7 +274,7 @@ static void serve_loop(int lfd) {
 }
 
 static void *server_thread(void *arg) {
-  serve_loop((int)(intptr_t)arg);
+  serve_loop(arg);
   return NULL;
 }
 
@@ -647,8 +648,9 @@ static void test_sizes_and_concurrency(void) {
 
 static void test_second_listener(void) {
   /* our name is taken (by us): a second listener fails cleanly */
-  int fd = molt__control_listen();
-  CHECK(fd < 0 && fd >= MOLT__ERRNO_MIN);
+  molt__fd l;
+  int rc = molt__control_listen(&l);
+  CHECK(rc < 0 && rc >= MOLT__ERRNO_MIN && l.fd == -1);
 }
 
 /* Another uid is refused, the refusal is logged, the message is the one
@@ -714,7 +716,7 @@ static void test_denied(void) {
 
 /* ---- fake process modes ------------------------------------------------- */
 
-static int serve_forever(int lfd) {
+static int serve_forever(const molt__fd *lfd) {
   printf("ready %ld\n", (long)getpid());
   fflush(stdout);
   molt__log(MOLT__EV_START, 0, NULL, "runtime started (fake)");
@@ -732,37 +734,48 @@ static int squat(pid_t victim) {
     perror("squat");
     return 2;
   }
-  return serve_forever(fd);
+  molt__fd l;
+  if (molt__fd_keep(&l, fd) != 0)
+    return 2;
+  return serve_forever(&l);
 }
 
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--serve") == 0) {
-    int lfd = molt__control_listen();
-    if (lfd < 0) {
-      fprintf(stderr, "listen: %s\n", molt_strerror(lfd));
+    molt__fd l;
+    int rc = molt__control_listen(&l);
+    if (rc < 0) {
+      fprintf(stderr, "listen: %s\n", molt_strerror(rc));
       return 2;
     }
-    return serve_forever(lfd);
+    return serve_forever(&l);
   }
   if (argc == 3 && strcmp(argv[1], "--squat") == 0)
     return squat((pid_t)atol(argv[2]));
 
-  int lfd = molt__control_listen();
-  CHECK(lfd >= 0);
+  static molt__fd L;
+  CHECK(molt__control_listen(&L) == 0);
+  int lfd = L.fd;
   if (lfd < 0)
     return 1;
   /* CLOEXEC and non-blocking, as promised */
   int fl = fcntl(lfd, F_GETFD);
   CHECK(fl >= 0 && (fl & FD_CLOEXEC));
   CHECK((fcntl(lfd, F_GETFL) & O_NONBLOCK) != 0);
+  /* out of the small numbers the host uses (base/fd.c): from 7/8 of
+   * min(RLIMIT_NOFILE, 1024) */
+  struct rlimit rl;
+  CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+  rlim_t top = rl.rlim_cur < 1024 ? rl.rlim_cur : 1024;
+  CHECK((rlim_t)lfd >= top - top / 8 && (rlim_t)lfd < top);
   /* serve with nothing pending: returns at once */
   uint64_t t0 = now_ms();
-  molt__control_serve(lfd);
+  molt__control_serve(&L);
   CHECK(now_ms() - t0 < 500);
 
   CHECK(pipe(stop_pipe) == 0);
   pthread_t th;
-  pthread_create(&th, NULL, server_thread, (void *)(intptr_t)lfd);
+  pthread_create(&th, NULL, server_thread, &L);
 
   test_requests();
   test_malformed();
@@ -773,7 +786,7 @@ int main(int argc, char **argv) {
 
   CHECK(write(stop_pipe[1], "x", 1) == 1);
   pthread_join(th, NULL);
-  close(lfd);
+  CHECK(molt__fd_close(&L));
   /* the name is gone with the socket */
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un sa;

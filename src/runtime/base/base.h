@@ -6,11 +6,13 @@
  *   lock.c      the runtime's locks, with a rank each (the table below) and
  *               a check of the order in debug and test builds
  *   state.c     the state lock (molt__rt_lock), the refusing state
- *               (molt__fail), the runtime thread's wake-up (an eventfd),
+ *               (molt__fail), the runtime thread's wake-up (a socket pair),
  *               and the lazy start of the runtime thread in a forked child
  *   log.c       the update log: a ring in memory and an optional file
  *   platform.c  membarrier, thread ids, clocks
  *   file.c      opening update files once, checking them (R7), sealed copies
+ *   fd.c        the runtime's descriptors, checked before every use: the
+ *               host may close them and reuse their numbers
  */
 #ifndef MOLT_BASE_H
 #define MOLT_BASE_H
@@ -19,6 +21,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 #include <time.h>
 
 /* ---- locks (lock.c) -------------------------------------------------------
@@ -85,6 +88,9 @@
   XX(req, "service/request.c",                                                 \
      "the queue of in-process requests -- application threads in molt_apply " \
      "and molt_rollback, the runtime thread; nothing is taken under it")      \
+  XX(wake, "base/state.c",                                                     \
+     "the runtime thread's wake-up descriptors -- anyone waking it; the "      \
+     "runtime thread making new ones; a leaf")                                 \
   XX(log, "base/log.c", "the log ring and the log file -- anyone; a leaf")
 /* clang-format on */
 
@@ -183,12 +189,64 @@ MOLT__HIDDEN pid_t molt__gettid(void);
 MOLT__HIDDEN uint64_t molt__now_ns(void);      /* CLOCK_MONOTONIC */
 MOLT__HIDDEN uint64_t molt__realtime_ns(void); /* CLOCK_REALTIME  */
 
+/* ---- descriptors the host may close (fd.c) --------------------------------
+ *
+ * Programs close descriptors they did not open: daemons close every
+ * inherited one at start-up (closefrom, close_range, a loop up to
+ * sysconf(_SC_OPEN_MAX)), after molt's runtime has started, and then reuse
+ * the numbers for their own sockets and files.  A number alone therefore
+ * never names a runtime descriptor: a molt__fd also remembers which file it
+ * is (device, inode, status flags, a memfd's seals, a socket's own
+ * address), and molt__fd_ours() checks that before every use that could
+ * touch a file of the host (read, write, accept, dlopen through
+ * /proc/self/fd, close).  A descriptor that fails the check is lost: its
+ * number is the host's now and is never used or closed again; its owner
+ * makes a new one.
+ *
+ * The check and the use are two system calls: a host thread that closes a
+ * runtime descriptor and opens a file on the same number in between wins
+ * that race, exactly as it would against any descriptor a library opens
+ * for a moment.  What the check rules out is the lasting danger: a number
+ * the runtime kept for seconds or days and that the host reused meanwhile.
+ *
+ * Not thread-safe by itself: each molt__fd belongs to one thread or lock. */
+typedef struct molt__fd {
+  int fd; /* -1: none */
+  dev_t dev;
+  ino_t ino;
+  int flags;     /* F_GETFL */
+  int seals;     /* F_GET_SEALS, -1 where the file has none (not a memfd) */
+  uint64_t name; /* a socket's own address (getsockname), hashed; else 0 */
+} molt__fd;
+
+#define MOLT__FD_NONE                                                                    \
+  { .fd = -1 }
+
+/* Takes fd over: moves it out of the host's way (to a number near the top
+ * of the first 1024, fd.c says why) and records what file it is.  Returns 0
+ * or a MOLT_E* code (then fd is closed and o is none). */
+MOLT__HIDDEN int molt__fd_keep(molt__fd *o, int fd);
+/* Whether o's number still names the file it was kept with (false for
+ * none). */
+MOLT__HIDDEN bool molt__fd_ours(const molt__fd *o);
+/* Closes o's number if it is still ours, never the host's; o becomes none.
+ * Returns false if the descriptor had been lost. */
+MOLT__HIDDEN bool molt__fd_close(molt__fd *o);
+/* o becomes none without closing anything (a lost descriptor). */
+MOLT__HIDDEN void molt__fd_forget(molt__fd *o);
+/* "/proc/self/fd/<n>" for o's number, if o is still ours: 0, or MOLT_EIO. */
+MOLT__HIDDEN int molt__fd_path(const molt__fd *o, char *buf, size_t len);
+/* The same for dlopen: a name that no loaded object has (o may move to
+ * another number for that, fd.c says why).  0, or MOLT_EIO if o is lost. */
+MOLT__HIDDEN int molt__fd_load_path(molt__fd *o, char *buf, size_t len);
+
 /* ---- file.c ---------------------------------------------------------------*/
 /* Opens `path` once, checks it (regular file, owned by the process owner or
- * root, not writable by group/others: R7) and returns a sealed memfd copy
- * (>= 0) that everything later reads, or a negative MOLT_E* with err set. */
-MOLT__HIDDEN int molt__file_open_checked(const char *path, size_t max_bytes, char *err,
-                                         size_t errlen);
+ * root, not writable by group/others: R7) and keeps a sealed memfd copy in
+ * *out that everything later reads.  Returns 0, or a negative MOLT_E* with
+ * err set. */
+MOLT__HIDDEN int molt__file_open_checked(const char *path, size_t max_bytes,
+                                         molt__fd *out, char *err, size_t errlen);
 
 /* ---- state.c --------------------------------------------------------------*/
 /* molt__rt_lock: the runtime state (modules, generations, entries, objects). */
@@ -205,12 +263,26 @@ MOLT__HIDDEN void molt__fail(const char *fmt, ...) __attribute__((format(printf,
 MOLT__HIDDEN void molt__fail_quiet(const char *reason);
 MOLT__HIDDEN bool molt__refusing(char *reason, size_t len);
 
-/* The runtime thread's wake-up: an eventfd it polls.  molt__wake() may be
- * called from any thread (it is not a cancellation point). */
+/* The runtime thread's wake-up: a connected pair of sockets; it polls the
+ * read end, anyone else writes a byte into the other.  The write end also
+ * trips when the host closes it: the read end sees end-of-file at once
+ * (state.c).  molt__wake() may be called from any thread (it is not a
+ * cancellation point); on the runtime thread it only raises a flag. */
 MOLT__HIDDEN int molt__wake_init(void); /* 0 or MOLT_E* (then refusing) */
-MOLT__HIDDEN int molt__wake_fd(void);   /* -1 if there is none */
 MOLT__HIDDEN void molt__wake(void);
-MOLT__HIDDEN void molt__wake_drain(void);
+/* The runtime thread, once at its start: its own wake-ups need no write. */
+MOLT__HIDDEN void molt__wake_serve_here(void);
+/* Runtime thread: makes sure the pair is the runtime's own and makes a new
+ * one if the host closed or replaced either end (an `info` entry says so).
+ * Returns the read end to poll, or -1 if there is none right now (then
+ * poll with a timeout and call again). */
+MOLT__HIDDEN int molt__wake_keep(void);
+/* Runtime thread, after poll: whether someone woke it (revents of the read
+ * end, or the flag of molt__wake on the runtime thread); empties the read
+ * end. */
+MOLT__HIDDEN bool molt__wake_drain(short revents);
+/* Runtime thread: whether a wake-up is pending (then poll must not sleep). */
+MOLT__HIDDEN bool molt__wake_pending(void);
 MOLT__HIDDEN void molt__wake_after_fork_child(void);
 
 /* In a forked child the runtime thread is started lazily: the fork handler

@@ -50,48 +50,65 @@ static int check_file(int fd, const char *path, char *err, size_t errlen) {
  * file were loaded twice, the mapping could outlive the first load's
  * /proc/self/fd/N name, and a later file opened on a reused fd number N
  * would be handed that stale mapping.  A fresh inode per load makes every
- * load's mapping its own, and the seals make the copy immutable. */
-static int private_copy(int fd, const char *path, size_t max_bytes, char *err,
-                        size_t errlen) {
+ * load's mapping its own, and the seals make the copy immutable.
+ *
+ * Both descriptors are the runtime's for a moment only, but the host may
+ * close them meanwhile (base.h): each read and write checks its
+ * descriptor first. */
+static int private_copy(const molt__fd *f, const char *path, size_t max_bytes,
+                        molt__fd *out, char *err, size_t errlen) {
   struct stat st;
-  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size > max_bytes) {
+  if (fstat(f->fd, &st) != 0 || (uint64_t)st.st_size > max_bytes) { /* f: just checked */
     molt__errmsg(err, errlen, "%s is larger than %zu MiB: refusing to load it", path,
                  max_bytes >> 20);
     return MOLT_EINVAL;
   }
   const char *base = strrchr(path, '/');
   int mfd = memfd_create(base ? base + 1 : path, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (mfd < 0) {
-    int e = errno;
-    molt__errmsg(err, errlen, "cannot create a memfd: %s", strerror(e));
-    return molt__from_errno(e);
+  molt__fd m;
+  int rc = mfd < 0 ? molt__from_errno(errno) : molt__fd_keep(&m, mfd);
+  if (rc < 0) {
+    molt__errmsg(err, errlen, "cannot create a memfd: %s", molt_strerror(rc));
+    return rc;
   }
   char buf[65536];
   off_t off = 0;
   for (;;) {
-    ssize_t n = pread(fd, buf, sizeof buf, off);
+    if (!molt__fd_ours(f) || !molt__fd_ours(&m)) {
+      molt__errmsg(err, errlen, "cannot copy %s: the process closed the descriptor",
+                   path);
+      molt__fd_close(&m);
+      return MOLT_EIO;
+    }
+    ssize_t n = pread(f->fd, buf, sizeof buf, off);
     if (n == 0)
       break;
     if (n < 0 && errno == EINTR)
       continue;
-    if (n < 0 || write(mfd, buf, (size_t)n) != n || (uint64_t)(off += n) > max_bytes) {
+    if (n < 0 || write(m.fd, buf, (size_t)n) != n || (uint64_t)(off += n) > max_bytes) {
       molt__errmsg(err, errlen, "cannot copy %s: %s", path,
                    n < 0 ? strerror(errno) : "short write or file grew");
-      close(mfd);
+      molt__fd_close(&m);
       return MOLT_EIO;
     }
   }
-  if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) !=
-      0) {
+  if (!molt__fd_ours(&m) ||
+      fcntl(m.fd, F_ADD_SEALS,
+            F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
     molt__errmsg(err, errlen, "cannot seal the copy of %s: %s", path, strerror(errno));
-    close(mfd);
+    molt__fd_close(&m);
     return MOLT_EIO;
   }
-  return mfd;
+  /* Kept anew: its identity now includes the seals. */
+  rc = molt__fd_keep(out, m.fd);
+  if (rc < 0)
+    molt__errmsg(err, errlen, "cannot keep the copy of %s: %s", path, molt_strerror(rc));
+  return rc;
 }
 
-int molt__file_open_checked(const char *path, size_t max_bytes, char *err,
+int molt__file_open_checked(const char *path, size_t max_bytes, molt__fd *out, char *err,
                             size_t errlen) {
+  *out = (molt__fd)MOLT__FD_NONE;
   if (!path || !*path) {
     molt__errmsg(err, errlen, "no file name given");
     return MOLT_EINVAL;
@@ -102,8 +119,20 @@ int molt__file_open_checked(const char *path, size_t max_bytes, char *err,
     molt__errmsg(err, errlen, "cannot open %s: %s", path, strerror(e));
     return molt__from_errno(e);
   }
-  int rc = check_file(ffd, path, err, errlen);
-  int fd = rc < 0 ? rc : private_copy(ffd, path, max_bytes, err, errlen);
-  close(ffd);
-  return fd;
+  molt__fd f;
+  int rc = molt__fd_keep(&f, ffd);
+  if (rc < 0) {
+    molt__errmsg(err, errlen, "cannot open %s: %s", path, molt_strerror(rc));
+    return rc;
+  }
+  if (molt__fd_ours(&f)) {
+    rc = check_file(f.fd, path, err, errlen);
+  } else {
+    molt__errmsg(err, errlen, "cannot check %s: the process closed the descriptor", path);
+    rc = MOLT_EIO;
+  }
+  if (rc == 0)
+    rc = private_copy(&f, path, max_bytes, out, err, errlen);
+  molt__fd_close(&f);
+  return rc;
 }

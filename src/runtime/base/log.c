@@ -1,11 +1,18 @@
 /* The update log (guarantee H11): a fixed ring in memory, read by `molt log`, and
  * optionally a file named by $MOLT_LOG_FILE.  Never stdout/stderr (R3).
  *
+ * The file's descriptor is checked before every write (base.h, "descriptors
+ * the host may close"): if the host closed it, possibly reusing the number,
+ * the file is opened again by its name (O_APPEND) and an `info` entry says
+ * so; no line ever goes to the host's descriptor.
+ *
  * Lock: log_lock is a leaf (nothing is called while holding it). */
 #include "base/base.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +32,10 @@ typedef struct entry {
 static molt__lock log_lock = MOLT__LOCK_INIT(log);
 static entry ring[RING];
 static uint64_t next_seq = 1;
-static int log_fd = -1;
+static molt__fd log_fd = MOLT__FD_NONE;
+/* $MOLT_LOG_FILE as the process started ("" = none): the environment may
+ * change later, the file to reopen may not. */
+static char log_path[PATH_MAX];
 
 static const char *const names[] = {
 #define MOLT__EV_NAME(NAME, name) [MOLT__EV_##NAME] = name,
@@ -39,16 +49,77 @@ const char *molt__event_name(molt__event ev) {
   return "?";
 }
 
+/* Opens the log file (log_lock held). */
+static void open_file_locked(void) {
+  int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd >= 0)
+    (void)molt__fd_keep(&log_fd, fd);
+}
+
 void molt__log_init(void) {
   const char *path = getenv("MOLT_LOG_FILE");
   molt__lock_acquire(&log_lock);
-  if (log_fd >= 0) {
-    close(log_fd);
-    log_fd = -1;
+  molt__fd_close(&log_fd);
+  log_path[0] = '\0';
+  if (path && *path && strlen(path) < sizeof log_path) {
+    strcpy(log_path, path);
+    open_file_locked();
   }
-  if (path && *path)
-    log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   molt__lock_release(&log_lock);
+}
+
+/* One line of the file (log_lock held, log_fd checked). */
+static void write_locked(const entry *e) {
+  char line[768];
+  int n = snprintf(line, sizeof line,
+                   "%" PRIu64 " %" PRIu64 ".%06" PRIu64 " pid=%d %s gen=%" PRIu64
+                   " patch=%s %s\n",
+                   e->seq, e->time_ns / 1000000000u, (e->time_ns / 1000u) % 1000000u,
+                   (int)getpid(), molt__event_name(e->ev), e->gen, e->patch, e->msg);
+  if (n > 0) {
+    /* A failing log file must not disturb the host: result ignored. */
+    ssize_t w =
+        write(log_fd.fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    (void)w;
+  }
+}
+
+/* Numbers e, puts it into the ring and the file (log_lock held). */
+static void append_locked(entry *e) {
+  if (log_path[0] && !molt__fd_ours(&log_fd)) {
+    /* Lost (the number is the host's now: never written to again), or an
+     * earlier reopen failed: open the file again.  A loss is an entry of
+     * its own, before the one that found it. */
+    int lost = log_fd.fd;
+    molt__fd_forget(&log_fd);
+    open_file_locked();
+    if (lost >= 0) {
+      entry info;
+      memset(&info, 0, sizeof info);
+      info.seq = next_seq++;
+      info.time_ns = e->time_ns;
+      info.ev = MOLT__EV_INFO;
+      snprintf(info.patch, sizeof info.patch, "-");
+      /* molt__errmsg: a long path is cut, not a warning. */
+      if (log_fd.fd >= 0)
+        molt__errmsg(info.msg, sizeof info.msg,
+                     "the process closed or replaced molt's log file descriptor (fd "
+                     "%d): reopened %s (fd %d)",
+                     lost, log_path, log_fd.fd);
+      else
+        molt__errmsg(info.msg, sizeof info.msg,
+                     "the process closed or replaced molt's log file descriptor (fd "
+                     "%d); cannot reopen %s: %s",
+                     lost, log_path, strerror(errno));
+      ring[info.seq % RING] = info;
+      if (log_fd.fd >= 0)
+        write_locked(&info);
+    }
+  }
+  e->seq = next_seq++;
+  ring[e->seq % RING] = *e;
+  if (log_fd.fd >= 0)
+    write_locked(e);
 }
 
 void molt__log(molt__event ev, uint64_t gen, const char *patch_id, const char *fmt, ...) {
@@ -68,22 +139,7 @@ void molt__log(molt__event ev, uint64_t gen, const char *patch_id, const char *f
   int cancel_state;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
   molt__lock_acquire(&log_lock);
-  e.seq = next_seq++;
-  ring[e.seq % RING] = e;
-  int fd = log_fd;
-  if (fd >= 0) {
-    char line[768];
-    int n = snprintf(line, sizeof line,
-                     "%" PRIu64 " %" PRIu64 ".%06" PRIu64 " pid=%d %s gen=%" PRIu64
-                     " patch=%s %s\n",
-                     e.seq, e.time_ns / 1000000000u, (e.time_ns / 1000u) % 1000000u,
-                     (int)getpid(), molt__event_name(ev), gen, e.patch, e.msg);
-    if (n > 0) {
-      /* A failing log file must not disturb the host: result ignored. */
-      ssize_t w = write(fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-      (void)w;
-    }
-  }
+  append_locked(&e);
   molt__lock_release(&log_lock);
   pthread_setcancelstate(cancel_state, NULL);
 }

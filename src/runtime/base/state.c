@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* ---- the state lock ---------------------------------------------------------*/
@@ -56,42 +56,158 @@ bool molt__refusing(char *reason, size_t len) {
 
 /* ---- wake-up -------------------------------------------------------------------*/
 
-static int wake_fd = -1;
+/* A connected pair of stream sockets: the runtime thread polls `wake_rd`,
+ * other threads write a byte into `wake_wr`.  Sockets, not an eventfd, for
+ * two reasons (base.h, "descriptors the host may close"):
+ *   - each socket has an inode of its own, so molt__fd_ours() can tell
+ *     ours from a socket the host opened on the same number (all eventfds
+ *     share one inode);
+ *   - the write end is a tripwire.  Nothing but the descriptor table holds
+ *     it, so when the host closes it -- and a loop that closes every
+ *     descriptor does -- the read end sees end-of-file at once and wakes
+ *     the runtime thread, which then finds every lost descriptor and makes
+ *     new ones.  No periodic wake-up is needed to notice (the poll holds
+ *     the read end itself, so closing that alone wakes nobody; the next
+ *     write or client connection does, and changes nothing before).
+ * wake_lock covers the pair: a waker checks and writes under it, so the
+ * runtime thread never closes a number a waker is about to write to. */
+static molt__lock wake_lock = MOLT__LOCK_INIT(wake);
+static molt__fd wake_rd = MOLT__FD_NONE, wake_wr = MOLT__FD_NONE;
+static bool wake_broken; /* runtime thread: the read end saw end-of-file */
+/* Raised by every molt__wake() before it writes, taken by the runtime
+ * thread before it polls: on the runtime thread itself it replaces the
+ * write, and it covers a wake-up whose write could not be made (the pair
+ * lost).  Release/acquire orders nothing else -- whatever a wake-up
+ * announces is published under its own lock (requests, generations) -- the
+ * flag only decides whether the runtime thread may sleep; a flag raised
+ * after the runtime thread looked is followed by the write (or shutdown)
+ * that ends its poll. */
+static _Atomic bool wake_pending;
+static __thread bool wake_self __attribute__((tls_model("initial-exec")));
 
-int molt__wake_init(void) {
-  wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd < 0) {
-    int e = errno;
-    molt__fail("cannot create an eventfd: %s", strerror(e));
-    return molt__from_errno(e);
+/* Makes a new pair in rd/wr (wake_lock held, or no other thread).  The
+ * write end is kept first: it takes the lower number, so a loop that
+ * closes from low to high numbers and reaches any of ours trips it. */
+static int wake_make(void) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
+    return molt__from_errno(errno);
+  int rc = molt__fd_keep(&wake_wr, sv[1]);
+  if (rc < 0) {
+    close(sv[0]);
+    return rc;
   }
+  rc = molt__fd_keep(&wake_rd, sv[0]);
+  if (rc < 0) {
+    molt__fd_close(&wake_wr);
+    return rc;
+  }
+  wake_broken = false;
   return 0;
 }
 
-int molt__wake_fd(void) { return wake_fd; }
+int molt__wake_init(void) {
+  molt__lock_acquire(&wake_lock);
+  int rc = wake_make();
+  molt__lock_release(&wake_lock);
+  if (rc < 0)
+    molt__fail("cannot create the runtime thread's wake-up sockets: %s",
+               molt_strerror(rc));
+  return rc;
+}
+
+void molt__wake_serve_here(void) { wake_self = true; }
 
 void molt__wake(void) {
-  if (wake_fd >= 0) {
-    /* Called by application threads (at an update point, at thread exit,
-     * in molt_apply): write() must not make those cancellation points. */
-    int cs;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-    uint64_t one = 1;
-    ssize_t w = write(wake_fd, &one, sizeof one); /* EAGAIN: already woken */
+  atomic_store_explicit(&wake_pending, true, memory_order_release);
+  if (wake_self)
+    return; /* the runtime thread looks at the flag before it sleeps */
+  /* Called by application threads (at an update point, at thread exit,
+   * in molt_apply): send() must not make those cancellation points. */
+  int cs;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+  molt__lock_acquire(&wake_lock);
+  if (molt__fd_ours(&wake_wr)) {
+    /* EAGAIN: full of earlier wake-ups, it is awake anyway. */
+    ssize_t w = send(wake_wr.fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)w;
-    pthread_setcancelstate(cs, NULL);
+  } else if (molt__fd_ours(&wake_rd)) {
+    /* The write end is gone but its file lives on somewhere (else the
+     * read end has seen end-of-file already): shutting the read end down
+     * ends the runtime thread's poll just as well. */
+    shutdown(wake_rd.fd, SHUT_RD);
+  }
+  molt__lock_release(&wake_lock);
+  pthread_setcancelstate(cs, NULL);
+}
+
+int molt__wake_keep(void) {
+  static bool missing; /* runtime thread: lost, new ones not made yet */
+  int lost_rd = -1, lost_wr = -1, rc = 0;
+  molt__lock_acquire(&wake_lock);
+  bool replace =
+      missing || wake_broken || !molt__fd_ours(&wake_rd) || !molt__fd_ours(&wake_wr);
+  if (replace) {
+    lost_rd = wake_rd.fd;
+    lost_wr = wake_wr.fd;
+    /* Whichever end is still ours is closed; a lost one is forgotten: its
+     * number belongs to the host now. */
+    molt__fd_close(&wake_rd);
+    molt__fd_close(&wake_wr);
+    rc = wake_make();
+  }
+  int rd = wake_rd.fd, wr = wake_wr.fd;
+  molt__lock_release(&wake_lock);
+  if (replace) {
+    /* One entry when the loss is found, one when a retry succeeds. */
+    if (rc == 0 && missing)
+      molt__log(MOLT__EV_INFO, 0, NULL, "made new wake-up descriptors (fds %d, %d)", rd,
+                wr);
+    else if (rc == 0)
+      molt__log(MOLT__EV_INFO, 0, NULL,
+                "the process closed or replaced molt's wake-up descriptors (fds %d, "
+                "%d): made new ones (fds %d, %d)",
+                lost_rd, lost_wr, rd, wr);
+    else if (!missing)
+      molt__log(MOLT__EV_INFO, 0, NULL,
+                "the process closed or replaced molt's wake-up descriptors (fds %d, "
+                "%d); cannot make new ones yet (%s): retrying every second",
+                lost_rd, lost_wr, molt_strerror(rc));
+    missing = rc < 0;
+  }
+  return rc == 0 ? rd : -1;
+}
+
+bool molt__wake_pending(void) {
+  return atomic_load_explicit(&wake_pending, memory_order_acquire);
+}
+
+bool molt__wake_drain(short revents) {
+  bool woken = atomic_exchange_explicit(&wake_pending, false, memory_order_acq_rel) ||
+               revents != 0;
+  if (revents == 0 || !molt__fd_ours(&wake_rd))
+    return woken; /* a lost read end: molt__wake_keep replaces it */
+  char buf[256];
+  for (;;) {
+    ssize_t n = recv(wake_rd.fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0)
+      continue;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+      wake_broken = true; /* the write end was closed (or shut down) */
+    if (n < 0 && errno == EINTR)
+      continue;
+    return woken;
   }
 }
 
-void molt__wake_drain(void) {
-  uint64_t v;
-  ssize_t r = read(wake_fd, &v, sizeof v);
-  (void)r;
-}
-
 void molt__wake_after_fork_child(void) {
-  if (wake_fd >= 0)
-    close(wake_fd);
+  /* The parent's pair, if it is still ours: the child must not keep the
+   * parent's write end open (it would blunt the parent's tripwire). */
+  molt__lock_reinit(&wake_lock);
+  molt__fd_close(&wake_rd);
+  molt__fd_close(&wake_wr);
+  atomic_store_explicit(&wake_pending, false, memory_order_relaxed);
+  wake_self = false;
   (void)molt__wake_init();
 }
 

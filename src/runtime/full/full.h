@@ -25,7 +25,6 @@
 typedef struct molt__image {
   void *handle;         /* dlopen handle */
   char *path;           /* as given by the user */
-  int fd;               /* sealed memfd copy it was loaded from */
   uintptr_t base;       /* load bias */
   molt__symtab *symtab; /* its file symbol table (statics included) */
   char build_id[MOLT__BUILD_ID_HEX_MAX + 1];

@@ -74,8 +74,6 @@ void molt__image_close(molt__image *im) {
   if (im->handle)
     dlclose(im->handle);
   molt__symtab_close(im->symtab);
-  if (im->fd >= 0)
-    close(im->fd);
   free(im->ranges);
   free(im->path);
   free(im);
@@ -95,51 +93,53 @@ static void *own_global(const molt__image *im, const char *name, bool *is_func) 
   return (void *)(im->base + v);
 }
 
-int molt__image_open(const char *path, molt__image **out, char *err, size_t errlen) {
-  if (!out)
-    return MOLT_EINVAL;
-  *out = NULL;
+/* Loads the checked copy `file` into im (everything but the program info). */
+static int load_copy(molt__image *im, molt__fd *file, char *err, size_t errlen) {
+  const char *path = im->path;
   char e2[400] = "";
-  int fd = molt__file_open_checked(path, MAX_IMAGE_BYTES, err, errlen);
-  if (fd < 0)
-    return fd;
-  molt__image *im = calloc(1, sizeof *im);
-  if (!im || !(im->path = strdup(path))) {
-    free(im);
-    close(fd);
-    molt__errmsg(err, errlen, "out of memory");
-    return MOLT_ENOMEM;
+  /* The copy is ours for the length of this function only, but the host
+   * may close it meanwhile (base.h): checked before each use. */
+  static const char lost[] = "the process closed molt's copy of %s while it was loaded";
+  if (!molt__fd_ours(file)) {
+    molt__errmsg(err, errlen, lost, path);
+    return MOLT_EIO;
   }
-  im->fd = fd;
-
   /* Headers, segments and dynamic tables are checked before ld.so sees
    * the file, so a malformed one is refused instead of faulting in dlopen. */
-  int rc = molt__elf_check_shared_object(fd, e2, sizeof e2);
+  int rc = molt__elf_check_shared_object(file->fd, e2, sizeof e2);
   if (rc < 0) {
     molt__errmsg(err, errlen, "%s: %s%s", path, e2,
                  rc == MOLT_ENOTPROGRAM ? " (a program image is a shared object built "
                                           "with moltcc --molt-program)"
                                         : "");
-    goto fail;
+    return rc;
   }
-  rc = molt__elf_file_build_id(fd, im->build_id, sizeof im->build_id, e2, sizeof e2);
+  rc =
+      molt__elf_file_build_id(file->fd, im->build_id, sizeof im->build_id, e2, sizeof e2);
   if (rc == MOLT_ENOSYM) {
     im->build_id[0] = '\0'; /* no build-id: cannot be an update's source */
     rc = 0;
   } else if (rc < 0) {
     molt__errmsg(err, errlen, "%s: %s", path, e2);
-    goto fail;
+    return rc;
   }
 
   char p[64];
-  snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+  if (molt__fd_path(file, p, sizeof p) < 0) {
+    molt__errmsg(err, errlen, lost, path);
+    return MOLT_EIO;
+  }
   rc = molt__symtab_open(p, &im->symtab);
   if (rc < 0) {
     molt__errmsg(err, errlen, "cannot read the symbol table of %s: %s", path,
                  molt_strerror(rc));
-    goto fail;
+    return rc;
   }
 
+  if (molt__fd_load_path(file, p, sizeof p) < 0) {
+    molt__errmsg(err, errlen, lost, path);
+    return MOLT_EIO;
+  }
   dlerror();
   im->handle = dlopen(p, RTLD_NOW | RTLD_LOCAL);
   if (!im->handle) {
@@ -147,13 +147,13 @@ int molt__image_open(const char *path, molt__image **out, char *err, size_t errl
     molt__errmsg(err, errlen, "the dynamic loader rejected %s: %s", path,
                  e ? e : "unknown error");
     rc = MOLT_EDLOPEN;
-    goto fail;
+    return rc;
   }
   struct link_map *lm = NULL;
   if (dlinfo(im->handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm) {
     molt__errmsg(err, errlen, "cannot find the load address of %s", path);
     rc = MOLT_EINTERNAL;
-    goto fail;
+    return rc;
   }
   im->base = (uintptr_t)lm->l_addr;
   phdr_ctx pc = {.base = im->base, .name = lm->l_name ? lm->l_name : p, .im = im};
@@ -162,7 +162,7 @@ int molt__image_open(const char *path, molt__image **out, char *err, size_t errl
     molt__errmsg(err, errlen, "cannot find the segments of %s%s", path,
                  pc.rc < 0 ? ": out of memory" : "");
     rc = pc.rc < 0 ? pc.rc : MOLT_EINTERNAL;
-    goto fail;
+    return rc;
   }
 
   bool is_func = false;
@@ -173,20 +173,20 @@ int molt__image_open(const char *path, molt__image **out, char *err, size_t errl
                  "image (build it with moltcc --molt-program)",
                  path);
     rc = MOLT_ENOTPROGRAM;
-    goto fail;
+    return rc;
   }
   unsigned prot = molt__image_prot_at(im, (uintptr_t)info);
   if (!(prot & PF_R) || molt__image_prot_at(im, (uintptr_t)(info + 1) - 1) != prot) {
     molt__errmsg(err, errlen, "%s: molt__program lies outside the loaded segments", path);
     rc = MOLT_ECORRUPT;
-    goto fail;
+    return rc;
   }
   if (info->abi != MOLT__PROGRAM_ABI) {
     molt__errmsg(err, errlen,
                  "%s was built for molt program ABI %u, this runtime speaks %u", path,
                  info->abi, MOLT__PROGRAM_ABI);
     rc = MOLT_EABI;
-    goto fail;
+    return rc;
   }
   void *m = own_global(im, "main", &is_func);
   if (!m || !is_func || !(molt__image_prot_at(im, (uintptr_t)m) & PF_X)) {
@@ -195,17 +195,39 @@ int molt__image_open(const char *path, molt__image **out, char *err, size_t errl
                  "image (build it with moltcc --molt-program)",
                  path);
     rc = MOLT_ENOTPROGRAM;
-    goto fail;
+    return rc;
   }
   im->info = info;
   im->main = (int (*)(int, char **, char **))m;
+  return 0;
+}
+
+int molt__image_open(const char *path, molt__image **out, char *err, size_t errlen) {
+  if (!out)
+    return MOLT_EINVAL;
+  *out = NULL;
+  molt__fd file;
+  int rc = molt__file_open_checked(path, MAX_IMAGE_BYTES, &file, err, errlen);
+  if (rc < 0)
+    return rc;
+  molt__image *im = calloc(1, sizeof *im);
+  if (!im || !(im->path = strdup(path))) {
+    free(im);
+    molt__fd_close(&file);
+    molt__errmsg(err, errlen, "out of memory");
+    return MOLT_ENOMEM;
+  }
+  rc = load_copy(im, &file, err, errlen);
+  /* Not kept: the loader mapped what it needs, nothing reads the copy
+   * again, and a descriptor the runtime does not hold cannot be lost. */
+  molt__fd_close(&file);
+  if (rc < 0) {
+    /* molt__image_close handles a partly built image (NULL handle, symtab). */
+    molt__image_close(im);
+    return rc;
+  }
   *out = im;
   return 0;
-
-fail:
-  /* molt__image_close handles a partly built image (NULL handle, symtab). */
-  molt__image_close(im);
-  return rc;
 }
 
 void *molt__image_sym(const molt__image *im, const char *name, const char *tu) {

@@ -22,7 +22,7 @@ struct molt__object {
   void *handle;                  /* dlopen handle; NULL while not loaded */
   const molt__patch_header *hdr; /* inside the loaded object */
   char *id, *description, *path;
-  int fd;          /* the patch file, opened once (R7); kept for reload */
+  molt__fd file;   /* its sealed copy, made once (R7); kept for reload */
   size_t module;   /* index of the program module it patches */
   uint64_t gen;    /* generation its apply created */
   bool in_history; /* on the rollback stack */

@@ -129,7 +129,11 @@ static int resolve_imports(molt__object *obj, char *err, size_t errlen) {
 /* dlopens obj->fd and validates the header.  No molt__rt_lock held. */
 static int load_handle(molt__object *obj, char *err, size_t errlen) {
   char p[64];
-  snprintf(p, sizeof p, "/proc/self/fd/%d", obj->fd);
+  if (molt__fd_load_path(&obj->file, p, sizeof p) < 0) {
+    molt__errmsg(err, errlen, "the process closed molt's copy of %s while it was loaded",
+                 obj->path);
+    return MOLT_EIO;
+  }
   dlerror();
   void *h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
@@ -191,13 +195,13 @@ static void unload_handle(molt__object *obj) {
 int molt__patch_open(const char *path, molt__object **out, char *err, size_t errlen) {
   /* R7: opened once and checked; everything after this (note, dlopen,
    * rollback reloads) reads the sealed private copy (file.c). */
-  int fd = molt__file_open_checked(path, MAX_PATCH_BYTES, err, errlen);
-  if (fd < 0)
-    return fd;
-  int rc = 0;
+  molt__fd file;
+  int rc = molt__file_open_checked(path, MAX_PATCH_BYTES, &file, err, errlen);
+  if (rc < 0)
+    return rc;
   molt__patch_note note;
   if (rc == 0)
-    rc = molt__elf_read_patch_note(fd, &note, err, errlen);
+    rc = molt__elf_read_patch_note(file.fd, &note, err, errlen);
   size_t module = 0;
   if (rc == 0)
     rc = find_target(&note, &module, err, errlen);
@@ -212,7 +216,7 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
       molt__errmsg(err, errlen, "out of memory");
     } else {
       obj->path = p;
-      obj->fd = fd;
+      obj->file = file;
       obj->module = module;
     }
   }
@@ -241,7 +245,7 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
       free(obj->path);
       free(obj);
     }
-    close(fd);
+    molt__fd_close(&file);
     return rc;
   }
   molt__rt_lock_acquire();
@@ -254,6 +258,14 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
 int molt__patch_reload(molt__object *obj, char *err, size_t errlen) {
   if (obj->handle)
     return 0;
+  if (!molt__fd_ours(&obj->file)) {
+    /* Its number may name another file now: never loaded, never closed. */
+    molt__errmsg(err, errlen,
+                 "the process closed molt's copy of patch %s (%s); rollback is not "
+                 "possible",
+                 obj->id, obj->path);
+    return MOLT_EIO;
+  }
   int rc = load_handle(obj, err, errlen);
   if (rc < 0)
     return rc;
@@ -372,7 +384,7 @@ void molt__object_free_if_unused(molt__object *obj) {
   if (obj->handle || obj->owner.gen_refs || obj->in_history || obj->prev_refs)
     return;
   molt__list_unlink(&objects, &obj->all);
-  close(obj->fd);
+  molt__fd_close(&obj->file); /* unless the host took the number */
   free(obj->by_index);
   free(obj->prev);
   free(obj->id);

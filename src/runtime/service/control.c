@@ -14,6 +14,11 @@
  * one byte a second could stretch a 64 KiB request over hours), and the
  * request is bounded to 64 KiB before anything is allocated.
  *
+ * The host may close any of the runtime's descriptors and reuse the
+ * numbers (base.h, "descriptors the host may close"): the listener is
+ * checked before accept, a client's socket before each recv, send and
+ * socket option, so nothing ever reads or writes a socket of the host.
+ *
  * Like all runtime code this never prints, exits or aborts; failures of a
  * single connection are answered (best effort) and logged, never fatal.
  */
@@ -30,24 +35,35 @@
 
 #define ERRLEN 1024
 
-int molt__control_listen(void) {
+int molt__control_listen(molt__fd *out) {
   /* NONBLOCK on the listener: if a client gives up between the runtime's
    * poll and our accept, accept4 must return EAGAIN rather than block the
    * runtime thread until the next client arrives. */
+  *out = (molt__fd)MOLT__FD_NONE;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0)
     return molt__from_errno(errno);
+  /* Out of the host's way (fd.c) before anything else happens to it. */
+  molt__fd l;
+  int rc = molt__fd_keep(&l, fd);
+  if (rc < 0)
+    return rc;
   struct sockaddr_un sa;
   socklen_t len = molt__proto_sockaddr(getpid(), &sa);
-  if (bind(fd, (struct sockaddr *)&sa, len) < 0 || listen(fd, 16) < 0) {
-    /* EADDRINUSE: another socket already has our name (a squatter, or a
-     * second runtime in this process); both map to a plain I/O error. */
+  if (bind(l.fd, (struct sockaddr *)&sa, len) < 0 || listen(l.fd, 16) < 0) {
+    /* EADDRINUSE: another socket already has our name (a squatter, a
+     * second runtime in this process, or our own old listener that the
+     * host closed while something still holds it); all map to a plain I/O
+     * error. */
     int e = errno;
-    close(fd);
+    molt__fd_close(&l);
     return molt__from_errno(e);
   }
-  return fd;
+  /* Kept anew: its identity now includes its name. */
+  return molt__fd_keep(out, l.fd);
 }
+
+static bool still_ours(const void *fd) { return molt__fd_ours(fd); }
 
 /* Writes "error\t<msg>\n" (msg escaped) into dst without allocating, so an
  * error can be reported even when memory has run out.  Returns the length. */
@@ -70,8 +86,9 @@ static size_t error_record(char *dst, size_t cap, const char *msg) {
 
 /* Sends a response: header, then the error record (status != 0), then
  * body.  Best effort: a client that has gone away just makes it fail. */
-static void respond(int fd, int status, const char *errmsg, const char *body,
+static void respond(const molt__fd *c, int status, const char *errmsg, const char *body,
                     size_t body_len, uint64_t deadline) {
+  molt__io_guard guard = {still_ours, c};
   char rec[2 * ERRLEN + 16];
   size_t rec_len = 0;
   if (status != 0)
@@ -85,22 +102,25 @@ static void respond(int fd, int status, const char *errmsg, const char *body,
                        .length = (uint32_t)(rec_len + body_len)};
   unsigned char hdr[MOLT__PROTO_HDR_SIZE];
   molt__proto_encode_hdr(&h, hdr);
-  if (molt__proto_write_full(fd, hdr, sizeof hdr, deadline) != 0)
+  if (molt__proto_write_full_guarded(c->fd, hdr, sizeof hdr, deadline, &guard) != 0)
     return;
-  if (rec_len > 0 && molt__proto_write_full(fd, rec, rec_len, deadline) != 0)
+  if (rec_len > 0 &&
+      molt__proto_write_full_guarded(c->fd, rec, rec_len, deadline, &guard) != 0)
     return;
   if (body_len > 0)
-    (void)molt__proto_write_full(fd, body, body_len, deadline);
+    (void)molt__proto_write_full_guarded(c->fd, body, body_len, deadline, &guard);
 }
 
-static void serve_client(int fd) {
+static void serve_client(const molt__fd *c) {
   uint64_t deadline = molt__proto_deadline(MOLT__PROTO_SERVER_IO_MS);
   char err[ERRLEN] = "";
+  molt__io_guard guard = {still_ours, c};
 
   struct ucred cred;
   socklen_t clen = sizeof cred;
-  bool have_cred =
-      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 && clen == sizeof cred;
+  bool have_cred = molt__fd_ours(c) &&
+                   getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 &&
+                   clen == sizeof cred;
   uid_t owner = geteuid();
   /* SO_PEERCRED reports the effective uid the client had at connect(). */
   bool allowed = have_cred && (cred.uid == 0 || cred.uid == owner);
@@ -109,8 +129,8 @@ static void serve_client(int fd) {
    * its request when we close would get EPIPE and never see our answer. */
   molt__frame_hdr h;
   char *payload = NULL;
-  int rc =
-      molt__proto_recv(fd, MOLT__FRAME_REQUEST, &h, &payload, deadline, err, sizeof err);
+  int rc = molt__proto_recv_guarded(c->fd, MOLT__FRAME_REQUEST, &h, &payload, deadline,
+                                    err, sizeof err, &guard);
 
   if (!allowed) {
     if (have_cred) {
@@ -129,7 +149,7 @@ static void serve_client(int fd) {
                    "cannot verify the client's credentials (owner uid %u)",
                    (unsigned)owner);
     }
-    respond(fd, MOLT_EPERM, err, NULL, 0, deadline);
+    respond(c, MOLT_EPERM, err, NULL, 0, deadline);
     free(payload);
     return;
   }
@@ -148,7 +168,7 @@ static void serve_client(int fd) {
     }
     molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
               "malformed control request from pid %ld: %s", (long)cred.pid, err);
-    respond(fd, rc, err, NULL, 0, deadline);
+    respond(c, rc, err, NULL, 0, deadline);
     free(payload);
     return;
   }
@@ -160,7 +180,7 @@ static void serve_client(int fd) {
   if (rc != 0) {
     molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
               "malformed control request from pid %ld: %s", (long)cred.pid, err);
-    respond(fd, rc, err, NULL, 0, deadline);
+    respond(c, rc, err, NULL, 0, deadline);
     return;
   }
 
@@ -168,14 +188,14 @@ static void serve_client(int fd) {
   molt__request *req = malloc(sizeof *req);
   if (req == NULL) {
     molt__tsv_free(&recs);
-    respond(fd, MOLT_ENOMEM, "out of memory for the request", NULL, 0, deadline);
+    respond(c, MOLT_ENOMEM, "out of memory for the request", NULL, 0, deadline);
     return;
   }
   rc = molt__request_decode(h.kind, &recs, req, err, sizeof err);
   molt__tsv_free(&recs);
   if (rc != 0) {
     free(req);
-    respond(fd, rc, err, NULL, 0, deadline);
+    respond(c, rc, err, NULL, 0, deadline);
     return;
   }
 
@@ -206,16 +226,21 @@ static void serve_client(int fd) {
   }
   /* The response gets its own deadline: the request may legitimately have
    * taken long (a global update waits for threads). */
-  respond(fd, rc, err, body, body_len, molt__proto_deadline(MOLT__PROTO_SERVER_IO_MS));
+  respond(c, rc, err, body, body_len, molt__proto_deadline(MOLT__PROTO_SERVER_IO_MS));
   molt__buf_free(&out);
   free(req);
 }
 
-void molt__control_serve(int listen_fd) {
+void molt__control_serve(const molt__fd *listener) {
   /* Touched only by the runtime thread. */
   static bool accept_failing;
 
-  int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+  /* Lost since the runtime thread last looked: the number may be a
+   * listening socket of the host now, whose clients are not ours to take
+   * (the runtime loop makes a new listener). */
+  if (!molt__fd_ours(listener))
+    return;
+  int fd = accept4(listener->fd, NULL, NULL, SOCK_CLOEXEC);
   if (fd < 0) {
     int e = errno;
     if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
@@ -234,14 +259,19 @@ void molt__control_serve(int listen_fd) {
     return;
   }
   accept_failing = false;
+  molt__fd client;
+  if (molt__fd_keep(&client, fd) < 0)
+    return;
 
   /* Belt and braces: the I/O helpers use poll deadlines, but should any
    * blocking call slip in, the socket itself bounds it too. */
   struct timeval tv = {.tv_sec = MOLT__PROTO_SERVER_IO_MS / 1000,
                        .tv_usec = (MOLT__PROTO_SERVER_IO_MS % 1000) * 1000};
-  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (molt__fd_ours(&client)) {
+    (void)setsockopt(client.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    (void)setsockopt(client.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
 
-  serve_client(fd);
-  close(fd);
+  serve_client(&client);
+  molt__fd_close(&client);
 }

@@ -2,10 +2,18 @@
  *
  * The runtime thread is where every operation runs (request.c): requests
  * of the control socket and of the in-process API alike.  Its loop polls
- * the wake-up eventfd (base/state.c: new requests, published generations,
+ * the wake-up sockets (base/state.c: new requests, published generations,
  * restarted threads) and the control socket, carries out queued requests,
  * serves a control client, and runs reclamation passes while retired
  * generations are alive.
+ *
+ * Before each poll it makes sure both descriptors are still its own: the
+ * host may close them and reuse the numbers (base.h, "descriptors the host
+ * may close").  A lost one is never touched again and is made anew -- the
+ * listener under the same name, once the old socket is gone.  The loop
+ * needs no periodic wake-up to notice: closing the wake-up write end ends
+ * the poll (state.c), and so does a client of a lost listener, which the
+ * poll keeps alive until it returns.
  *
  * op_lock serializes whole operations (the lock table: base.h).  The
  * runtime thread takes it for each operation and each reclamation pass;
@@ -20,10 +28,15 @@
 
 #define RECLAIM_MIN_MS 1
 #define RECLAIM_MAX_MS 100
+/* A lost descriptor that cannot be made again at once is retried this often. */
+#define RETRY_MS 1000
 
 static molt__lock op_lock = MOLT__LOCK_INIT(op);
-static int listen_fd = -1;
+static molt__fd listener = MOLT__FD_NONE;
 static int listen_err;
+/* Runtime thread: the number of a listener the host closed or replaced,
+ * while no new one could be made (-1: none lost). */
+static int listener_lost = -1;
 static pthread_t rt_thread;
 
 void molt__op_lock(void) { molt__lock_acquire(&op_lock); }
@@ -54,28 +67,72 @@ static size_t reclaim_pass(void) {
 
 /* ---- the runtime thread -----------------------------------------------------*/
 
+/* Runtime thread, before every poll: the wake-up read end to poll (-1:
+ * none right now) in *wake_fd, and a listener that is ours or none.  A lost
+ * listener's name is free once nothing holds the old socket: the poll that
+ * noticed the loss held it and has returned.  Returns the ms after which a
+ * descriptor that could not be made is tried again (-1: none). */
+static int keep_descriptors(int *wake_fd) {
+  int retry = -1;
+  if ((*wake_fd = molt__wake_keep()) < 0)
+    retry = RETRY_MS;
+  bool found_lost = false;
+  if (listener.fd >= 0 && !molt__fd_ours(&listener)) {
+    /* The number is the host's now: forgotten, never closed. */
+    listener_lost = listener.fd;
+    molt__fd_forget(&listener);
+    found_lost = true;
+  }
+  if (listener_lost < 0)
+    return retry;
+  int rc = molt__control_listen(&listener);
+  int pid = (int)getpid();
+  if (rc == 0) {
+    molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
+              "%s molt's control socket (fd %d): listening on @molt.%d again (fd %d)",
+              found_lost ? "the process closed or replaced" : "after losing",
+              listener_lost, pid, listener.fd);
+    listener_lost = -1;
+    listen_err = 0;
+    return retry;
+  }
+  if (found_lost)
+    molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
+              "the process closed or replaced molt's control socket (fd %d); cannot "
+              "listen on @molt.%d again yet (%s): retrying every second",
+              listener_lost, pid, molt_strerror(rc));
+  listen_err = rc;
+  return RETRY_MS;
+}
+
 static void *runtime_main(void *arg) {
   (void)arg;
   molt__requests_serve_here();
+  molt__wake_serve_here();
   int interval = -1; /* ms until the next reclamation pass; -1: none pending */
   for (;;) {
-    struct pollfd fds[2] = {{.fd = molt__wake_fd(), .events = POLLIN},
-                            {.fd = listen_fd, .events = POLLIN}};
-    int n = poll(fds, listen_fd >= 0 ? 2 : 1, interval);
+    int wake_fd;
+    int timeout = keep_descriptors(&wake_fd);
+    if (interval >= 0 && (timeout < 0 || interval < timeout))
+      timeout = interval;
+    if (molt__wake_pending())
+      timeout = 0;
+    /* A negative fd (none right now) is ignored by poll. */
+    struct pollfd fds[2] = {{.fd = wake_fd, .events = POLLIN},
+                            {.fd = listener.fd, .events = POLLIN}};
+    int n = poll(fds, 2, timeout);
     if (n < 0 && errno != EINTR) {
       int e = errno;
       molt__requests_stop();
       molt__fail("runtime thread: poll failed: %s", strerror(e));
       return NULL;
     }
-    if (n > 0 && (fds[0].revents & POLLIN)) {
-      molt__wake_drain();
+    if (molt__wake_drain(n > 0 ? fds[0].revents : 0))
       interval = RECLAIM_MIN_MS;
-    }
     /* Requests first: an application thread waits for each. */
     molt__requests_drain();
-    if (n > 0 && listen_fd >= 0 && (fds[1].revents & POLLIN))
-      molt__control_serve(listen_fd);
+    if (n > 0 && (fds[1].revents & POLLIN))
+      molt__control_serve(&listener); /* checks that it is still ours */
     if (interval >= 0) {
       if (reclaim_pass() == 0)
         interval = -1;
@@ -87,13 +144,10 @@ static void *runtime_main(void *arg) {
 }
 
 static void start_runtime_thread(void) {
-  listen_fd = molt__control_listen();
-  if (listen_fd < 0) {
-    listen_err = listen_fd;
-    listen_fd = -1;
+  listen_err = molt__control_listen(&listener);
+  if (listen_err < 0)
     molt__log(MOLT__EV_FAIL, 0, NULL, "no control channel: %s",
               molt_strerror(listen_err));
-  }
   /* The runtime thread blocks every signal: signals sent to the process
    * must reach the application's threads, never ours. */
   sigset_t all, old;
@@ -154,9 +208,11 @@ static void fork_child(void) {
   molt__rt_lock_after_fork_child();
   molt__lock_reinit(&op_lock);
   molt__shadow_fork_child();
-  if (listen_fd >= 0)
-    close(listen_fd);
-  listen_fd = -1;
+  /* The parent's listener, unless the host closed it before fork() (then
+   * the number is the host's: left alone). */
+  molt__fd_close(&listener);
+  listener_lost = -1;
+  listen_err = 0;
   molt__wake_after_fork_child();
   /* No thread is started here: most children exec at once, and a thread
    * per fork() would tax every system() and popen().  The forking thread's

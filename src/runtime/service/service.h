@@ -53,11 +53,11 @@ MOLT__HIDDEN int molt__control_error(void);
 
 /* ---- control.c ----------------------------------------------------------------*/
 /* Creates the listening socket for this process (abstract name
- * "\0molt.<pid>").  Returns the fd or a negative MOLT_E* code. */
-MOLT__HIDDEN int molt__control_listen(void);
-/* The listening fd is readable: accept one client, check its credentials,
- * serve its request with molt__execute, close it.  Never blocks longer
- * than the per-client I/O timeout. */
-MOLT__HIDDEN void molt__control_serve(int listen_fd);
+ * "\0molt.<pid>") in *out.  Returns 0 or a negative MOLT_E* code. */
+MOLT__HIDDEN int molt__control_listen(molt__fd *out);
+/* The listener is readable: if it is still ours, accept one client, check
+ * its credentials, serve its request with molt__execute, close it.  Never
+ * blocks longer than the per-client I/O timeout. */
+MOLT__HIDDEN void molt__control_serve(const molt__fd *listener);
 
 #endif /* MOLT_SERVICE_H */
