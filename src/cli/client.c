@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -95,9 +96,13 @@ void cli_reply_free(cli_reply *r) {
  *   MOLT_ENOMEM
  * with a one-line reason in err.
  */
-int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_reply *r,
-             char *err, size_t errlen) {
+/* One attempt of cli_call.  *unread: the connection broke before any
+ * answer in a way that proves the process never read the whole request
+ * (see cli_call). */
+static int call_once(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms,
+                     cli_reply *r, char *err, size_t errlen, bool *unread) {
   memset(r, 0, sizeof *r);
+  *unread = false;
   uint64_t deadline = molt__proto_deadline(timeout_ms);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
@@ -160,7 +165,13 @@ int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_
   char why[512] = "";
   int rc = molt__proto_recv(fd, MOLT__FRAME_RESPONSE, &h, &r->payload, deadline, why,
                             sizeof why);
+  int recv_errno = errno;
   close(fd);
+  /* Reset with our request unread, or the peer gone before all of it was
+   * sent: the process cannot have carried it out. */
+  *unread = rc != 0 && h.magic == 0 &&
+            (recv_errno == ECONNRESET ||
+             (send_rc == MOLT_EIO && (send_errno == EPIPE || send_errno == ECONNRESET)));
   if (rc == MOLT_ECONNECT || (rc != 0 && send_rc == MOLT_EIO)) {
     if (send_rc == MOLT_EIO)
       molt__errmsg(err, errlen, "sending the request failed: %s", strerror(send_errno));
@@ -191,6 +202,50 @@ int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_
   }
   r->status = h.status;
   return 0;
+}
+
+/* Whether pid has libmolt mapped: a molt process, with or without a
+ * control socket right now.  false where its maps cannot be read. */
+static bool runs_libmolt(pid_t pid) {
+  char path[64], line[4096];
+  snprintf(path, sizeof path, "/proc/%ld/maps", (long)pid);
+  FILE *f = fopen(path, "re");
+  bool found = false;
+  while (f != NULL && !found && fgets(line, sizeof line, f) != NULL)
+    found = strstr(line, "/libmolt.so") != NULL;
+  if (f != NULL)
+    fclose(f);
+  return found;
+}
+
+int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_reply *r,
+             char *err, size_t errlen) {
+  /* Tried again for up to a second (and within the timeout): a connection
+   * the process dropped without reading our request, and a molt process
+   * that nothing listens for.  Both happen while the runtime makes its
+   * control socket anew after the process closed it behind its back
+   * (daemons close every inherited descriptor): the old socket may take
+   * one last connection before the runtime notices, and the name is
+   * unbound for a moment.  Only a request never read is repeated, so
+   * nothing is carried out twice. */
+  uint64_t deadline = molt__proto_deadline(timeout_ms);
+  uint64_t give_up =
+      molt__proto_deadline(timeout_ms >= 0 && timeout_ms < 1000 ? timeout_ms : 1000);
+  int molt_process = -1; /* runs_libmolt(pid), once asked */
+  for (;;) {
+    bool unread;
+    int rc = call_once(pid, op, body, timeout_ms, r, err, errlen, &unread);
+    if (rc == MOLT_ENOTMOLT && molt_process < 0)
+      molt_process = runs_libmolt(pid);
+    bool again = unread || (rc == MOLT_ENOTMOLT && molt_process == 1);
+    if (!again || molt__proto_deadline(0) + 50000000u > give_up)
+      return rc;
+    cli_reply_free(r);
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    if (deadline != UINT64_MAX) /* at least as far off as give_up */
+      timeout_ms = (int)((deadline - molt__proto_deadline(0)) / 1000000u);
+  }
 }
 
 /* ---- what a failure means for the user ---------------------------------------- */
@@ -233,6 +288,12 @@ static int report_call_error(const char *what, pid_t pid, int rc, const char *er
                       (long)pid);
     char comm[64];
     cli_comm(pid, comm, sizeof comm);
+    if (runs_libmolt(pid))
+      return cli_fail(EXIT_CONNECT,
+                      "%s: process %ld (%s) runs molt, but nothing listens on its "
+                      "control socket molt.%ld; if another process holds the name "
+                      "('ss -xlp' shows it), stop it",
+                      what, (long)pid, comm, (long)pid);
     return cli_fail(EXIT_CONNECT,
                     "%s: process %ld (%s) is not a molt process or has no control "
                     "channel; only programs linked with libmolt (built with "

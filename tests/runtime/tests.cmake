@@ -52,6 +52,14 @@ set_target_properties(abi_other PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${RT_OUT})
 add_library(plain_lib SHARED ${RT}/plain_lib.c)
 set_target_properties(plain_lib PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${RT_OUT})
 
+# A host that closes molt's descriptors and reuses the numbers (fdhost.c),
+# with its own patches a and b.
+add_executable(fdhost ${RT}/fdhost.c ${RT}/target.c)
+target_link_libraries(fdhost PRIVATE molt pthread)
+target_include_directories(fdhost PRIVATE ${RT})
+molt_runtime_patch(fdhost_a ${RT}/patch_a.c fdhost)
+molt_runtime_patch(fdhost_b ${RT}/patch_b.c fdhost)
+
 add_custom_target(runtime_test_files ALL DEPENDS ${RT_PATCH_FILES} plain_lib abi_other)
 
 foreach(case entry stress inflight static maps refuse socket locks atomic wakeup cancel verdict
@@ -80,3 +88,15 @@ add_test(NAME runtime_lock_order COMMAND test_lock_order)
 # sees them too (and would fail the test for them), so it is off here.
 set_tests_properties(runtime_lock_order PROPERTIES TIMEOUT 60 LABELS "runtime;concurrency"
   ENVIRONMENT "TSAN_OPTIONS=detect_deadlocks=0")
+
+# Descriptors the host closes: rollback over a lost patch copy, updates
+# while every descriptor is closed again and again (concurrency: TSan), and
+# real hosts driven through the CLI (test_fds.py).
+add_test(NAME runtime_fd_rollback COMMAND fdhost rollback ${RT_OUT})
+add_test(NAME runtime_fd_stress COMMAND fdhost stress ${RT_OUT} 300)
+set_tests_properties(runtime_fd_rollback PROPERTIES TIMEOUT 120 LABELS "runtime")
+set_tests_properties(runtime_fd_stress PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
+add_test(NAME runtime_fds
+  COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_fds.py)
+set_tests_properties(runtime_fds PROPERTIES TIMEOUT 600 LABELS "runtime;cli"
+  ENVIRONMENT "MOLT_CLI=$<TARGET_FILE:molt-cli>;FDHOST=$<TARGET_FILE:fdhost>;PATCH_DIR=${RT_OUT}")

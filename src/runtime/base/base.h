@@ -224,7 +224,8 @@ typedef struct molt__fd {
 
 /* Takes fd over: moves it out of the host's way (to a number near the top
  * of the first 1024, fd.c says why) and records what file it is.  Returns 0
- * or a MOLT_E* code (then fd is closed and o is none). */
+ * or a MOLT_E* code: then o is none and fd is not the caller's any more
+ * (closed by the host before it could be kept). */
 MOLT__HIDDEN int molt__fd_keep(molt__fd *o, int fd);
 /* Whether o's number still names the file it was kept with (false for
  * none). */

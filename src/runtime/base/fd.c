@@ -80,34 +80,42 @@ static bool identify(int fd, molt__fd *o) {
   return true;
 }
 
+static bool same_file(const molt__fd *a, const molt__fd *b) {
+  return a->dev == b->dev && a->ino == b->ino && a->flags == b->flags &&
+         a->seals == b->seals && a->name == b->name;
+}
+
 int molt__fd_keep(molt__fd *o, int fd) {
   *o = (molt__fd)MOLT__FD_NONE;
+  molt__fd was;
   if (fd < 0)
     return MOLT_EINVAL;
+  if (!identify(fd, &was))
+    return MOLT_EIO; /* closed already: nothing of ours to close */
   int start = band_start();
   if (start > fd) {
     /* Where the band is full or the limit low, the number stays. */
     int moved = fcntl(fd, F_DUPFD_CLOEXEC, start);
     if (moved >= 0) {
-      close(fd);
-      fd = moved;
+      molt__fd m;
+      if (!identify(moved, &m) || !same_file(&m, &was)) {
+        /* fd changed hands between the two calls: the copy is of the
+         * host's file, and fd is the host's. */
+        close(moved);
+        return MOLT_EIO;
+      }
+      if (molt__fd_ours(&was))
+        close(fd);
+      was = m;
     }
   }
-  if (!identify(fd, o)) {
-    int e = errno;
-    close(fd);
-    *o = (molt__fd)MOLT__FD_NONE;
-    return molt__from_errno(e);
-  }
+  *o = was;
   return 0;
 }
 
 bool molt__fd_ours(const molt__fd *o) {
   molt__fd now;
-  if (o->fd < 0 || !identify(o->fd, &now))
-    return false;
-  return now.dev == o->dev && now.ino == o->ino && now.flags == o->flags &&
-         now.seals == o->seals && now.name == o->name;
+  return o->fd >= 0 && identify(o->fd, &now) && same_file(&now, o);
 }
 
 bool molt__fd_close(molt__fd *o) {

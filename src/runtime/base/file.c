@@ -58,7 +58,11 @@ static int check_file(int fd, const char *path, char *err, size_t errlen) {
 static int private_copy(const molt__fd *f, const char *path, size_t max_bytes,
                         molt__fd *out, char *err, size_t errlen) {
   struct stat st;
-  if (fstat(f->fd, &st) != 0 || (uint64_t)st.st_size > max_bytes) { /* f: just checked */
+  if (!molt__fd_ours(f) || fstat(f->fd, &st) != 0) {
+    molt__errmsg(err, errlen, "cannot copy %s: the process closed the descriptor", path);
+    return MOLT_EIO;
+  }
+  if ((uint64_t)st.st_size > max_bytes) {
     molt__errmsg(err, errlen, "%s is larger than %zu MiB: refusing to load it", path,
                  max_bytes >> 20);
     return MOLT_EINVAL;
