@@ -175,8 +175,11 @@ def test_log_file_alone(tmp_path):
         text = open(log_file).read()
         assert "log file descriptor (fd %d): reopened %s" % (h.traps[0], log_file) in text
         assert "applied" in text.split("reopened", 1)[1], text
+        # (Two losses if the runtime logged between the host's close and its
+        # taking the number: the file was reopened on that very number first.)
         msgs = infos(h.pid)
-        assert len(msgs) == 1 and "reopened" in msgs[0], msgs
+        assert msgs and all("log file descriptor" in m and "reopened" in m
+                            for m in msgs) and len(set(msgs)) == len(msgs), msgs
     finally:
         h.close()
 

@@ -88,10 +88,11 @@
   XX(req, "service/request.c",                                                 \
      "the queue of in-process requests -- application threads in molt_apply " \
      "and molt_rollback, the runtime thread; nothing is taken under it")      \
-  XX(wake, "base/state.c",                                                     \
-     "the runtime thread's wake-up descriptors -- anyone waking it; the "      \
-     "runtime thread making new ones; a leaf")                                 \
-  XX(log, "base/log.c", "the log ring and the log file -- anyone; a leaf")
+  XX(log, "base/log.c",                                                        \
+     "the log ring and the log file -- anyone; only fd is taken under it")     \
+  XX(fd, "base/fd.c",                                                          \
+     "placing the runtime's descriptors; a kept one used by another thread "   \
+     "than the runtime thread (a waker's write, a log line) -- anyone; a leaf")
 /* clang-format on */
 
 enum {
@@ -177,6 +178,11 @@ MOLT__HIDDEN void molt__log(molt__event ev, uint64_t gen, const char *patch_id,
 /* Appends the ring as TSV records: log <seq> <unix time> <event> <gen> <patch id> <message> */
 MOLT__HIDDEN void molt__log_dump(molt__buf *out);
 MOLT__HIDDEN const char *molt__event_name(molt__event ev);
+/* For the fork handlers: log_lock held across fork() (the child's ring and
+ * file descriptor are then consistent), made anew in the child. */
+MOLT__HIDDEN void molt__log_fork_prepare(void);
+MOLT__HIDDEN void molt__log_fork_parent(void);
+MOLT__HIDDEN void molt__log_after_fork_child(void);
 
 /* ---- platform.c -----------------------------------------------------------*/
 /* Prepares process-wide memory barriers. false if the kernel lacks them. */
@@ -222,7 +228,10 @@ typedef struct molt__fd {
 #define MOLT__FD_NONE                                                                    \
   { .fd = -1 }
 
-/* Takes fd over: moves it out of the host's way (to a number near the top
+/* Takes fd over where it is (a descriptor used for a moment): records what
+ * file it is.  0, or MOLT_EIO if fd is not open (any more). */
+MOLT__HIDDEN int molt__fd_take(molt__fd *o, int fd);
+/* Takes fd over for long: moves it out of the host's way (to a number near the top
  * of the first 1024, fd.c says why) and records what file it is.  Returns 0
  * or a MOLT_E* code: then o is none and fd is not the caller's any more
  * (closed by the host before it could be kept). */
@@ -233,6 +242,12 @@ MOLT__HIDDEN bool molt__fd_ours(const molt__fd *o);
 /* Closes o's number if it is still ours, never the host's; o becomes none.
  * Returns false if the descriptor had been lost. */
 MOLT__HIDDEN bool molt__fd_close(molt__fd *o);
+/* fd_lock (fd.c): held while a kept descriptor is checked and used by a
+ * thread other than the runtime thread, and while one is placed.  The fork
+ * handlers hold it across fork() and make it anew in the child. */
+MOLT__HIDDEN void molt__fd_lock(void);
+MOLT__HIDDEN void molt__fd_unlock(void);
+MOLT__HIDDEN void molt__fd_after_fork_child(void);
 /* o becomes none without closing anything (a lost descriptor). */
 MOLT__HIDDEN void molt__fd_forget(molt__fd *o);
 /* "/proc/self/fd/<n>" for o's number, if o is still ours: 0, or MOLT_EIO. */
@@ -282,6 +297,9 @@ MOLT__HIDDEN int molt__wake_keep(void);
  * end, or the flag of molt__wake on the runtime thread); empties the read
  * end. */
 MOLT__HIDDEN bool molt__wake_drain(short revents);
+/* Runtime thread: whether either end is lost (molt__wake_keep would make
+ * a new pair). */
+MOLT__HIDDEN bool molt__wake_lost(void);
 /* Runtime thread: whether a wake-up is pending (then poll must not sleep). */
 MOLT__HIDDEN bool molt__wake_pending(void);
 MOLT__HIDDEN void molt__wake_after_fork_child(void);

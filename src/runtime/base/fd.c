@@ -22,6 +22,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -46,13 +47,22 @@ static int band_start(void) {
   return (int)(top - top / 8);
 }
 
+/* The probes below look at a number that may not be ours any more: by the
+ * time they run it may be a file of the host, or one the runtime has just
+ * opened on another thread.  They are made as raw system calls, outside
+ * ThreadSanitizer's model of descriptors, which would report each probe as
+ * racing with whoever owns the number now -- the very thing the probe is
+ * there to find out.  They only read the kernel's description of the file,
+ * nothing of it. */
+static long probe_fcntl(int fd, int cmd) { return syscall(SYS_fcntl, fd, cmd, 0); }
+
 /* FNV-1a over a socket's own address; 0 for anything that is not a socket
  * (or has no address to tell). */
 static uint64_t socket_name(int fd) {
   struct sockaddr_un sa;
   socklen_t len = sizeof sa;
   memset(&sa, 0, sizeof sa);
-  if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+  if (syscall(SYS_getsockname, fd, (struct sockaddr *)&sa, &len) != 0)
     return 0;
   if (len > sizeof sa)
     len = sizeof sa;
@@ -66,44 +76,66 @@ static uint64_t socket_name(int fd) {
 /* What file fd is now, in o (o->fd = fd).  false if fd is not open. */
 static bool identify(int fd, molt__fd *o) {
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0)
+  if (fd < 0 || syscall(SYS_fstat, fd, &st) != 0)
     return false;
-  int flags = fcntl(fd, F_GETFL);
+  int flags = (int)probe_fcntl(fd, F_GETFL);
   if (flags < 0)
     return false;
   o->fd = fd;
   o->dev = st.st_dev;
   o->ino = st.st_ino;
   o->flags = flags;
-  o->seals = S_ISREG(st.st_mode) ? fcntl(fd, F_GET_SEALS) : -1;
+  o->seals = S_ISREG(st.st_mode) ? (int)probe_fcntl(fd, F_GET_SEALS) : -1;
   o->name = S_ISSOCK(st.st_mode) ? socket_name(fd) : 0;
   return true;
 }
+
+/* fd_lock: the runtime's numbers are used by other threads in two places
+ * -- a waker writes to the wake-up pair (state.c), any thread writes a log
+ * line (log.c) -- each after checking the number under this lock.  Every
+ * new descriptor is placed in the band under it too, and the wake-up pair
+ * replaced under it, so none lands on a number such a thread has just
+ * checked and is about to write to.  (A descriptor the kernel places, at
+ * the lowest free number, is below the band unless the process has
+ * hundreds open.)  A leaf, taken under log_lock. */
+static molt__lock fd_lock = MOLT__LOCK_INIT(fd);
+
+void molt__fd_lock(void) { molt__lock_acquire(&fd_lock); }
+void molt__fd_unlock(void) { molt__lock_release(&fd_lock); }
+void molt__fd_after_fork_child(void) { molt__lock_reinit(&fd_lock); }
 
 static bool same_file(const molt__fd *a, const molt__fd *b) {
   return a->dev == b->dev && a->ino == b->ino && a->flags == b->flags &&
          a->seals == b->seals && a->name == b->name;
 }
 
-int molt__fd_keep(molt__fd *o, int fd) {
+int molt__fd_take(molt__fd *o, int fd) {
   *o = (molt__fd)MOLT__FD_NONE;
-  molt__fd was;
   if (fd < 0)
     return MOLT_EINVAL;
-  if (!identify(fd, &was))
-    return MOLT_EIO; /* closed already: nothing of ours to close */
+  return identify(fd, o) ? 0 : MOLT_EIO; /* closed already: nothing to close */
+}
+
+int molt__fd_keep(molt__fd *o, int fd) {
+  molt__fd was;
+  int rc = molt__fd_take(&was, fd);
+  if (rc < 0)
+    return rc;
   int start = band_start();
   if (start > fd) {
     /* Where the band is full or the limit low, the number stays. */
+    molt__fd_lock();
     int moved = fcntl(fd, F_DUPFD_CLOEXEC, start);
-    if (moved >= 0) {
-      molt__fd m;
-      if (!identify(moved, &m) || !same_file(&m, &was)) {
-        /* fd changed hands between the two calls: the copy is of the
-         * host's file, and fd is the host's. */
-        close(moved);
-        return MOLT_EIO;
-      }
+    molt__fd m;
+    bool same = moved >= 0 && identify(moved, &m) && same_file(&m, &was);
+    molt__fd_unlock();
+    if (moved >= 0 && !same) {
+      /* fd changed hands between the two calls: the copy is of the
+       * host's file, and fd is the host's. */
+      close(moved);
+      return MOLT_EIO;
+    }
+    if (same) {
       if (molt__fd_ours(&was))
         close(fd);
       was = m;
@@ -165,7 +197,9 @@ int molt__fd_load_path(molt__fd *o, char *buf, size_t len) {
     dl_iterate_phdr(match_name, &m);
     if (!m.found)
       return 0;
+    molt__fd_lock();
     int moved = fcntl(o->fd, F_DUPFD_CLOEXEC, o->fd + 1);
+    molt__fd_unlock();
     if (moved < 0)
       return molt__from_errno(errno);
     close(o->fd);

@@ -123,8 +123,8 @@ int molt__file_open_checked(const char *path, size_t max_bytes, molt__fd *out, c
     molt__errmsg(err, errlen, "cannot open %s: %s", path, strerror(e));
     return molt__from_errno(e);
   }
-  molt__fd f;
-  int rc = molt__fd_keep(&f, ffd);
+  molt__fd f; /* for a moment: stays where the kernel put it */
+  int rc = molt__fd_take(&f, ffd);
   if (rc < 0) {
     molt__errmsg(err, errlen, "cannot open %s: %s", path, molt_strerror(rc));
     return rc;

@@ -6,7 +6,8 @@
  * the file is opened again by its name (O_APPEND) and an `info` entry says
  * so; no line ever goes to the host's descriptor.
  *
- * Lock: log_lock is a leaf (nothing is called while holding it). */
+ * Lock: log_lock; only fd_lock is taken under it (to check and write the
+ * file's descriptor, and to keep a reopened one). */
 #include "base/base.h"
 
 #include <errno.h>
@@ -68,7 +69,9 @@ void molt__log_init(void) {
   molt__lock_release(&log_lock);
 }
 
-/* One line of the file (log_lock held, log_fd checked). */
+/* One line of the file (log_lock held).  The descriptor is checked and
+ * written under fd_lock: no new descriptor of the runtime can land on its
+ * number in between (fd.c). */
 static void write_locked(const entry *e) {
   char line[768];
   int n = snprintf(line, sizeof line,
@@ -76,17 +79,22 @@ static void write_locked(const entry *e) {
                    " patch=%s %s\n",
                    e->seq, e->time_ns / 1000000000u, (e->time_ns / 1000u) % 1000000u,
                    (int)getpid(), molt__event_name(e->ev), e->gen, e->patch, e->msg);
-  if (n > 0) {
+  molt__fd_lock();
+  if (n > 0 && molt__fd_ours(&log_fd)) {
     /* A failing log file must not disturb the host: result ignored. */
     ssize_t w =
         write(log_fd.fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
     (void)w;
   }
+  molt__fd_unlock();
 }
 
 /* Numbers e, puts it into the ring and the file (log_lock held). */
 static void append_locked(entry *e) {
-  if (log_path[0] && !molt__fd_ours(&log_fd)) {
+  molt__fd_lock();
+  bool lost = log_path[0] && !molt__fd_ours(&log_fd);
+  molt__fd_unlock();
+  if (lost) {
     /* Lost (the number is the host's now: never written to again), or an
      * earlier reopen failed: open the file again.  A loss is an entry of
      * its own, before the one that found it. */
@@ -143,6 +151,11 @@ void molt__log(molt__event ev, uint64_t gen, const char *patch_id, const char *f
   molt__lock_release(&log_lock);
   pthread_setcancelstate(cancel_state, NULL);
 }
+
+/* No thread is in the middle of an entry while fork() copies the ring. */
+void molt__log_fork_prepare(void) { molt__lock_acquire(&log_lock); }
+void molt__log_fork_parent(void) { molt__lock_release(&log_lock); }
+void molt__log_after_fork_child(void) { molt__lock_reinit(&log_lock); }
 
 void molt__log_dump(molt__buf *out) {
   /* Copy under the lock, format outside it: the buffer may allocate. */

@@ -69,47 +69,53 @@ bool molt__refusing(char *reason, size_t len) {
  *     new ones.  No periodic wake-up is needed to notice (the poll holds
  *     the read end itself, so closing that alone wakes nobody; the next
  *     write or client connection does, and changes nothing before).
- * wake_lock covers the pair: a waker checks and writes under it, so the
- * runtime thread never closes a number a waker is about to write to. */
-static molt__lock wake_lock = MOLT__LOCK_INIT(wake);
+ * The pair is read and replaced under fd_lock (fd.c): a waker checks and
+ * writes under it, so the runtime thread never closes, and never places a
+ * new descriptor on, a number a waker is about to write to. */
 static molt__fd wake_rd = MOLT__FD_NONE, wake_wr = MOLT__FD_NONE;
 static bool wake_broken; /* runtime thread: the read end saw end-of-file */
 /* Raised by every molt__wake() before it writes, taken by the runtime
  * thread before it polls: on the runtime thread itself it replaces the
  * write, and it covers a wake-up whose write could not be made (the pair
- * lost).  Release/acquire orders nothing else -- whatever a wake-up
- * announces is published under its own lock (requests, generations) -- the
- * flag only decides whether the runtime thread may sleep; a flag raised
- * after the runtime thread looked is followed by the write (or shutdown)
- * that ends its poll. */
+ * lost or being replaced).  Release/acquire orders nothing else --
+ * whatever a wake-up announces is published under its own lock (requests,
+ * generations) -- the flag only decides whether the runtime thread may
+ * sleep; a flag raised after the runtime thread looked is followed by the
+ * write (or shutdown) that ends its poll. */
 static _Atomic bool wake_pending;
 static __thread bool wake_self __attribute__((tls_model("initial-exec")));
 
-/* Makes a new pair in rd/wr (wake_lock held, or no other thread).  The
- * write end is kept first: it takes the lower number, so a loop that
- * closes from low to high numbers and reaches any of ours trips it. */
-static int wake_make(void) {
+/* Makes a new pair (no lock held: keeping takes fd_lock).  The write end
+ * is kept first: it takes the lower number, so a loop that closes from low
+ * to high numbers and reaches any of ours trips it. */
+static int wake_make(molt__fd *rd, molt__fd *wr) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
     return molt__from_errno(errno);
-  int rc = molt__fd_keep(&wake_wr, sv[1]);
+  int rc = molt__fd_keep(wr, sv[1]);
   if (rc < 0) {
     close(sv[0]);
     return rc;
   }
-  rc = molt__fd_keep(&wake_rd, sv[0]);
-  if (rc < 0) {
-    molt__fd_close(&wake_wr);
-    return rc;
-  }
+  rc = molt__fd_keep(rd, sv[0]);
+  if (rc < 0)
+    molt__fd_close(wr);
+  return rc;
+}
+
+/* Publishes a new pair for the wakers (either may be none). */
+static void wake_set(const molt__fd *rd, const molt__fd *wr) {
+  molt__fd_lock();
+  wake_rd = *rd;
+  wake_wr = *wr;
+  molt__fd_unlock();
   wake_broken = false;
-  return 0;
 }
 
 int molt__wake_init(void) {
-  molt__lock_acquire(&wake_lock);
-  int rc = wake_make();
-  molt__lock_release(&wake_lock);
+  molt__fd rd = MOLT__FD_NONE, wr = MOLT__FD_NONE;
+  int rc = wake_make(&rd, &wr);
+  wake_set(&rd, &wr);
   if (rc < 0)
     molt__fail("cannot create the runtime thread's wake-up sockets: %s",
                molt_strerror(rc));
@@ -126,7 +132,7 @@ void molt__wake(void) {
    * in molt_apply): send() must not make those cancellation points. */
   int cs;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
-  molt__lock_acquire(&wake_lock);
+  molt__fd_lock();
   if (molt__fd_ours(&wake_wr)) {
     /* EAGAIN: full of earlier wake-ups, it is awake anyway. */
     ssize_t w = send(wake_wr.fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -137,45 +143,51 @@ void molt__wake(void) {
      * ends the runtime thread's poll just as well. */
     shutdown(wake_rd.fd, SHUT_RD);
   }
-  molt__lock_release(&wake_lock);
+  molt__fd_unlock();
   pthread_setcancelstate(cs, NULL);
+}
+
+bool molt__wake_lost(void) {
+  /* The runtime thread is the only one that changes the pair. */
+  return wake_broken || !molt__fd_ours(&wake_rd) || !molt__fd_ours(&wake_wr);
 }
 
 int molt__wake_keep(void) {
   static bool missing; /* runtime thread: lost, new ones not made yet */
-  int lost_rd = -1, lost_wr = -1, rc = 0;
-  molt__lock_acquire(&wake_lock);
+  molt__fd_lock();
   bool replace =
       missing || wake_broken || !molt__fd_ours(&wake_rd) || !molt__fd_ours(&wake_wr);
+  int lost_rd = wake_rd.fd, lost_wr = wake_wr.fd;
   if (replace) {
-    lost_rd = wake_rd.fd;
-    lost_wr = wake_wr.fd;
     /* Whichever end is still ours is closed; a lost one is forgotten: its
      * number belongs to the host now. */
     molt__fd_close(&wake_rd);
     molt__fd_close(&wake_wr);
-    rc = wake_make();
   }
-  int rd = wake_rd.fd, wr = wake_wr.fd;
-  molt__lock_release(&wake_lock);
-  if (replace) {
-    /* One entry when the loss is found, one when a retry succeeds. */
-    if (rc == 0 && missing)
-      molt__log(MOLT__EV_INFO, 0, NULL, "made new wake-up descriptors (fds %d, %d)", rd,
-                wr);
-    else if (rc == 0)
-      molt__log(MOLT__EV_INFO, 0, NULL,
-                "the process closed or replaced molt's wake-up descriptors (fds %d, "
-                "%d): made new ones (fds %d, %d)",
-                lost_rd, lost_wr, rd, wr);
-    else if (!missing)
-      molt__log(MOLT__EV_INFO, 0, NULL,
-                "the process closed or replaced molt's wake-up descriptors (fds %d, "
-                "%d); cannot make new ones yet (%s): retrying every second",
-                lost_rd, lost_wr, molt_strerror(rc));
-    missing = rc < 0;
-  }
-  return rc == 0 ? rd : -1;
+  molt__fd_unlock();
+  if (!replace)
+    return wake_rd.fd;
+  /* Meanwhile a waker finds none and only raises the flag, which the
+   * runtime thread -- this one -- looks at before it sleeps. */
+  molt__fd rd = MOLT__FD_NONE, wr = MOLT__FD_NONE;
+  int rc = wake_make(&rd, &wr);
+  wake_set(&rd, &wr);
+  /* One entry when the loss is found, one when a retry succeeds. */
+  if (rc == 0 && missing)
+    molt__log(MOLT__EV_INFO, 0, NULL, "made new wake-up descriptors (fds %d, %d)", rd.fd,
+              wr.fd);
+  else if (rc == 0)
+    molt__log(MOLT__EV_INFO, 0, NULL,
+              "the process closed or replaced molt's wake-up descriptors (fds %d, %d): "
+              "made new ones (fds %d, %d)",
+              lost_rd, lost_wr, rd.fd, wr.fd);
+  else if (!missing)
+    molt__log(MOLT__EV_INFO, 0, NULL,
+              "the process closed or replaced molt's wake-up descriptors (fds %d, %d); "
+              "cannot make new ones yet (%s): retrying every second",
+              lost_rd, lost_wr, molt_strerror(rc));
+  missing = rc < 0;
+  return rc == 0 ? rd.fd : -1;
 }
 
 bool molt__wake_pending(void) {
@@ -201,9 +213,9 @@ bool molt__wake_drain(short revents) {
 }
 
 void molt__wake_after_fork_child(void) {
-  /* The parent's pair, if it is still ours: the child must not keep the
-   * parent's write end open (it would blunt the parent's tripwire). */
-  molt__lock_reinit(&wake_lock);
+  /* One thread: no lock needed (fd_lock is made anew by then).  The
+   * parent's pair is closed if it is still ours: the child must not keep
+   * the parent's write end open (it would blunt the parent's tripwire). */
   molt__fd_close(&wake_rd);
   molt__fd_close(&wake_wr);
   atomic_store_explicit(&wake_pending, false, memory_order_relaxed);

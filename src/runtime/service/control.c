@@ -259,6 +259,11 @@ void molt__control_serve(const molt__fd *listener) {
     return;
   }
   accept_failing = false;
+  /* Moved to the band (fd.c) like the listener: a request may take as long
+   * as an update does, and a client socket on a small number would both
+   * hold a number the host expects to get, and be the likeliest to be
+   * reused by the host right after it closes everything -- the runtime
+   * sends the response there. */
   molt__fd client;
   if (molt__fd_keep(&client, fd) < 0)
     return;

@@ -30,6 +30,9 @@
 #define RECLAIM_MAX_MS 100
 /* A lost descriptor that cannot be made again at once is retried this often. */
 #define RETRY_MS 1000
+/* How long the runtime lets a host finish closing and opening before it
+ * makes new descriptors (keep_descriptors). */
+#define QUIET_MS 50
 
 static molt__lock op_lock = MOLT__LOCK_INIT(op);
 static molt__fd listener = MOLT__FD_NONE;
@@ -73,6 +76,18 @@ static size_t reclaim_pass(void) {
  * noticed the loss held it and has returned.  Returns the ms after which a
  * descriptor that could not be made is tried again (-1: none). */
 static int keep_descriptors(int *wake_fd) {
+  if (molt__wake_lost() || (listener.fd >= 0 && !molt__fd_ours(&listener))) {
+    /* Programs close every descriptor in one go and open their own right
+     * after -- often on numbers they choose (dup2 onto 0, 1, 2, 3...).  A
+     * new socket starts at the lowest free number before it moves up to
+     * the band (fd.c): made in the middle of that, it could take a number
+     * the program is about to use, or make its dup2() fail with EBUSY.
+     * Waiting a moment lets the program finish.  Nothing is lost meanwhile
+     * (a client of the CLI tries again, requests wait), and the runtime
+     * thread holds no lock here. */
+    struct timespec quiet = {0, QUIET_MS * 1000000L};
+    nanosleep(&quiet, NULL);
+  }
   int retry = -1;
   if ((*wake_fd = molt__wake_keep()) < 0)
     retry = RETRY_MS;
@@ -175,7 +190,7 @@ static void start_runtime_thread(void) {
 
 static void fork_prepare(void) {
   /* In the order of the lock table (base.h): shadow data's (every shard,
-   * then its reclaim lock), op, the modes' (prog), rt, the registry.
+   * then its reclaim lock), op, the modes' (prog), rt, the registry, log, fd.
    * bar_lock is not taken: the child rebuilds the barrier
    * from scratch (switch/points.c), and a barrier holds op_lock
    * throughout, so none is running now.  req_lock is not taken either: the
@@ -186,9 +201,16 @@ static void fork_prepare(void) {
   molt__modes_fork_prepare();
   molt__rt_lock_acquire();
   molt__threads_lock();
+  /* The leaves last (the table's order): no thread is half-way through a
+   * log entry, or between checking a descriptor and writing to it, while
+   * fork() copies the process. */
+  molt__log_fork_prepare();
+  molt__fd_lock();
 }
 
 static void fork_parent(void) {
+  molt__fd_unlock();
+  molt__log_fork_parent();
   molt__threads_unlock();
   molt__rt_lock_release();
   molt__modes_fork_parent();
@@ -201,6 +223,10 @@ static void start_in_child(void);
 /* The child has one thread and copies of locked mutexes: reinitialize, and
  * give it its own runtime thread and control socket (named by its pid). */
 static void fork_child(void) {
+  /* The leaves first (held across fork()): anything below may log or keep
+   * a descriptor. */
+  molt__fd_after_fork_child();
+  molt__log_after_fork_child();
   molt__threads_after_fork_child();
   molt__switch_after_fork_child();
   molt__modes_fork_child();
