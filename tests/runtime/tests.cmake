@@ -100,3 +100,9 @@ add_test(NAME runtime_fds
   COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_fds.py)
 set_tests_properties(runtime_fds PROPERTIES TIMEOUT 600 LABELS "runtime;cli"
   ENVIRONMENT "MOLT_CLI=$<TARGET_FILE:molt-cli>;FDHOST=$<TARGET_FILE:fdhost>;PATCH_DIR=${RT_OUT}")
+
+# The kept descriptors of the base layer on their own (base/fd.c).
+add_executable(test_fd ${RT}/test_fd.c ${MOLT_BASE_SRCS})
+target_link_libraries(test_fd PRIVATE molt_common pthread dl)
+add_test(NAME runtime_fd_keep COMMAND test_fd $<TARGET_FILE:plain_lib>)
+set_tests_properties(runtime_fd_keep PROPERTIES TIMEOUT 60 LABELS "runtime")
