@@ -218,6 +218,7 @@ void molt__wake_after_fork_child(void) {
    * the parent's write end open (it would blunt the parent's tripwire). */
   molt__fd_close(&wake_rd);
   molt__fd_close(&wake_wr);
+  /* Relaxed: the child has one thread, nothing to order against. */
   atomic_store_explicit(&wake_pending, false, memory_order_relaxed);
   wake_self = false;
   (void)molt__wake_init();
