@@ -102,6 +102,29 @@ static void test_keep_and_lose(void) {
   unlink(tmpl);
 }
 
+/* Taking a descriptor for a moment leaves it where it is; a number that
+ * is not open is nobody's to take or keep, and nothing gets closed. */
+static void test_take_and_closed(void) {
+  int p[2];
+  CHECK(pipe2(p, O_CLOEXEC) == 0, "pipe");
+  molt__fd t;
+  CHECK(molt__fd_take(&t, p[0]) == 0 && t.fd == p[0] && molt__fd_ours(&t),
+        "taken where it is");
+  CHECK(molt__fd_close(&t) && fcntl(p[0], F_GETFD) < 0, "closed");
+  CHECK(molt__fd_take(&t, p[0]) == MOLT_EIO && t.fd == -1, "a closed number: not taken");
+  CHECK(molt__fd_keep(&t, p[0]) == MOLT_EIO && t.fd == -1, "a closed number: not kept");
+  CHECK(molt__fd_take(&t, -1) == MOLT_EINVAL && molt__fd_keep(&t, -1) == MOLT_EINVAL,
+        "no number");
+  CHECK(fcntl(p[1], F_GETFD) >= 0, "the other end untouched");
+
+  /* Kept again where it already is (in the band): stays, still ours. */
+  molt__fd k;
+  CHECK(molt__fd_keep(&k, p[1]) == 0 && k.fd >= band_start(), "kept");
+  int n = k.fd;
+  CHECK(molt__fd_keep(&k, n) == 0 && k.fd == n && molt__fd_ours(&k), "kept in place");
+  CHECK(molt__fd_close(&k), "closed");
+}
+
 /* A socket's address is part of what it is. */
 static void test_socket_name(void) {
   int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -160,6 +183,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   test_keep_and_lose();
+  test_take_and_closed();
   test_socket_name();
   test_load_path(argv[1]);
   if (failures) {
