@@ -88,7 +88,7 @@ def test_lock_table_of_the_design_matches_base_h():
     table = base[base.index("#define MOLT__LOCKS(XX)"):]
     table = table[:table.index("\n\n")]
     order = re.findall(r"XX\((\w+),", table)
-    assert order[0] == "shadow" and "op" in order and order[-1] == "log", order
+    assert order[0] == "shadow" and "op" in order and order[-1] == "fd", order
     design = open(os.path.join(ROOT, "docs", "design.md")).read()
     locks = design[design.index("## 5. Locks"):]
     locks = locks[:locks.index("\n## ", 1)]
