@@ -5,12 +5,12 @@ control server (control.c + protocol.c) with a scripted runtime behind it,
 so these tests pin down the CLI's behaviour -- output formats, one-line
 errors, exit codes -- independently of the real runtime.
 
-Environment (set by tests/protocol/tests.cmake):
-  MOLT_CLI            path of the molt binary
+Environment (set by tests/cli/tests.cmake):
+  MOLT_BUILD_DIR      the build tree (its bin/molt: harness.tree)
   MOLT_TEST_CONTROL   path of the test_control binary
 Run by hand:
-  MOLT_CLI=build/bin/molt MOLT_TEST_CONTROL=build/tests/protocol_test_control \
-      python3 -m pytest --noconftest tests/cli/test_cli_fake.py
+  MOLT_BUILD_DIR=build MOLT_TEST_CONTROL=build/tests/protocol_test_control \
+      python3 -m pytest tests/cli/test_cli_fake.py
 """
 
 import json
@@ -24,26 +24,24 @@ import time
 
 import pytest
 
-CLI = os.environ.get("MOLT_CLI", "")
+from harness import proc
+from harness.proc import Program
+from harness.tree import molt_cli
+
+CLI = molt_cli()
 FAKE = os.environ.get("MOLT_TEST_CONTROL", "")
 
 pytestmark = pytest.mark.skipif(
     not (os.path.isfile(CLI) and os.path.isfile(FAKE)),
-    reason="MOLT_CLI and MOLT_TEST_CONTROL must name the built binaries",
+    reason="the build tree's bin/molt and MOLT_TEST_CONTROL must be the built binaries",
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONNECT, EXIT_PROTO = range(5)
 
 
 def molt(*args, cwd=None, timeout=30, user=None):
-    kw = {}
-    if user is not None:
-        def drop():
-            os.setgid(user)
-            os.setuid(user)
-        kw["preexec_fn"] = drop
-    return subprocess.run([CLI, *map(str, args)], capture_output=True,
-                          cwd=cwd, timeout=timeout, **kw)
+    """The CLI's output as bytes (the tests check its encoding)."""
+    return proc.molt(*args, cwd=cwd, timeout=timeout, user=user, text=False)
 
 
 def one_line_error(r):
@@ -55,25 +53,22 @@ def one_line_error(r):
     return err.rstrip("\n")
 
 
-class Proc:
+class Proc(Program):
+    """A process that says `ready PID` when it serves."""
+
     def __init__(self, *args):
-        self.p = subprocess.Popen(list(args), stdout=subprocess.PIPE)
-        line = self.p.stdout.readline().decode()
-        m = re.fullmatch(r"ready (\d+)\n", line)
+        Program.__init__(self, args)
+        line = self.line(30)
+        m = re.fullmatch(r"ready (\d+)", line)
         assert m, f"fake molt process did not start: {line!r}"
         self.pid = int(m.group(1))
-
-    def stop(self):
-        self.p.kill()
-        self.p.wait()
-        self.p.stdout.close()
 
 
 @pytest.fixture
 def fake():
     p = Proc(FAKE, "--serve")
     yield p.pid
-    p.stop()
+    p.kill()
 
 
 @pytest.fixture
@@ -342,7 +337,7 @@ def test_impostor_socket():
         rows = [l.split() for l in molt("ps").stdout.decode().splitlines()]
         assert [r[4] for r in rows if r[0] == str(victim.pid)] == ["impostor"]
     finally:
-        squatter.stop()
+        squatter.kill()
         victim.kill()
         victim.wait()
 
@@ -359,7 +354,7 @@ def test_client_timeout(patch_file):
         assert "may or may not have taken effect" in err
         assert 5.0 < dt < 7.5
     finally:
-        p.stop()
+        p.kill()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become uid 1000")
@@ -433,4 +428,4 @@ def test_bad_server(mode, code, text):
         assert r.returncode == code, r
         assert text in one_line_error(r)
     finally:
-        p.stop()
+        p.kill()

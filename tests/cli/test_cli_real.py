@@ -2,20 +2,21 @@
 test program in its `serve` mode, which prints the version tag it observes).
 
 Environment (set by tests/cli/tests.cmake):
-  MOLT_CLI      the molt binary
+  MOLT_BUILD_DIR  the build tree (its bin/molt: harness.tree)
   TEST_RUNTIME  the test program
   PATCH_DIR     its patches (patch_a.so tag 1, patch_b.so tag 2, bad ones)
 """
-import json
 import os
-import select
 import shutil
 import subprocess
 import time
 
 import pytest
 
-CLI = os.environ["MOLT_CLI"]
+from harness.proc import Program, log, molt, status, stopped_first
+from harness.tree import molt_cli
+
+CLI = molt_cli()
 PROG = os.environ["TEST_RUNTIME"]
 PATCHES = os.environ["PATCH_DIR"]
 
@@ -24,68 +25,34 @@ def patch(name):
     return os.path.join(PATCHES, name)
 
 
-class Served:
+class Served(Program):
     """The program in serve mode; .tags collects the tags it reports."""
 
     def __init__(self):
-        self.p = subprocess.Popen([PROG, "serve", PATCHES], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, bufsize=0)
-        self.pending = b""
+        Program.__init__(self, [PROG, "serve", PATCHES])
         self.tags = []
-        line = self._line(5.0)
+        line = self.out.next(5.0)
         assert line and line.startswith("ready "), line
         self.pid = int(line.split()[1])
         self.wait_tag(0)
-
-    def _line(self, timeout):
-        """Next line of output, or None after `timeout` seconds.  Reads the
-        pipe unbuffered, so select() sees everything not yet consumed."""
-        end = time.time() + timeout
-        while b"\n" not in self.pending:
-            left = end - time.time()
-            if left <= 0:
-                return None
-            r, _, _ = select.select([self.p.stdout], [], [], left)
-            if r:
-                chunk = os.read(self.p.stdout.fileno(), 4096)
-                if not chunk:
-                    return None
-                self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        return line.decode()
 
     def wait_tag(self, tag, timeout=5.0):
         end = time.time() + timeout
         while True:
             if self.tags and self.tags[-1] == tag:
                 return
-            line = self._line(max(0.0, end - time.time()))
+            line = self.out.next(max(0.0, end - time.time()))
             if line is None:
                 raise AssertionError("program never reported tag %d (saw %s)" % (tag, self.tags))
             if line.startswith("tag "):
                 self.tags.append(int(line.split()[1]))
-
-    def close(self):
-        self.p.stdin.close()
-        assert self.p.wait(timeout=10) == 0
 
 
 @pytest.fixture
 def served():
     s = Served()
     yield s
-    s.close()
-
-
-def molt(*args, check=None):
-    r = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=60)
-    if check is not None:
-        assert r.returncode == check, (args, r.returncode, r.stdout, r.stderr)
-    return r
-
-
-def status(pid):
-    return json.loads(molt("status", pid, "--json", check=0).stdout)
+    s.finish(rc=0)
 
 
 def test_ps_lists_the_process(served):
@@ -124,8 +91,7 @@ def test_status_apply_log_rollback(served):
     r = molt("rollback", served.pid, check=1)
     assert "nothing to roll back" in r.stderr and r.stderr.count("\n") == 1
 
-    log = json.loads(molt("log", served.pid, "--json", check=0).stdout)
-    events = [e["event"] for e in log]
+    events = [e["event"] for e in log(served.pid)]
     assert events.count("switch") == 2 and events.count("rollback") == 2, events
     text = molt("log", served.pid, check=0).stdout
     assert "patch-a" in text and "rollback" in text
@@ -170,17 +136,7 @@ def test_other_uid_is_refused(served):
                        user=65534, group=65534, timeout=30)
     assert r.returncode == 3, (r.returncode, r.stderr)
     assert "not allowed" in r.stderr or "not permitted" in r.stderr, r.stderr
-    log = json.loads(molt("log", served.pid, "--json", check=0).stdout)
-    assert any(e["event"] == "denied" for e in log)
-
-
-def stopped_first(argv, first):
-    """argv, or (first) argv behind a shell that stops itself before it
-    execs the CLI: killing that one is certain to happen before the CLI has
-    sent anything."""
-    if not first:
-        return argv
-    return ["/bin/sh", "-c", 'kill -STOP $$; exec "$0" "$@"', *argv]
+    assert any(e["event"] == "denied" for e in log(served.pid))
 
 
 def test_killing_the_cli_mid_apply_leaves_all_or_nothing(served):

@@ -4,7 +4,7 @@ serving with its state exactly as it was."""
 
 import time
 
-from fuharness import PROGS, Prog, assert_clean_stderr, build, build_raw
+from fuprogs import PROGS, Prog, assert_clean_stderr, build, build_raw
 
 
 def test_build_refuses_changed_types_without_transformers():

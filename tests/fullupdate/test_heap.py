@@ -1,12 +1,7 @@
 """Full updates: the heap traversal ($xform, generics, annotations,
 sharing and cycles, function pointers)."""
 
-from fuharness import Prog, assert_clean_stderr, build
-
-
-def pair(prog):
-    v1 = build(prog, "v1")
-    return v1, build(prog, "v2", frm=v1)
+from fuprogs import Prog, assert_clean_stderr, build, pair
 
 
 def test_xform_composition():

@@ -7,12 +7,7 @@ starts v1 with `molt run`, changes its state through commands, runs
 import re
 import struct
 
-from fuharness import Prog, assert_clean_stderr, build
-
-
-def pair(prog):
-    v1 = build(prog, "v1")
-    return v1, build(prog, "v2", frm=v1)
+from fuprogs import Prog, assert_clean_stderr, pair
 
 
 def test_init_new_variable():

@@ -3,14 +3,10 @@
 # started with `molt run`, replaced with `molt update`.  One ctest test per
 # pytest file, each with its own work directory so they can run in
 # parallel; plus the kvfull demo (examples/kvfull) in its short form.
-find_package(Python3 COMPONENTS Interpreter REQUIRED)
-
 foreach(area values heap control failures)
-  add_test(NAME fullupdate_${area}
-    COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider
-            ${CMAKE_CURRENT_LIST_DIR}/test_${area}.py)
-  set_tests_properties(fullupdate_${area} PROPERTIES TIMEOUT 300 LABELS "fullupdate"
-    ENVIRONMENT "MOLTCC=${CMAKE_BINARY_DIR}/bin/moltcc;MOLT_CLI=$<TARGET_FILE:molt-cli>;FU_WORK=${CMAKE_CURRENT_BINARY_DIR}/fullupdate/${area}")
+  molt_pytest(fullupdate_${area} ${CMAKE_CURRENT_LIST_DIR}/test_${area}.py
+    TIMEOUT 300 LABELS fullupdate moltcc cli
+    ENV FU_WORK=${CMAKE_CURRENT_BINARY_DIR}/fullupdate/${area})
 endforeach()
 
 # The demo, with its images in this build tree (not examples/kvfull/obj,
@@ -19,4 +15,4 @@ add_test(NAME fullupdate_kvfull_demo
   COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/examples/kvfull/demo.py --short
           --molt-build ${CMAKE_BINARY_DIR} --obj ${CMAKE_CURRENT_BINARY_DIR}/fullupdate/kvfull)
 set_tests_properties(fullupdate_kvfull_demo PROPERTIES TIMEOUT 300
-  LABELS "fullupdate;demo")
+  LABELS "fullupdate;demo;moltcc;cli")

@@ -7,8 +7,9 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, ROOT, moltcc_cmd, make_env, san_flags, skip
-from elfread import Elf
+from harness.elf import Elf
+from harness.moltcc import make_env, moltcc_cmd
+from harness.tree import BUILD, ROOT, san_flags, skip
 
 PLAIN = """#include <stdio.h>
 int twice(int x) { return 2 * x; }

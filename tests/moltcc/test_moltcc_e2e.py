@@ -5,13 +5,13 @@ the live one, and that function pointers taken before the patch reach the
 new code."""
 import os
 import re
-import subprocess
-import threading
 import time
 
 import pytest
 
-from conftest import cli_path, make_env, sanitizer_reports
+from harness.moltcc import make_env
+from harness.proc import Program, sanitizer_reports
+from harness.tree import molt_cli
 
 STORE_H = r"""
 #include <stddef.h>
@@ -216,45 +216,31 @@ def patch_copies(pid, name):
 
 def test_patch_applied_with_molt_apply(built, needs_cli):
     t = built
-    env = make_env()
-    p = subprocess.Popen(["./server", "4000", "9"], cwd=t.cwd, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env)
-    lines = []
-    seen = threading.Event()
-
-    def reader():
-        for l in p.stdout:
-            lines.append(l.rstrip("\n"))
-            if "ver=v2" in l:
-                seen.set()
-    th = threading.Thread(target=reader, daemon=True)
-    th.start()
+    p = Program(["./server", "4000", "9"], cwd=t.cwd, env=make_env())
+    lines = p.out.all               # every line so far, read by a thread
     try:
-        deadline = time.time() + 20
-        while len(lines) < 30 and time.time() < deadline:
-            time.sleep(0.05)
-        assert len(lines) >= 30, "program did not start: %s" % p.stderr
-        r = t.run([cli_path(), "apply", str(p.pid), t.path("fix1.so")], timeout=60)
+        p.out.wait(lambda lines: len(lines) >= 30, 20)
+        assert len(lines) >= 30, "program did not start: %s" % p.stderr()
+        r = t.run([molt_cli(), "apply", str(p.pid), t.path("fix1.so")], timeout=60)
         assert r.rc == 0, r
-        assert seen.wait(20), lines[-5:]
+        assert p.out.wait_line(lambda l: "ver=v2" in l, 20), lines[-5:]
         time.sleep(0.2)
         check_switch(parse(list(lines)), 9)
-        assert p.poll() is None           # still serving
+        assert p.alive()                  # still serving
         # The same patch again is a new object; the first one's code can no
         # longer run, so it must be unloaded: one copy stays mapped.
         assert len(patch_copies(p.pid, "fix1.so")) == 1
-        r = t.run([cli_path(), "apply", str(p.pid), t.path("fix1.so")], timeout=60)
+        r = t.run([molt_cli(), "apply", str(p.pid), t.path("fix1.so")], timeout=60)
         assert r.rc == 0, r
         deadline = time.time() + 5
         while time.time() < deadline and len(patch_copies(p.pid, "fix1.so")) != 1:
             time.sleep(0.05)
         copies = patch_copies(p.pid, "fix1.so")
         assert len(copies) == 1, copies
-        assert p.poll() is None
+        assert p.alive()
     finally:
         p.kill()
-        p.wait()
-        err = p.stderr.read()   # (stdout belongs to the reader thread)
+        err = p.err.join()
     # sanitized build trees: no report before the kill
     assert not sanitizer_reports(err), err
 

@@ -10,10 +10,8 @@ refused when the name also means something else in the function.
 Found building memcached: `ITEM_set_cas(it, (settings.use_cas) ? ...)` and a
 function-local static in a `LOGGER_LOG(...)` argument; `void SSL_LOCK() {...}`
 after `void SSL_LOCK(void);` under -Wmissing-prototypes -Werror."""
-import os
-import sys
 
-from elfread import Elf
+from harness.elf import Elf
 
 STRICT = ["-Wall", "-Wextra", "-pedantic", "-Wstrict-prototypes", "-Wmissing-prototypes",
           "-Werror"]
@@ -132,8 +130,6 @@ int main(void) { struct lv l = {0}; return f() + g(&l) + h(); }
 
 
 def test_arg_spelling_only_for_macro_arguments(tool):
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "tools"))
     import clang.cindex as ci
     from moltcc import unit as moltcc_unit
     path = tool.write("a.c", """struct s { int use_cas; } settings;

@@ -8,7 +8,8 @@ import struct
 
 import pytest
 
-from elfread import Elf
+from harness.elf import Elf
+from harness.tree import molt_abi
 
 PROG_MAIN = r"""
 #include <stdarg.h>
@@ -123,13 +124,6 @@ def prog(tool, needs_stamp):
     tool.moltcc("-O2", "-g", "main.c", "other.c", "-o", "prog").ok()
     tool.write("v2/main.c", PATCH_MAIN)
     return tool
-
-
-def molt_abi():
-    """MOLT__ABI of the molt.h (molt/abi.h) this tree builds with."""
-    from conftest import ROOT
-    with open(os.path.join(ROOT, "include", "molt", "abi.h")) as f:
-        return int(re.search(r"^#define MOLT__ABI (\d+)u", f.read(), re.M).group(1))
 
 
 def header(e):

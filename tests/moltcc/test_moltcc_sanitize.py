@@ -7,8 +7,10 @@ one checks whatever this build tree is."""
 import os
 import subprocess
 
-from conftest import (MOLTCC_PY, ROOT, SYS_PYTHON, build_sanitize, sanitizer_reports)
-from elfread import Elf
+from harness.elf import Elf
+from harness.moltcc import MOLTCC_PY
+from harness.proc import sanitizer_reports
+from harness.tree import ROOT, SYS_PYTHON, build_sanitize
 
 SAN_GUARDED = """#include <molt.h>
 #ifdef __SANITIZE_ADDRESS__

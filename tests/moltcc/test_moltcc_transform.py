@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from conftest import build_sanitize, skip
-from elfread import Elf
+from harness.elf import Elf
+from harness.tree import build_sanitize, skip
 
 DESC_MAGIC = 0x6D6F6C74
 

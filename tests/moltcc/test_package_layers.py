@@ -5,8 +5,9 @@ package").  Reads the imports of every module with ast; pure Python."""
 import ast
 import os
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-PKG = os.path.join(ROOT, "tools", "moltcc")
+from harness.tree import TOOLS
+
+PKG = os.path.join(TOOLS, "moltcc")
 
 ENTRY = {"moltcc.__main__", "moltcc.driver"}
 MODES = {"moltcc.build", "moltcc.patch.build", "moltcc.image.build"}

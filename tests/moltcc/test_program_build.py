@@ -11,24 +11,18 @@ migrated state."""
 import os
 import re
 import subprocess
-import threading
-import time
 
 import pytest
 
-from conftest import BUILD, ROOT, cli_path, make_env, san_flags, sanitizer_reports, skip
+from harness.moltcc import make_env
+from harness.proc import Program, molt, sanitizer_reports
+from harness.tree import BUILD, ROOT, have_pyelftools, molt_cli, san_flags, skip
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "program")
 V1 = [os.path.join(FIX, "v1", "kv.c"), os.path.join(FIX, "v1", "stats.c")]
 V2 = [os.path.join(FIX, "v2", "kv.c"), os.path.join(FIX, "v2", "stats.c")]
 XF = os.path.join(FIX, "v2.xf")
-
-
-def have_pyelftools():
-    p = subprocess.run(["/usr/bin/python3", "-c", "import elftools.elf.elffile"],
-                       capture_output=True)
-    return p.returncode == 0
 
 
 @pytest.fixture
@@ -339,35 +333,6 @@ def test_option_errors(ptool):
 # End to end
 # ---------------------------------------------------------------------------
 
-class Lines:
-    """The program's stdout, read by a thread (select() does not see what
-    the file object has already buffered)."""
-
-    def __init__(self, stream):
-        self.lines = []
-        self.cond = threading.Condition()
-        self.t = threading.Thread(target=self._run, args=(stream,), daemon=True)
-        self.t.start()
-
-    def _run(self, stream):
-        for line in stream:
-            with self.cond:
-                self.lines.append(line)
-                self.cond.notify_all()
-        with self.cond:
-            self.lines.append(None)
-            self.cond.notify_all()
-
-    def until(self, marker, timeout):
-        end = time.time() + timeout
-        with self.cond:
-            while True:
-                text = "".join(l for l in self.lines if l is not None)
-                if marker in text or None in self.lines or time.time() >= end:
-                    return text
-                self.cond.wait(max(0.01, end - time.time()))
-
-
 def test_full_update_end_to_end(ptool, needs_cli):
     t = ptool
     if not os.path.exists(os.path.join(BUILD, "bin", "molt-run")):
@@ -376,25 +341,19 @@ def test_full_update_end_to_end(ptool, needs_cli):
     t.moltcc("--molt-program", "-O2", "-o", "v2.so", *V2, "--molt-from", "v1.so",
              "--molt-xf", XF).ok()
     env = make_env()
-    proc = subprocess.Popen([cli_path(), "run", t.path("v1.so")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=t.cwd)
+    proc = Program([molt_cli(), "run", t.path("v1.so")], env=env, cwd=t.cwd)
     try:
-        lines = Lines(proc.stdout)
-        out = lines.until("v1 ready", 30)
-        assert "v1 ready counter=5 cache=42" in out, (out, proc.poll())
-        u = subprocess.run([cli_path(), "update", str(proc.pid), t.path("v2.so")],
-                           capture_output=True, text=True, env=env, timeout=60)
+        proc.out.wait_line(lambda l: "v1 ready" in l, 30)
+        out = proc.out.text()
+        assert "v1 ready counter=5 cache=42" in out, (out, proc.p.poll())
+        u = molt("update", proc.pid, t.path("v2.so"), env=env)
         assert u.returncode == 0, (u.stdout, u.stderr)
         assert "now at generation 1" in u.stdout, u.stdout
-        out = lines.until("v2 done", 30)
+        proc.out.wait_line(lambda l: "v2 done" in l, 30)
+        out = proc.out.text()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        err = proc.stderr.read()
+        proc.stop()
+        err = proc.err.join()
     assert "v2 updated local=7 got=1 n=4 name=kv-store loops=1 tag=2 counter=5 cache=0 stats=1" \
         in out, (out, err)
     for i in range(4):

@@ -3,17 +3,12 @@ insertion of random tokens, deletions, deep nesting) must either parse or
 raise XfError -- never anything else -- with a position inside the text.
 When they parse, the results must be consistent with the text.  Fixed
 seeds, a few thousand iterations, a few seconds."""
-import os
 import random
-import sys
 
 import pytest
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-
-from moltcc.image import xf  # noqa: E402
-from moltcc.image.xf import XfError  # noqa: E402
+from moltcc.image import xf
+from moltcc.image.xf import XfError
 
 SEEDS = [
     """\

@@ -1,17 +1,12 @@
 """The .xf parser (tools/moltcc/image/xf.py): every construct of Kitsune's
 xfgen notation, the $-specials with their offsets, and every error with its
 exact line:column.  Pure Python: no build tree needed."""
-import os
 import pickle
-import sys
 
 import pytest
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-
-from moltcc.image import xf  # noqa: E402
-from moltcc.image.xf import (Ref, Rule, Special, XfError, parse_xf, parse_xf_file,  # noqa: E402
+from moltcc.image import xf
+from moltcc.image.xf import (Ref, Rule, Special, XfError, parse_xf, parse_xf_file,
                              scan_specials)
 
 

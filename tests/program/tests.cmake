@@ -17,9 +17,9 @@ function(molt_test_image name version from)
     # (what moltcc --molt-from records).
     add_custom_command(OUTPUT ${gen}/from_build_id.h
       COMMAND ${CMAKE_COMMAND} -E make_directory ${gen}
-      COMMAND ${Python3_EXECUTABLE} ${PROG_T}/buildid.py $<TARGET_FILE:${from}>
-              ${gen}/from_build_id.h FROM_BUILD_ID
-      DEPENDS ${from} ${PROG_T}/buildid.py
+      COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/harness/elf.py build-id-header
+              $<TARGET_FILE:${from}> ${gen}/from_build_id.h FROM_BUILD_ID
+      DEPENDS ${from} ${PROJECT_SOURCE_DIR}/tests/harness/elf.py
       COMMENT "build-id of ${from} for ${name}")
     list(APPEND srcs ${gen}/from_build_id.h)
   endif()

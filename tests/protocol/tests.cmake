@@ -1,5 +1,5 @@
 # Control protocol tests: codec unit tests, the control server against a
-# fake runtime, a fuzz run, and the CLI end to end against a fake process.
+# fake runtime, a fuzz run.
 # Included from tests/CMakeLists.txt.  The protocol helpers are hidden
 # inside libmolt, so the tests link the common layer, as the CLI does (it
 # also keeps molt.h's module constructor out: MOLT__NO_AUTO_REGISTER).
@@ -25,19 +25,9 @@ add_test(NAME protocol_control COMMAND protocol_test_control)
 # Deterministic mutation loop (no libFuzzer needed): ~2 s plain, longer
 # under MOLT_SANITIZE=address.  Raise the count for a longer soak.
 add_test(NAME protocol_fuzz COMMAND protocol_fuzz 300000)
-set_tests_properties(protocol_codec protocol_control protocol_fuzz
-  PROPERTIES TIMEOUT 300 LABELS "protocol")
-
-find_package(Python3 COMPONENTS Interpreter)
-if(Python3_FOUND)
-  # --noconftest: this test is self-contained (binaries come from the
-  # environment), so it does not depend on tests/conftest.py.
-  add_test(NAME protocol_cli_fake
-    COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider
-            ${PROTO_T}/../cli/test_cli_fake.py)
-  set_tests_properties(protocol_cli_fake PROPERTIES TIMEOUT 300 LABELS "protocol;cli"
-    ENVIRONMENT "MOLT_CLI=$<TARGET_FILE:molt-cli>;MOLT_TEST_CONTROL=$<TARGET_FILE:protocol_test_control>")
-endif()
+set_tests_properties(protocol_codec protocol_control PROPERTIES TIMEOUT 300 LABELS "protocol")
+set_tests_properties(protocol_fuzz PROPERTIES TIMEOUT 300 LABELS "protocol;fuzz")
+# (The CLI against this fake process: tests/cli, cli_fake.)
 
 # Coverage-guided fuzzing with libFuzzer needs clang, while the project is
 # usually built with gcc: -DMOLT_LIBFUZZER=ON builds protocol_libfuzzer with

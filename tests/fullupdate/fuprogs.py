@@ -1,36 +1,28 @@
-"""Helpers of the full-update tests: build test programs with the real
-moltcc, run them with `molt run`, update them with `molt update`, and read
-their state through their stdin/stdout command loop (progs/fu.h).
+"""The full-update test programs (progs/): built with this tree's moltcc
+(harness.moltcc), run with `molt run` and driven through their stdin/stdout
+command loop (progs/fu.h) as a harness.proc.Program, updated with `molt
+update`.
 
-Environment (set by tests.cmake):
-  MOLTCC     the build tree's moltcc launcher
-  MOLT_CLI   the molt CLI
-  FU_WORK    a directory for the images (default: a temporary one)
+Environment: MOLT_BUILD_DIR (harness.tree); FU_WORK, a directory for the
+images (default: a temporary one); both set by tests.cmake.
 """
 
 import os
-import re
-import select
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from harness.moltcc import moltcc
+from harness.proc import Program, mapped, maps, molt
+from harness.tree import molt_cli
+
 HERE = Path(__file__).resolve().parent
 PROGS = HERE / "progs"
-MOLTCC = os.environ.get("MOLTCC", "moltcc")
-MOLT = os.environ.get("MOLT_CLI", "molt")
 WORK = Path(os.environ.get("FU_WORK") or tempfile.mkdtemp(prefix="molt-fu-"))
 
 CFLAGS = ["-O1", "-g", "-Wall", "-Wno-unused-function", "-Wno-unused-parameter"]
 
 _built = {}
-
-
-def moltcc(args, cwd=None):
-    return subprocess.run([MOLTCC] + [str(a) for a in args], cwd=cwd,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, timeout=300)
 
 
 def build(prog, version, frm=None, xf=None, out_name=None):
@@ -50,7 +42,7 @@ def build(prog, version, frm=None, xf=None, out_name=None):
 
 
 def build_raw(prog, version, frm=None, xf=None, out_name=None):
-    """Runs moltcc without judging the result: (CompletedProcess, output)."""
+    """Runs moltcc without judging the result: (Result, output)."""
     src = PROGS / prog / version
     odir = WORK / prog
     odir.mkdir(parents=True, exist_ok=True)
@@ -64,7 +56,13 @@ def build_raw(prog, version, frm=None, xf=None, out_name=None):
         xfp = PROGS / prog / (xf or version + ".xf")
         if xf is not None or xfp.exists():
             args += ["--molt-xf", xfp]
-    return moltcc(args), out
+    return moltcc(args, cwd=None), out
+
+
+def pair(prog):
+    """v1 and v2 (from v1) of progs/<prog>."""
+    v1 = build(prog, "v1")
+    return v1, build(prog, "v2", frm=v1)
 
 
 def parse_kv(line):
@@ -72,58 +70,38 @@ def parse_kv(line):
     return dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
 
 
-class Prog:
+class Prog(Program):
     """A test program started with `molt run`, driven over stdin/stdout."""
 
     def __init__(self, image, args=()):
         self.image = Path(image)
-        self.errpath = WORK / ("%s.%d.stderr" % (self.image.stem, time.monotonic_ns()))
-        self.err = open(self.errpath, "w")
-        self.p = subprocess.Popen([MOLT, "run", str(self.image)] + list(args),
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=self.err)
-        self.pid = self.p.pid
-        self.buf = b""
+        Program.__init__(self, [molt_cli(), "run", self.image, *args], name=self.image.name)
         self.updates = []
         # the program is up when it answers
         assert self.cmd("ping", timeout=30) == "pong", self.stderr()
 
-    def stderr(self):
-        self.err.flush()
-        return "stderr of %s:\n%s" % (self.image.name, self.errpath.read_text()[-4000:])
-
-    def readline(self, timeout=10.0):
-        end = time.monotonic() + timeout
-        fd = self.p.stdout.fileno()
-        while b"\n" not in self.buf:
-            left = end - time.monotonic()
-            if left <= 0:
-                raise AssertionError("no answer within %.0f s; %s" % (timeout, self.stderr()))
-            r, _, _ = select.select([fd], [], [], left)
-            if r:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise AssertionError("the program closed its stdout (exit %s); %s"
-                                         % (self.p.poll(), self.stderr()))
-                self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line.decode()
-
     def cmd(self, line, timeout=10.0):
-        self.p.stdin.write((line + "\n").encode())
-        self.p.stdin.flush()
-        return self.readline(timeout)
+        self.send(line)
+        return self.line(timeout)
 
     def dump(self):
         return parse_kv(self.cmd("dump"))
 
+    def wait_for(self, pred, timeout=10.0):
+        """Dumps until pred(state) holds; returns that state."""
+        end = time.monotonic() + timeout
+        while True:
+            d = self.dump()
+            if pred(d):
+                return d
+            assert time.monotonic() < end, "condition never held; last state %s" % d
+            time.sleep(0.02)
+
     def update(self, image, timeout=10, extra=()):
-        """`molt update PID image --timeout S`; returns the CompletedProcess
-        (stdout and stderr together in .stdout)."""
-        r = subprocess.run([MOLT, "update", str(self.pid), str(image),
-                            "--timeout", str(timeout)] + list(extra),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, timeout=timeout + 60)
+        """`molt update PID image --timeout S`; returns the Result (stdout
+        and stderr together in .stdout)."""
+        r = molt("update", self.pid, image, "--timeout", timeout, *extra, merge=True,
+                 timeout=timeout + 60)
         self.updates.append(r)
         return r
 
@@ -134,11 +112,11 @@ class Prog:
         return r
 
     def maps(self):
-        return Path("/proc/%d/maps" % self.pid).read_text()
+        return maps(self.pid)
 
     def mapped(self, name):
         """Mappings whose path (or memfd name) contains name."""
-        return [l for l in self.maps().splitlines() if name in l]
+        return mapped(self.pid, name)
 
     def wait_unmapped(self, name, timeout=10.0):
         end = time.monotonic() + timeout
@@ -151,38 +129,16 @@ class Prog:
     def tids(self):
         return sorted(int(t) for t in os.listdir("/proc/%d/task" % self.pid))
 
-    def alive(self):
-        return self.p.poll() is None
-
     def quit(self):
         """Ends the program through its own 'quit' command; returns its exit
         status (the program must exit by itself within 20 s)."""
         assert self.cmd("quit") == "bye"
-        self.p.stdin.close()
-        try:
-            return self.p.wait(20)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-            raise AssertionError("the program did not exit after quit; " + self.stderr())
-
-    def kill(self):
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait()
-        self.err.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.kill()
-        return False
+        return self.finish(rc=None, timeout=20)
 
 
 def assert_clean_stderr(prog):
     """No sanitizer report or runtime complaint on the program's stderr."""
-    text = prog.errpath.read_text()
+    text = prog.err.text()
     for bad in ("AddressSanitizer", "UndefinedBehaviorSanitizer", "LeakSanitizer",
                 "runtime error:", "Segmentation fault"):
         assert bad not in text, prog.stderr()

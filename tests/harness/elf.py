@@ -1,10 +1,20 @@
-"""A small ELF64 little-endian reader for the moltcc tests: sections,
-symbols (with their STT_FILE group) and pointers as the dynamic loader would
-see them (RELATIVE / absolute relocations applied), so the tests can decode
-molt_fns, molt_pfns and molt_imports records exactly."""
-import struct
+"""A small ELF64 little-endian reader for the tests: sections, symbols
+(with their STT_FILE group), notes (the GNU build-id, molt's patch note) and
+pointers as the dynamic loader would see them (RELATIVE / absolute
+relocations applied), so the tests can decode molt_fns, molt_pfns and
+molt_imports records exactly.
 
-SHT_SYMTAB, SHT_RELA, SHT_NOBITS, SHT_DYNSYM = 2, 4, 8, 11
+Run as a script it writes a C header defining a macro as a file's build-id
+(hex): how tests/program's images learn the build-id of the image they are
+built "from", as moltcc --molt-from records it for generated images.
+
+usage: elf.py build-id-header ELF OUT.h MACRO
+"""
+import struct
+import sys
+
+SHT_SYMTAB, SHT_RELA, SHT_NOTE, SHT_NOBITS, SHT_DYNSYM = 2, 4, 7, 8, 11
+NT_GNU_BUILD_ID = 3
 R_X86_64_64, R_X86_64_RELATIVE = 1, 8
 STT = {0: "NOTYPE", 1: "OBJECT", 2: "FUNC", 3: "SECTION", 4: "FILE", 6: "TLS"}
 STB = {0: "LOCAL", 1: "GLOBAL", 2: "WEAK"}
@@ -23,7 +33,7 @@ class Elf:
     def __init__(self, path):
         with open(path, "rb") as f:
             self.data = d = f.read()
-        assert d[:4] == b"\x7fELF" and d[4] == 2 and d[5] == 1, "not ELF64 LE"
+        assert d[:4] == b"\x7fELF" and d[4] == 2 and d[5] == 1, "%s: not ELF64 LE" % path
         self.type = struct.unpack_from("<H", d, 16)[0]
         shoff = struct.unpack_from("<Q", d, 0x28)[0]
         shentsize, shnum, shstrndx = struct.unpack_from("<HHH", d, 0x3A)
@@ -201,13 +211,25 @@ class Elf:
         return [dict(name=n, tu=t, slot=p) for n, t, p in
                 self.records("molt_imports", ["str", "str", "ptr"])]
 
+    def notes(self):
+        """(name, type, desc) of every note in the SHT_NOTE sections."""
+        for sec in self.sections:
+            if sec["type"] != SHT_NOTE:
+                continue
+            pos, end = sec["offset"], sec["offset"] + sec["size"]
+            while pos + 12 <= end:
+                namesz, descsz, typ = struct.unpack_from("<III", self.data, pos)
+                name = self.data[pos + 12:pos + 12 + namesz].rstrip(b"\0").decode()
+                desc_at = pos + 12 + ((namesz + 3) & ~3)
+                yield name, typ, self.data[desc_at:desc_at + descsz]
+                pos = desc_at + ((descsz + 3) & ~3)
+
     def build_id(self):
-        d = self.section_bytes(".note.gnu.build-id")
-        if d is None:
-            return None
-        namesz, descsz, _ = struct.unpack_from("<III", d, 0)
-        o = 12 + ((namesz + 3) & ~3)
-        return d[o:o + descsz].hex()
+        """The GNU build-id (hex), or None."""
+        for name, typ, desc in self.notes():
+            if name == "GNU" and typ == NT_GNU_BUILD_ID:
+                return desc.hex()
+        return None
 
     def molt_note(self):
         d = self.section_bytes(".note.molt")
@@ -219,3 +241,18 @@ class Elf:
         abi = struct.unpack_from("<I", desc, 0)[0]
         bid = desc[8:].split(b"\0", 1)[0].decode()
         return dict(type=typ, abi=abi, target_build_id=bid)
+
+
+def main(argv):
+    if len(argv) != 5 or argv[1] != "build-id-header":
+        raise SystemExit("usage: elf.py build-id-header ELF OUT.h MACRO")
+    elf, out, macro = argv[2:5]
+    bid = Elf(elf).build_id()
+    if bid is None:
+        raise SystemExit("%s: no GNU build-id note" % elf)
+    with open(out, "w") as f:
+        f.write("/* generated from %s */\n#define %s \"%s\"\n" % (elf, macro, bid))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
