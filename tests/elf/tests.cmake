@@ -45,3 +45,5 @@ add_test(NAME elf_stamp
           $<TARGET_FILE:elf_fixture_target>)
 add_test(NAME elf_fuzz
   COMMAND elf_fuzz -n 3000 $<TARGET_FILE:elf_fixture_patch> $<TARGET_FILE:elf_fixture_target>)
+set_tests_properties(elf_unit elf_corrupt elf_stamp PROPERTIES LABELS "elf")
+set_tests_properties(elf_fuzz PROPERTIES LABELS "elf;fuzz")

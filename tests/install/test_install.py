@@ -19,21 +19,22 @@ one.  Checked:
     RUNPATHs, the non-debug bytes of the binaries);
   - DESTDIR staging: molt.pc names the prefix, never the staging directory.
 
-Environment (tests/install/tests.cmake): MOLT_CMAKE, MOLT_BUILD_DIR,
-MOLT_SOURCE_DIR, MOLT_INSTALL_{BINDIR,LIBDIR,INCLUDEDIR,DATADIR,MANDIR}.
+Environment (tests/install/tests.cmake): MOLT_CMAKE, MOLT_BUILD_DIR
+(harness.tree), MOLT_INSTALL_{BINDIR,LIBDIR,INCLUDEDIR,DATADIR,MANDIR}.
 """
 import os
-import select
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pytest
 
+from harness import tree
+from harness.proc import Program, run
+
 CMAKE = os.environ["MOLT_CMAKE"]
-BUILD = os.path.realpath(os.environ["MOLT_BUILD_DIR"])
-SOURCE = os.path.realpath(os.environ["MOLT_SOURCE_DIR"])
+BUILD = os.path.realpath(tree.BUILD)
+SOURCE = os.path.realpath(tree.ROOT)
 DIRS = {d: os.environ["MOLT_INSTALL_" + d] for d in ("BINDIR", "LIBDIR", "INCLUDEDIR",
                                                       "DATADIR", "MANDIR")}
 # the library's file names: libmolt.so -> SONAME -> the real file
@@ -98,8 +99,7 @@ class Installed:
         home, tmp = os.path.join(top, "home"), os.path.join(top, "tmp")
         for d in (self.work, home, tmp):
             os.makedirs(d)
-        r = subprocess.run([CMAKE, "--install", BUILD, "--prefix", self.prefix],
-                           capture_output=True, text=True, timeout=300)
+        r = run([CMAKE, "--install", BUILD, "--prefix", self.prefix], timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
         self.bin = os.path.join(self.prefix, DIRS["BINDIR"])
         self.env = {
@@ -116,11 +116,7 @@ class Installed:
         for k, v in e.items():
             assert BUILD not in v and SOURCE not in v, (k, v)
         argv = ["sh", "-c", cmd] if isinstance(cmd, str) else cmd
-        r = subprocess.run(argv, cwd=cwd or self.work, env=e, capture_output=True, text=True,
-                           timeout=timeout)
-        if check:
-            assert r.returncode == 0, "%s\nexit %d\n%s%s" % (cmd, r.returncode, r.stdout, r.stderr)
-        return r
+        return run(argv, cwd=cwd or self.work, env=e, timeout=timeout, check=0 if check else None)
 
     def write(self, rel, text):
         path = os.path.join(self.work, rel)
@@ -143,42 +139,22 @@ def inst():
 # A running greeter, patched from outside
 # ---------------------------------------------------------------------------
 
-class Greeter:
+class Greeter(Program):
     """The greeter running in the clean environment; ask() sends one line
     and returns the greeting it prints."""
 
     def __init__(self, inst, exe):
-        self.p = subprocess.Popen([exe], cwd=os.path.dirname(exe), env=inst.env,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, bufsize=0)
-        self.pending = b""
-        ready = self.line()
+        Program.__init__(self, [exe], cwd=os.path.dirname(exe), env=inst.env, name="greeter")
+        ready = self.line(20)
         assert ready.startswith("ready "), ready
         self.pid = int(ready.split()[1])
 
-    def line(self, timeout=20.0):
-        end = time.time() + timeout
-        while b"\n" not in self.pending:
-            left = end - time.time()
-            r, _, _ = select.select([self.p.stdout], [], [], max(0.0, left))
-            chunk = os.read(self.p.stdout.fileno(), 4096) if r else b""
-            if not chunk:
-                raise AssertionError("greeter said nothing more (exit %s): %s"
-                                     % (self.p.poll(), self.p.stderr.read().decode()
-                                        if self.p.poll() is not None else ""))
-            self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        return line.decode()
-
     def ask(self):
-        self.p.stdin.write(b"x\n")
-        return self.line()
+        self.send("x")
+        return self.line(20)
 
     def close(self):
-        self.p.stdin.close()
-        assert self.p.wait(timeout=20) == 0
-        err = self.p.stderr.read().decode()
-        assert err == "", err
+        self.finish(rc=0, timeout=20, quiet=True)
 
 
 def run_and_patch(inst, exe, patch):
@@ -331,9 +307,8 @@ def test_no_reference_to_source_or_build_tree(inst):
 
 def test_destdir_staging(inst):
     stage = os.path.join(inst.top, "stage")
-    r = subprocess.run([CMAKE, "--install", BUILD, "--prefix", "/opt/molt-staged"],
-                       env=dict(os.environ, DESTDIR=stage), capture_output=True, text=True,
-                       timeout=300)
+    r = run([CMAKE, "--install", BUILD, "--prefix", "/opt/molt-staged"],
+            env=dict(os.environ, DESTDIR=stage), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     root = os.path.join(stage, "opt", "molt-staged")
     with open(lib_path(root, "pkgconfig", "molt.pc")) as f:

@@ -7,11 +7,11 @@
 # program linked against it must load the sanitizer runtime first), and the
 # test builds nothing that a sanitizer would check.
 #   by hand:  ctest --test-dir build -L install --output-on-failure
-find_package(Python3 COMPONENTS Interpreter)
-if(Python3_FOUND AND NOT MOLT_SANITIZE)
-  add_test(NAME install
-    COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider
-            ${CMAKE_CURRENT_LIST_DIR}/test_install.py)
-  set_tests_properties(install PROPERTIES TIMEOUT 600 LABELS "install"
-    ENVIRONMENT "MOLT_CMAKE=${CMAKE_COMMAND};MOLT_BUILD_DIR=${CMAKE_BINARY_DIR};MOLT_SOURCE_DIR=${PROJECT_SOURCE_DIR};MOLT_INSTALL_BINDIR=${CMAKE_INSTALL_BINDIR};MOLT_INSTALL_LIBDIR=${CMAKE_INSTALL_LIBDIR};MOLT_INSTALL_INCLUDEDIR=${CMAKE_INSTALL_INCLUDEDIR};MOLT_INSTALL_DATADIR=${CMAKE_INSTALL_DATADIR};MOLT_INSTALL_MANDIR=${CMAKE_INSTALL_MANDIR}")
+if(NOT MOLT_SANITIZE)
+  molt_pytest(install ${CMAKE_CURRENT_LIST_DIR}/test_install.py
+    TIMEOUT 600 LABELS install moltcc cli
+    ENV MOLT_CMAKE=${CMAKE_COMMAND} MOLT_INSTALL_BINDIR=${CMAKE_INSTALL_BINDIR}
+        MOLT_INSTALL_LIBDIR=${CMAKE_INSTALL_LIBDIR}
+        MOLT_INSTALL_INCLUDEDIR=${CMAKE_INSTALL_INCLUDEDIR}
+        MOLT_INSTALL_DATADIR=${CMAKE_INSTALL_DATADIR} MOLT_INSTALL_MANDIR=${CMAKE_INSTALL_MANDIR})
 endif()

@@ -6,18 +6,18 @@ locks of src/runtime/base/base.h (the source) in the same order."""
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from harness import proc
+from harness.tree import ROOT
+
 CHECK = os.path.join(ROOT, "scripts", "check_layers.py")
 
 
 def run(root):
-    return subprocess.run([sys.executable, CHECK, root], capture_output=True, text=True,
-                          timeout=60)
+    return proc.run([sys.executable, CHECK, root], timeout=60)
 
 
 @pytest.fixture

@@ -2,24 +2,24 @@
 server.c), then `molt update` it, with real processes and threads.
 
 Environment (set by tests/program/tests.cmake):
-  MOLT_CLI      the molt binary (bin/molt-run lies next to it)
+  MOLT_BUILD_DIR  the build tree: bin/molt and bin/molt-run (harness.tree)
   PROG_DIR      the images: prog_v1.so, prog_v2.so (from v1), prog_v3.so
                 (from v2), broken variants of v2, prog_plain.so
   TEST_RUNTIME  tests/runtime's program (a molt process without an image)
   PATCH_DIR     its hot patches
 """
-import json
 import os
 import re
-import select
 import shutil
-import stat
 import subprocess
 import time
 
 import pytest
 
-CLI = os.environ["MOLT_CLI"]
+from harness.proc import Program, log, maps, molt, run, status, stopped_first, wait_until
+from harness.tree import bin_path, molt_cli
+
+CLI = molt_cli()
 PROG_DIR = os.environ["PROG_DIR"]
 TEST_RUNTIME = os.environ.get("TEST_RUNTIME")
 PATCH_DIR = os.environ.get("PATCH_DIR")
@@ -31,83 +31,27 @@ def image(name):
     return os.path.join(PROG_DIR, name)
 
 
-def molt(*args, check=None, timeout=60):
-    r = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout)
-    if check is not None:
-        assert r.returncode == check, (args, r.returncode, r.stdout, r.stderr)
-    return r
-
-
 def one_line_error(r):
     lines = r.stderr.splitlines()
     assert len(lines) == 1, r.stderr
     return lines[0]
 
 
-def status(pid):
-    return json.loads(molt("status", pid, "--json", check=0).stdout)
-
-
-def maps(pid):
-    with open("/proc/%d/maps" % pid) as f:
-        return f.read()
-
-
-def wait_until(pred, timeout=5.0, what="condition"):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return
-        time.sleep(0.02)
-    assert pred(), "timed out waiting for " + what
-
-
-class Server:
+class Server(Program):
     """`molt run IMAGE`: the test server, driven through its stdin."""
 
     def __init__(self, name="prog_v1.so"):
-        self.p = subprocess.Popen([CLI, "run", image(name)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  bufsize=0)
-        self.pid = self.p.pid
-        self.pending = b""
-        self.seen = []
+        Program.__init__(self, [CLI, "run", image(name)])
         self.main = self.expect(r"^v1 main pid=(\d+) tid=(\d+)$")
         self.workers = {}
         for _ in range(2):
             m = self.expect(r"^v1 worker id=(\d) tid=(\d+) updating=0 ")
             self.workers[int(m.group(1))] = int(m.group(2))
 
-    def line(self, timeout):
-        end = time.time() + timeout
-        while b"\n" not in self.pending:
-            left = end - time.time()
-            if left <= 0:
-                return None
-            r, _, _ = select.select([self.p.stdout], [], [], left)
-            if r:
-                chunk = os.read(self.p.stdout.fileno(), 4096)
-                if not chunk:
-                    return None
-                self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        line = line.decode()
-        self.seen.append(line)
-        return line
-
-    def expect(self, pattern, timeout=10.0):
-        end = time.time() + timeout
-        while True:
-            line = self.line(max(0.0, end - time.time()))
-            if line is None:
-                raise AssertionError("no line matching %r; saw %s" % (pattern, self.seen[-20:]))
-            m = re.search(pattern, line)
-            if m:
-                return m
-
-    def send(self, cmd):
-        self.p.stdin.write((cmd + "\n").encode())
+    @property
+    def seen(self):
+        """The lines of its stdout read so far."""
+        return self.out.all[:self.out.pos]
 
     def state(self):
         self.send("state")
@@ -116,15 +60,12 @@ class Server:
         return dict(re.findall(r"(\w+)=(.*?)(?= \w+=|$)", m.group(1)))
 
     def close(self):
-        if self.p.poll() is None:
+        if self.alive():
             try:
                 self.send("quit")
             except BrokenPipeError:
                 pass
-        rc = self.p.wait(timeout=10)
-        err = self.p.stderr.read().decode()
-        assert rc == 0, (rc, err[-3000:])
-        assert err == "", err
+        self.finish(rc=0, timeout=10, quiet=True)
 
 
 @pytest.fixture
@@ -200,10 +141,10 @@ def test_update_streak_keeps_pid_tids_and_state(server):
     assert sorted(t["tid"] for t in st["program_threads"]) == sorted(
         [s.pid, *s.workers.values()])
     assert not any(t["updating"] for t in st["program_threads"])
-    log = json.loads(molt("log", s.pid, "--json", check=0).stdout)
-    events = [e["event"] for e in log]
+    entries = log(s.pid)
+    events = [e["event"] for e in entries]
     assert "update" in events and "unload" in events
-    upd = [e for e in log if e["event"] == "update"][0]
+    upd = [e for e in entries if e["event"] == "update"][0]
     assert "objects migrated" in upd["message"] and "pause" in upd["message"]
 
     # The greeting still reads after v1's literal was unmapped.
@@ -288,8 +229,7 @@ def test_failed_updates_leave_the_old_version_serving(server, tmp_path):
     err = one_line_error(r)
     assert "faulted" in err and "old version continues" in err, err
     assert_unchanged(s, "5")
-    log = json.loads(molt("log", s.pid, "--json", check=0).stdout)
-    assert any(e["event"] == "abort" for e in log)
+    assert any(e["event"] == "abort" for e in log(s.pid))
 
     # After all that, a good update still works and finds the state intact.
     molt("update", s.pid, image("prog_v2.so"), check=0)
@@ -326,28 +266,25 @@ def test_timeout_names_the_thread_that_never_reaches_a_point(server):
 
 
 def test_run_errors(tmp_path):
-    r = subprocess.run([CLI, "run", "nope.so"], capture_output=True, text=True, cwd=tmp_path,
-                       timeout=30)
+    r = molt("run", "nope.so", cwd=tmp_path, timeout=30)
     assert r.returncode == EXIT_USAGE
     assert "nope.so" in one_line_error(r)
-    r = subprocess.run([CLI, "run"], capture_output=True, text=True, timeout=30)
+    r = molt("run", timeout=30)
     assert r.returncode == EXIT_USAGE
     # Exists but is not a program image: the driver says so in one line.
-    r = subprocess.run([CLI, "run", image("prog_plain.so")], capture_output=True, text=True,
-                       timeout=30)
+    r = molt("run", image("prog_plain.so"), timeout=30)
     assert r.returncode == 127
     err = one_line_error(r)
     assert err.startswith("molt-run: cannot run ") and "molt__program" in err, err
-    driver = os.path.join(os.path.dirname(CLI), "molt-run")
-    r = subprocess.run([driver], capture_output=True, text=True, timeout=30)
+    r = run([bin_path("molt-run")], timeout=30)
     assert r.returncode == 2 and "usage" in r.stderr
 
 
 def test_run_passes_arguments_and_exit_status():
-    p = subprocess.Popen([CLI, "run", image("prog_v1.so"), "--not-for-molt", "x"],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    out, _ = p.communicate("quit\n", timeout=30)
-    assert p.returncode == 0
+    p = Program([CLI, "run", image("prog_v1.so"), "--not-for-molt", "x"])
+    p.send("quit")
+    p.finish(rc=0, timeout=30)
+    out = p.out.join()
     assert out.startswith("v1 main pid=%d " % p.pid)
 
 
@@ -359,23 +296,21 @@ def test_run_passes_arguments_and_exit_status():
     ["update", "1", "x.so", "--timeout", "0"],
 ])
 def test_update_usage_errors(args, tmp_path):
-    r = subprocess.run([CLI, *args], capture_output=True, text=True, cwd=tmp_path, timeout=30)
+    r = molt(*args, cwd=tmp_path, timeout=30)
     assert r.returncode == EXIT_USAGE, r
     one_line_error(r)
 
 
 @pytest.mark.skipif(not TEST_RUNTIME, reason="needs tests/runtime's program")
 def test_update_needs_a_program_image():
-    p = subprocess.Popen([TEST_RUNTIME, "serve", PATCH_DIR], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE)
+    p = Program([TEST_RUNTIME, "serve", PATCH_DIR])
     try:
-        line = p.stdout.readline().decode()
+        line = p.line()
         assert line.startswith("ready "), line
         r = molt("update", p.pid, image("prog_v2.so"), check=1)
         assert "does not run a program image" in one_line_error(r)
     finally:
-        p.stdin.close()
-        p.wait(timeout=10)
+        p.finish(rc=None)
 
 
 @pytest.mark.skipif(not PATCH_DIR, reason="needs tests/runtime's patches")
@@ -456,15 +391,6 @@ def test_locals_of_returned_calls_are_not_migrated(server):
     time.sleep(0.05)
     s.state()
     assert not any("probe restored" in line for line in s.seen), s.seen
-
-
-def stopped_first(argv, first):
-    """argv, or (first) argv behind a shell that stops itself before it
-    execs the CLI: killing that one is certain to happen before the CLI has
-    sent anything."""
-    if not first:
-        return argv
-    return ["/bin/sh", "-c", 'kill -STOP $$; exec "$0" "$@"', *argv]
 
 
 def test_killing_the_cli_mid_update_leaves_all_or_nothing(server):

@@ -4,7 +4,6 @@
 set(PROG_T ${CMAKE_CURRENT_LIST_DIR})
 set(PROG_OUT ${CMAKE_CURRENT_BINARY_DIR}/program)
 file(MAKE_DIRECTORY ${PROG_OUT})
-find_package(Python3 COMPONENTS Interpreter REQUIRED)
 
 # molt_test_image(NAME VERSION FROM_HEADER_TARGET DEFINES...): ${PROG_OUT}/NAME.so
 # built from server.c the way moltcc --molt-program builds images.
@@ -48,8 +47,7 @@ set_target_properties(prog_plain PROPERTIES PREFIX "" OUTPUT_NAME prog_plain
 add_custom_target(program_test_files ALL DEPENDS prog_v1 prog_v2 prog_v3
   prog_v2_missing prog_v2_fault prog_v2_wrongfrom prog_v2_noentry prog_plain)
 
-add_test(NAME program_full_update
-  COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider
-          ${PROG_T}/test_program.py)
-set_tests_properties(program_full_update PROPERTIES TIMEOUT 600 LABELS "program;cli"
-  ENVIRONMENT "MOLT_CLI=$<TARGET_FILE:molt-cli>;PROG_DIR=${PROG_OUT};TEST_RUNTIME=$<TARGET_FILE:test_runtime>;PATCH_DIR=${CMAKE_CURRENT_BINARY_DIR}/runtime")
+molt_pytest(program_full_update ${PROG_T}/test_program.py
+  TIMEOUT 600 LABELS program fullupdate cli
+  ENV PROG_DIR=${PROG_OUT} TEST_RUNTIME=$<TARGET_FILE:test_runtime>
+      PATCH_DIR=${CMAKE_CURRENT_BINARY_DIR}/runtime)

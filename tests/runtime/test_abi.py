@@ -4,43 +4,31 @@ naming the object and both versions, visible in `molt status` and `molt
 log`; updates are refused from then on and the program keeps running.
 
 Environment (set by tests/runtime/tests.cmake):
-  MOLT_CLI   the molt binary
+  MOLT_BUILD_DIR  the build tree: bin/molt (harness.tree)
   ABI_HOST   the host program (abi_host.c + target.c)
   ABI_OTHER  the object that claims MOLT__ABI + 1 (abi_other.c)
   ABI_PATCH  a patch stamped for the host (patch_b.c: tag 2)
 """
-import json
 import os
-import subprocess
 
-CLI = os.environ["MOLT_CLI"]
-
-
-def molt(*args):
-    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=60)
-
-
-def status(pid):
-    r = molt("status", pid, "--json")
-    assert r.returncode == 0, r
-    return json.loads(r.stdout)
+from harness.proc import Program, log, molt, status
+from harness.tree import molt_abi as abi
 
 
 def test_object_of_another_abi_is_refused():
-    p = subprocess.Popen([os.environ["ABI_HOST"]], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True, bufsize=1)
+    p = Program([os.environ["ABI_HOST"]])
     try:
-        pid = int(p.stdout.readline().split()[1])
+        pid = int(p.line().split()[1])
         s = status(pid)
         assert s["state"] == "ok" and s["refusing_reason"] is None, s
         r = molt("apply", pid, os.environ["ABI_PATCH"])
         assert r.returncode == 0, r
-        p.stdin.write("call\n")
-        assert p.stdout.readline() == "tag 2\n"
+        p.send("call")
+        assert p.line() == "tag 2"
 
         other = os.environ["ABI_OTHER"]
-        p.stdin.write("load %s\n" % other)
-        assert p.stdout.readline() == "loaded\n"
+        p.send("load %s" % other)
+        assert p.line() == "loaded"
         s = status(pid)
         assert s["state"] == "refusing", s
         reason = s["refusing_reason"]
@@ -50,24 +38,16 @@ def test_object_of_another_abi_is_refused():
         assert "other_version" not in [f["name"] for f in s["functions"]], s["functions"]
         human = molt("status", pid)
         assert human.returncode == 0 and "REFUSING updates" in human.stdout, human
-        log = json.loads(molt("log", pid, "--json").stdout)
-        assert any(e["event"] == "fail" and "ABI" in e["message"] for e in log), log
+        entries = log(pid)
+        assert any(e["event"] == "fail" and "ABI" in e["message"] for e in entries), entries
 
         # Updates are refused from now on; the program runs on unchanged.
         r = molt("rollback", pid)
         assert r.returncode == 1 and "refuses updates" in r.stderr, r
         r = molt("apply", pid, os.environ["ABI_PATCH"])
         assert r.returncode == 1 and "refuses updates" in r.stderr, r
-        p.stdin.write("call\n")
-        assert p.stdout.readline() == "tag 2\n"
+        p.send("call")
+        assert p.line() == "tag 2"
         assert status(pid)["generation"] == 1
     finally:
-        p.stdin.close()
-        p.wait(timeout=10)
-
-
-def abi():
-    import re
-    root = os.path.join(os.path.dirname(__file__), "..", "..")
-    with open(os.path.join(root, "include", "molt", "abi.h")) as f:
-        return int(re.search(r"^#define MOLT__ABI (\d+)u", f.read(), re.M).group(1))
+        p.finish(rc=None)

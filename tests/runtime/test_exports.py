@@ -10,7 +10,7 @@ import os
 import re
 import subprocess
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+from harness.tree import ROOT
 
 
 def declared():

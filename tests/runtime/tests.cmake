@@ -68,15 +68,11 @@ foreach(case entry stress inflight static maps refuse socket locks atomic wakeup
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 endforeach()
 
-find_package(Python3 COMPONENTS Interpreter REQUIRED)
-add_test(NAME runtime_abi
-  COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_abi.py)
-set_tests_properties(runtime_abi PROPERTIES TIMEOUT 300 LABELS "runtime;cli"
-  ENVIRONMENT "MOLT_CLI=$<TARGET_FILE:molt-cli>;ABI_HOST=$<TARGET_FILE:abi_host>;ABI_OTHER=$<TARGET_FILE:abi_other>;ABI_PATCH=${RT_OUT}/patch_abi_host.so")
-add_test(NAME runtime_exports
-  COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_exports.py)
-set_tests_properties(runtime_exports PROPERTIES TIMEOUT 60 LABELS "runtime"
-  ENVIRONMENT "LIBMOLT=$<TARGET_FILE:molt>")
+molt_pytest(runtime_abi ${RT}/test_abi.py TIMEOUT 300 LABELS runtime cli
+  ENV ABI_HOST=$<TARGET_FILE:abi_host> ABI_OTHER=$<TARGET_FILE:abi_other>
+      ABI_PATCH=${RT_OUT}/patch_abi_host.so)
+molt_pytest(runtime_exports ${RT}/test_exports.py TIMEOUT 60 LABELS runtime
+  ENV LIBMOLT=$<TARGET_FILE:molt>)
 
 # The lock-order check itself, on the base layer's sources with the check
 # compiled in (whatever MOLT_LOCK_CHECK says for the rest of the build).

@@ -22,34 +22,23 @@ may report anything (the TSan build runs this test: label concurrency).
 
 Environment: MOLT_BUILD_DIR (set by tests/shadow/tests.cmake).
 """
-import json
 import os
 import re
 import shutil
-import subprocess
 import time
+
+from harness import proc
+from harness.moltcc import Tool
+from harness.proc import Program, sanitizer_reports, status
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "e2e")
-BUILD = os.path.abspath(os.environ.get("MOLT_BUILD_DIR", os.path.join(HERE, "..", "..", "build")))
-MOLTCC = os.path.join(BUILD, "bin", "moltcc")
-CLI = os.path.join(BUILD, "bin", "molt")
 
-SANITIZER_REPORT = ("ERROR: AddressSanitizer", "WARNING: ThreadSanitizer", "ERROR: LeakSanitizer",
-                    "runtime error:", "ERROR: ThreadSanitizer")
 PATCHED = {1, 4}          # generations that run the fix
 
 
-def run(cmd, cwd, **kw):
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, **kw)
-    assert r.returncode == 0, "%s\nstdout:\n%s\nstderr:\n%s" % (" ".join(cmd), r.stdout, r.stderr)
-    return r
-
-
 def molt(*args):
-    r = subprocess.run([CLI] + [str(a) for a in args], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, "molt %s: %s%s" % (" ".join(map(str, args)), r.stdout, r.stderr)
-    return r.stdout
+    return proc.molt(*args, check=0, timeout=120).out
 
 
 def build(tmp):
@@ -59,41 +48,34 @@ def build(tmp):
     for d in ("fix", "sweep"):
         os.makedirs(os.path.join(work, d))
         shutil.copy(os.path.join(SRC, d, "session.c"), os.path.join(work, d))
-    env = dict(os.environ, MOLT_BUILD_DIR=BUILD, TMPDIR=work, LC_ALL="C")
-    run([MOLTCC, "-O2", "-g", "-Wall", "-Werror", "main.c", "session.c", "-o", "server"],
-        work, env=env)
+    t = Tool(work)
+    t.moltcc("-O2", "-g", "-Wall", "-Werror", "main.c", "session.c", "-o", "server").ok()
     for d, desc in (("fix", "lock a session after 3 wrong passwords"),
                     ("sweep", "free the rolled-back fix's shadow data")):
-        run([MOLTCC, "--molt-patch", "--molt-target", "./server", "-o", d + ".so",
-             os.path.join(d, "session.c"), "-O2", "-g", "-Wall", "-Werror", "-I.",
-             "--molt-description", desc], work, env=env)
+        t.moltcc("--molt-patch", "--molt-target", "./server", "-o", d + ".so",
+                 os.path.join(d, "session.c"), "-O2", "-g", "-Wall", "-Werror", "-I.",
+                 "--molt-description", desc).ok()
         os.chmod(os.path.join(work, d + ".so"), 0o755)
     return work
 
 
-class Server:
+class Server(Program):
     def __init__(self, work):
-        self.p = subprocess.Popen([os.path.join(work, "server")], cwd=work, stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  bufsize=1)
-        m = re.match(r"ready pid=(\d+)", self.p.stdout.readline())
+        Program.__init__(self, [os.path.join(work, "server")], cwd=work)
+        m = re.match(r"ready pid=(\d+)", self.out.next(60) or "")
         assert m, "the server did not start"
         self.pid = int(m.group(1))
 
     def stats(self, what="stats"):
-        if what == "stats":
-            self.p.stdin.write("stats\n")
-        else:
-            self.p.stdin.write("quit\n")
-        self.p.stdin.flush()
-        head = self.p.stdout.readline()
+        self.send("stats" if what == "stats" else "quit")
+        head = self.out.next(60) or ""
         m = re.match(r"%s opened=(\d+) closed=(\d+) requests=(\d+) wrong=(\d+) shadows=(\d+) "
                      r"generation=(\d+)$" % what, head.strip())
         assert m, head
         s = dict(zip(("opened", "closed", "requests", "wrong", "shadows", "generation"),
                      map(int, m.groups())))
         s["pairs"] = {}
-        for line in iter(self.p.stdout.readline, ""):
+        for line in iter(lambda: self.out.next(60), None):
             if line.strip() == "end":
                 break
             a, b, v1, v2, mixed = map(int, re.match(
@@ -130,7 +112,7 @@ def check(s):
 def wait_unloaded(pid, timeout=30):
     end = time.time() + timeout
     while time.time() < end:
-        st = json.loads(molt("status", pid, "--json"))
+        st = status(pid)
         if not st["objects"]:
             return
         time.sleep(0.05)
@@ -184,20 +166,15 @@ def test_added_field_as_shadow_data(tmp_path):
 
         final = srv.stats("final")
         check(final)
-        srv.p.stdin.close()
-        rc = srv.p.wait(timeout=60)
-        err = srv.p.stderr.read()
-        assert rc == 0, (rc, err)
+        srv.finish(rc=0, timeout=60)
+        err = srv.err.text()
         # every session was closed by the fix, which frees the field
         assert final["shadows"] == 0, final
         assert final["opened"] == final["closed"], final
-        reports = [l for l in err.splitlines() if any(m in l for m in SANITIZER_REPORT)]
-        assert not reports, err
+        assert not sanitizer_reports(err), err
         print("sessions per (generation at open, at close): v1, v2, mixed")
         for k in sorted(final["pairs"]):
             print("  %s: %s" % (k, final["pairs"][k]))
         print("requests: %d" % final["requests"])
     finally:
-        if srv.p.poll() is None:
-            srv.p.kill()
-            srv.p.wait()
+        srv.kill()

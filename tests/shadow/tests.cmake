@@ -25,11 +25,5 @@ add_test(NAME shadow_stress_fences COMMAND test_shadow stress 2)
 set_tests_properties(shadow_stress_fences PROPERTIES TIMEOUT 300 LABELS "shadow;concurrency"
   ENVIRONMENT "MOLT__SHADOW_FENCES=1")
 
-find_package(Python3 COMPONENTS Interpreter)
-if(Python3_FOUND)
-  add_test(NAME shadow_e2e
-    COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -s -p no:cacheprovider
-            ${SHADOW_T}/test_shadow_e2e.py)
-  set_tests_properties(shadow_e2e PROPERTIES TIMEOUT 600 LABELS "shadow;concurrency;moltcc"
-    ENVIRONMENT "MOLT_BUILD_DIR=${CMAKE_BINARY_DIR}")
-endif()
+molt_pytest(shadow_e2e ${SHADOW_T}/test_shadow_e2e.py ARGS -s
+  TIMEOUT 600 LABELS shadow concurrency moltcc cli)
