@@ -11,6 +11,7 @@
  * find with the real addresses.
  */
 #include "common/common.h"
+#include "../harness/check.h"
 
 #include <elf.h>
 #include <errno.h>
@@ -41,18 +42,6 @@ void *elf_fx_two_helper(void);
 void *elf_fx_same_a(void);
 void *elf_fx_same_b(void);
 int main(int argc, char **argv);
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);                  \
-      fprintf(stderr, __VA_ARGS__);                                                      \
-      fputc('\n', stderr);                                                               \
-      failures++;                                                                        \
-    }                                                                                    \
-  } while (0)
 
 #define CHECK_RC(got, want, ctx)                                                         \
   do {                                                                                   \

@@ -20,6 +20,7 @@
  * state in the records documented in docs/protocol.md.
  */
 #include "service/service.h"
+#include "../harness/check.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -295,20 +296,7 @@ static void *server_thread(void *arg) {
 
 /* ---- client helpers ---------------------------------------------------- */
 
-static int failures;
-#define CHECK(cond)                                                                      \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);           \
-      failures++;                                                                        \
-    }                                                                                    \
-  } while (0)
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
+static uint64_t now_ms(void) { return now_ns() / 1000000; }
 
 static int connect_self(void) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

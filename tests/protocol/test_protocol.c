@@ -5,6 +5,7 @@
  * SIGPIPE is deliberately left at its default: a write to a closed peer
  * that forgot MSG_NOSIGNAL kills the test.
  */
+#include "../harness/check.h"
 #include "common/common.h"
 
 #include <errno.h>
@@ -15,16 +16,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                      \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);           \
-      failures++;                                                                        \
-    }                                                                                    \
-  } while (0)
 
 #define CHECK_EQ(a, b)                                                                   \
   do {                                                                                   \

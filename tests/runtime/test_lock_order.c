@@ -6,22 +6,12 @@
  * goes on.  Built from the base layer's sources with the check on, whatever
  * the build's MOLT_LOCK_CHECK.
  */
+#include "../harness/check.h"
 #include "base/base.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-
-static int failures;
-#define CHECK(cond, ...)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
-      fprintf(stderr, __VA_ARGS__);                                                      \
-      fputc('\n', stderr);                                                               \
-      failures++;                                                                        \
-    }                                                                                    \
-  } while (0)
 
 /* Locks of the table's ranks (not the runtime's own instances, which are
  * static in their files: the check is by rank). */

@@ -6,6 +6,7 @@
  * PATCH_DIR holds patch_a.so, patch_b.so and the bad patches (tests/runtime/
  * CMakeLists).  Each case exits 0 on success and prints what failed. */
 #include "molt.h"
+#include "../harness/check.h"
 #include "target.h"
 
 #include <errno.h>
@@ -27,17 +28,6 @@
 #include <unistd.h>
 
 static const char *dir;
-static int failures;
-
-#define CHECK(cond, ...)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
-      fprintf(stderr, __VA_ARGS__);                                                      \
-      fputc('\n', stderr);                                                               \
-      failures++;                                                                        \
-    }                                                                                    \
-  } while (0)
 
 static char *patch(const char *name) {
   static char buf[8][4096];
@@ -49,24 +39,6 @@ static char *patch(const char *name) {
 
 static int apply(const char *name, char *err, size_t len) {
   return molt_apply(patch(name), MOLT_POLICY_IMMEDIATE, -1, err, len);
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-/* Lines of /proc/self/maps that name `needle`. */
-static int maps_count(const char *needle) {
-  FILE *f = fopen("/proc/self/maps", "r");
-  char line[4096];
-  int n = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (strstr(line, needle))
-      n++;
-  if (f)
-    fclose(f);
-  return n;
 }
 
 static long rss_kib(void) {

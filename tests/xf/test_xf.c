@@ -9,6 +9,7 @@
  */
 #include "full/full.h"
 #include "layouts.h"
+#include "../harness/check.h"
 
 #include <elf.h>
 #include <fcntl.h>
@@ -21,16 +22,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(cond, ...)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);           \
-      fprintf(stderr, __VA_ARGS__);                                                      \
-      fprintf(stderr, "\n");                                                             \
-      failures++;                                                                        \
-    }                                                                                    \
-  } while (0)
 #define REQUIRE(cond, ...)                                                               \
   do {                                                                                   \
     int before_ = failures;                                                              \
@@ -98,18 +89,6 @@ static void free_locals(void) {
 }
 
 /* ---- helpers ------------------------------------------------------------- */
-
-static size_t maps_count(const char *needle) {
-  FILE *f = fopen("/proc/self/maps", "r");
-  char line[4096];
-  size_t n = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (strstr(line, needle))
-      n++;
-  if (f)
-    fclose(f);
-  return n;
-}
 
 static void copy_file(const char *from, const char *to, mode_t mode) {
   FILE *in = fopen(from, "rb");
