@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from harness.moltcc import moltcc
-from harness.proc import Program, mapped, maps, molt
+from harness.proc import Program, mapped, maps, molt, poll
 from harness.tree import molt_cli
 
 HERE = Path(__file__).resolve().parent
@@ -89,13 +89,7 @@ class Prog(Program):
 
     def wait_for(self, pred, timeout=10.0):
         """Dumps until pred(state) holds; returns that state."""
-        end = time.monotonic() + timeout
-        while True:
-            d = self.dump()
-            if pred(d):
-                return d
-            assert time.monotonic() < end, "condition never held; last state %s" % d
-            time.sleep(0.02)
+        return poll(self.dump, pred, timeout, "a state in which the condition holds")
 
     def update(self, image, timeout=10, extra=()):
         """`molt update PID image --timeout S`; returns the Result (stdout

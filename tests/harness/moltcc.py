@@ -16,7 +16,7 @@ both find libmolt and moltstamp in the same build tree (harness.tree).
 import os
 
 from harness.proc import run as _run
-from harness.tree import BUILD, INCLUDE, ROOT, SYS_PYTHON, TOOLS, have_bindings, skip
+from harness.tree import BUILD, INCLUDE, ROOT, SYS_PYTHON, TOOLS, have_bindings, skip, write_file
 
 MOLTCC_PY = os.path.join(TOOLS, "moltcc")   # the package, run as a folder
 # variables of the caller's environment that a test's build must not see
@@ -76,11 +76,7 @@ class Tool:
         return self.run(["cc"] + list(args), env=env)
 
     def write(self, name, text):
-        path = os.path.join(self.cwd, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
+        return write_file(self.cwd, name, text)
 
     def path(self, name):
         return os.path.join(self.cwd, name)

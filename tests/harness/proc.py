@@ -9,7 +9,8 @@ threads, the molt CLI against it, its control socket, its end.
                     until its control socket answers, finish() (stdin
                     closed, exit status checked), stop() / kill()
   Lines(stream)     any pipe read line by line by a thread
-  wait_until(pred)  polling with a timeout; maps(pid) / mapped(pid, name)
+  poll(get, pred), wait_until(pred)  polling with a timeout
+  maps(pid) / mapped(pid, name)
   sanitizer_reports(text), stopped_first(argv, first)
 """
 import json
@@ -95,14 +96,21 @@ def log(pid, **kw):
     return molt_json("log", pid, **kw)
 
 
+def poll(get, pred=bool, timeout=5.0, what="condition", interval=0.02):
+    """Calls get() until pred(value) holds and returns that value; fails
+    after timeout s naming `what` and the last value."""
+    end = time.monotonic() + timeout
+    while True:
+        value = get()
+        if pred(value):
+            return value
+        assert time.monotonic() < end, "timed out waiting for %s; last: %s" % (what, value)
+        time.sleep(interval)
+
+
 def wait_until(pred, timeout=5.0, what="condition", interval=0.02):
     """Polls pred() until it is true; fails naming `what` after timeout s."""
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return
-        time.sleep(interval)
-    assert pred(), "timed out waiting for " + what
+    poll(pred, bool, timeout, what, interval)
 
 
 def maps(pid):

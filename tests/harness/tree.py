@@ -33,6 +33,15 @@ def molt_cli():
     return bin_path("molt")
 
 
+def write_file(root, name, text):
+    """Writes text to root/name (making its folders); returns the path."""
+    path = os.path.join(str(root), name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 def built(rel):
     """Whether the build tree has rel (e.g. "libmolt.so", "bin/molt")."""
     return os.path.exists(os.path.join(BUILD, rel))

@@ -119,11 +119,7 @@ class Installed:
         return run(argv, cwd=cwd or self.work, env=e, timeout=timeout, check=0 if check else None)
 
     def write(self, rel, text):
-        path = os.path.join(self.work, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
+        return tree.write_file(self.work, rel, text)
 
 
 @pytest.fixture(scope="module")

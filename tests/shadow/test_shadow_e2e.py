@@ -29,7 +29,7 @@ import time
 
 from harness import proc
 from harness.moltcc import Tool
-from harness.proc import Program, sanitizer_reports, status
+from harness.proc import Program, poll, sanitizer_reports, status
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "e2e")
@@ -85,14 +85,8 @@ class Server(Program):
 
     def wait_sessions(self, gen, n=200, timeout=60):
         """Until at least n sessions opened and closed within generation gen."""
-        end = time.time() + timeout
-        while time.time() < end:
-            s = self.stats()
-            v = s["pairs"].get((gen, gen), (0, 0, 0))
-            if sum(v) >= n:
-                return s
-            time.sleep(0.1)
-        raise AssertionError("fewer than %d sessions in generation %d: %s" % (n, gen, s))
+        return poll(self.stats, lambda s: sum(s["pairs"].get((gen, gen), (0, 0, 0))) >= n,
+                    timeout, "%d sessions in generation %d" % (n, gen), interval=0.1)
 
 
 def check(s):
@@ -110,13 +104,8 @@ def check(s):
 
 
 def wait_unloaded(pid, timeout=30):
-    end = time.time() + timeout
-    while time.time() < end:
-        st = status(pid)
-        if not st["objects"]:
-            return
-        time.sleep(0.05)
-    raise AssertionError("the rolled-back fix is still loaded: %s" % st["objects"])
+    poll(lambda: status(pid), lambda st: not st["objects"], timeout,
+         "the rolled-back fix to be unloaded", interval=0.05)
 
 
 def test_added_field_as_shadow_data(tmp_path):
