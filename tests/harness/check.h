@@ -12,12 +12,16 @@
 #define MOLT_TESTS_CHECK_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-static int failures;
+/* Failed checks.  Atomic because threads of a stress test check too; ++
+ * on it is sequentially consistent, and nothing else is published through
+ * it: a reader needs only the count. */
+static atomic_int failures;
 
 /* The message of a failed CHECK: ": message" when there is one, then the
  * end of the line.  CHECK passes it "" followed by its format (string
