@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness.proc import Program, log, molt, status, stopped_first
+from harness.proc import Program, killed_midway, log, molt, status
 from harness.tree import molt_cli
 
 CLI = molt_cli()
@@ -157,13 +157,9 @@ def test_killing_the_cli_mid_apply_leaves_all_or_nothing(served):
     for i in range(40):
         name = "patch_a.so" if i % 2 == 0 else "patch_b.so"
         argv = [CLI, "apply", str(served.pid), patch(name)]
-        cli = subprocess.Popen(stopped_first(argv, i == 0),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if i % 4:  # every fourth CLI is killed as soon as it runs (the first
-            #        one before it even starts: it stops itself)
-            time.sleep(rnd.uniform(0.0, 1.2 * span))
-        cli.kill()
-        cli.wait()
+        # every fourth CLI is killed as soon as it runs (the first one
+        # before it even starts: it stops itself)
+        killed_midway(argv, first=i == 0, delay=rnd.uniform(0.0, 1.2 * span) if i % 4 else 0)
         # The runtime thread serves one request at a time, in order: this
         # status is answered after whatever the killed CLI managed to send.
         after = status(served.pid)

@@ -11,7 +11,7 @@ threads, the molt CLI against it, its control socket, its end.
   Lines(stream)     any pipe read line by line by a thread
   poll(get, pred), wait_until(pred)  polling with a timeout
   maps(pid) / mapped(pid, name)
-  sanitizer_reports(text), stopped_first(argv, first)
+  sanitizer_reports(text), killed_midway(argv) (stopped_first(argv))
 """
 import json
 import os
@@ -130,6 +130,17 @@ def stopped_first(argv, first):
     if not first:
         return argv
     return ["/bin/sh", "-c", 'kill -STOP $$; exec "$0" "$@"', *argv]
+
+
+def killed_midway(argv, first=False, delay=0.0):
+    """Starts argv (first: behind stopped_first, so that it is killed
+    before it does anything), lets it run `delay` seconds and kills it."""
+    p = subprocess.Popen([str(a) for a in stopped_first(argv, first)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if delay:
+        time.sleep(delay)
+    p.kill()
+    p.wait()
 
 
 class Lines:

@@ -11,12 +11,11 @@ Environment (set by tests/program/tests.cmake):
 import os
 import re
 import shutil
-import subprocess
 import time
 
 import pytest
 
-from harness.proc import Program, log, maps, molt, run, status, stopped_first, wait_until
+from harness.proc import Program, killed_midway, log, maps, molt, run, status, wait_until
 from harness.tree import bin_path, molt_cli
 
 CLI = molt_cli()
@@ -411,13 +410,9 @@ def test_killing_the_cli_mid_update_leaves_all_or_nothing(server):
         if v == 3:
             break
         argv = [CLI, "update", str(s.pid), image("prog_v%d.so" % (v + 1))]
-        cli = subprocess.Popen(stopped_first(argv, i == 0),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if i % 3:  # every third CLI is killed as soon as it runs (the first
-            #        one before it even starts: it stops itself)
-            time.sleep(rnd.uniform(0.0, 1.2 * span))
-        cli.kill()
-        cli.wait()
+        # every third CLI is killed as soon as it runs (the first one
+        # before it even starts: it stops itself)
+        killed_midway(argv, first=i == 0, delay=rnd.uniform(0.0, 1.2 * span) if i % 3 else 0)
         st = status(s.pid)  # answered after whatever the killed CLI sent
         assert st["state"] == "ok"
         now = int(re.search(r"prog_v(\d)\.so$", st["image"]["path"]).group(1))
