@@ -90,8 +90,8 @@ def bench_fix(a, moltcc, srv, fix, by_name, records, tmp):
     with open(rep) as f:
         report = json.load(f)
     replaced = [x["name"] if isinstance(x, dict) else x for x in report.get("replaced", [])]
-    changed = sorted({u["file"] if isinstance(u, dict) else u
-                      for u in report.get("provenance", {}).get("changed_files", [])})
+    m = re.search(r"files: (.*)$", report.get("provenance", ""))
+    changed = sorted(m.group(1).split() if m else [])
     # the changed .c files and their compile records
     recs = [r for r in records if os.path.relpath(r["abspath"], srv_root(a, srv)) in changed]
     row.update({"replaced": replaced, "new_functions": len(report.get("new_functions", [])),

@@ -12,7 +12,7 @@ every demo changed as expected and no reply failed; a fix blocked by a known
 moltcc problem is recorded as blocked (not a pass) and fails the run only
 with --strict.
 
-    fixes.py --work DIR --moltcc M --molt M [--quick] [--only a,b] [--rebuild] [--strict]
+    fixes.py --work DIR --moltcc M --molt M [--quick] [--only a,b] [--fixes x,y] [--rebuild] [--strict]
 """
 import argparse
 import importlib.util
@@ -67,7 +67,8 @@ def demo(h, srv, fix, port, proc):
 
 
 def run_server(h, srv, args):
-    fixes = [f for f in srv.fixes() if f.quick or not args.quick]
+    fixes = [f for f in srv.fixes() if (f.quick or not args.quick) and
+             (not args.fixes or f.name in args.fixes.split(","))]
     by_name = {f.name: f for f in srv.fixes()}
     for f in fixes:
         f.result["server"] = srv.NAME
@@ -88,7 +89,7 @@ def run_server(h, srv, args):
     # 2. demos that would break the live server run on a throwaway instance first
     for f in fixes:
         if f.name in sos and f.demo and f.before_on_throwaway:
-            p, port = srv.start(h, tag="throwaway", port=srv.PORT + 1, limit_as=1 << 31)
+            p, port = srv.start(h, tag="throwaway", port=srv.THROWAWAY, limit_as=1 << 31)
             f.result["demo_before"] = demo(h, srv, f, port, p)
             h.stop(p, signal.SIGKILL)
             f.result["demo_before"] += " (throwaway instance, exit %s)" % p.returncode
@@ -163,6 +164,7 @@ def main():
     ap.add_argument("--molt", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only")
+    ap.add_argument("--fixes", help="only these fixes (names as in the table)")
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--strict", action="store_true")
     args = ap.parse_args()

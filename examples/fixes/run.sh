@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real security fixes of real servers, applied live as hot patches.
 #
-#   examples/fixes/run.sh [--quick] [--only tinyproxy,dnsmasq,nginx] [--rebuild] [--strict]
+#   examples/fixes/run.sh [--quick] [--only tinyproxy,dnsmasq,nginx] [--fixes NAME,...] [--rebuild] [--strict]
 #
 # For tinyproxy, dnsmasq and nginx (Debian 12's source packages, fetched with
 # `apt-get source` through a private apt configuration, scripts/apt-private.sh):

@@ -203,13 +203,30 @@ class Harness:
                 p.wait()
 
     @staticmethod
+    def ensure_free(*ports):
+        """Refuses to start on a port something else uses (another run)."""
+        for port in ports:
+            for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+                s = socket.socket(socket.AF_INET, kind)
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    raise Failure("port %d on 127.0.0.1 is in use (another run? set "
+                                  "MOLT_FIXES_PORT to another base)" % port)
+                finally:
+                    s.close()
+
+    @staticmethod
     def wait_port(port, proc, udp=False, timeout=20):
         end = time.time() + timeout
         while time.time() < end:
             if proc.poll() is not None:
                 raise Failure("the server exited with %s before it listened" % proc.returncode)
             if udp:
-                return time.sleep(0.5)
+                time.sleep(0.5)
+                if proc.poll() is not None:
+                    raise Failure("the server exited with %s at start" % proc.returncode)
+                return
             try:
                 socket.create_connection(("127.0.0.1", port), 0.5).close()
                 return

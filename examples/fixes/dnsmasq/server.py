@@ -17,8 +17,8 @@ NAME = PACKAGE = "dnsmasq"
 VERSION = "2.90-4~deb12u2"
 FIRST_FIX = "CVE-2026-2291.patch"
 HERE = os.path.dirname(os.path.abspath(__file__))
-BASE = int(os.environ.get("MOLT_FIXES_PORT", "18300"))
-PORT, UPSTREAM = BASE + 53, BASE + 54
+BASE = int(os.environ.get("MOLT_FIXES_PORT", "27300"))
+PORT, UPSTREAM, THROWAWAY = BASE + 53, BASE + 54, BASE + 55
 COPTS = "-DHAVE_DBUS -DHAVE_LIBIDN2 -DHAVE_NFTSET -DHAVE_CONNTRACK -DHAVE_DNSSEC"
 
 
@@ -65,6 +65,7 @@ def _shim(h):
 
 def _helpers(h):
     if not getattr(h, "dnsfake", None) or h.dnsfake.poll() is not None:
+        h.ensure_free(UPSTREAM)
         h.dnsfake = h.start([sys.executable, os.path.join(HERE, "dnsfake.py"), "--port",
                              str(UPSTREAM)], "dnsfake.log")
         time.sleep(0.3)
@@ -72,6 +73,7 @@ def _helpers(h):
 
 def start(h, tag="live", port=PORT, limit_as=None):
     _helpers(h)
+    h.ensure_free(port)
     env = dict(os.environ, LD_PRELOAD=_shim(h))
     pre = None
     if limit_as:

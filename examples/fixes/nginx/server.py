@@ -18,8 +18,8 @@ from harness import DEB_CFLAGS, DEB_CPPFLAGS, DEB_LDFLAGS, EXAMPLE, Fix, Load  #
 NAME = PACKAGE = "nginx"
 VERSION = "1.22.1-9+deb12u9"
 FIRST_FIX = "CVE-2025-23419.patch"
-BASE = int(os.environ.get("MOLT_FIXES_PORT", "18300"))
-PORT, TLS = BASE + 81, BASE + 43
+BASE = int(os.environ.get("MOLT_FIXES_PORT", "27300"))
+PORT, TLS, THROWAWAY = BASE + 81, BASE + 43, BASE + 82
 COMMON = os.path.join(EXAMPLE, "common")
 
 
@@ -137,6 +137,7 @@ http {
 
 def start(h, tag="live", port=PORT, limit_as=None):
     tls = TLS if tag == "live" else TLS + 1
+    h.ensure_free(port, tls)
     p = h.start([binary(h), "-p", _run_dir(h), "-c", _conf(h, port, tls, tag)], "nginx-%s.log" % tag)
     h.wait_port(port, p)
     h.wait_port(tls, p)

@@ -16,8 +16,8 @@ from harness import DEB_CFLAGS, DEB_CPPFLAGS, DEB_LDFLAGS, EXAMPLE, Fix, Load  #
 NAME = PACKAGE = "tinyproxy"
 VERSION = "1.11.1-2.1+deb12u1"
 FIRST_FIX = "0001-prevent-junk-from-showing-up-in-error-page-in-invali.patch"
-BASE = int(os.environ.get("MOLT_FIXES_PORT", "18300"))
-PORT, ORIGIN = BASE + 88, BASE + 80
+BASE = int(os.environ.get("MOLT_FIXES_PORT", "27300"))
+PORT, ORIGIN, THROWAWAY = BASE + 88, BASE + 80, BASE + 89
 COMMON = os.path.join(EXAMPLE, "common")
 
 
@@ -74,9 +74,11 @@ def _conf(h, port, tag):
 
 def start(h, tag="live", port=PORT, limit_as=None):
     if not getattr(h, "origin", None) or h.origin.poll() is not None:
+        h.ensure_free(ORIGIN)
         h.origin = h.start([sys.executable, os.path.join(COMMON, "origin.py"), "--port", str(ORIGIN),
                             "--dir", _files(h)], "origin.log")
         h.wait_port(ORIGIN, h.origin)
+    h.ensure_free(port)
     p = h.start([binary(h), "-d", "-c", _conf(h, port, tag)], "tinyproxy-%s.log" % tag)
     h.wait_port(port, p)
     return p, port
