@@ -12,6 +12,11 @@ packages=(
   clang-format-14               # the C style (tests/style)
   binutils procps
   git diffutils                 # patch builder tests: real git diff and diff -u
+  # examples/fixes (ctest -L realworld): apt-get source, and the build
+  # dependencies of the servers it builds, by name (build-dep needs deb-src)
+  dpkg-dev patch xz-utils curl openssl
+  libdbus-1-dev libidn2-dev libnftables-dev libnetfilter-conntrack-dev nettle-dev libgmp-dev  # dnsmasq
+  libssl-dev libpcre2-dev zlib1g-dev                                                           # nginx
 )
 if [ "${MOLT_WITH_BENCH:-0}" = 1 ]; then
   packages+=(python3-matplotlib valgrind linux-perf)

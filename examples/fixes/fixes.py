@@ -20,6 +20,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 
@@ -38,20 +39,36 @@ def load_server(name):
     return mod
 
 
-def build_server(h, srv, rebuild):
-    """The server's moltcc build, reused when it exists (WORK/<server>/built.json)."""
+def molt_key(repo):
+    """What the server builds depend on: the committed moltcc, molt.h and
+    runtime of the repository (git tree ids), and the moltcc used."""
+    try:
+        return subprocess.check_output(["git", "-C", repo, "rev-parse", "HEAD:tools", "HEAD:include",
+                                        "HEAD:src"], text=True, stderr=subprocess.DEVNULL).split()
+    except (OSError, subprocess.CalledProcessError):
+        return ["unknown"]
+
+
+def build_server(h, srv, args):
+    """The server's moltcc build, reused when it exists (WORK/<server>/built.json):
+    with --quick only if molt did not change since (molt_key), otherwise with
+    a note (a full nginx build takes long; --rebuild builds again)."""
     stamp = os.path.join(h.work, srv.NAME, "built.json")
-    if not rebuild and os.path.exists(stamp) and os.path.exists(srv.binary(h)):
+    key = molt_key(h.repo) + [h.moltcc]
+    if not args.rebuild and os.path.exists(stamp) and os.path.exists(srv.binary(h)):
         with open(stamp) as f:
             info = json.load(f)
-        print("== %s: reusing the build of %s (%s)" % (srv.NAME, info["moltcc"], srv.binary(h)))
-        return info
+        same = info.get("key") == key
+        if same or not args.quick:
+            print("== %s: reusing the build in %s%s" % (srv.NAME, srv.binary(h), "" if same else
+                  " (made with another moltcc or molt: --rebuild builds again)"))
+            return info
     print("== %s: apt-get source %s=%s, sources before %s" % (srv.NAME, srv.PACKAGE, srv.VERSION,
                                                               srv.FIRST_FIX))
     tree = h.source_tree(srv)
     print("== %s: building with CC=moltcc (every function updatable)" % srv.NAME)
     rc, wall, cpu = srv.build(h, tree)
-    info = {"moltcc": h.moltcc, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+    info = {"moltcc": h.moltcc, "key": key, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "binary": srv.binary(h)}
     with open(stamp, "w") as f:
         json.dump(info, f)
@@ -73,7 +90,7 @@ def run_server(h, srv, args):
     for f in fixes:
         f.result["server"] = srv.NAME
     out = {"server": srv.NAME, "package": "%s=%s" % (srv.PACKAGE, srv.VERSION)}
-    out["build"] = build_server(h, srv, args.rebuild)
+    out["build"] = build_server(h, srv, args)
 
     # 1. every hot patch, straight from its patch file
     sos = {}
