@@ -40,6 +40,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 FIXES = os.path.join(ROOT, "examples", "fixes")
 sys.path.insert(0, os.path.join(FIXES, "common"))
+from harness import blocked_by  # noqa: E402
+
 RESULTS = os.path.join(ROOT, "bench", "results")
 BEGIN, END = "<!-- patchbuild-realfixes: begin -->", "<!-- patchbuild-realfixes: end -->"
 
@@ -84,7 +86,7 @@ def bench_fix(a, moltcc, srv, fix, by_name, records, tmp):
     if p.returncode != 0:
         errs = [l[len("moltcc: error: "):] for l in (p.stdout + p.stderr).splitlines()
                 if l.startswith("moltcc: error:")]
-        blocked = srv.blocked_by(p.stdout + p.stderr)
+        blocked = blocked_by(p.stdout + p.stderr)
         row["miss"] = ("blocked: %s" % blocked) if blocked else ("refused: " + "; ".join(errs[1:] or errs))[:300]
         return row
     with open(rep) as f:
