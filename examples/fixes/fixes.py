@@ -201,10 +201,27 @@ def main():
                 h.cleanup()
     finally:
         h.cleanup()
-    rows = [r for s in results for r in s["fixes"]]
     problems = verdict(results, args.strict)
+    # every server's latest result stays in its folder; summary.json holds
+    # this run's servers and, marked as earlier, the latest of the others
+    for s in results:
+        s["finished_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        s["quick"] = args.quick
+        with open(os.path.join(args.work, s["server"], "result.json"), "w") as f:
+            json.dump(s, f, indent=1)
+    if not args.quick:
+        for n in SERVERS:
+            old = os.path.join(args.work, n, "result.json")
+            if n not in names and os.path.exists(old):
+                with open(old) as f:
+                    prev = json.load(f)
+                if not prev.get("quick"):
+                    prev["earlier_run"] = True
+                    results.append(prev)
+    results.sort(key=lambda s: SERVERS.index(s["server"]))
+    rows = [r for s in results for r in s["fixes"]]
     summary = {"quick": args.quick, "seconds": round(time.time() - t0, 1), "servers": results,
-               "problems": problems,
+               "this_run": names, "problems": problems,
                "counts": {k: sum(1 for r in rows if r["status"] == k)
                           for k in ("applied", "refused", "blocked", "FAILED")}}
     with open(os.path.join(args.work, "summary.json"), "w") as f:
@@ -214,6 +231,9 @@ def main():
     print()
     print("fixes applied live: %(applied)d, refused as expected: %(refused)d, blocked: %(blocked)d, "
           "failed: %(FAILED)d" % summary["counts"])
+    earlier = [s["server"] + " (" + s["finished_at"] + ")" for s in results if s.get("earlier_run")]
+    if earlier:
+        print("from earlier runs: " + ", ".join(earlier))
     print("summary: %s" % os.path.join(args.work, "summary.json"))
     for p in problems:
         print("FAIL: " + p)

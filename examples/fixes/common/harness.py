@@ -230,6 +230,8 @@ class Harness:
         for port in ports:
             for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
                 s = socket.socket(socket.AF_INET, kind)
+                if kind == socket.SOCK_STREAM:   # as servers do: TIME-WAIT is no user
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:

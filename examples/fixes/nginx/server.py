@@ -171,7 +171,7 @@ def demo_sni(h, port, proc):
     time.sleep(0.7)
     try:
         p.stdin.write(b"GET / HTTP/1.0\r\nHost: b.test\r\n\r\n")
-        p.stdin.close()
+        p.stdin.flush()
     except BrokenPipeError:
         pass
     try:
