@@ -1411,6 +1411,15 @@ def main():
             sum(run["seconds"].values())))
         R.w()
     R.lines += body.lines
+    # bench/patchbuild/realfixes.py's section (measured separately: it needs
+    # the servers examples/fixes builds), as it last wrote it
+    rf = os.path.join(bl.BENCH, "results", "patchbuild_realfixes.md")
+    if os.path.exists(rf):
+        with open(rf) as f:
+            R.w("<!-- patchbuild-realfixes: begin -->")
+            R.lines += f.read().rstrip("\n").split("\n")
+            R.w("<!-- patchbuild-realfixes: end -->")
+            R.w()
     R.w("## Proposals, collected")
     R.w()
     R.w("| measure | proposal | evidence |")

@@ -222,6 +222,19 @@ def main():
                               row["cpu_ratio"], len(row["replaced"]), row["whole_file"]))
     res["load_end"] = " ".join(open("/proc/loadavg").read().split()[:3])
     os.makedirs(RESULTS, exist_ok=True)
+    # the servers not measured now keep their rows of the last run
+    prev_path = os.path.join(RESULTS, "patchbuild_realfixes.json")
+    done = a.only.split(",")
+    if os.path.exists(prev_path):
+        with open(prev_path) as f:
+            prev = json.load(f)
+        keep = [r for r in prev.get("fixes", []) if r["server"] not in done]
+        if keep:
+            res["fixes"] = keep + res["fixes"]
+            res["load_start"] += " (this run; %s: %s)" % (
+                ", ".join(sorted({r["server"] for r in keep})), prev.get("load_start"))
+    order = ["tinyproxy", "dnsmasq", "nginx"]
+    res["fixes"].sort(key=lambda r: order.index(r["server"]) if r["server"] in order else 9)
     with open(os.path.join(RESULTS, "patchbuild_realfixes.json"), "w") as f:
         json.dump(res, f, indent=1)
     text = section(res)
