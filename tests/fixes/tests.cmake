@@ -12,6 +12,6 @@
 if(NOT MOLT_SANITIZE)
   add_test(NAME realworld_fixes
     COMMAND bash ${PROJECT_SOURCE_DIR}/examples/fixes/run.sh --quick --strict)
-  set_tests_properties(realworld_fixes PROPERTIES TIMEOUT 900 LABELS "realworld"
+  set_tests_properties(realworld_fixes PROPERTIES TIMEOUT 1800 LABELS "realworld"
     ENVIRONMENT "MOLT_BUILD=${CMAKE_BINARY_DIR};MOLT_FIXES_WORK=/var/tmp/molt-fixes-ctest;MOLT_FIXES_PORT=27400")
 endif()
