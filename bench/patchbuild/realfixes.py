@@ -22,7 +22,7 @@ Fixes that do not build (refused, or blocked by a moltcc problem) are
 listed as misses with the reason.  Writes bench/results/patchbuild_realfixes.json
 and .md, and the section "Patch builds of real fixes" of bench/RESULTS.md.
 
-    bench/patchbuild/realfixes.py [--work /var/tmp/molt-fixes] [--runs 3] [--only nginx,dnsmasq]
+    bench/patchbuild/realfixes.py [--work /var/tmp/molt-fixes] [--runs 3] [--only nginx,dnsmasq] [--fixes A,B]
 """
 import argparse
 import importlib.util
@@ -189,50 +189,23 @@ def section(res):
     return "\n".join(L) + "\n"
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--work", default=os.environ.get("MOLT_FIXES_WORK", "/var/tmp/molt-fixes"))
-    ap.add_argument("--moltcc", default=os.path.join(ROOT, "build", "bin", "moltcc"))
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--only", default="tinyproxy,dnsmasq,nginx")
-    a = ap.parse_args()
-    res = {"runs": a.runs, "load_start": " ".join(open("/proc/loadavg").read().split()[:3]),
-           "machine": "%d CPUs, %s" % (os.cpu_count(), subprocess.check_output(
-               ["gcc", "--version"], text=True).splitlines()[0]), "fixes": []}
-    with tempfile.TemporaryDirectory(prefix="realfixes-") as tmp:
-        for name in a.only.split(","):
-            srv = server(name)
-            if not os.path.exists(srv.binary(a)):
-                print("%s: no build in %s (run examples/fixes/run.sh first)" % (name, a.work))
-                continue
-            records = json.loads(subprocess.check_output([a.moltcc, "--molt-show-build", srv.binary(a)]))
-            by_name = {f.name: f for f in srv.fixes()}
-            for fix in srv.fixes():
-                if fix.kind == "refuse":
-                    continue
-                row = bench_fix(a, a.moltcc, srv, fix, by_name, records, tmp)
-                res["fixes"].append(row)
-                if "miss" in row:
-                    print("%s %s: %s" % (name, fix.name, row["miss"]))
-                else:
-                    print("%s %s: patch %.2f s CPU (%.1f s wall), plain %.2f s CPU (%.1f s wall), "
-                          "%.1fx; replaced %d, whole-file %d" % (
-                              name, fix.name, row["patch_cpu_s"]["median"], row["patch_wall_s"]["median"],
-                              row["plain_cpu_s"]["median"], row["plain_wall_s"]["median"],
-                              row["cpu_ratio"], len(row["replaced"]), row["whole_file"]))
+def save(a, res):
+    """Writes the results so far (after every fix: a long run that is
+    stopped keeps what it measured), merged with the rows of the last run
+    for the fixes not measured in this one."""
+    res = dict(res, fixes=list(res["fixes"]))
     res["load_end"] = " ".join(open("/proc/loadavg").read().split()[:3])
     os.makedirs(RESULTS, exist_ok=True)
     # the servers not measured now keep their rows of the last run
     prev_path = os.path.join(RESULTS, "patchbuild_realfixes.json")
-    done = a.only.split(",")
+    done = {(r["server"], r["fix"]) for r in res["fixes"]}
     if os.path.exists(prev_path):
         with open(prev_path) as f:
             prev = json.load(f)
-        keep = [r for r in prev.get("fixes", []) if r["server"] not in done]
+        keep = [r for r in prev.get("fixes", []) if (r["server"], r["fix"]) not in done]
         if keep:
             res["fixes"] = keep + res["fixes"]
-            res["load_start"] += " (this run; %s: %s)" % (
-                ", ".join(sorted({r["server"] for r in keep})), prev.get("load_start"))
+            res["load_start"] += " (this run; earlier runs: %s)" % prev.get("load_start", "").split(" (")[0]
     order = ["tinyproxy", "dnsmasq", "nginx"]
     res["fixes"].sort(key=lambda r: order.index(r["server"]) if r["server"] in order else 9)
     with open(os.path.join(RESULTS, "patchbuild_realfixes.json"), "w") as f:
@@ -250,6 +223,43 @@ def main():
         cur = cur.replace("## Proposals, collected", block + "\n\n## Proposals, collected", 1)
     with open(md, "w") as f:
         f.write(cur)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", default=os.environ.get("MOLT_FIXES_WORK", "/var/tmp/molt-fixes"))
+    ap.add_argument("--moltcc", default=os.path.join(ROOT, "build", "bin", "moltcc"))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only", default="tinyproxy,dnsmasq,nginx")
+    ap.add_argument("--fixes", help="only these fixes (names as in examples/fixes)")
+    a = ap.parse_args()
+    res = {"runs": a.runs, "load_start": " ".join(open("/proc/loadavg").read().split()[:3]),
+           "machine": "%d CPUs, %s" % (os.cpu_count(), subprocess.check_output(
+               ["gcc", "--version"], text=True).splitlines()[0]), "fixes": []}
+    with tempfile.TemporaryDirectory(prefix="realfixes-") as tmp:
+        for name in a.only.split(","):
+            srv = server(name)
+            if not os.path.exists(srv.binary(a)):
+                print("%s: no build in %s (run examples/fixes/run.sh first)" % (name, a.work))
+                continue
+            records = json.loads(subprocess.check_output([a.moltcc, "--molt-show-build", srv.binary(a)]))
+            by_name = {f.name: f for f in srv.fixes()}
+            for fix in srv.fixes():
+                if fix.kind == "refuse" or (a.fixes and fix.name not in a.fixes.split(",")):
+                    continue
+                row = bench_fix(a, a.moltcc, srv, fix, by_name, records, tmp)
+                res["fixes"].append(row)
+                res["load_end"] = " ".join(open("/proc/loadavg").read().split()[:3])
+                save(a, res)
+                if "miss" in row:
+                    print("%s %s: %s" % (name, fix.name, row["miss"]))
+                else:
+                    print("%s %s: patch %.2f s CPU (%.1f s wall), plain %.2f s CPU (%.1f s wall), "
+                          "%.1fx; replaced %d, whole-file %d" % (
+                              name, fix.name, row["patch_cpu_s"]["median"], row["patch_wall_s"]["median"],
+                              row["plain_cpu_s"]["median"], row["plain_wall_s"]["median"],
+                              row["cpu_ratio"], len(row["replaced"]), row["whole_file"]))
+    save(a, res)
     print("wrote bench/results/patchbuild_realfixes.json and the section of bench/RESULTS.md")
 
 
