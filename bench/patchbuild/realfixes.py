@@ -154,9 +154,9 @@ def section(res):
          "time of the command and its children. **Functions**: what the patch replaces against "
          "the whole-file mode, which replaced every updatable function of each changed file "
          "(counted in the running program's objects)." % res["runs"], "",
-         "Machine: %s; load average at the start %s, at the end %s (other jobs share it: wall "
-         "times are inflated, CPU times are the better guide)." % (
-             res["machine"], res["load_start"], res["load_end"]), "",
+         "Machine: %s; load averages (1, 5, 15 min) %s (other jobs share it: wall times are "
+         "inflated, CPU times are the better guide)." % (res["machine"], res.get("load_note") or ", ".join(
+             "%s %s" % (k, v) for k, v in res.get("loads", {}).items())), "",
          "| server | fix | files | patch build CPU s | plain compile CPU s | CPU ratio | patch build wall s "
          "| plain wall s | replaced | whole-file mode |", "|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda s: "%.2f [%.2f–%.2f]" % (s["median"], s["min"], s["max"])
@@ -194,7 +194,6 @@ def save(a, res):
     stopped keeps what it measured), merged with the rows of the last run
     for the fixes not measured in this one."""
     res = dict(res, fixes=list(res["fixes"]))
-    res["load_end"] = " ".join(open("/proc/loadavg").read().split()[:3])
     os.makedirs(RESULTS, exist_ok=True)
     # the servers not measured now keep their rows of the last run
     prev_path = os.path.join(RESULTS, "patchbuild_realfixes.json")
@@ -205,9 +204,11 @@ def save(a, res):
         keep = [r for r in prev.get("fixes", []) if (r["server"], r["fix"]) not in done]
         if keep:
             res["fixes"] = keep + res["fixes"]
-            res["load_start"] += " (this run; earlier runs: %s)" % prev.get("load_start", "").split(" (")[0]
     order = ["tinyproxy", "dnsmasq", "nginx"]
     res["fixes"].sort(key=lambda r: order.index(r["server"]) if r["server"] in order else 9)
+    loads = [r["load"].split()[0] for r in res["fixes"] if "load" in r]
+    res["loads"] = {"after each fix's runs: from": min(loads, key=float),
+                    "to": max(loads, key=float)} if loads else {}
     with open(os.path.join(RESULTS, "patchbuild_realfixes.json"), "w") as f:
         json.dump(res, f, indent=1)
     text = section(res)
@@ -248,8 +249,8 @@ def main():
                 if fix.kind == "refuse" or (a.fixes and fix.name not in a.fixes.split(",")):
                     continue
                 row = bench_fix(a, a.moltcc, srv, fix, by_name, records, tmp)
+                row["load"] = " ".join(open("/proc/loadavg").read().split()[:3])
                 res["fixes"].append(row)
-                res["load_end"] = " ".join(open("/proc/loadavg").read().split()[:3])
                 save(a, res)
                 if "miss" in row:
                     print("%s %s: %s" % (name, fix.name, row["miss"]))
