@@ -17,18 +17,24 @@
 # --rebuild: build the servers again (otherwise a build in the work directory is reused).
 # --strict: a fix blocked by a known moltcc problem fails the run.
 #
+#   examples/fixes/run.sh sweep [--only tinyproxy,dnsmasq] [--files N] [--match REGEX]
+#
+# The coverage sweep (sweep.py): for every C file of the servers, one
+# function's body changed, the patch built from that diff, applied under
+# load and rolled back; prints "<server>: P/T files patched".
+#
 # Environment: MOLT_FIXES_WORK (work directory, outside the repository;
 # default /var/tmp/molt-fixes), MOLT_BUILD (molt build tree with bin/moltcc
 # and bin/molt; default <repo>/build, built there if it has none), MOLTCC /
 # MOLT (the two tools), MOLT_FIXES_PORT (first of the loopback ports used,
-# default 18300).
+# default 27300).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 WORK=${MOLT_FIXES_WORK:-/var/tmp/molt-fixes}
 MOLT_BUILD=${MOLT_BUILD:-$REPO/build}
-case "${1:-}" in -h|--help) sed -n '2,26p' "$0"; exit 0 ;; esac 2>/dev/null || true
+case "${1:-}" in -h|--help) sed -n '2,33p' "$0"; exit 0 ;; esac 2>/dev/null || true
 WORK=$(mkdir -p "$WORK" && cd "$WORK" && pwd)
 case "$WORK" in "$REPO"|"$REPO"/*) echo "run.sh: MOLT_FIXES_WORK must be outside the repository" >&2; exit 2 ;; esac
 
@@ -44,4 +50,6 @@ MOLT=${MOLT:-$MOLT_BUILD/bin/molt}
 for tool in dpkg-source patch make gcc; do
     command -v $tool >/dev/null || { echo "run.sh: $tool is missing (bash scripts/setup-debian.sh installs it)" >&2; exit 2; }
 done
-exec /usr/bin/python3 "$HERE/fixes.py" --work "$WORK" --repo "$REPO" --moltcc "$MOLTCC" --molt "$MOLT" "$@"
+script=fixes.py
+if [ "${1:-}" = sweep ]; then script=sweep.py; shift; fi
+exec /usr/bin/python3 "$HERE/$script" --work "$WORK" --repo "$REPO" --moltcc "$MOLTCC" --molt "$MOLT" "$@"

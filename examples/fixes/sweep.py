@@ -16,6 +16,7 @@ The function chosen is the first updatable function defined in the file
 macro), other than main.  A file with no such function is reported as
 "no function" and is not counted among the files that could be patched.
 
+    run.sh sweep [--only tinyproxy,dnsmasq] [--files N] [--match REGEX] [--rebuild]
     sweep.py --work DIR --repo DIR --moltcc M --molt M [--only tinyproxy,dnsmasq]
              [--files N] [--match REGEX] [--rebuild]
 
@@ -121,7 +122,9 @@ def write_diff(tree, path, offset, out):
 
 
 def sweep_server(h, srv, args):
-    build_server(h, srv, args.rebuild)
+    # A build made with another moltcc or runtime is made again (as --quick
+    # does for the fixes): the sweep's patches must match the program's ABI.
+    build_server(h, srv, argparse.Namespace(rebuild=args.rebuild, quick=True))
     binary = srv.binary(h)
     tree = os.path.join(h.work, srv.NAME, "tree")
     records = compile_record(h, binary)
