@@ -173,12 +173,15 @@ class Weaver:
             return toks[i].end, toks[i + 1].start
         return None
 
-    def header_variant(self, fn, newname, storage=None, valist=False):
+    def header_variant(self, fn, newname, storage=None, valist=False, label_at=None, label=""):
         """The header of a plain function with its name replaced, its literal
-        storage-class tokens dropped (then `storage` prepended) and, for a
-        variadic function, `...` replaced by a va_list parameter."""
+        storage-class tokens dropped (then `storage` prepended), for a
+        variadic function `...` replaced by a va_list parameter, and `label`
+        (an asm label) inserted at offset label_at (the declarator's end)."""
         sub = Rewriter(self.u.data[fn.ext_start:fn.body_start])
         base = fn.ext_start
+        if label:
+            sub.insert(label_at - base, label)
         sub.replace(fn.name_off - base, fn.name_off - base + len(fn.name.encode()), newname)
         ep = self.empty_parens(fn)
         if ep:
