@@ -596,6 +596,9 @@ class Pipeline:
         try:
             text = PatchWeaver(u, self.layout.include, self.report, plan, self.import_table,
                                key=t.rel).weave(t.fns)
+            for imp in self.import_table.statics.values():
+                if imp.where and not getattr(imp, "shown", False):
+                    imp.where, imp.shown = t.shown(imp.where), True
         except WeaveError as e:
             t.errors.append(t.shown(str(e)))
             return None
@@ -754,8 +757,9 @@ class Pipeline:
                         continue            # a library's: the dynamic loader binds it
                     imp = self.import_table.global_(name, self.symtab.has_global(name, FUNC_SYMTYPES))
                 if typ == "STT_TLS" or imp.tls or self.symtab.has_global(name, {"TLS"}):
-                    raise Fatal("'%s' is a thread-local variable of %s; patches cannot import "
-                                "thread-local variables" % (imp.name, self.opts.target))
+                    raise Fatal("%s'%s' is a thread-local variable of %s; patches cannot import "
+                                "thread-local variables" % (imp.where + ": " if imp.where else "",
+                                                            imp.name, self.opts.target))
                 seen.add(name)
                 out.append(imp)
         return out

@@ -21,6 +21,7 @@ class Import:
         self.tu = tu                # None for globals
         self.is_func = is_func
         self.tls = tls
+        self.where = None           # FILE:LINE of its declaration in the patch source
 
 
 class PatchPlan:

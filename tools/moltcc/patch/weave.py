@@ -288,9 +288,9 @@ class PatchWeaver(Weaver):
             self.error(vars_[0], "the declaration of %s comes from a macro; moltcc cannot make "
                                  "it refer to the running program's object" % names)
         for v, imp in zip(vars_, imps):
-            if imp.tls:
-                self.error(v, "'%s' is a thread-local variable of the program; patches cannot "
-                              "import thread-local variables" % v.spelling)
+            # (a thread-local one too: the pipeline refuses it if the patch uses it)
+            if imp.where is None:
+                imp.where = "%s:%d" % (u.display, v.location.line)
         self.wrap(start, end)   # first: its text goes before the edits at `start`
         spec = u.tokens_in(start, vars_[0].location.offset)
         storage = [t for t in spec if t.spelling in ("static", "extern")]
