@@ -153,8 +153,21 @@ class Weaver:
     def include_molt(self):
         return self.push_guard() + "#include <molt.h>\n" + self.pop_guard()
 
+    _DIRECTIVE_LINE = re.compile(rb"\n[ \t]*#")
+
+    def header_end(self, fn):
+        """Where the header of a plain definition ends for the declarations
+        generated from it: before the body, or before the first directive
+        line after the name -- a head written with #if/#else (nginx's
+        ngx_log_error_core) has `#endif` (or `#else`, the other branch, and
+        `#endif`) between its parameters and its body; the generated copies
+        of the header are inside the active branch, the directives stay in
+        place before the body."""
+        m = self._DIRECTIVE_LINE.search(self.u.data, fn.name_off, fn.body_start)
+        return m.start() + 1 if m else fn.body_start
+
     def header_text(self, fn):
-        return self.u.text(fn.ext_start, fn.body_start)
+        return self.u.text(fn.ext_start, self.header_end(fn))
 
     def empty_parens(self, fn):
         """(start, end) of the inside of `()` right after the name of a
@@ -178,7 +191,7 @@ class Weaver:
         storage-class tokens dropped (then `storage` prepended), for a
         variadic function `...` replaced by a va_list parameter, and `label`
         (an asm label) inserted at offset label_at (the declarator's end)."""
-        sub = Rewriter(self.u.data[fn.ext_start:fn.body_start])
+        sub = Rewriter(self.u.data[fn.ext_start:self.header_end(fn)])
         base = fn.ext_start
         if label:
             sub.insert(label_at - base, label)

@@ -368,7 +368,7 @@ class PatchWeaver(Weaver):
         label of a static)."""
         text = self.header_variant(fn, fn.name, storage="extern" if fn.static else None,
                                    label_at=self.declarator_end(fn.name_off, fn.name,
-                                                                fn.body_start),
+                                                                self.header_end(fn)),
                                    label=self._label(imp))
         return text.rstrip()
 
