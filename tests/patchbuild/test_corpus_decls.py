@@ -13,7 +13,7 @@ gcc and clang, patched while the program runs.
 - a `#define` inside a dropped initializer, used by shipped code;
 - two files with statics of the same name (`count`), both changed;
 - a function head written with #if/#else;
-- `__func__` in a new version names the function.
+- `__func__` in a woven body and in a new version names the function.
 
 And a C89 program (-ansi -pedantic) patched the same way."""
 import re
@@ -36,6 +36,7 @@ const int *weights_at(void);
 int macro_level(const struct item *it);
 const char *first(void);
 const char *fname(void);
+const char *fname0(void);
 int a_tick(void);
 int b_tick(void);
 int use_stored(int x);
@@ -80,6 +81,8 @@ const char *first(void) { return names[0]; }
 
 const char *fname(void) { return "none"; }
 
+const char *fname0(void) { return __func__; }
+
 int a_tick(void) { return ++count; }
 
 int use_stored(int x) { return stored(x); }
@@ -121,8 +124,8 @@ int main(int argc, char **argv)
         FILE *f = fopen(tmp, "w");
         if (f == NULL)
             return 3;
-        fprintf(f, "i=%d a=%d b=%d sum=%d lvl=%d first=%s fn=%s stored=%d scale=%d\n", i, a, b,
-                table_sum(), macro_level(&it), first(), fname(), use_stored(1),
+        fprintf(f, "i=%d a=%d b=%d sum=%d lvl=%d first=%s fn=%s fn0=%s stored=%d scale=%d\n",
+                i, a, b, table_sum(), macro_level(&it), first(), fname(), fname0(), use_stored(1),
                 (int)b_scale(5));
         fclose(f);
         rename(tmp, argv[1]);
@@ -178,6 +181,8 @@ def test_declarations_of_real_files(tmp_path, cc):
         before = fields(prog.wait(lambda t: int(fields(t).get("a", 0)) > 5))
         assert before["sum"] == "10" and before["lvl"] == "13" and before["first"] == "alpha"
         assert before["fn"] == "none" and before["stored"] == "2" and before["scale"] == "10"
+        # __func__ in a woven body is the function's own name
+        assert before["fn0"] == "fname0", before
         d = p.git_diff(FIX)
         r, data, out = p.patch([d])
         ok_patch(r, out)

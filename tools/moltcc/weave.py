@@ -57,6 +57,8 @@ _COMMENT_OR_STRING = re.compile(rb'/\*.*?\*/|//[^\n]*|"(?:[^"\\\n]|\\.)*"|\'(?:[
 # molt__ names (fields, the attribute names of MOLT__SECTION and
 # MOLT__ENTRY_ATTRS, the dispatch path's `used`).
 WRAPPER_IDENTS = {"table", "index", "used", "section", "aligned", "naked", "noinline"}
+# Predefined identifiers that would name a renamed body.
+FUNC_NAME_IDENTS = ("__func__", "__FUNCTION__", "__PRETTY_FUNCTION__")
 
 # Attributes the stable entry cannot carry: it keeps the user's header and
 # becomes a naked function whose body is one `jmp rel32` at its very first
@@ -141,6 +143,22 @@ class Weaver:
         if prefix and self.u.presumed(fn.line)[1] > 1:
             return self.linemark(fn.line, -1) + prefix.strip() + "\n" + " " * (fn.col - 1)
         return self.linemark(fn.line) + " " * (fn.col - 1) + prefix
+
+    def func_name_macros(self, fn):
+        """Inside a renamed body (f__molt_v0, f__molt_p), __func__ (and gcc's
+        __FUNCTION__, __PRETTY_FUNCTION__) still name the function as the
+        user wrote it."""
+        u, rw = self.u, self.rw
+        if fn.body_start is None or not (u.is_literal(fn.body_start, "{")
+                                         and u.is_literal(fn.body_end - 1, "}")):
+            return
+        push = "".join('#pragma push_macro("%s")\n#undef %s\n#define %s %s\n'
+                       % (n, n, n, c_string(fn.name)) for n in FUNC_NAME_IDENTS)
+        pop = "".join('#pragma pop_macro("%s")\n' % n for n in FUNC_NAME_IDENTS)
+        for off, text in ((fn.body_start + 1, push), (fn.body_end - 1, pop)):
+            line = u.data.count(b"\n", 0, off) + 1
+            col = off - u.data.rfind(b"\n", 0, off)
+            rw.insert(off, "\n" + text + self.linemark(line) + " " * (col - 1))
 
     def push_guard(self, names=None):
         names = self.guard if names is None else names
@@ -360,6 +378,7 @@ class ProgramWeaver(Weaver):
                 if new and self.literal_ref(d):
                     rw.replace(d.extent.start.offset, d.extent.end.offset, new)
         prefix = self.rename_in_place(fn, v0)
+        self.func_name_macros(fn)
 
         macro_names = sorted(set(fn.macro_refs.values()))
         override = "".join('#pragma push_macro("%s")\n#undef %s\n#define %s %s\n' % (

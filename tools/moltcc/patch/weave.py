@@ -50,10 +50,6 @@ DIAG_PUSH = ("#pragma GCC diagnostic push\n"
              + "".join('#pragma GCC diagnostic ignored "%s"\n' % w for w in DECL_WARNINGS))
 DIAG_POP = "#pragma GCC diagnostic pop\n"
 
-# Predefined identifiers that would name the renamed body: inside a new
-# version they spell the function's own name.
-FUNC_NAME_IDENTS = ("__func__", "__FUNCTION__", "__PRETTY_FUNCTION__")
-
 
 class WeaveError(Exception):
     pass
@@ -348,11 +344,19 @@ class PatchWeaver(Weaver):
             if imp is None:
                 continue
             start = c.extent.start.offset
-            if u.tok_at(start) is None or not u.is_literal(c.location.offset, c.spelling):
+            end = c.extent.end.offset
+            if u.is_literal(c.location.offset, c.spelling):
+                label_at = self.declarator_end(c.location.offset, c.spelling, end)
+            elif [t.spelling for t in u.tokens_in(end - 1, end)] == [")"]:
+                # `static HANDLE_FUNC(name);`: the macro writes the whole
+                # declarator, the label goes after its invocation
+                label_at = end
+            else:
+                label_at = None
+            if u.tok_at(start) is None or label_at is None:
                 self.error(c, "the declaration of static function '%s' comes from a macro; "
                               "moltcc cannot make it refer to the running program's function"
                               % c.spelling)
-            end = c.extent.end.offset
             semi = top_level_token(u.tokens_in(end, len(u.data)), ";")
             self.wrap(start, semi.end if semi is not None else end)
             toks = u.tokens_in(start, c.location.offset)
@@ -361,7 +365,7 @@ class PatchWeaver(Weaver):
                 rw.replace(st[0].start, st[0].end, "extern")
             else:
                 rw.insert(start, "extern ")
-            rw.insert(self.declarator_end(c.location.offset, c.spelling, end), self._label(imp))
+            rw.insert(label_at, self._label(imp))
 
     def _prototype(self, fn, imp):
         """The header of a plain definition as an extern prototype (asm
@@ -390,18 +394,6 @@ class PatchWeaver(Weaver):
                                                        fn.name, decl, self._label(imp))
             proto = "\n" + DIAG_PUSH + proto + ";\n" + DIAG_POP
         self.drop(fn.ext_start, fn.ext_end, proto)
-
-    def _func_name_macros(self, fn):
-        """Inside the renamed body, __func__ (and gcc's __FUNCTION__,
-        __PRETTY_FUNCTION__) still name the function as the user wrote it."""
-        u, rw = self.u, self.rw
-        if not (u.is_literal(fn.body_start, "{") and u.is_literal(fn.body_end - 1, "}")):
-            return
-        push = "".join('#pragma push_macro("%s")\n#undef %s\n#define %s %s\n'
-                       % (n, n, n, c_string(fn.name)) for n in FUNC_NAME_IDENTS)
-        pop = "".join('#pragma pop_macro("%s")\n' % n for n in FUNC_NAME_IDENTS)
-        rw.insert(fn.body_start + 1, "\n" + push + self._at(fn.body_start + 1))
-        rw.insert(fn.body_end - 1, "\n" + pop + self._at(fn.body_end - 1))
 
     def _local_statics(self, fn):
         """Static locals of a replaced function that the program has (the
@@ -444,7 +436,7 @@ class PatchWeaver(Weaver):
         header = self._prototype(fn, imp)
         prefix = self.rename_in_place(fn, impl)
         self.pfns.append((fn.name, u.tu_name if fn.static else None, impl))
-        self._func_name_macros(fn)
+        self.func_name_macros(fn)
 
         def block():
             out = ["\n"]
