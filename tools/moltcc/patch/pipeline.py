@@ -594,8 +594,10 @@ class Pipeline:
     def weave_patch(self, t, plan):
         u = t.variants["new"].unit
         try:
-            text = PatchWeaver(u, self.layout.include, self.report, plan, self.import_table,
-                               key=t.rel).weave(t.fns)
+            weaver = PatchWeaver(u, self.layout.include, self.report, plan, self.import_table,
+                                 key=t.rel)
+            text = weaver.weave(t.fns)
+            t.private_statics = weaver.private_statics
             for imp in self.import_table.statics.values():
                 if imp.where and not getattr(imp, "shown", False):
                     imp.where, imp.shown = t.shown(imp.where), True
@@ -685,6 +687,8 @@ class Pipeline:
                         % (t.rel, self.s.work.path))
         self.times["patch_compile"] = time.time() - t0
         for t in shipping:
+            self.note_private_statics(t)
+        for t in shipping:
             self.pinned += [e for e in t.escapes.pinned]
             self.address_taken += [e for e in t.escapes.address_taken]
         return s.make_output(s.cmd.output, lambda: self.link([t.patch_object for t in shipping]))
@@ -733,6 +737,26 @@ class Pipeline:
         self.write_json("nothing", [msg])
         self.s.flush_report()
         raise Fatal(msg)
+
+    def note_private_statics(self, t):
+        """A static of the original file that PROG has no symbol for (the
+        compiler folded it away: PROG's code never reads it from memory)
+        and that the compiled patch uses is the patch's own copy, with the
+        same initial value (the comparison checked it): said in a note."""
+        from elftools.elf.elffile import ELFFile
+        u = t.variants["orig"].unit
+        if u is None or not getattr(t, "private_statics", None):
+            return
+        orig = {c.spelling for c in u.top if c.kind == CK.VAR_DECL}
+        with open(t.patch_object, "rb") as f:
+            symtab = ELFFile(f).get_section_by_name(".symtab")
+            defined = {sym.name for sym in symtab.iter_symbols()
+                       if sym["st_shndx"] != "SHN_UNDEF"} if symtab else set()
+        for name, line in t.private_statics:
+            if name in orig and name in defined:
+                t.notes.append("%s:%d: static '%s' is not in %s (the compiler folded it away); "
+                               "the patch uses its own copy with the same initial value"
+                               % (t.given or t.rel, line, name, self.opts.target))
 
     def used_imports(self, objects):
         """The imports the compiled patch objects refer to: the asm-labelled

@@ -90,7 +90,9 @@ class PatchWeaver(Weaver):
         self.key = key or unit.display
         self.pfns = []           # (name, tu or None, impl)
         self.dropped = []        # byte ranges whose code is not compiled
-        self.done = set()        # hashes of declarations already rewritten
+        # file-scope statics the program has no symbol for (new ones, or
+        # folded away by the compiler): their definitions stay in the patch
+        self.private_statics = []   # (name, line)
 
     def error(self, off_or_cursor, msg):
         if isinstance(off_or_cursor, int):
@@ -122,6 +124,8 @@ class PatchWeaver(Weaver):
             n = t.static_count(u.tu_name, v.spelling, VAR_SYMTYPES)
             if n == 0:
                 self._check_renamed(v, v.spelling)
+                if v.is_definition():
+                    self.private_statics.append((v.spelling, v.location.line))
                 return None
             if n > 1:
                 self.report.warn("%s: static '%s' exists in several files named %s in the target"
