@@ -198,6 +198,7 @@ class Elf:
                 self.records("molt_pfns", ["str", "str", "ptr"])]
 
     def imports(self):
+        # molt/abi.h molt__import (ABI 4): {symbol, name, tu}
         return [dict(symbol=y, name=n, tu=t) for y, n, t in
                 self.records("molt_imports", ["str", "str", "str"])]
 
