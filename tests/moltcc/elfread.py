@@ -198,8 +198,9 @@ class Elf:
                 self.records("molt_pfns", ["str", "str", "ptr"])]
 
     def imports(self):
-        return [dict(name=n, tu=t, slot=p) for n, t, p in
-                self.records("molt_imports", ["str", "str", "ptr"])]
+        # molt/abi.h molt__import (ABI 4): {symbol, name, tu}
+        return [dict(symbol=y, name=n, tu=t) for y, n, t in
+                self.records("molt_imports", ["str", "str", "str"])]
 
     def build_id(self):
         d = self.section_bytes(".note.gnu.build-id")

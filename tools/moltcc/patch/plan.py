@@ -4,6 +4,8 @@ function ('pfn'), a private copy ('copy'), or left out ('removed': main and
 constructors); and the imports (Import) through which the patch reaches
 the live program's objects.
 """
+import zlib
+
 from ..elf import FUNC_SYMTYPES
 from ..markers import explicitly_marked
 from ..weave import refuse_naked_conflicts
@@ -23,6 +25,15 @@ class Import:
     @property
     def slot(self):
         return "molt__imp_" + self.symbol
+
+    @property
+    def import_symbol(self):
+        """The patch's undefined symbol for it (molt/abi.h MOLT__IMPORT_PREFIX),
+        unique per (tu, name): statics of one name in two files can be in
+        one patch."""
+        if self.tu is None:
+            return "molt.imp." + self.symbol
+        return "molt.imp.%s.%08x" % (self.symbol, zlib.crc32(self.tu.encode()))
 
     @property
     def expr(self):

@@ -6,8 +6,10 @@ For every function that is updatable in the target:
     static const molt__patch_fn f__molt_pfn ... = {"f", tu|NULL, &f__molt_p};
 
 and every reference to an object of the running program becomes
-`(*(__typeof__(x) *)molt__imp_x)`, where `static void *molt__imp_x` is filled
-by the runtime from a molt__import record before the patch is switched in.
+`(*(__typeof__(x) *)molt__imp_x)`, where `static void *molt__imp_x` holds the
+address of the patch's import symbol for x (molt/abi.h, ABI 4): the runtime
+binds that symbol's data-word relocation from the molt__import record before
+the patch is switched in.
 """
 import re
 
@@ -196,16 +198,17 @@ class PatchWeaver(Weaver):
 
         # Slots first (plain C, nothing to include), records at the end of
         # the file, after everything they point to.
-        slots = "".join("static void *%s;\n" % s for s in sorted(self.imports))
+        slots = "".join("extern char %s__sym[] __asm__(%s);\nstatic void *%s = %s__sym;\n" % (
+            s, c_string(self.imports[s].import_symbol), s, s) for s in sorted(self.imports))
         if slots:
             rw.insert(self.file_start(), slots + self.linemark(1))
         end = ["\n", self.include_molt(), self.push_guard(self.wrap_guard)]
         for s in sorted(self.imports):
             imp = self.imports[s]
             end.append("static const molt__import %s__molt_imp MOLT__SECTION(\"molt_imports\") = "
-                       "{%s, %s, (void **)&%s};\n" % (
-                           imp.symbol, c_string(imp.symbol),
-                           c_string(imp.tu) if imp.tu else "NULL", imp.slot))
+                       "{%s, %s, %s};\n" % (
+                           imp.symbol, c_string(imp.import_symbol), c_string(imp.symbol),
+                           c_string(imp.tu) if imp.tu else "NULL"))
         for name, tu, impl in self.pfns:
             end.append("__extension__ static const molt__patch_fn %s__molt_pfn MOLT__SECTION(\"molt_pfns\") = "
                        "{%s, %s, (void *)&%s};\n" % (name, c_string(name),
