@@ -11,6 +11,7 @@ int through_static(int x);    /* calls a static updatable fn */
 extern int counter;           /* global the patches update   */
 int hits_value(void);         /* reads a static of target.c  */
 extern int (*stored_fp)(int); /* &version_tag, taken at start */
+extern const char *stored_msg; /* set by patch_pinned */
 extern volatile int block_hold;
 extern volatile int block_entered;
 #endif

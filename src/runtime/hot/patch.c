@@ -333,11 +333,16 @@ static int load_handle(molt__object *obj, char *err, size_t errlen) {
     molt__errmsg(err, errlen, "%s was built for molt ABI %u, this runtime speaks %u",
                  obj->path, hdr->abi, MOLT__ABI);
     rc = MOLT_EABI;
-  } else if (hdr->version != MOLT__PATCH_HEADER_VERSION ||
-             (hdr->flags & ~(uint32_t)MOLT__PATCH_PINNED) != 0 ||
+  } else if (hdr->version != MOLT__PATCH_HEADER_VERSION) {
+    molt__errmsg(err, errlen,
+                 "%s has patch header version %u, this runtime reads version %u (rebuild the "
+                 "patch with this molt)",
+                 obj->path, hdr->version, MOLT__PATCH_HEADER_VERSION);
+    rc = MOLT_EABI;
+  } else if ((hdr->flags & ~(uint32_t)MOLT__PATCH_PINNED) != 0 ||
              !bounded_text(hdr->provenance) || !bounded_text(hdr->pinned_reasons)) {
-    molt__errmsg(err, errlen, "%s: corrupt patch header (version %u, flags %#x)", obj->path,
-                 hdr->version, hdr->flags);
+    molt__errmsg(err, errlen, "%s: corrupt patch header (flags %#x)", obj->path,
+                 hdr->flags);
     rc = MOLT_ECORRUPT;
   } else if (hdr->fns > hdr->fns_end || hdr->imports > hdr->imports_end ||
              (size_t)(hdr->fns_end - hdr->fns) > MAX_RECORDS ||
