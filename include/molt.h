@@ -403,10 +403,12 @@ MOLT_EXTERN size_t molt_shadow_total(void);
  * inside dlopen, before the imports are bound.
  */
 
-#define MOLT_FUNCTION(ret, name, params, args) MOLT__FUNCTION(extern, ret, name, params, args)
+#define MOLT_FUNCTION(ret, name, params, args)                                           \
+  MOLT__FUNCTION(extern, ret, name, params, args)
 #define MOLT_STATIC_FUNCTION(ret, name, params, args)                                    \
   MOLT__FUNCTION(static, ret, name, params, args)
-#define MOLT_VOID_FUNCTION(name, params, args) MOLT__VOID_FUNCTION(extern, name, params, args)
+#define MOLT_VOID_FUNCTION(name, params, args)                                           \
+  MOLT__VOID_FUNCTION(extern, name, params, args)
 #define MOLT_STATIC_VOID_FUNCTION(name, params, args)                                    \
   MOLT__VOID_FUNCTION(static, name, params, args)
 

@@ -1079,7 +1079,8 @@ static void case_pinned(void) {
   CHECK(version_tag(1) == 1, "rolled back to the program");
   sleep_ms(200);
   CHECK(maps_count("patch_pinned.so") > 0, "pinned patch was unmapped after rollback");
-  CHECK(strcmp(stored_msg, "stored by patch-pinned") == 0, "literal readable after rollback");
+  CHECK(strcmp(stored_msg, "stored by patch-pinned") == 0,
+        "literal readable after rollback");
   /* and it can be applied again over itself */
   CHECK(apply("patch_pinned.so", err, sizeof err) == 0, "%s", err);
   CHECK(version_tag(1) == 3001, "pinned patch applied again");

@@ -69,6 +69,9 @@ add_test(NAME runtime_abi
   COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_abi.py)
 set_tests_properties(runtime_abi PROPERTIES TIMEOUT 300 LABELS "runtime;cli"
   ENVIRONMENT "MOLT_CLI=$<TARGET_FILE:molt-cli>;ABI_HOST=$<TARGET_FILE:abi_host>;ABI_OTHER=$<TARGET_FILE:abi_other>;ABI_PATCH=${RT_OUT}/patch_abi_host.so")
+add_test(NAME runtime_header
+  COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_header.py)
+set_tests_properties(runtime_header PROPERTIES TIMEOUT 120 LABELS "runtime")
 add_test(NAME runtime_exports
   COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_exports.py)
 set_tests_properties(runtime_exports PROPERTIES TIMEOUT 60 LABELS "runtime"
