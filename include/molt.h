@@ -395,7 +395,9 @@ MOLT_EXTERN size_t molt_shadow_total(void);
  * import is an undefined symbol of the patch (molt.imp.<name>) that the
  * runtime binds to the program's object before the patch runs.  The names
  * imported by one patch must be distinct (two statics of the same name in
- * different files cannot both be imported by a hand-written patch).
+ * different files cannot both be imported by a hand-written patch).  Imports
+ * may be used in initializers too (`static int (*tab[])(int) =
+ * {MOLT_REF(compute)};`): every relocation against them is bound.
  * MOLT_PATCH_PINNED(id, description, reasons) is MOLT_PATCH for a patch
  * whose code or data the program keeps pointers to (a callback, a string
  * it stores): the runtime never unloads it, and `molt status` shows the

@@ -1049,6 +1049,8 @@ static void case_imports(void) {
 
 static void case_pinned(void) {
   char err[512];
+  /* A pinned patch that is refused never ran: it is not kept. */
+  refused_with("patch_pinned_nofunc.so", MOLT_ENOFUNC);
   CHECK(apply("patch_pinned.so", err, sizeof err) == 0, "%s", err);
   CHECK(version_tag(1) == 3001, "pinned patch runs");
   const char *msg = stored_msg;

@@ -40,6 +40,7 @@ molt_runtime_patch(patch_table ${RT}/patch_table.c test_runtime)
 target_link_options(patch_table_obj PRIVATE -Wl,-z,now -Wl,-z,relro)
 molt_runtime_patch(patch_unlisted ${RT}/patch_unlisted.c test_runtime)
 molt_runtime_patch(patch_pinned ${RT}/patch_pinned.c test_runtime)
+molt_runtime_patch(patch_pinned_nofunc ${RT}/patch_pinned_nofunc.c test_runtime)
 molt_runtime_patch(patch_foreign ${RT}/patch_b.c other_program)
 molt_runtime_patch(patch_unstamped ${RT}/patch_b.c "")
 

@@ -24,7 +24,7 @@ struct molt__object {
   char *id, *description, *path;
   char *provenance;     /* what it was built from ("" if not known) */
   char *replaced;       /* "f, g (a.c)": what it replaces (status) */
-  bool pinned;          /* never unloaded once loaded (patch header flag) */
+  bool pinned;          /* never unloaded once published (patch header flag) */
   bool kept_logged;     /* the log said why it stays */
   char *pinned_reasons; /* first reason after molt__object_kept_reason */
   int fd;               /* the patch file, opened once (R7); kept for reload */

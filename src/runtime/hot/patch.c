@@ -628,9 +628,10 @@ static void object_release(molt__owner *owner) {
   molt__object *o = MOLT__CONTAINER(owner, molt__object, owner);
   if (!o->handle)
     return;
-  if (o->pinned) {
-    /* The program may still hold pointers into it (pinned_reasons): it
-     * stays mapped, and known, for the life of the process. */
+  if (o->pinned && o->gen != 0) {
+    /* Once published (gen != 0), the program may hold pointers into it
+     * (pinned_reasons): it stays mapped, and known, for the life of the
+     * process.  A pinned patch whose apply failed never ran: it goes. */
     if (!o->kept_logged) {
       o->kept_logged = true;
       molt__rt_lock_acquire();
