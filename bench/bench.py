@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Runs the molt benchmarks (SPEC P1-P7 and P7b, the experiments of the PSU thesis,
+"""Runs the molt benchmarks (targets P1-P7 and P7b, the experiments of the PSU thesis,
 chapter 5) and writes bench/results/<measure>.json.  Use bench/run.sh, which
 builds molt first and draws the plots and RESULTS.md afterwards.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes bench/RESULTS.md from bench/results/*.json: for each measure the
-anchor (PSU's figure), the target (SPEC P1-P7), what was measured in this
+anchor (PSU's figure), the target (P1-P7 in docs/guarantees.md), what was measured in this
 run, whether the target holds, and -- where it does not -- why, with the
 design proposals and the numbers that back them.
 
@@ -1385,7 +1385,7 @@ def main():
     R.w()
     R.w("## Summary")
     R.w()
-    R.table(["id", "measure", "anchor (PSU)", "target (SPEC)", "measured here", "holds?"],
+    R.table(["id", "measure", "anchor (PSU)", "target (guarantees.md)", "measured here", "holds?"],
             [[s[0], s[1], s[2], s[3], s[4], yes(s[5]) if isinstance(s[5], bool) else
               "not measured" if s[5] is None else s[5]]
              for s in body.summary])

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/run.sh [--quick] [--only p1,p5] — build molt and every benchmark
-# program, run SPEC P1-P7 and P7b (the experiments of the PSU thesis,
+# program, run targets P1-P7 and P7b (the experiments of the PSU thesis,
 # chapter 5), write bench/results/*.json and *.png and bench/RESULTS.md.
 #
 #   --quick        smoke run, under ~3 minutes (fewer sizes, -O2 only)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Cost of shadow data (molt_shadow_*, SPEC H13): instructions per operation
+"""Cost of shadow data (molt_shadow_*, guarantee H13): instructions per operation
 from callgrind, and wall-clock time per operation with 1 and 2 threads, for
 the lock-free get (hit and miss) and the writers, beside two baselines: the
 same lookup under one pthread mutex, and reading a real struct field.

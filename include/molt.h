@@ -98,7 +98,7 @@ MOLT_EXTERN const char *molt_err_name(int err);
 /* 2. Public API                                                              */
 /* ------------------------------------------------------------------------ */
 
-/* How a new generation reaches the threads (SPEC H2-H4). */
+/* How a new generation reaches the threads (guarantees H2-H4). */
 typedef enum {
   MOLT_POLICY_IMMEDIATE = 0, /* every call that starts after the switch */
   MOLT_POLICY_LOCAL = 1,     /* each thread at its own molt_quiesce()    */
@@ -126,7 +126,7 @@ MOLT_EXTERN int molt_rollback(molt_policy_t policy, int timeout_ms, char *err_ms
 MOLT_EXTERN uint64_t molt_generation(void);
 
 /*
- * Update timing (SPEC H3, H4).  A thread takes part simply by calling these.
+ * Update timing (guarantees H3, H4).  A thread takes part simply by calling these.
  *
  * molt_quiesce(): the calling thread is at a local quiescence point (it
  *   holds no pointers into code or data that an update could change, e.g.
@@ -162,7 +162,7 @@ MOLT_EXTERN int molt_update_point(const char *name);
 MOLT_EXTERN void molt_on_update_pending(void (*cb)(void *arg), void *arg);
 
 /*
- * Full updates (SPEC F1-F7): the whole program is built as an image
+ * Full updates (guarantees F1-F7): the whole program is built as an image
  * (`moltcc --molt-program -o prog.so *.c`), started with `molt run prog.so`
  * and replaced with `molt update <pid> prog2.so`.  These calls only matter
  * in a program image; elsewhere they return 0.
@@ -197,7 +197,7 @@ MOLT_EXTERN int molt_migrate_local(const char *func, const char *name, void *add
 
 /*
  * Type annotations for the state traversal of full updates (Kitsune's
- * E_* annotations, SPEC F5).  moltcc reads them through libclang; a plain
+ * E_* annotations, guarantee F5).  moltcc reads them through libclang; a plain
  * compiler sees nothing.  Put them after the declarator:
  *
  *   static int cache[64] MOLT_NO_MIGRATE;          // re-initialised, not migrated
@@ -238,7 +238,7 @@ MOLT_EXTERN int molt_migrate_local(const char *func, const char *name, void *add
 #endif
 
 /* ======================================================================== */
-/* Shadow data (SPEC H13; guide section 6), the end of the public API        */
+/* Shadow data (guarantee H13; guide section 6), the end of the public API        */
 /* ======================================================================== */
 /*
  * A hot patch cannot change the layout of a structure: every object in the
@@ -275,7 +275,7 @@ MOLT_EXTERN int molt_migrate_local(const char *func, const char *name, void *add
  * Before / after the patch.  The patched creation path attaches a shadow
  * to every object it makes, so an object without one was created by code
  * that predates the patch -- including calls of the old creation code that
- * were still running when the patch was applied (SPEC H1).  Patched code
+ * were still running when the patch was applied (guarantee H1).  Patched code
  * then behaves as the old code did for it, or adds the field lazily with
  * molt_shadow_get_or_alloc if a correct initial value can be derived.  The
  * hazard is a stale shadow: an object freed by code that does not free its
@@ -395,7 +395,9 @@ MOLT_EXTERN size_t molt_shadow_total(void);
  * import is an undefined symbol of the patch (molt.imp.<name>) that the
  * runtime binds to the program's object before the patch runs.  The names
  * imported by one patch must be distinct (two statics of the same name in
- * different files cannot both be imported by a hand-written patch).
+ * different files cannot both be imported by a hand-written patch).  Imports
+ * may be used in initializers too (`static int (*tab[])(int) =
+ * {MOLT_REF(compute)};`): every relocation against them is bound.
  * MOLT_PATCH_PINNED(id, description, reasons) is MOLT_PATCH for a patch
  * whose code or data the program keeps pointers to (a callback, a string
  * it stores): the runtime never unloads it, and `molt status` shows the
@@ -403,10 +405,12 @@ MOLT_EXTERN size_t molt_shadow_total(void);
  * inside dlopen, before the imports are bound.
  */
 
-#define MOLT_FUNCTION(ret, name, params, args) MOLT__FUNCTION(extern, ret, name, params, args)
+#define MOLT_FUNCTION(ret, name, params, args)                                           \
+  MOLT__FUNCTION(extern, ret, name, params, args)
 #define MOLT_STATIC_FUNCTION(ret, name, params, args)                                    \
   MOLT__FUNCTION(static, ret, name, params, args)
-#define MOLT_VOID_FUNCTION(name, params, args) MOLT__VOID_FUNCTION(extern, name, params, args)
+#define MOLT_VOID_FUNCTION(name, params, args)                                           \
+  MOLT__VOID_FUNCTION(extern, name, params, args)
 #define MOLT_STATIC_VOID_FUNCTION(name, params, args)                                    \
   MOLT__VOID_FUNCTION(static, name, params, args)
 

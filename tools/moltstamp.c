@@ -120,12 +120,13 @@ static int weaken_imports(const char *patch, int pfd) {
       if (!n || !bsearch(&key, names, n, sizeof *names, by_name))
         continue;
       if (pass == 0 && s->defined) {
-        snprintf(err, sizeof err, "import symbol %s is defined in the patch itself", s->name);
+        snprintf(err, sizeof err, "import symbol %s is defined in the patch itself",
+                 s->name);
         status = fail(patch, err);
       } else if (pass == 1 && s->bind != STB_WEAK) {
         unsigned char info = (unsigned char)ELF64_ST_INFO(STB_WEAK, s->type);
-        if (write_all(pfd, &info, 1, (off_t)(s->file_off + offsetof(Elf64_Sym, st_info))) !=
-            0)
+        if (write_all(pfd, &info, 1,
+                      (off_t)(s->file_off + offsetof(Elf64_Sym, st_info))) != 0)
           status = fail(patch, strerror(errno));
       }
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/fullupdate/run.sh [--quick] [--only throughput|pause] — SPEC P9 for
+# bench/fullupdate/run.sh [--quick] [--only throughput|pause] — guarantee P9 for
 # full updates on examples/kvfull: steady-state throughput of the program
 # image under `molt run` vs an ordinary executable of the same sources, the
 # update pause vs state size (1K, 10K, 100K, 1M entries), and the

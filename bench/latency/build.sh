@@ -77,7 +77,7 @@ cp "$KV/patches/value-length/kv_commands.c" "$SRC/patches/value-length/"
     done
   done
 )
-# molt refuses patches writable by group/others (SPEC R7).
+# molt refuses patches writable by group/others (guarantee R7).
 chmod go-w "$LAT_WORK"/patches/*.so "$LAT_WORK"/patches/nowake/*.so
 
 # The load client: plain gcc, it is not part of the system under test.

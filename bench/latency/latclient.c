@@ -1,6 +1,6 @@
 /*
  * latclient.c — open-loop load client for the kvstore latency benchmark
- * (SPEC P8, the WFPATCH section 4.3 experiment).
+ * (guarantee P8, the WFPATCH section 4.3 experiment).
  *
  *   latclient --port P[,P2,...] [--conns 8] [--rate 8000] [--duration 60]
  *             [--segment S --order I,J,...] [--start-ns T] [--keys 1000]

@@ -1,5 +1,5 @@
 #!/bin/sh
-# run.sh — the WFPATCH section 4.3 experiment on the kvstore (SPEC P8).
+# run.sh — the WFPATCH section 4.3 experiment on the kvstore (guarantee P8).
 #
 #   bench/latency/run.sh [--quick] [latbench.py options]
 #

@@ -1,5 +1,5 @@
 /*
- * mem — memory over many sequential patches (SPEC P6; PSU reclaims old
+ * mem — memory over many sequential patches (guarantee P6; PSU reclaims old
  * versions, and molt must too: H7).
  *
  *   mem PATCH_A PATCH_B COUNT EVERY

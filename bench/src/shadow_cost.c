@@ -1,4 +1,4 @@
-/* Cost of shadow data (molt_shadow_*, SPEC H13), one operation kind per run:
+/* Cost of shadow data (molt_shadow_*, guarantee H13), one operation kind per run:
  *
  *   shadow_cost OP ITERATIONS [THREADS]
  *

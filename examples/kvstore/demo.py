@@ -266,7 +266,7 @@ def demo(args, outdir):
             if r.returncode != 0:
                 problems.append("molt %s %s failed" % (action, pid_))
             else:
-                # SPEC H2/H8: a call that starts after `molt apply` (or
+                # guarantees H2/H8: a call that starts after `molt apply` (or
                 # rollback) returned runs the new version, also on a
                 # brand-new connection.
                 v = ask(port, "VERSION")

@@ -33,7 +33,7 @@
 #include <arpa/inet.h>
 
 /*
- * Update points for molt's `local` and `global` policies (SPEC H3, H4).
+ * Update points for molt's `local` and `global` policies (guarantees H3, H4).
  * Nothing else in this file knows about molt: updatable functions are marked
  * in kv_commands.c, and threads register themselves on their first call.
  *

@@ -23,7 +23,7 @@
  * not exist: there the same fields are plain types (same size and alignment
  * on x86-64) and the inline fast path uses the compiler's __atomic builtins,
  * which give the same orderings. */
-#if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L &&   \
+#if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && \
     !defined(__STDC_NO_ATOMICS__)
 #include <stdatomic.h>
 #define MOLT__ATOMIC(T) _Atomic(T)
@@ -81,7 +81,7 @@ typedef struct molt__thread {
   /* Where this thread reads its generation: &molt__current for threads that
    * follow the global generation, &view for threads that switch at their own
    * quiescence points.  NULL until the thread is registered. */
-  MOLT__ATOMIC(molt__gen *) *viewp;
+  MOLT__ATOMIC(molt__gen *) * viewp;
   MOLT__ATOMIC(molt__gen *) view;
   MOLT__ATOMIC(uint32_t) active[MOLT__SLOTS];
 } molt__thread;
@@ -208,7 +208,7 @@ MOLT_EXTERN void molt__register_module(uint32_t abi, molt__fn_desc *start,
 static __inline__ __attribute__((always_inline)) molt__gen *molt__enter(void) {
   /* (Declarations first and __inline__: C89 programs include this too.) */
   molt__thread *t = &molt__self;
-  MOLT__ATOMIC(molt__gen *) *vp;
+  MOLT__ATOMIC(molt__gen *) * vp;
   molt__gen *g;
   size_t s;
   uint32_t c;
@@ -354,8 +354,8 @@ static __inline__ __attribute__((always_inline)) void molt__leave(molt__gen *g) 
   MOLT__DIAG_POP                                                                         \
   static __attribute__((used)) ret name##__molt_dispatch params {                        \
     molt__gen *molt__g = molt__enter();                                                  \
-    ret molt__r = (__extension__(ret(*) params) molt__g->table[name##__molt_desc.index]) \
-        args;                                                                            \
+    ret molt__r =                                                                        \
+        (__extension__(ret(*) params) molt__g->table[name##__molt_desc.index])args;      \
     molt__leave(molt__g);                                                                \
     return molt__r;                                                                      \
   }                                                                                      \
@@ -387,21 +387,21 @@ static __inline__ __attribute__((always_inline)) void molt__leave(molt__gen *g) 
 #define MOLT__PATCH_FUNCTION(ret, name, params, tu)                                      \
   static ret name##__molt_p params;                                                      \
   static const molt__patch_fn name##__molt_pfn MOLT__SECTION("molt_pfns") = {            \
-      #name, tu, __extension__(void *) & name##__molt_p};                                               \
+      #name, tu, __extension__(void *) & name##__molt_p};                                \
   static ret name##__molt_p params
 
 /* An import record of the manual interface (molt.h MOLT_IMPORT...): the C
  * identifier molt__imp_<name> is declared with the asm label
  * MOLT__IMPORT_PREFIX "<name>", which the record maps to (name, tu). */
 #define MOLT__IMPORT_RECORD(name, tu)                                                    \
-  static const molt__import name##__molt_imp MOLT__SECTION("molt_imports") = {          \
+  static const molt__import name##__molt_imp MOLT__SECTION("molt_imports") = {           \
       MOLT__IMPORT_PREFIX #name, #name, tu}
 
 #define MOLT__IMPORT(type, name, tu)                                                     \
   extern type molt__imp_##name __asm__(MOLT__IMPORT_PREFIX #name);                       \
   MOLT__IMPORT_RECORD(name, tu)
 
-#define MOLT__PATCH_HEADER(id, description, provenance, flags, reasons)                 \
+#define MOLT__PATCH_HEADER(id, description, provenance, flags, reasons)                  \
   MOLT__PATCH_NOTE;                                                                      \
   extern char molt__pfns_start[] __asm__("__start_molt_pfns")                            \
       __attribute__((weak, visibility("hidden")));                                       \
@@ -411,9 +411,9 @@ static __inline__ __attribute__((always_inline)) void molt__leave(molt__gen *g) 
       __attribute__((weak, visibility("hidden")));                                       \
   extern char molt__imps_stop[] __asm__("__stop_molt_imports")                           \
       __attribute__((weak, visibility("hidden")));                                       \
-  /* (declared extern first: a const definition is internal in C++) */                  \
-  MOLT_EXTERN extern const molt__patch_header molt_patch_header;                        \
-  const molt__patch_header molt_patch_header = {                             \
+  /* (declared extern first: a const definition is internal in C++) */                   \
+  MOLT_EXTERN extern const molt__patch_header molt_patch_header;                         \
+  const molt__patch_header molt_patch_header = {                                         \
       MOLT__PATCH_MAGIC,                                                                 \
       MOLT__ABI,                                                                         \
       (id),                                                                              \

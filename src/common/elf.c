@@ -853,7 +853,8 @@ static int read_relas(elf_file *f, molt__dynrels *dr, uint64_t vaddr, uint64_t s
     return 0;
   if (size % sizeof(Elf64_Rela) || !vaddr_to_off(f, vaddr, size, &off)) {
     molt__errmsg(f->err, f->errlen,
-                 "file is corrupt: %s lies outside the file or has a partial entry", what);
+                 "file is corrupt: %s lies outside the file or has a partial entry",
+                 what);
     return MOLT_ECORRUPT;
   }
   Elf64_Rela *r;
@@ -1042,7 +1043,8 @@ int molt__elf_import_symbols(int fd, const molt__dynrels *dr, char ***out, size_
   }
   enum { RECORD = 3 * sizeof(uint64_t) };
   if (sec->sh_size % RECORD) {
-    molt__errmsg(err, errlen, "file is corrupt: section molt_imports has a partial record");
+    molt__errmsg(err, errlen,
+                 "file is corrupt: section molt_imports has a partial record");
     elf_free(&f);
     return MOLT_ECORRUPT;
   }
@@ -1070,15 +1072,16 @@ int molt__elf_import_symbols(int fd, const molt__dynrels *dr, char ***out, size_
     molt__errmsg(err, errlen, "out of memory");
   for (size_t i = 0; rc == 0 && i < count; i++) {
     molt__dynrel key = {.offset = sec->sh_addr + i * RECORD};
-    const molt__dynrel *hit = nrel ? bsearch(&key, rel, nrel, sizeof *rel, by_offset) : NULL;
+    const molt__dynrel *hit =
+        nrel ? bsearch(&key, rel, nrel, sizeof *rel, by_offset) : NULL;
     uint64_t addr = 0, off;
     if (hit) {
       addr = (uint64_t)hit->addend;
     } else if (!vaddr_to_off(&f, key.offset, sizeof addr, &off) ||
                (rc = read_exact(&f, &addr, off, sizeof addr)) != 0) {
       if (rc == 0)
-        molt__errmsg(err, errlen, "file is corrupt: import record %zu lies outside the file",
-                     i);
+        molt__errmsg(err, errlen,
+                     "file is corrupt: import record %zu lies outside the file", i);
       rc = rc ? rc : MOLT_ECORRUPT;
       break;
     }
@@ -1089,7 +1092,8 @@ int molt__elf_import_symbols(int fd, const molt__dynrels *dr, char ***out, size_
     if (!p || read_exact(&f, buf, p->p_offset + (addr - p->p_vaddr), len) != 0 ||
         !memchr(buf, '\0', len)) {
       molt__errmsg(err, errlen,
-                   "file is corrupt: import record %zu names a symbol outside the file", i);
+                   "file is corrupt: import record %zu names a symbol outside the file",
+                   i);
       rc = MOLT_ECORRUPT;
       break;
     }

@@ -1,6 +1,6 @@
 """Fixtures for the moltcc tests: real compiles with the real compiler.
 
-The build tree comes from $MOLT_BUILD_DIR (default /work/main/build).  moltcc
+The build tree comes from $MOLT_BUILD_DIR (default: build/ in the repository).  moltcc
 is run through <build>/bin/moltcc (the CMake-generated launcher) when it
 exists, else directly from the source tree with /usr/bin/python3 (the
 Python that has Debian's libclang bindings); both find molt.h, libmolt and

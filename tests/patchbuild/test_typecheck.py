@@ -54,6 +54,8 @@ int main(void)
            pair_sum(&p), scale(2), stored(1), (int)get_len(&c) + untouched(2));
     return 0;
 }
+static const struct { const char *name; int code; } codes[2] = {{"ok", 0}, {"bad", 1}};
+int code_of(int i) { return codes[i & 1].code; }
 '''
 
 COMBOS = [("gcc", "-O0"), ("gcc", "-O2"), ("clang", "-O0"), ("clang", "-O2")]
@@ -96,6 +98,11 @@ V = {
                              ("{1, 2, 3, 4}", "{1, 2, 3, 5}"))),
     "bodies": (HEADER, edit(MAIN, ("return v * 3;", "return v * 4;"), ("return q - 1;", "return q - 2;"))),
     "main": (HEADER, edit(MAIN, ("pair_t p = {1, 2};", "pair_t p = {1, 3};"))),
+    # a new static local before an anonymous struct moves its DIE
+    "anon_moved": (HEADER, edit(MAIN, ("int scale(int v) { return v * 3; }",
+                                       "int scale(int v) { static int n; n++; return v * 3 + n; }"))),
+    "anon_var": (HEADER, edit(MAIN, ("struct { const char *name; int code; } codes",
+                                     "struct { const char *name; long code; } codes"))),
     "all": (edit(HEADER, ("    int len;\n", "    long len;\n"), ("{ RED, GREEN, BLUE }", "{ GREEN, RED, BLUE }")),
             edit(MAIN, ("int counter = 5;", "int counter = 7;"),
                  ("int scale(int v) { return v * 3; }", "int scale(int v, int w) { return v * w; }"),
@@ -117,7 +124,7 @@ def check(builder, variant, cc="gcc", opt="-O2", woven=True, extra=()):
     upd = None
     if not woven:
         upd = {"conn_read", "conn_write", "is_red", "pair_sum", "scale", "compute", "get_len",
-               "untouched"}
+               "untouched", "code_of"}
     cmp = od.compare_objects(o["orig"], o["new"], updatable=upd)
     return cmp, tc.check_types(o["orig"], o["new"], comparison=cmp)
 
@@ -186,6 +193,21 @@ def test_anonymous_struct_through_typedef(builder):
     r = only(res, "type", "pair_t (anonymous struct)")
     assert "field 'y' changed type int -> long and moved from offset 4 to 8" in r.what
     assert "pair_sum" in r.users and r.where == ("conn.h", 13)
+
+
+@pytest.mark.parametrize("cc,opt", COMBOS, ids=COMBO_IDS)
+def test_anonymous_struct_of_a_variable_moved_is_the_same_type(builder, cc, opt):
+    # only scale's body changed; codes' anonymous struct type sits at
+    # another place in the new build's DWARF but is the same layout
+    cmp, res = check(builder, "anon_moved", cc=cc, opt=opt)
+    assert res.ok, res.report()
+
+
+def test_anonymous_struct_of_a_variable_changed(builder):
+    cmp, res = check(builder, "anon_var")
+    r = only(res, "variable", "codes")
+    assert "type changed" in r.what and "(size 32 -> 32)" not in r.what, r.what
+    assert "code_of" in r.users, r
 
 
 def test_bitfield_changed(builder):

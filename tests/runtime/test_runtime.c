@@ -1049,6 +1049,8 @@ static void case_imports(void) {
 
 static void case_pinned(void) {
   char err[512];
+  /* A pinned patch that is refused never ran: it is not kept. */
+  refused_with("patch_pinned_nofunc.so", MOLT_ENOFUNC);
   CHECK(apply("patch_pinned.so", err, sizeof err) == 0, "%s", err);
   CHECK(version_tag(1) == 3001, "pinned patch runs");
   const char *msg = stored_msg;
@@ -1079,7 +1081,8 @@ static void case_pinned(void) {
   CHECK(version_tag(1) == 1, "rolled back to the program");
   sleep_ms(200);
   CHECK(maps_count("patch_pinned.so") > 0, "pinned patch was unmapped after rollback");
-  CHECK(strcmp(stored_msg, "stored by patch-pinned") == 0, "literal readable after rollback");
+  CHECK(strcmp(stored_msg, "stored by patch-pinned") == 0,
+        "literal readable after rollback");
   /* and it can be applied again over itself */
   CHECK(apply("patch_pinned.so", err, sizeof err) == 0, "%s", err);
   CHECK(version_tag(1) == 3001, "pinned patch applied again");

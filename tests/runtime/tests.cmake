@@ -40,6 +40,7 @@ molt_runtime_patch(patch_table ${RT}/patch_table.c test_runtime)
 target_link_options(patch_table_obj PRIVATE -Wl,-z,now -Wl,-z,relro)
 molt_runtime_patch(patch_unlisted ${RT}/patch_unlisted.c test_runtime)
 molt_runtime_patch(patch_pinned ${RT}/patch_pinned.c test_runtime)
+molt_runtime_patch(patch_pinned_nofunc ${RT}/patch_pinned_nofunc.c test_runtime)
 molt_runtime_patch(patch_foreign ${RT}/patch_b.c other_program)
 molt_runtime_patch(patch_unstamped ${RT}/patch_b.c "")
 
@@ -69,6 +70,9 @@ add_test(NAME runtime_abi
   COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_abi.py)
 set_tests_properties(runtime_abi PROPERTIES TIMEOUT 300 LABELS "runtime;cli"
   ENVIRONMENT "MOLT_CLI=$<TARGET_FILE:molt-cli>;ABI_HOST=$<TARGET_FILE:abi_host>;ABI_OTHER=$<TARGET_FILE:abi_other>;ABI_PATCH=${RT_OUT}/patch_abi_host.so")
+add_test(NAME runtime_header
+  COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_header.py)
+set_tests_properties(runtime_header PROPERTIES TIMEOUT 120 LABELS "runtime")
 add_test(NAME runtime_exports
   COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_exports.py)
 set_tests_properties(runtime_exports PROPERTIES TIMEOUT 60 LABELS "runtime"

@@ -1,4 +1,4 @@
-/* The update log (SPEC H11): a fixed ring in memory, read by `molt log`, and
+/* The update log (guarantee H11): a fixed ring in memory, read by `molt log`, and
  * optionally a file named by $MOLT_LOG_FILE.  Never stdout/stderr (R3).
  *
  * Lock: log_lock is a leaf (nothing is called while holding it). */

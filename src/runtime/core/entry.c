@@ -26,7 +26,7 @@
  * afterwards makes every thread of the process execute a core-serializing
  * instruction, after which all of them fetch the new one.  So when
  * molt__entries_prepare returns, every call that starts runs the dispatch
- * path (SPEC H2 holds once the generation is published after it).  Both
+ * path (guarantee H2 holds once the generation is published after it).  Both
  * targets are correct at every moment in between: the dispatch path reads
  * the current generation, and direct is only ever chosen when that maps
  * the function to version 0 anyway.

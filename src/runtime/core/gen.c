@@ -236,7 +236,7 @@ int molt__gen_publish(molt__gen *g) {
   molt__gen *old = molt__gen_current();
   /* release: the table and the fields of g (written above and in
    * molt__gen_new) happen before any reader's acquire recheck that sees g.
-   * Every call that starts after this store runs g (SPEC H2). */
+   * Every call that starts after this store runs g (guarantee H2). */
   atomic_store_explicit(&molt__current, g, memory_order_release);
   if (g->number > last_number)
     last_number = g->number;

@@ -1,4 +1,4 @@
-/* Shadow data (SPEC H13): new per-object data that a hot patch attaches to
+/* Shadow data (guarantee H13): new per-object data that a hot patch attaches to
  * existing objects by address, so that a fix which adds a field to a
  * structure can be a hot patch.  The idea is Linux livepatch's shadow
  * variables; the design is molt's own (docs/design.md §14, "Shadow data").

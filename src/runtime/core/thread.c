@@ -1,7 +1,7 @@
 /* The thread registry: every thread that has called an updatable function.
  *
  * Registration is lazy (first call of an updatable function takes the slow
- * path in molt__enter), so pthread_create itself costs nothing extra (SPEC
+ * path in molt__enter), so pthread_create itself costs nothing extra (guarantee
  * P3; PSU registered at creation and paid up to 24x).  A pthread key
  * destructor unregisters the thread when it exits.
  *

@@ -1,5 +1,5 @@
 /*
- * full -- the mode of full updates (SPEC §3, docs/full-updates.md), on
+ * full -- the mode of full updates (F1–F7 in docs/guarantees.md, docs/full-updates.md), on
  * switch/: a program image run by `molt run` is replaced as a whole, its
  * state migrated, its threads restarted in the new version.  It plugs into
  * the layers below as a molt__mode (program.c): the operation update,

@@ -183,8 +183,8 @@ static int resolve_imports(molt__object *obj, char *err, size_t errlen) {
     if (strcmp(a->symbol, b->symbol) == 0 &&
         (strcmp(a->name, b->name) != 0 || !a->tu != !b->tu ||
          (a->tu && strcmp(a->tu, b->tu) != 0))) {
-      molt__errmsg(err, errlen, "patch %s lists import symbol %s for two objects", obj->id,
-                   a->symbol);
+      molt__errmsg(err, errlen, "patch %s lists import symbol %s for two objects",
+                   obj->id, a->symbol);
       rc = MOLT_ECORRUPT;
       goto out;
     }
@@ -195,8 +195,10 @@ static int resolve_imports(molt__object *obj, char *err, size_t errlen) {
       continue;
     const molt__dynsym *sym = &dr.syms[rel->sym];
     molt__import key = {.symbol = sym->name};
-    const molt__import *kp = &key, **hit =
-        nimp ? bsearch(&kp, sorted, nimp, sizeof *sorted, import_by_symbol) : NULL;
+    const molt__import *kp = &key, **hit = nimp
+                                               ? bsearch(&kp, sorted, nimp,
+                                                         sizeof *sorted, import_by_symbol)
+                                               : NULL;
     if (!hit) {
       if (is_import_name(sym->name)) {
         molt__errmsg(err, errlen,
@@ -256,8 +258,9 @@ static int resolve_imports(molt__object *obj, char *err, size_t errlen) {
         if (im->tu)
           molt__errmsg(err, errlen, "%s: static symbol %s of %s%s", molt_strerror(rc),
                        im->name, im->tu,
-                       rc == MOLT_ENOSYM ? " is not in the running program (was it stripped?)"
-                                         : "");
+                       rc == MOLT_ENOSYM
+                           ? " is not in the running program (was it stripped?)"
+                           : "");
         else
           molt__errmsg(err, errlen, "%s: %s is not in the running program",
                        molt_strerror(rc), im->name);
@@ -334,10 +337,11 @@ static int load_handle(molt__object *obj, char *err, size_t errlen) {
                  obj->path, hdr->abi, MOLT__ABI);
     rc = MOLT_EABI;
   } else if (hdr->version != MOLT__PATCH_HEADER_VERSION) {
-    molt__errmsg(err, errlen,
-                 "%s has patch header version %u, this runtime reads version %u (rebuild the "
-                 "patch with this molt)",
-                 obj->path, hdr->version, MOLT__PATCH_HEADER_VERSION);
+    molt__errmsg(
+        err, errlen,
+        "%s has patch header version %u, this runtime reads version %u (rebuild the "
+        "patch with this molt)",
+        obj->path, hdr->version, MOLT__PATCH_HEADER_VERSION);
     rc = MOLT_EABI;
   } else if ((hdr->flags & ~(uint32_t)MOLT__PATCH_PINNED) != 0 ||
              !bounded_text(hdr->provenance) || !bounded_text(hdr->pinned_reasons)) {
@@ -384,8 +388,8 @@ static char *replaced_list(const molt__patch_header *h) {
   molt__buf b;
   molt__buf_init(&b);
   for (const molt__patch_fn *f = h->fns; f < h->fns_end; f++)
-    molt__buf_printf(&b, "%s%s%s%s%s", f == h->fns ? "" : ", ", f->name, f->tu ? " (" : "",
-                     f->tu ? f->tu : "", f->tu ? ")" : "");
+    molt__buf_printf(&b, "%s%s%s%s%s", f == h->fns ? "" : ", ", f->name,
+                     f->tu ? " (" : "", f->tu ? f->tu : "", f->tu ? ")" : "");
   molt__buf_add(&b, "", 1);
   if (b.oom) {
     molt__buf_free(&b);
@@ -430,9 +434,10 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
     obj->description = strdup(h->description ? h->description : "");
     obj->provenance = strdup(h->provenance ? h->provenance : "");
     obj->pinned = (h->flags & MOLT__PATCH_PINNED) != 0;
-    obj->pinned_reasons = strdup(h->pinned_reasons && *h->pinned_reasons
-                                     ? h->pinned_reasons
-                                     : obj->pinned ? "pinned by its author" : "");
+    obj->pinned_reasons =
+        strdup(h->pinned_reasons && *h->pinned_reasons ? h->pinned_reasons
+               : obj->pinned                           ? "pinned by its author"
+                                                       : "");
     obj->replaced = replaced_list(h);
     if (!obj->id || !obj->description || !obj->provenance || !obj->pinned_reasons ||
         !obj->replaced) {
@@ -465,10 +470,10 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
   molt__rt_lock_acquire();
   molt__list_push(&objects, &obj->all);
   size_t nfns = (size_t)(obj->hdr->fns_end - obj->hdr->fns);
-  molt__log(MOLT__EV_LOAD, now, obj->id,
-            "loaded %s (%zu function%s%s%s%s%s)", obj->path, nfns, nfns == 1 ? "" : "s",
-            obj->provenance[0] ? "; built from " : "", obj->provenance,
-            obj->pinned ? "; kept loaded: " : "", obj->pinned ? molt__object_kept_reason(obj) : "");
+  molt__log(MOLT__EV_LOAD, now, obj->id, "loaded %s (%zu function%s%s%s%s%s)", obj->path,
+            nfns, nfns == 1 ? "" : "s", obj->provenance[0] ? "; built from " : "",
+            obj->provenance, obj->pinned ? "; kept loaded: " : "",
+            obj->pinned ? molt__object_kept_reason(obj) : "");
   molt__rt_lock_release();
   *out = obj;
   return 0;
@@ -623,9 +628,10 @@ static void object_release(molt__owner *owner) {
   molt__object *o = MOLT__CONTAINER(owner, molt__object, owner);
   if (!o->handle)
     return;
-  if (o->pinned) {
-    /* The program may still hold pointers into it (pinned_reasons): it
-     * stays mapped, and known, for the life of the process. */
+  if (o->pinned && o->gen != 0) {
+    /* Once published (gen != 0), the program may hold pointers into it
+     * (pinned_reasons): it stays mapped, and known, for the life of the
+     * process.  A pinned patch whose apply failed never ran: it goes. */
     if (!o->kept_logged) {
       o->kept_logged = true;
       molt__rt_lock_acquire();

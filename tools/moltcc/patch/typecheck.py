@@ -138,6 +138,18 @@ def sig(t, depth=0):
     k = s.kind
     if k in ("base", "void"):
         out = "%s/%s" % (_C_NAMES.get(s.name, s.name), s.size)
+    elif k in ("struct", "union", "enum") and "{anon@" in (s.name or ""):
+        # An anonymous aggregate with no typedef is named by where its DIE
+        # sits in its build, which any change earlier in the file moves:
+        # compare it by its layout instead (members, offsets, widths, size;
+        # enumerators and their values).
+        if k == "enum":
+            out = "enum{%s}/%s" % (",".join("%s=%s" % e for e in s.enumerators), s.size)
+        else:
+            out = "%s{%s}/%s" % (k, ";".join(
+                "%s@%s%s:%s" % (m.name or "", m.offset,
+                                "/%s+%s" % (m.bit_offset, m.bit_size) if m.is_bitfield else "",
+                                sig(m.type, depth + 1)) for m in s.members), s.size)
     elif k in ("struct", "union", "enum"):
         out = s.name
     elif k == "pointer":
