@@ -108,7 +108,8 @@ static int weaken_imports(const char *patch, int pfd) {
     molt__elf_free_dynrels(&dr);
     return fail(patch, err);
   }
-  qsort(names, n, sizeof *names, by_name);
+  if (n) /* (qsort of NULL, 0 is undefined) */
+    qsort(names, n, sizeof *names, by_name);
   int status = 0;
   /* Pass 0 checks, pass 1 writes.  Each symbol is looked at once however
    * many relocations name it (dr.syms holds every symbol up to the highest
