@@ -68,6 +68,10 @@ GCC_COMPARE_FLAGS = ["-fno-eliminate-unused-debug-types"]
 PATCH_CFLAGS = ["-fPIC", "-fno-plt", "-fvisibility=hidden", "-DMOLT__NO_AUTO_REGISTER",
                 "-Wno-unused-function", "-Wno-unused-variable", "-Wno-unused-const-variable"]
 
+# Symbols of the sanitizer runtimes that instrumented code refers to (PROG
+# may hold a copy-relocated one): the dynamic loader binds them as usual.
+SANITIZER_PREFIXES = ("__asan_", "__tsan_", "__ubsan_", "__lsan_", "__msan_", "__sanitizer_")
+
 WAY_FORWARD = ("a hot patch keeps every live object and every caller as they are: carry an added "
                "field as shadow data (docs/guide.md, \"Adding a field: shadow data\"), or change "
                "layouts, signatures and initial values with a full update (molt update)")
@@ -777,6 +781,8 @@ class Pipeline:
                     raise Fatal("internal error: %s refers to import symbol %s, which moltcc did "
                                 "not make" % (path, name))
                 if imp is None:
+                    if name.startswith(SANITIZER_PREFIXES):
+                        continue            # the sanitizer runtime's (a copy in PROG)
                     if not self.symtab.has_global(name, FUNC_SYMTYPES | VAR_SYMTYPES):
                         continue            # a library's: the dynamic loader binds it
                     imp = self.import_table.global_(name, self.symtab.has_global(name, FUNC_SYMTYPES))
