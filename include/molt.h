@@ -378,8 +378,8 @@ MOLT_EXTERN size_t molt_shadow_total(void);
  * elsewhere stay ordinary (`int add(int a, int b);`).  Variadic functions are
  * not supported by these macros (moltcc handles them).
  *
- * Writing a patch by hand (one TU per patch, compiled with -fPIC -shared and
- * stamped with the target's build-id by `moltstamp`):
+ * Writing a patch by hand (compiled with -fPIC -shared, stamped with the
+ * target's build-id by `moltstamp PATCH.so PROGRAM`):
  *
  *     MOLT_PATCH("fix-1", "add saturates at INT_MAX");
  *     MOLT_IMPORT(int, counter);                  // the program's global
@@ -391,35 +391,32 @@ MOLT_EXTERN size_t molt_shadow_total(void);
  *     }
  *     MOLT_PATCH_STATIC_FUNCTION(int, helper, (int x), "server.c") { ... }
  *
- * MOLT_REF(x) is the live object of the running program, never a copy.
+ * MOLT_REF(x) is the live object of the running program, never a copy: an
+ * import is an undefined symbol of the patch (molt.imp.<name>) that the
+ * runtime binds to the program's object before the patch runs.  The names
+ * imported by one patch must be distinct (two statics of the same name in
+ * different files cannot both be imported by a hand-written patch).  Imports
+ * may be used in initializers too (`static int (*tab[])(int) =
+ * {MOLT_REF(compute)};`): every relocation against them is bound.
+ * MOLT_PATCH_PINNED(id, description, reasons) is MOLT_PATCH for a patch
+ * whose code or data the program keeps pointers to (a callback, a string
+ * it stores): the runtime never unloads it, and `molt status` shows the
+ * reasons.  A patch must not have constructors that use imports: they run
+ * inside dlopen, before the imports are bound.
  */
 
-#define MOLT_FUNCTION(ret, name, params, args) MOLT__FUNCTION(, ret, name, params, args)
+#define MOLT_FUNCTION(ret, name, params, args)                                           \
+  MOLT__FUNCTION(extern, ret, name, params, args)
 #define MOLT_STATIC_FUNCTION(ret, name, params, args)                                    \
   MOLT__FUNCTION(static, ret, name, params, args)
-#define MOLT_VOID_FUNCTION(name, params, args) MOLT__VOID_FUNCTION(, name, params, args)
+#define MOLT_VOID_FUNCTION(name, params, args)                                           \
+  MOLT__VOID_FUNCTION(extern, name, params, args)
 #define MOLT_STATIC_VOID_FUNCTION(name, params, args)                                    \
   MOLT__VOID_FUNCTION(static, name, params, args)
 
-#define MOLT_PATCH(id, description)                                                      \
-  MOLT__PATCH_NOTE;                                                                      \
-  extern char molt__pfns_start[] __asm__("__start_molt_pfns")                            \
-      __attribute__((weak, visibility("hidden")));                                       \
-  extern char molt__pfns_stop[] __asm__("__stop_molt_pfns")                              \
-      __attribute__((weak, visibility("hidden")));                                       \
-  extern char molt__imps_start[] __asm__("__start_molt_imports")                         \
-      __attribute__((weak, visibility("hidden")));                                       \
-  extern char molt__imps_stop[] __asm__("__stop_molt_imports")                           \
-      __attribute__((weak, visibility("hidden")));                                       \
-  MOLT_EXTERN const molt__patch_header molt_patch_header = {                             \
-      MOLT__PATCH_MAGIC,                                                                 \
-      MOLT__ABI,                                                                         \
-      (id),                                                                              \
-      (description),                                                                     \
-      (const molt__patch_fn *)molt__pfns_start,                                          \
-      (const molt__patch_fn *)molt__pfns_stop,                                           \
-      (const molt__import *)molt__imps_start,                                            \
-      (const molt__import *)molt__imps_stop}
+#define MOLT_PATCH(id, description) MOLT__PATCH_HEADER(id, description, "", 0u, "")
+#define MOLT_PATCH_PINNED(id, description, reasons)                                      \
+  MOLT__PATCH_HEADER(id, description, "", MOLT__PATCH_PINNED, reasons)
 
 #define MOLT_PATCH_FUNCTION(ret, name, params)                                           \
   MOLT__PATCH_FUNCTION(ret, name, params, NULL)
@@ -429,9 +426,9 @@ MOLT_EXTERN size_t molt_shadow_total(void);
 #define MOLT_IMPORT(type, name) MOLT__IMPORT(type, name, NULL)
 #define MOLT_IMPORT_STATIC(type, name, tu) MOLT__IMPORT(type, name, tu)
 #define MOLT_IMPORT_FUNCTION(ret, name, params, tu)                                      \
-  static ret(*molt__imp_##name) params;                                                  \
+  extern ret molt__imp_##name params __asm__(MOLT__IMPORT_PREFIX #name);                 \
   MOLT__IMPORT_RECORD(name, tu)
-#define MOLT_REF(name) (*molt__imp_##name)
+#define MOLT_REF(name) (molt__imp_##name)
 
 #ifdef __cplusplus
 }

@@ -7,12 +7,17 @@
  *
  * The runtime refuses a patch whose stamp is not the build-id of a module of
  * the running program, so the stamp must be written after the patch is
- * linked, from the very file the program runs.  The write is in place and
- * only touches the note's target_build_id field: the patch's own build-id and
- * everything else in the file stay as the linker made them.
+ * linked, from the very file the program runs.  Stamping also marks the
+ * patch's import symbols (the `symbol` of its molt_imports records) weak in
+ * .dynsym, so that dlopen(RTLD_NOW) accepts them unresolved: the runtime
+ * binds them to the program's objects (molt/abi.h, molt__import).  The
+ * writes are in place and touch only the note's target_build_id field and
+ * the binding of those symbols: the patch's own build-id and everything
+ * else stay as the linker made them.  Stamping twice is harmless.
  */
 #include "common/common.h"
 
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -83,6 +88,56 @@ static int write_all(int fd, const void *p, size_t n, off_t off) {
   return 0;
 }
 
+static int by_name(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Marks every undefined symbol of pfd's dynamic relocations that an import
+ * record names weak.  All symbols are checked before the first write, so a
+ * refused patch is left as it was.  0, or 1 after a message. */
+static int weaken_imports(const char *patch, int pfd) {
+  char err[256];
+  molt__dynrels dr;
+  int rc = molt__elf_read_dynrels(pfd, &dr, err, sizeof err);
+  if (rc)
+    return fail(patch, err);
+  char **names = NULL;
+  size_t n = 0;
+  rc = molt__elf_import_symbols(pfd, &dr, &names, &n, err, sizeof err);
+  if (rc) {
+    molt__elf_free_dynrels(&dr);
+    return fail(patch, err);
+  }
+  if (n) /* (qsort of NULL, 0 is undefined) */
+    qsort(names, n, sizeof *names, by_name);
+  int status = 0;
+  /* Pass 0 checks, pass 1 writes.  Each symbol is looked at once however
+   * many relocations name it (dr.syms holds every symbol up to the highest
+   * one a relocation names). */
+  for (int pass = 0; pass < 2 && status == 0; pass++)
+    for (size_t i = 1; i < dr.nsyms && status == 0; i++) {
+      const molt__dynsym *s = &dr.syms[i];
+      const char *key = s->name;
+      if (!n || !bsearch(&key, names, n, sizeof *names, by_name))
+        continue;
+      if (pass == 0 && s->defined) {
+        snprintf(err, sizeof err, "import symbol %s is defined in the patch itself",
+                 s->name);
+        status = fail(patch, err);
+      } else if (pass == 1 && s->bind != STB_WEAK) {
+        unsigned char info = (unsigned char)ELF64_ST_INFO(STB_WEAK, s->type);
+        if (write_all(pfd, &info, 1,
+                      (off_t)(s->file_off + offsetof(Elf64_Sym, st_info))) != 0)
+          status = fail(patch, strerror(errno));
+      }
+    }
+  for (size_t i = 0; i < n; i++)
+    free(names[i]);
+  free(names);
+  molt__elf_free_dynrels(&dr);
+  return status;
+}
+
 static int stamp(const char *patch, const char *target) {
   char hex[MOLT__BUILD_ID_HEX_MAX + 1], err[256];
   int tfd = open_file(target, O_RDONLY);
@@ -101,6 +156,10 @@ static int stamp(const char *patch, const char *target) {
   if (rc) {
     close(pfd);
     return fail(patch, err);
+  }
+  if (weaken_imports(patch, pfd) != 0) {
+    close(pfd);
+    return 1;
   }
   /* The whole field is rewritten so that a longer earlier stamp leaves no
    * trailing digits. */

@@ -15,17 +15,41 @@
 
 #include "../molt.h"
 
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* The counters below are C11 atomics for the runtime (built as C11).  A
+ * program may include this header from C89/C99 or C++, where _Atomic does
+ * not exist: there the same fields are plain types (same size and alignment
+ * on x86-64) and the inline fast path uses the compiler's __atomic builtins,
+ * which give the same orderings. */
+#if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && \
+    !defined(__STDC_NO_ATOMICS__)
+#include <stdatomic.h>
+#define MOLT__ATOMIC(T) _Atomic(T)
+#define MOLT__LOAD(p, mo) atomic_load_explicit(p, memory_order_##mo)
+#define MOLT__STORE(p, v, mo) atomic_store_explicit(p, v, memory_order_##mo)
+#define MOLT__SIGNAL_FENCE() atomic_signal_fence(memory_order_seq_cst)
+#else
+#define MOLT__ATOMIC(T) T
+#define MOLT__LOAD(p, mo) __atomic_load_n(p, MOLT__MO_##mo)
+#define MOLT__STORE(p, v, mo) __atomic_store_n(p, v, MOLT__MO_##mo)
+#define MOLT__SIGNAL_FENCE() __atomic_signal_fence(__ATOMIC_SEQ_CST)
+#define MOLT__MO_relaxed __ATOMIC_RELAXED
+#define MOLT__MO_acquire __ATOMIC_ACQUIRE
+#define MOLT__MO_release __ATOMIC_RELEASE
+#endif
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* Version of everything in this header.  3: molt__register_module takes the
- * version its caller was built with. */
-#define MOLT__ABI 3u
+ * version its caller was built with.  4: patches reach the program through
+ * their own GOT (import table of symbols, resolved by the runtime from the
+ * patch's dynamic relocations) instead of slots, and the patch header is
+ * version 2 (provenance, pinned). */
+#define MOLT__ABI 4u
 #define MOLT__DESC_MAGIC 0x6d6f6c74u  /* "molt" */
 #define MOLT__PATCH_MAGIC 0x4d4f4c54u /* "MOLT" */
 
@@ -57,9 +81,9 @@ typedef struct molt__thread {
   /* Where this thread reads its generation: &molt__current for threads that
    * follow the global generation, &view for threads that switch at their own
    * quiescence points.  NULL until the thread is registered. */
-  _Atomic(molt__gen *) *viewp;
-  _Atomic(molt__gen *) view;
-  _Atomic uint32_t active[MOLT__SLOTS];
+  MOLT__ATOMIC(molt__gen *) * viewp;
+  MOLT__ATOMIC(molt__gen *) view;
+  MOLT__ATOMIC(uint32_t) active[MOLT__SLOTS];
 } molt__thread;
 
 /* Descriptor of one updatable function of the program (section molt_fns).
@@ -93,12 +117,32 @@ typedef struct molt__patch_fn {
   void *impl;
 } molt__patch_fn;
 
-/* A reference from patch code to an object of the running program. */
+/*
+ * An import: a symbol of the patch that stands for an object or function of
+ * the running program (section molt_imports of the patch).  Patch code is
+ * compiled -fPIC and refers to `symbol` like to any undefined symbol
+ * (through its GOT, or a data word for an address in an initializer);
+ * moltstamp marks it weak in .dynsym so that dlopen leaves it 0, and the
+ * runtime, before the patch can run, writes the address of (name, tu) in
+ * the target module into every dynamic relocation against it.  Globals are
+ * usually their own import symbol ("counter"); a static needs a symbol of
+ * its own per (tu, name), MOLT__IMPORT_PREFIX followed by anything.  A
+ * symbol with that prefix that the table does not list makes the runtime
+ * refuse the patch.
+ */
 typedef struct molt__import {
-  const char *name;
-  const char *tu; /* NULL: global symbol; else the static's source file */
-  void **slot;    /* filled by the runtime before the patch is switched in */
+  const char *symbol; /* the undefined symbol of the patch */
+  const char *name;   /* the symbol of the running program */
+  const char *tu;     /* NULL: global symbol; else the static's source file */
 } molt__import;
+#define MOLT__IMPORT_PREFIX "molt.imp."
+
+/* Layout version of molt__patch_header within MOLT__ABI: 2 added version,
+ * flags, provenance and pinned_reasons at its end. */
+#define MOLT__PATCH_HEADER_VERSION 2u
+/* The runtime never unloads a pinned patch once it has been loaded (the
+ * program may keep pointers into its code or data: pinned_reasons). */
+#define MOLT__PATCH_PINNED 1u
 
 typedef struct molt__patch_header {
   uint32_t magic;
@@ -107,6 +151,13 @@ typedef struct molt__patch_header {
   const char *description;
   const molt__patch_fn *fns, *fns_end;
   const molt__import *imports, *imports_end;
+  uint32_t version; /* MOLT__PATCH_HEADER_VERSION */
+  uint32_t flags;   /* MOLT__PATCH_PINNED */
+  /* What the patch was built from ("diff fix.patch sha256:...; files: a.c"),
+   * "" if not known. */
+  const char *provenance;
+  /* Why it is pinned, one reason per line ("file:line: what"); "" if not. */
+  const char *pinned_reasons;
 } molt__patch_header;
 
 /*
@@ -124,7 +175,7 @@ typedef struct molt__patch_note {
 } molt__patch_note;
 
 MOLT_EXTERN extern molt__gen molt__gens[MOLT__SLOTS];
-MOLT_EXTERN extern _Atomic(molt__gen *) molt__current;
+MOLT_EXTERN extern MOLT__ATOMIC(molt__gen *) molt__current;
 MOLT_EXTERN extern __thread molt__thread molt__self
     __attribute__((tls_model("initial-exec")));
 MOLT_EXTERN void molt__thread_register(void);
@@ -154,32 +205,37 @@ MOLT_EXTERN void molt__register_module(uint32_t abi, molt__fn_desc *start,
  * computed from the pointer value alone, so a stale pointer is never
  * dereferenced before the recheck succeeds.
  */
-static inline __attribute__((always_inline)) molt__gen *molt__enter(void) {
+static __inline__ __attribute__((always_inline)) molt__gen *molt__enter(void) {
+  /* (Declarations first and __inline__: C89 programs include this too.) */
   molt__thread *t = &molt__self;
+  MOLT__ATOMIC(molt__gen *) * vp;
+  molt__gen *g;
+  size_t s;
+  uint32_t c;
   for (;;) {
-    _Atomic(molt__gen *) *vp = t->viewp;
+    vp = t->viewp;
     if (__builtin_expect(vp == NULL, 0)) {
       molt__thread_register();
       continue;
     }
     /* relaxed: the value is only trusted after the acquire recheck below. */
-    molt__gen *g = atomic_load_explicit(vp, memory_order_relaxed);
-    size_t s = (size_t)(g - molt__gens);
+    g = MOLT__LOAD(vp, relaxed);
+    s = (size_t)(g - molt__gens);
     /* Only this thread writes its counters, so load+store is a correct
      * increment (a signal handler that calls updatable functions nests and
      * restores the value before we resume).  relaxed: the CPU-level ordering
      * against the recheck is supplied by the reclaimer's membarrier(). */
-    uint32_t c = atomic_load_explicit(&t->active[s], memory_order_relaxed);
-    atomic_store_explicit(&t->active[s], c + 1, memory_order_relaxed);
+    c = MOLT__LOAD(&t->active[s], relaxed);
+    MOLT__STORE(&t->active[s], c + 1, relaxed);
     /* Compiler barrier: keep the increment before the recheck load.  Not a
      * CPU fence: membarrier() in the reclaimer turns this into a full fence
      * exactly when it matters. */
-    atomic_signal_fence(memory_order_seq_cst);
+    MOLT__SIGNAL_FENCE();
     /* acquire: pairs with the release that published g, so g->table is the
      * published table (also when the slot was reused: see the comment). */
-    if (__builtin_expect(atomic_load_explicit(vp, memory_order_acquire) == g, 1))
+    if (__builtin_expect(MOLT__LOAD(vp, acquire) == g, 1))
       return g;
-    atomic_store_explicit(&t->active[s], c, memory_order_relaxed);
+    MOLT__STORE(&t->active[s], c, relaxed);
   }
 }
 
@@ -188,11 +244,11 @@ static inline __attribute__((always_inline)) molt__gen *molt__enter(void) {
  * made to the generation's code and data happens before the reclaimer (which
  * reads the counter with acquire) sees the count drop and unloads it.
  */
-static inline __attribute__((always_inline)) void molt__leave(molt__gen *g) {
+static __inline__ __attribute__((always_inline)) void molt__leave(molt__gen *g) {
   molt__thread *t = &molt__self;
   size_t s = (size_t)(g - molt__gens);
-  uint32_t c = atomic_load_explicit(&t->active[s], memory_order_relaxed);
-  atomic_store_explicit(&t->active[s], c - 1, memory_order_release);
+  uint32_t c = MOLT__LOAD(&t->active[s], relaxed);
+  MOLT__STORE(&t->active[s], c - 1, release);
 }
 
 #if defined(__FILE_NAME__)
@@ -203,18 +259,25 @@ static inline __attribute__((always_inline)) void molt__leave(molt__gen *g) {
 
 #define MOLT__SECTION(s) __attribute__((used, section(s), aligned(8)))
 
-#define MOLT__DESC(linkage, name, is_static)                                             \
+/* (__extension__ on the casts: ISO C has no conversion between function and
+ * object pointers, and programs built with -pedantic include this.) */
+#define MOLT__DESC(linkage, name)                                                        \
   static molt__fn_desc name##__molt_desc MOLT__SECTION("molt_fns") = {                   \
       MOLT__DESC_MAGIC,                                                                  \
       UINT32_MAX,                                                                        \
       #name,                                                                             \
       MOLT__TU,                                                                          \
-      (void *)&name,                                                                     \
-      (void *)&name##__molt_v0,                                                          \
-      (void *)&name##__molt_dispatch,                                                    \
-      (void *)&name##__molt_v0,                                                          \
-      is_static,                                                                         \
+      __extension__(void *) & name,                                                      \
+      __extension__(void *) & name##__molt_v0,                                           \
+      __extension__(void *) & name##__molt_dispatch,                                     \
+      __extension__(void *) & name##__molt_v0,                                           \
+      MOLT__IS_STATIC_##linkage,                                                         \
       0}
+/* linkage is `static` or `extern` (C89 has no empty macro arguments; an
+ * empty one is still read as extern). */
+#define MOLT__IS_STATIC_static 1u
+#define MOLT__IS_STATIC_extern 0u
+#define MOLT__IS_STATIC_ 0u
 
 /*
  * The stable entry's body: one `jmp rel32` (opcode e9 and a 4-byte
@@ -265,6 +328,11 @@ static inline __attribute__((always_inline)) void molt__leave(molt__gen *g) {
   __attribute__((naked, aligned(8), noinline, no_instrument_function,                    \
                  MOLT__NO_PROFILE MOLT__NO_SPLIT MOLT__NO_SSP MOLT__NO_PATCHABLE used,   \
                  section(".text.molt_entries")))
+#ifdef __cplusplus
+#define MOLT__ENTRY_DEF_ATTRS
+#else
+#define MOLT__ENTRY_DEF_ATTRS MOLT__ENTRY_ATTRS
+#endif
 /* Naked functions leave their parameters unused by construction. */
 /* clang-format off */
 #define MOLT__DIAG_PUSH                                                                  \
@@ -273,33 +341,37 @@ static inline __attribute__((always_inline)) void molt__leave(molt__gen *g) {
 /* clang-format on */
 #define MOLT__DIAG_POP _Pragma("GCC diagnostic pop")
 
+/* The entry is declared with its attributes first (a prototype for
+ * -Wmissing-prototypes, and C++ accepts the attributes only on the first
+ * declaration: MOLT__ENTRY_DEF_ATTRS repeats them for C only). */
 #define MOLT__FUNCTION(linkage, ret, name, params, args)                                 \
-  linkage ret name params;                                                               \
+  linkage MOLT__ENTRY_ATTRS ret name params;                                             \
   static ret name##__molt_v0 params;                                                     \
   static ret name##__molt_dispatch params;                                               \
-  MOLT__DESC(linkage, name, sizeof(#linkage) > 1);                                       \
+  MOLT__DESC(linkage, name);                                                             \
   MOLT__DIAG_PUSH                                                                        \
-  linkage MOLT__ENTRY_ATTRS ret name params { MOLT__ENTRY_STUB(name##__molt_v0); }       \
+  linkage MOLT__ENTRY_DEF_ATTRS ret name params { MOLT__ENTRY_STUB(name##__molt_v0); }   \
   MOLT__DIAG_POP                                                                         \
   static __attribute__((used)) ret name##__molt_dispatch params {                        \
     molt__gen *molt__g = molt__enter();                                                  \
-    ret molt__r = ((ret(*) params)molt__g->table[name##__molt_desc.index])args;          \
+    ret molt__r =                                                                        \
+        (__extension__(ret(*) params) molt__g->table[name##__molt_desc.index])args;      \
     molt__leave(molt__g);                                                                \
     return molt__r;                                                                      \
   }                                                                                      \
   static ret name##__molt_v0 params
 
 #define MOLT__VOID_FUNCTION(linkage, name, params, args)                                 \
-  linkage void name params;                                                              \
+  linkage MOLT__ENTRY_ATTRS void name params;                                            \
   static void name##__molt_v0 params;                                                    \
   static void name##__molt_dispatch params;                                              \
-  MOLT__DESC(linkage, name, sizeof(#linkage) > 1);                                       \
+  MOLT__DESC(linkage, name);                                                             \
   MOLT__DIAG_PUSH                                                                        \
-  linkage MOLT__ENTRY_ATTRS void name params { MOLT__ENTRY_STUB(name##__molt_v0); }      \
+  linkage MOLT__ENTRY_DEF_ATTRS void name params { MOLT__ENTRY_STUB(name##__molt_v0); }  \
   MOLT__DIAG_POP                                                                         \
   static __attribute__((used)) void name##__molt_dispatch params {                       \
     molt__gen *molt__g = molt__enter();                                                  \
-    ((void(*) params)molt__g->table[name##__molt_desc.index]) args;                      \
+    (__extension__(void(*) params) molt__g->table[name##__molt_desc.index]) args;        \
     molt__leave(molt__g);                                                                \
   }                                                                                      \
   static void name##__molt_v0 params
@@ -315,16 +387,45 @@ static inline __attribute__((always_inline)) void molt__leave(molt__gen *g) {
 #define MOLT__PATCH_FUNCTION(ret, name, params, tu)                                      \
   static ret name##__molt_p params;                                                      \
   static const molt__patch_fn name##__molt_pfn MOLT__SECTION("molt_pfns") = {            \
-      #name, tu, (void *)&name##__molt_p};                                               \
+      #name, tu, __extension__(void *) & name##__molt_p};                                \
   static ret name##__molt_p params
 
+/* An import record of the manual interface (molt.h MOLT_IMPORT...): the C
+ * identifier molt__imp_<name> is declared with the asm label
+ * MOLT__IMPORT_PREFIX "<name>", which the record maps to (name, tu). */
 #define MOLT__IMPORT_RECORD(name, tu)                                                    \
   static const molt__import name##__molt_imp MOLT__SECTION("molt_imports") = {           \
-      #name, tu, (void **)&molt__imp_##name}
+      MOLT__IMPORT_PREFIX #name, #name, tu}
 
 #define MOLT__IMPORT(type, name, tu)                                                     \
-  static type *molt__imp_##name;                                                         \
+  extern type molt__imp_##name __asm__(MOLT__IMPORT_PREFIX #name);                       \
   MOLT__IMPORT_RECORD(name, tu)
+
+#define MOLT__PATCH_HEADER(id, description, provenance, flags, reasons)                  \
+  MOLT__PATCH_NOTE;                                                                      \
+  extern char molt__pfns_start[] __asm__("__start_molt_pfns")                            \
+      __attribute__((weak, visibility("hidden")));                                       \
+  extern char molt__pfns_stop[] __asm__("__stop_molt_pfns")                              \
+      __attribute__((weak, visibility("hidden")));                                       \
+  extern char molt__imps_start[] __asm__("__start_molt_imports")                         \
+      __attribute__((weak, visibility("hidden")));                                       \
+  extern char molt__imps_stop[] __asm__("__stop_molt_imports")                           \
+      __attribute__((weak, visibility("hidden")));                                       \
+  /* (declared extern first: a const definition is internal in C++) */                   \
+  MOLT_EXTERN extern const molt__patch_header molt_patch_header;                         \
+  const molt__patch_header molt_patch_header = {                                         \
+      MOLT__PATCH_MAGIC,                                                                 \
+      MOLT__ABI,                                                                         \
+      (id),                                                                              \
+      (description),                                                                     \
+      (const molt__patch_fn *)molt__pfns_start,                                          \
+      (const molt__patch_fn *)molt__pfns_stop,                                           \
+      (const molt__import *)molt__imps_start,                                            \
+      (const molt__import *)molt__imps_stop,                                             \
+      MOLT__PATCH_HEADER_VERSION,                                                        \
+      (flags),                                                                           \
+      (provenance),                                                                      \
+      (reasons)}
 
 /*
  * Every TU that includes molt.h (and so this header) registers its module's molt_fns section

@@ -146,6 +146,49 @@ MOLT__HIDDEN int molt__elf_patch_note_offset(int fd, uint64_t *desc_off,
                                              molt__patch_note *note, char *err,
                                              size_t errlen);
 
+/* The dynamic relocations of a patch (DT_RELA and DT_JMPREL) and the
+ * dynamic symbols they name, read from the file behind fd with every
+ * offset checked: the runtime binds a patch's imports with them, moltstamp
+ * marks the import symbols weak.  Addresses are link-time ones (add the
+ * load base).  0, MOLT_ENOTPATCH, MOLT_ECORRUPT, MOLT_ENOMEM, MOLT_EIO. */
+typedef struct molt__dynrel {
+  uint64_t offset; /* r_offset: where the relocated word is */
+  int64_t addend;
+  uint32_t type; /* R_X86_64_* */
+  uint32_t sym;  /* index into syms, 0: none */
+} molt__dynrel;
+typedef struct molt__dynsym {
+  const char *name;  /* into the dynamic string table */
+  uint64_t file_off; /* of the symbol's Elf64_Sym in the file */
+  unsigned char bind, type;
+  bool defined; /* st_shndx != SHN_UNDEF */
+} molt__dynsym;
+typedef struct molt__dynrels {
+  molt__dynrel *rels;
+  size_t nrels;
+  molt__dynsym *syms; /* the symbols up to the highest one a relocation names */
+  size_t nsyms;
+  char *strtab;
+  uint64_t relro_start, relro_end; /* PT_GNU_RELRO, [0, 0) if none */
+  struct {
+    uint64_t start, end;
+    bool writable;
+  } segs[64]; /* PT_LOAD, as mapped */
+  size_t nsegs;
+} molt__dynrels;
+MOLT__HIDDEN int molt__elf_read_dynrels(int fd, molt__dynrels *dr, char *err,
+                                        size_t errlen);
+MOLT__HIDDEN void molt__elf_free_dynrels(molt__dynrels *dr);
+/* Where [vaddr, vaddr+len) lies: 0 not in a writable segment, 1 in one, 2 in
+ * the RELRO part (read-only after loading). */
+MOLT__HIDDEN int molt__dynrels_place(const molt__dynrels *dr, uint64_t vaddr,
+                                     uint64_t len);
+/* The `symbol` strings of the patch's import records (section molt_imports),
+ * read from the file with the relocations dr; *out is malloc'ed (each
+ * string too), NULL with *n == 0 if there are none. */
+MOLT__HIDDEN int molt__elf_import_symbols(int fd, const molt__dynrels *dr, char ***out,
+                                          size_t *n, char *err, size_t errlen);
+
 #include "common/protocol.h"
 
 #endif /* MOLT_COMMON_H */

@@ -819,6 +819,303 @@ int molt__elf_check_shared_object(int fd, char *err, size_t errlen) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Dynamic relocations of a patch                                            */
+/* ------------------------------------------------------------------------ */
+
+#define MAX_RELOC_BYTES ((uint64_t)64 << 20)
+#define MAX_SEGMENTS 64
+
+/* The file offset of [vaddr, vaddr+len) of a file-backed part of a PT_LOAD
+ * segment, false if there is none. */
+static bool vaddr_to_off(const elf_file *f, uint64_t vaddr, uint64_t len, uint64_t *off) {
+  const Elf64_Phdr *p = segment_of(f, vaddr, len, true);
+  if (!p)
+    return false;
+  *off = p->p_offset + (vaddr - p->p_vaddr);
+  return true;
+}
+
+/* The dynamic entry `tag` (its d_val / d_ptr), false if absent. */
+static bool dyn_value(const Elf64_Dyn *d, size_t nd, int64_t tag, uint64_t *v) {
+  for (size_t i = 0; i < nd && d[i].d_tag != DT_NULL; i++)
+    if (d[i].d_tag == tag) {
+      *v = d[i].d_un.d_val;
+      return true;
+    }
+  return false;
+}
+
+/* Appends the Elf64_Rela table at [vaddr, vaddr+size) to dr->rels. */
+static int read_relas(elf_file *f, molt__dynrels *dr, uint64_t vaddr, uint64_t size,
+                      const char *what) {
+  uint64_t off;
+  if (size == 0)
+    return 0;
+  if (size % sizeof(Elf64_Rela) || !vaddr_to_off(f, vaddr, size, &off)) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: %s lies outside the file or has a partial entry",
+                 what);
+    return MOLT_ECORRUPT;
+  }
+  Elf64_Rela *r;
+  int rc = read_alloc(f, off, size, MAX_RELOC_BYTES, what, (void **)&r);
+  if (rc)
+    return rc;
+  size_t n = (size_t)(size / sizeof(Elf64_Rela));
+  molt__dynrel *p = realloc(dr->rels, (dr->nrels + n) * sizeof *p);
+  if (!p) {
+    free(r);
+    molt__errmsg(f->err, f->errlen, "out of memory reading the file");
+    return MOLT_ENOMEM;
+  }
+  dr->rels = p;
+  for (size_t i = 0; i < n; i++) {
+    molt__dynrel *e = &dr->rels[dr->nrels++];
+    e->offset = r[i].r_offset;
+    e->addend = r[i].r_addend;
+    e->type = (uint32_t)ELF64_R_TYPE(r[i].r_info);
+    e->sym = (uint32_t)ELF64_R_SYM(r[i].r_info);
+  }
+  free(r);
+  return 0;
+}
+
+static int dynrels_load(elf_file *f, molt__dynrels *dr) {
+  const Elf64_Phdr *dyn = NULL;
+  size_t nseg = 0;
+  for (size_t i = 0; i < f->phnum; i++) {
+    const Elf64_Phdr *p = &f->ph[i];
+    if (p->p_type == PT_DYNAMIC)
+      dyn = p;
+    else if (p->p_type == PT_GNU_RELRO) {
+      dr->relro_start = p->p_vaddr;
+      dr->relro_end = p->p_vaddr + p->p_memsz; /* in a loadable segment: no overflow */
+    } else if (p->p_type == PT_LOAD && nseg < MAX_SEGMENTS) {
+      dr->segs[nseg].start = p->p_vaddr;
+      dr->segs[nseg].end = p->p_vaddr + p->p_memsz;
+      dr->segs[nseg].writable = (p->p_flags & PF_W) != 0;
+      nseg++;
+    }
+  }
+  dr->nsegs = nseg;
+  Elf64_Dyn *d;
+  int rc = read_alloc(f, dyn->p_offset, dyn->p_filesz, MAX_DYNAMIC_BYTES,
+                      "dynamic segment ends", (void **)&d);
+  if (rc)
+    return rc;
+  size_t nd = (size_t)(dyn->p_filesz / sizeof(Elf64_Dyn));
+  uint64_t rela = 0, relasz = 0, jmprel = 0, pltrelsz = 0, pltrel = DT_RELA, symtab = 0,
+           strtab = 0, strsz = 0, v;
+  bool has_rela = dyn_value(d, nd, DT_RELA, &rela);
+  dyn_value(d, nd, DT_RELASZ, &relasz);
+  bool has_jmprel = dyn_value(d, nd, DT_JMPREL, &jmprel);
+  dyn_value(d, nd, DT_PLTRELSZ, &pltrelsz);
+  dyn_value(d, nd, DT_PLTREL, &pltrel);
+  bool has_symtab = dyn_value(d, nd, DT_SYMTAB, &symtab);
+  bool has_strtab = dyn_value(d, nd, DT_STRTAB, &strtab);
+  dyn_value(d, nd, DT_STRSZ, &strsz);
+  bool has_rel = dyn_value(d, nd, DT_REL, &v);
+  free(d);
+  if (has_rel || (has_jmprel && pltrel != DT_RELA)) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: DT_REL relocations (this machine uses DT_RELA)");
+    return MOLT_ECORRUPT;
+  }
+  if (has_rela && (rc = read_relas(f, dr, rela, relasz, "DT_RELA table")) != 0)
+    return rc;
+  /* Some linkers count the PLT relocations in DT_RELASZ too. */
+  bool inside = has_rela && jmprel >= rela && jmprel - rela < relasz;
+  if (has_jmprel && !inside &&
+      (rc = read_relas(f, dr, jmprel, pltrelsz, "DT_JMPREL table")) != 0)
+    return rc;
+
+  uint32_t maxsym = 0;
+  for (size_t i = 0; i < dr->nrels; i++)
+    if (dr->rels[i].sym > maxsym)
+      maxsym = dr->rels[i].sym;
+  if (maxsym == 0)
+    return 0;
+  uint64_t off;
+  if (!has_symtab || !has_strtab || !vaddr_to_off(f, strtab, strsz, &off)) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: relocations name symbols but the dynamic symbol "
+                 "or string table is missing");
+    return MOLT_ECORRUPT;
+  }
+  rc = read_alloc(f, off, strsz, MAX_STRTAB_BYTES, "dynamic string table ends",
+                  (void **)&dr->strtab);
+  if (rc)
+    return rc;
+  uint64_t nsyms = (uint64_t)maxsym + 1, bytes = nsyms * sizeof(Elf64_Sym);
+  if (!vaddr_to_off(f, symtab, bytes, &off)) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: relocation symbol %" PRIu32
+                 " lies outside the dynamic symbol table",
+                 maxsym);
+    return MOLT_ECORRUPT;
+  }
+  Elf64_Sym *syms;
+  rc = read_alloc(f, off, bytes, MAX_SYMTAB_BYTES, "dynamic symbol table ends",
+                  (void **)&syms);
+  if (rc)
+    return rc;
+  dr->syms = calloc((size_t)nsyms, sizeof *dr->syms);
+  if (!dr->syms) {
+    free(syms);
+    molt__errmsg(f->err, f->errlen, "out of memory reading the file");
+    return MOLT_ENOMEM;
+  }
+  dr->nsyms = (size_t)nsyms;
+  for (size_t i = 0; i < dr->nsyms; i++) {
+    if (syms[i].st_name >= strsz) {
+      free(syms);
+      molt__errmsg(f->err, f->errlen,
+                   "file is corrupt: dynamic symbol %zu has its name outside the "
+                   "string table",
+                   i);
+      return MOLT_ECORRUPT;
+    }
+    dr->syms[i].name = dr->strtab + syms[i].st_name;
+    dr->syms[i].file_off = off + i * sizeof(Elf64_Sym);
+    dr->syms[i].bind = ELF64_ST_BIND(syms[i].st_info);
+    dr->syms[i].type = ELF64_ST_TYPE(syms[i].st_info);
+    dr->syms[i].defined = syms[i].st_shndx != SHN_UNDEF;
+  }
+  free(syms);
+  return 0;
+}
+
+int molt__elf_read_dynrels(int fd, molt__dynrels *dr, char *err, size_t errlen) {
+  memset(dr, 0, sizeof *dr);
+  elf_file f;
+  int rc = elf_open(&f, fd, LOAD_PATCH, MOLT_ENOTPATCH, err, errlen);
+  if (rc == 0)
+    rc = dynrels_load(&f, dr);
+  elf_free(&f);
+  if (rc)
+    molt__elf_free_dynrels(dr);
+  return rc;
+}
+
+void molt__elf_free_dynrels(molt__dynrels *dr) {
+  free(dr->rels);
+  free(dr->syms);
+  free(dr->strtab);
+  memset(dr, 0, sizeof *dr);
+}
+
+int molt__dynrels_place(const molt__dynrels *dr, uint64_t vaddr, uint64_t len) {
+  uint64_t end;
+  if (__builtin_add_overflow(vaddr, len, &end))
+    return 0;
+  for (size_t i = 0; i < dr->nsegs; i++) {
+    if (vaddr < dr->segs[i].start || end > dr->segs[i].end)
+      continue;
+    if (vaddr >= dr->relro_start && end <= dr->relro_end)
+      return 2;
+    return dr->segs[i].writable ? 1 : 0;
+  }
+  return 0;
+}
+
+static int by_offset(const void *a, const void *b) {
+  uint64_t x = ((const molt__dynrel *)a)->offset, y = ((const molt__dynrel *)b)->offset;
+  return x < y ? -1 : x > y;
+}
+
+int molt__elf_import_symbols(int fd, const molt__dynrels *dr, char ***out, size_t *n,
+                             char *err, size_t errlen) {
+  *out = NULL;
+  *n = 0;
+  elf_file f;
+  int rc = elf_open(&f, fd, LOAD_PATCH, MOLT_ENOTPATCH, err, errlen);
+  if (rc) {
+    elf_free(&f);
+    return rc;
+  }
+  const Elf64_Shdr *sec = NULL;
+  for (size_t i = 1; i < f.shnum; i++)
+    if (strcmp(section_name(&f, i), "molt_imports") == 0)
+      sec = &f.sh[i];
+  if (!sec || sec->sh_type == SHT_NOBITS || sec->sh_size == 0) {
+    elf_free(&f);
+    return 0;
+  }
+  enum { RECORD = 3 * sizeof(uint64_t) };
+  if (sec->sh_size % RECORD) {
+    molt__errmsg(err, errlen,
+                 "file is corrupt: section molt_imports has a partial record");
+    elf_free(&f);
+    return MOLT_ECORRUPT;
+  }
+  /* The records hold pointers: each is a R_X86_64_RELATIVE relocation (its
+   * addend is the address), or, when relative relocations are packed
+   * (DT_RELR), the value stored in the file. */
+  molt__dynrel *rel = NULL;
+  size_t nrel = 0;
+  for (size_t i = 0; i < dr->nrels; i++)
+    if (dr->rels[i].type == R_X86_64_RELATIVE)
+      nrel++;
+  if (nrel && !(rel = malloc(nrel * sizeof *rel)))
+    rc = MOLT_ENOMEM;
+  nrel = 0;
+  for (size_t i = 0; rc == 0 && i < dr->nrels; i++)
+    if (dr->rels[i].type == R_X86_64_RELATIVE)
+      rel[nrel++] = dr->rels[i];
+  if (nrel)
+    qsort(rel, nrel, sizeof *rel, by_offset);
+  size_t count = (size_t)(sec->sh_size / RECORD);
+  char **names = rc ? NULL : calloc(count ? count : 1, sizeof *names);
+  if (!names && rc == 0)
+    rc = MOLT_ENOMEM;
+  if (rc == MOLT_ENOMEM)
+    molt__errmsg(err, errlen, "out of memory");
+  for (size_t i = 0; rc == 0 && i < count; i++) {
+    molt__dynrel key = {.offset = sec->sh_addr + i * RECORD};
+    const molt__dynrel *hit =
+        nrel ? bsearch(&key, rel, nrel, sizeof *rel, by_offset) : NULL;
+    uint64_t addr = 0, off;
+    if (hit) {
+      addr = (uint64_t)hit->addend;
+    } else if (!vaddr_to_off(&f, key.offset, sizeof addr, &off) ||
+               (rc = read_exact(&f, &addr, off, sizeof addr)) != 0) {
+      if (rc == 0)
+        molt__errmsg(err, errlen,
+                     "file is corrupt: import record %zu lies outside the file", i);
+      rc = rc ? rc : MOLT_ECORRUPT;
+      break;
+    }
+    char buf[4096];
+    const Elf64_Phdr *p = segment_of(&f, addr, 1, true);
+    uint64_t avail = p ? p->p_filesz - (addr - p->p_vaddr) : 0;
+    size_t len = avail < sizeof buf ? (size_t)avail : sizeof buf;
+    if (!p || read_exact(&f, buf, p->p_offset + (addr - p->p_vaddr), len) != 0 ||
+        !memchr(buf, '\0', len)) {
+      molt__errmsg(err, errlen,
+                   "file is corrupt: import record %zu names a symbol outside the file",
+                   i);
+      rc = MOLT_ECORRUPT;
+      break;
+    }
+    if (!(names[i] = strdup(buf))) {
+      molt__errmsg(err, errlen, "out of memory");
+      rc = MOLT_ENOMEM;
+    }
+  }
+  free(rel);
+  elf_free(&f);
+  if (rc) {
+    for (size_t i = 0; names && i < count; i++)
+      free(names[i]);
+    free(names);
+    return rc;
+  }
+  *out = names;
+  *n = count;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Build-ids                                                                 */
 /* ------------------------------------------------------------------------ */
 

@@ -196,7 +196,8 @@ def test_apply_relative_path_and_rollback(fake, patch_file, tmp_path):
     assert s["generation"] == 1
     assert s["patches"] == [{"position": 1, "id": "fix1",
                              "description": 'patch\t"fix1"',
-                             "path": os.path.realpath(p), "generation": 1}]
+                             "path": os.path.realpath(p), "generation": 1,
+                             "replaced": "", "built_from": "", "kept_loaded": None}]
     assert s["objects"][0]["refs"] == 1
     assert s["functions"][0]["version"] == "fix1"
 

@@ -97,6 +97,36 @@ def test_status_apply_log_rollback(served):
     assert "patch-a" in text and "rollback" in text
 
 
+def test_status_shows_replaced_provenance_and_pinned(served):
+    molt("apply", served.pid, patch("patch_a.so"), check=0)
+    served.wait_tag(1)
+    molt("apply", served.pid, patch("patch_pinned.so"), check=0)
+    served.wait_tag(3)
+    molt("apply", served.pid, patch("patch_b.so"), check=0)
+    served.wait_tag(2)
+    st = status(served.pid)
+    a, pinned, b = st["patches"]
+    assert a["id"] == "patch-a" and set(a["replaced"].split(", ")) == {
+        "version_tag", "rec", "block_call", "doubler (target.c)"}, a
+    assert a["built_from"] == "" and a["kept_loaded"] is None
+    assert pinned["replaced"] == "version_tag"
+    assert pinned["built_from"] == "diff fix.patch sha256:0123abcd; files: target.c"
+    assert pinned["kept_loaded"] == \
+        "patch_pinned.c:17: a string literal is stored in stored_msg"
+    assert b["kept_loaded"] is None
+    kept = {o["id"]: o["kept_loaded"] for o in st["objects"]}
+    assert kept["patch-pinned"] == pinned["kept_loaded"]
+    table = molt("status", served.pid, check=0).stdout
+    assert "BUILT-FROM" in table and "KEPT-LOADED" in table
+    assert "doubler (target.c)" in table
+    assert "patch_pinned.c:17: a string literal is stored in stored_msg" in table
+    log = json.loads(molt("log", served.pid, "--json", check=0).stdout)
+    loads = [e["message"] for e in log if e["event"] == "load"]
+    assert any("(1 function; built from diff fix.patch sha256:0123abcd; files: target.c; "
+               "kept loaded: patch_pinned.c:17" in m for m in loads), loads
+    assert any("patch_a.so (4 functions)" in m for m in loads), loads
+
+
 @pytest.mark.parametrize("name,needle", [
     ("patch_foreign.so", "build-id"),
     ("patch_missing.so", "no_such_variable_in_target"),

@@ -975,6 +975,20 @@ static void test_stamp(char *moltstamp, const char *patch_path, char *target_pat
            err);
   close(fd);
 
+  /* The st_info bytes of the import symbols: moltstamp makes them weak. */
+  uint64_t info_off[16];
+  size_t ninfo = 0;
+  molt__dynrels dr;
+  fd = open(copy, O_RDONLY);
+  CHECK_RC(molt__elf_read_dynrels(fd, &dr, err, sizeof err), 0, err);
+  close(fd);
+  for (size_t i = 1; i < dr.nsyms && ninfo < 16; i++)
+    if (!dr.syms[i].defined &&
+        strncmp(dr.syms[i].name, MOLT__IMPORT_PREFIX, strlen(MOLT__IMPORT_PREFIX)) == 0)
+      info_off[ninfo++] = dr.syms[i].file_off + offsetof(Elf64_Sym, st_info);
+  molt__elf_free_dynrels(&dr);
+  CHECK(ninfo == 2, "the fixture has %zu import symbols, want 2", ninfo);
+
   char *stamp_argv[] = {moltstamp, copy, target_path, NULL};
   int st = run(stamp_argv, out, sizeof out, errout, sizeof errout);
   CHECK(st == 0, "moltstamp exited %d: %s", st, errout);
@@ -988,14 +1002,21 @@ static void test_stamp(char *moltstamp, const char *patch_path, char *target_pat
   CHECK(strcmp(note.target_build_id, target_hex) == 0, "stamped %s, want %s",
         note.target_build_id, target_hex);
 
-  /* Only the target_build_id field changed. */
+  /* Only the target_build_id field and the import symbols' binding
+   * (now weak) changed. */
   bytes now = read_file(copy);
   uint64_t f0 = note_desc_off(orig) + offsetof(molt__patch_note, target_build_id);
   uint64_t f1 = f0 + sizeof note.target_build_id;
   size_t diffs = 0;
-  for (size_t i = 0; i < now.n && i < orig.n; i++)
-    if (now.p[i] != orig.p[i] && (i < f0 || i >= f1))
+  for (size_t i = 0; i < now.n && i < orig.n; i++) {
+    bool info = false;
+    for (size_t k = 0; k < ninfo; k++)
+      info |= i == info_off[k];
+    if (info)
+      CHECK(ELF64_ST_BIND(now.p[i]) == STB_WEAK, "import symbol at %zu is not weak", i);
+    else if (now.p[i] != orig.p[i] && (i < f0 || i >= f1))
       diffs++;
+  }
   CHECK(now.n == orig.n && diffs == 0, "%zu bytes changed outside the field", diffs);
   free(now.p);
 

@@ -208,8 +208,9 @@ class Elf:
                 self.records("molt_pfns", ["str", "str", "ptr"])]
 
     def imports(self):
-        return [dict(name=n, tu=t, slot=p) for n, t, p in
-                self.records("molt_imports", ["str", "str", "ptr"])]
+        # molt/abi.h molt__import (ABI 4): {symbol, name, tu}
+        return [dict(symbol=y, name=n, tu=t) for y, n, t in
+                self.records("molt_imports", ["str", "str", "str"])]
 
     def notes(self):
         """(name, type, desc) of every note in the SHT_NOTE sections."""

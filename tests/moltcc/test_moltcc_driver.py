@@ -288,3 +288,21 @@ def test_lto_is_dropped_for_woven_files(tool, needs_lib):
     e = Elf(tool.path("prog"))
     assert e.symbol("twice__molt_v0", file="l.c") is not None
     tool.run(["./prog"]).ok()
+
+
+def test_moltcc_flags_are_appended_to_every_compile(tool, needs_lib):
+    # MOLTCC_FLAGS comes last: it defines what the source needs and turns
+    # off the -Werror of the command line; woven and plain files alike
+    src = """#include <molt.h>
+static int unused_here;
+MOLT_UPDATABLE int f(void) { return FROM_ENV; }
+int main(void) { return f() == 7 ? 0 : 1; }
+"""
+    tool.write("m.c", src)
+    tool.write("p.c", "int g(void);\nint g(void) { return FROM_ENV; }\n")
+    r = tool.moltcc("-Wall", "-Werror", "m.c", "-o", "prog")
+    assert r.rc != 0                    # FROM_ENV undefined, and the unused static
+    env = {"MOLTCC_FLAGS": "-DFROM_ENV=7 -Wno-error"}
+    tool.moltcc("-Wall", "-Werror", "m.c", "-o", "prog", env=env).ok()
+    tool.moltcc("-Wall", "-Werror", "-c", "p.c", env=env).ok()
+    assert tool.run(["./prog"]).rc == 0

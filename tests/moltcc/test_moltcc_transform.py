@@ -346,7 +346,9 @@ DEF(made)
              "static __attribute__((used)) MOLT_UPDATABLE int plain__molt_dispatch(int n) { "
              "molt__gen *molt__g = molt__enter();",
              "molt__leave(molt__g); return molt__r; }",
-             "int plain__molt_v0(int n) { return n + 1; }")
+             # __func__ in the renamed body still names the function
+             "int plain__molt_v0(int n) {", '#define __func__ "plain"', "return n + 1;",
+             '#pragma pop_macro("__func__")', "}")
     # variadic: version 0 takes a va_list; the dispatch path keeps the `...`
     # and is where the entry jumps; no direct target
     in_order("static MOLT_UPDATABLE int vari__molt_v0(int n, __builtin_va_list molt__ap) ;",
@@ -359,7 +361,8 @@ DEF(made)
              "MOLT__DIAG_POP",
              "static __attribute__((used)) MOLT_UPDATABLE int vari__molt_dispatch(int n, ...) {",
              "__builtin_va_start(molt__ap, n)",
-             "int vari__molt_v0(int n, __builtin_va_list molt__ap) {")
+             "int vari__molt_v0(int n, __builtin_va_list molt__ap) {",
+             '#define __func__ "vari"')
     # defined through a macro
     in_order("static __typeof__(long) made__molt_v0(__typeof__(long));",
              "static __typeof__(long) made__molt_dispatch(__typeof__(long));",

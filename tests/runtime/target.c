@@ -8,6 +8,7 @@
 int counter;
 static int hits; /* static: patches must reach this very object */
 int (*stored_fp)(int);
+const char *stored_msg; /* a pinned patch stores its literal here */
 volatile int block_hold;
 volatile int block_entered;
 

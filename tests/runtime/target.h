@@ -4,13 +4,14 @@
 #include <stdint.h>
 
 /* Tags each version returns: base 0, patch_a 1, patch_b 2. */
-int version_tag(int x);       /* returns tag * 1000 + x      */
-int rec(int n);               /* recursive; returns the tag  */
-int block_call(void);         /* blocks while block_hold set */
-int through_static(int x);    /* calls a static updatable fn */
-extern int counter;           /* global the patches update   */
-int hits_value(void);         /* reads a static of target.c  */
-extern int (*stored_fp)(int); /* &version_tag, taken at start */
+int version_tag(int x);        /* returns tag * 1000 + x      */
+int rec(int n);                /* recursive; returns the tag  */
+int block_call(void);          /* blocks while block_hold set */
+int through_static(int x);     /* calls a static updatable fn */
+extern int counter;            /* global the patches update   */
+int hits_value(void);          /* reads a static of target.c  */
+extern int (*stored_fp)(int);  /* &version_tag, taken at start */
+extern const char *stored_msg; /* set by patch_pinned */
 extern volatile int block_hold;
 extern volatile int block_entered;
 #endif

@@ -24,6 +24,7 @@ def declared():
             decl = m.group(1)
             decl = re.sub(r"__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)", "", decl)
             decl = re.sub(r"_Atomic\s*\([^()]*\)", "T", decl)
+            decl = re.sub(r"MOLT__ATOMIC\s*\([^()]*\)", "T", decl)
             head = decl.split("(")[0].split("[")[0]
             names.add(re.findall(r"[A-Za-z_]\w*", head)[-1])
     return names

@@ -979,6 +979,87 @@ static void case_selfglobal(void) {
   alarm(0);
 }
 
+/* ---- imports bound from the patch's relocations (design §5) ------------------*/
+
+/* Applies a patch that must be refused; returns its message (static). */
+static const char *refused_with(const char *name, int want) {
+  static char err[512];
+  err[0] = '\0';
+  uint64_t g = molt_generation();
+  int rc = apply(name, err, sizeof err);
+  CHECK(rc == want, "%s: got %s \"%s\", expected %s", name, molt_err_name(rc), err,
+        molt_err_name(want));
+  CHECK(molt_generation() == g, "%s changed the generation", name);
+  CHECK(maps_count(name) == 0, "%s: refused file left mapped", name);
+  return err;
+}
+
+static void case_imports(void) {
+  char err[512];
+  CHECK(through_static(4) == 8, "base through_static");
+  int h0 = hits_value();
+  /* Data words against imports: a writable table and one in RELRO (the
+   * patch is linked -z now, so its GOT is in RELRO too). */
+  CHECK(apply("patch_table.so", err, sizeof err) == 0, "%s", err);
+  CHECK(through_static(4) == 5008, "through the tables: %d", through_static(4));
+  CHECK(hits_value() == h0 + 1, "the program's own doubler ran (hits %d -> %d)", h0,
+        hits_value());
+  /* Refusals leave the process as it was and able to take the next patch. */
+  const char *e = refused_with("patch_unlisted.so", MOLT_ECORRUPT);
+  CHECK(strstr(e, "molt.imp.ghost") != NULL, "message names the symbol: %s", e);
+  e = refused_with("patch_missing.so", MOLT_ENOSYM);
+  CHECK(strstr(e, "no_such_variable_in_target") != NULL, "message names the name: %s", e);
+  CHECK(through_static(4) == 5008, "still the table patch");
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "next patch after refusals: %s", err);
+  CHECK(version_tag(3) == 1003 && rec(5) == 1, "patch_a after refusals");
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  CHECK(through_static(4) == 8 && version_tag(3) == 3, "rolled back to the program");
+}
+
+/* ---- pinned patches stay loaded (design §6) ----------------------------------*/
+
+static void case_pinned(void) {
+  char err[512];
+  /* A pinned patch that is refused never ran: it is not kept. */
+  refused_with("patch_pinned_nofunc.so", MOLT_ENOFUNC);
+  CHECK(apply("patch_pinned.so", err, sizeof err) == 0, "%s", err);
+  CHECK(version_tag(1) == 3001, "pinned patch runs");
+  const char *msg = stored_msg;
+  CHECK(msg && strcmp(msg, "stored by patch-pinned") == 0, "literal stored");
+  char *st = own_status();
+  CHECK(st && strstr(st, "patch_pinned.c:17: a string literal is stored in stored_msg"),
+        "status shows the first reason");
+  CHECK(st && !strstr(st, "second reason"), "status shows only the first reason");
+  CHECK(st && strstr(st, "diff fix.patch sha256:0123abcd; files: target.c"),
+        "status shows the provenance");
+  free(st);
+  /* Superseded twice: the unpinned patch_b is unloaded once patch_a
+   * replaces it (reclaimed after the pinned one, which went first). */
+  CHECK(apply("patch_b.so", err, sizeof err) == 0, "%s", err);
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "%s", err);
+  CHECK(wait_unmapped("patch_b.so", 3000), "unpinned superseded patch_b still mapped");
+  sleep_ms(100);
+  CHECK(maps_count("patch_pinned.so") > 0, "pinned patch was unmapped after superseding");
+  CHECK(strcmp(msg, "stored by patch-pinned") == 0, "literal readable after superseding");
+  st = own_status();
+  CHECK(st && strstr(st, "object\tpatch-pinned\t"), "pinned object still listed");
+  free(st);
+  /* Rolled back over it and past it: still mapped, still readable. */
+  for (int i = 0; i < 2; i++)
+    CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  CHECK(version_tag(1) == 3001, "rolled back to the pinned patch: %d", version_tag(1));
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  CHECK(version_tag(1) == 1, "rolled back to the program");
+  sleep_ms(200);
+  CHECK(maps_count("patch_pinned.so") > 0, "pinned patch was unmapped after rollback");
+  CHECK(strcmp(stored_msg, "stored by patch-pinned") == 0,
+        "literal readable after rollback");
+  /* and it can be applied again over itself */
+  CHECK(apply("patch_pinned.so", err, sizeof err) == 0, "%s", err);
+  CHECK(version_tag(1) == 3001, "pinned patch applied again");
+}
+
 /* ---- a long-running program for the CLI tests --------------------------------*/
 
 static void case_serve(void) {
@@ -1007,7 +1088,7 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: %s "
             "stress|inflight|static|maps|refuse|socket|locks|atomic|wakeup|cancel|"
-            "verdict|selfglobal|serve PATCH_DIR [ROUNDS]\n",
+            "verdict|selfglobal|imports|pinned|serve PATCH_DIR [ROUNDS]\n",
             argv[0]);
     return 2;
   }
@@ -1043,6 +1124,10 @@ int main(int argc, char **argv) {
     case_verdict();
   else if (!strcmp(c, "selfglobal"))
     case_selfglobal();
+  else if (!strcmp(c, "imports"))
+    case_imports();
+  else if (!strcmp(c, "pinned"))
+    case_pinned();
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;

@@ -36,6 +36,11 @@ molt_runtime_patch(patch_a ${RT}/patch_a.c test_runtime)
 molt_runtime_patch(patch_b ${RT}/patch_b.c test_runtime)
 molt_runtime_patch(patch_missing ${RT}/patch_missing.c test_runtime)
 molt_runtime_patch(patch_nofunc ${RT}/patch_nofunc.c test_runtime)
+molt_runtime_patch(patch_table ${RT}/patch_table.c test_runtime)
+target_link_options(patch_table_obj PRIVATE -Wl,-z,now -Wl,-z,relro)
+molt_runtime_patch(patch_unlisted ${RT}/patch_unlisted.c test_runtime)
+molt_runtime_patch(patch_pinned ${RT}/patch_pinned.c test_runtime)
+molt_runtime_patch(patch_pinned_nofunc ${RT}/patch_pinned_nofunc.c test_runtime)
 molt_runtime_patch(patch_foreign ${RT}/patch_b.c other_program)
 molt_runtime_patch(patch_unstamped ${RT}/patch_b.c "")
 
@@ -63,7 +68,7 @@ molt_runtime_patch(fdhost_b ${RT}/patch_b.c fdhost)
 add_custom_target(runtime_test_files ALL DEPENDS ${RT_PATCH_FILES} plain_lib abi_other)
 
 foreach(case entry stress inflight static maps refuse socket locks atomic wakeup cancel verdict
-             selfglobal)
+             selfglobal imports pinned)
   add_test(NAME runtime_${case} COMMAND test_runtime ${case} ${RT_OUT})
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 endforeach()
@@ -73,6 +78,7 @@ molt_pytest(runtime_abi ${RT}/test_abi.py TIMEOUT 300 LABELS runtime cli
       ABI_PATCH=${RT_OUT}/patch_abi_host.so)
 molt_pytest(runtime_exports ${RT}/test_exports.py TIMEOUT 60 LABELS runtime
   ENV LIBMOLT=$<TARGET_FILE:molt>)
+molt_pytest(runtime_header ${RT}/test_header.py TIMEOUT 120 LABELS runtime)
 
 # The lock-order check itself, on the base layer's sources with the check
 # compiled in (whatever MOLT_LOCK_CHECK says for the rest of the build).

@@ -130,7 +130,6 @@ def default_output(cmd, x):
     return stem + (".s" if cmd.has("-S") else ".o")
 
 
-STRICT_C89 = ("-ansi", "-std=c89", "-std=c90", "-std=iso9899:1990", "-std=iso9899:199409")
 
 
 def build_program(s):
@@ -176,12 +175,6 @@ def build_program(s):
             s.flush_report()
             if wv:
                 woven[x.index] = wv
-        strict89 = [a for a in cmd.args if a in STRICT_C89]
-        if woven and strict89 and not any(a.startswith("-std=") and a not in strict89 for a in
-                                          cmd.args[cmd.args.index(strict89[-1]) + 1:]):
-            raise Fatal("%s: updatable functions need C99 or GNU C (molt.h uses inline and "
-                        "_Atomic), but this compile uses %s" % (
-                            ", ".join(w.inp.path for w in woven.values()), strict89[-1]))
         if mode == "compile":
             rc = _compile_mode(s, woven, inc, rec)
         else:

@@ -193,6 +193,8 @@ def main(argv):
         opts, rest = split_molt_options(argv)
         verbose = opts.verbose or os.environ.get("MOLT_VERBOSE", "") not in ("", "0")
         rest = take_strip_option(opts, gccargs.expand_response_files(rest))
+        if rest and not (opts.patch or opts.show_build):
+            rest = rest + gccargs.env_flags()
         layout = locate(opts.internal)
         cmd = gccargs.Command(rest)
         build = choose_mode(opts, rest)

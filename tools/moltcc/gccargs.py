@@ -117,6 +117,13 @@ def without(args, *kinds):
     return out
 
 
+def env_flags():
+    """MOLTCC_FLAGS: compiler options (shell words) appended to every
+    compiler command moltcc runs for a program build and to every compile
+    of a patch build (e.g. -Wno-error, or what only moltcc builds need)."""
+    return shlex.split(os.environ.get("MOLTCC_FLAGS", ""))
+
+
 def expand_response_files(args, depth=0):
     """gcc's @file: arguments read from a file (whitespace separated, quotes
     and backslashes as in a shell)."""

@@ -57,6 +57,8 @@ _COMMENT_OR_STRING = re.compile(rb'/\*.*?\*/|//[^\n]*|"(?:[^"\\\n]|\\.)*"|\'(?:[
 # molt__ names (fields, the attribute names of MOLT__SECTION and
 # MOLT__ENTRY_ATTRS, the dispatch path's `used`).
 WRAPPER_IDENTS = {"table", "index", "used", "section", "aligned", "naked", "noinline"}
+# Predefined identifiers that would name a renamed body.
+FUNC_NAME_IDENTS = ("__func__", "__FUNCTION__", "__PRETTY_FUNCTION__")
 
 # Attributes the stable entry cannot carry: it keeps the user's header and
 # becomes a naked function whose body is one `jmp rel32` at its very first
@@ -142,6 +144,22 @@ class Weaver:
             return self.linemark(fn.line, -1) + prefix.strip() + "\n" + " " * (fn.col - 1)
         return self.linemark(fn.line) + " " * (fn.col - 1) + prefix
 
+    def func_name_macros(self, fn):
+        """Inside a renamed body (f__molt_v0, f__molt_p), __func__ (and gcc's
+        __FUNCTION__, __PRETTY_FUNCTION__) still name the function as the
+        user wrote it."""
+        u, rw = self.u, self.rw
+        if fn.body_start is None or not (u.is_literal(fn.body_start, "{")
+                                         and u.is_literal(fn.body_end - 1, "}")):
+            return
+        push = "".join('#pragma push_macro("%s")\n#undef %s\n#define %s %s\n'
+                       % (n, n, n, c_string(fn.name)) for n in FUNC_NAME_IDENTS)
+        pop = "".join('#pragma pop_macro("%s")\n' % n for n in FUNC_NAME_IDENTS)
+        for off, text in ((fn.body_start + 1, push), (fn.body_end - 1, pop)):
+            line = u.data.count(b"\n", 0, off) + 1
+            col = off - u.data.rfind(b"\n", 0, off)
+            rw.insert(off, "\n" + text + self.linemark(line) + " " * (col - 1))
+
     def push_guard(self, names=None):
         names = self.guard if names is None else names
         return "".join('#pragma push_macro("%s")\n#undef %s\n' % (n, n) for n in names)
@@ -153,8 +171,21 @@ class Weaver:
     def include_molt(self):
         return self.push_guard() + "#include <molt.h>\n" + self.pop_guard()
 
+    _DIRECTIVE_LINE = re.compile(rb"\n[ \t]*#")
+
+    def header_end(self, fn):
+        """Where the header of a plain definition ends for the declarations
+        generated from it: before the body, or before the first directive
+        line after the name -- a head written with #if/#else (nginx's
+        ngx_log_error_core) has `#endif` (or `#else`, the other branch, and
+        `#endif`) between its parameters and its body; the generated copies
+        of the header are inside the active branch, the directives stay in
+        place before the body."""
+        m = self._DIRECTIVE_LINE.search(self.u.data, fn.name_off, fn.body_start)
+        return m.start() + 1 if m else fn.body_start
+
     def header_text(self, fn):
-        return self.u.text(fn.ext_start, fn.body_start)
+        return self.u.text(fn.ext_start, self.header_end(fn))
 
     def empty_parens(self, fn):
         """(start, end) of the inside of `()` right after the name of a
@@ -173,12 +204,15 @@ class Weaver:
             return toks[i].end, toks[i + 1].start
         return None
 
-    def header_variant(self, fn, newname, storage=None, valist=False):
+    def header_variant(self, fn, newname, storage=None, valist=False, label_at=None, label=""):
         """The header of a plain function with its name replaced, its literal
-        storage-class tokens dropped (then `storage` prepended) and, for a
-        variadic function, `...` replaced by a va_list parameter."""
-        sub = Rewriter(self.u.data[fn.ext_start:fn.body_start])
+        storage-class tokens dropped (then `storage` prepended), for a
+        variadic function `...` replaced by a va_list parameter, and `label`
+        (an asm label) inserted at offset label_at (the declarator's end)."""
+        sub = Rewriter(self.u.data[fn.ext_start:self.header_end(fn)])
         base = fn.ext_start
+        if label:
+            sub.insert(label_at - base, label)
         sub.replace(fn.name_off - base, fn.name_off - base + len(fn.name.encode()), newname)
         ep = self.empty_parens(fn)
         if ep:
@@ -344,6 +378,7 @@ class ProgramWeaver(Weaver):
                 if new and self.literal_ref(d):
                     rw.replace(d.extent.start.offset, d.extent.end.offset, new)
         prefix = self.rename_in_place(fn, v0)
+        self.func_name_macros(fn)
 
         macro_names = sorted(set(fn.macro_refs.values()))
         override = "".join('#pragma push_macro("%s")\n#undef %s\n#define %s %s\n' % (

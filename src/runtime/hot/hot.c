@@ -176,16 +176,20 @@ static void hot_status(molt__buf *out) {
     molt__object *o = history[i];
     snprintf(num, sizeof num, "%zu", i + 1);
     snprintf(num2, sizeof num2, "%" PRIu64, o->gen);
-    const char *f[] = {"patch", num, o->id, o->description, o->path, num2};
-    molt__buf_record(out, 6, f);
+    const char *f[] = {
+        "patch",        num,         o->id,
+        o->description, o->path,     num2,
+        o->provenance,  o->replaced, o->pinned ? molt__object_kept_reason(o) : ""};
+    molt__buf_record(out, 9, f);
   }
   for (molt__object *o = molt__objects_first(); o; o = molt__objects_next(o)) {
     if (!o->handle)
       continue;
     snprintf(num, sizeof num, "%" PRIu64, o->gen);
     snprintf(num2, sizeof num2, "%zu", o->owner.gen_refs);
-    const char *f[] = {"object", o->id, o->path, num, num2};
-    molt__buf_record(out, 5, f);
+    const char *f[] = {"object", o->id, o->path,
+                       num,      num2,  o->pinned ? molt__object_kept_reason(o) : ""};
+    molt__buf_record(out, 6, f);
   }
   molt__rt_lock_release();
 }

@@ -22,6 +22,11 @@ struct molt__object {
   void *handle;                  /* dlopen handle; NULL while not loaded */
   const molt__patch_header *hdr; /* inside the loaded object */
   char *id, *description, *path;
+  char *provenance;     /* what it was built from ("" if not known) */
+  char *replaced;       /* "f, g (a.c)": what it replaces (status) */
+  bool pinned;          /* never unloaded once published (patch header flag) */
+  bool kept_logged;     /* the log said why it stays */
+  char *pinned_reasons; /* first reason after molt__object_kept_reason */
   molt__fd file;   /* its sealed copy, made once (R7); kept for reload */
   size_t module;   /* index of the program module it patches */
   uint64_t gen;    /* generation its apply created */
@@ -62,6 +67,8 @@ MOLT__HIDDEN int molt__patch_build_gen(molt__object *obj, const molt__gen *from,
 /* A failed operation leaves nothing behind: obj, loaded for it but never
  * published, is closed again (op_lock held, no molt__rt_lock). */
 MOLT__HIDDEN void molt__object_drop_unused(molt__object *obj);
+/* Why a pinned object stays loaded: the first of its reasons. */
+MOLT__HIDDEN const char *molt__object_kept_reason(molt__object *obj);
 /* Frees an object that is neither loaded, referenced nor in history
  * (molt__rt_lock). */
 MOLT__HIDDEN void molt__object_free_if_unused(molt__object *obj);

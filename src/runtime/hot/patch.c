@@ -9,7 +9,9 @@
 #include "hot/hot.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <link.h>
 #include <stdio.h>
@@ -89,44 +91,231 @@ static const molt__symtab *module_symtab(size_t module, int *rc) {
 }
 
 static bool bounded_string(const char *s) { return s && memchr(s, '\0', 4096) != NULL; }
+/* Provenance and pinned reasons may be longer (file lists); NULL is "". */
+static bool bounded_text(const char *s) { return !s || memchr(s, '\0', 1 << 16) != NULL; }
 
-/* Resolves every import of obj to the live objects of its module (H6).
- * Called with molt__rt_lock held. */
+static bool is_import_name(const char *s) {
+  return strncmp(s, MOLT__IMPORT_PREFIX, sizeof MOLT__IMPORT_PREFIX - 1) == 0;
+}
+
+static int import_by_symbol(const void *a, const void *b) {
+  const molt__import *x = *(const molt__import *const *)a,
+                     *y = *(const molt__import *const *)b;
+  return strcmp(x->symbol, y->symbol);
+}
+
+static bool tls_reloc(uint32_t type) {
+  switch (type) {
+  case R_X86_64_DTPMOD64:
+  case R_X86_64_DTPOFF64:
+  case R_X86_64_TPOFF64:
+  case R_X86_64_TLSDESC:
+    return true;
+  default:
+    return false;
+  }
+}
+
+typedef struct import_write {
+  uintptr_t addr, value;
+} import_write;
+
+/* The import record `sym` names, the message for a refusal otherwise. */
+static const char *describe(const molt__import *im, char *buf, size_t len) {
+  if (im->tu)
+    snprintf(buf, len, "%s (static of %s)", im->name, im->tu);
+  else
+    snprintf(buf, len, "%s", im->name);
+  return buf;
+}
+
+/*
+ * Binds obj's imports to the live objects of its module (H6), after dlopen
+ * and before anything of the patch can run.  The dynamic relocations of
+ * the patch file (the sealed copy the loader mapped, read bounds-checked:
+ * common/elf.c) that name an import symbol get the address of the
+ * program's object: S for GLOB_DAT and JUMP_SLOT, S + A for a data word
+ * (R_X86_64_64).  moltstamp made the import symbols weak, so the loader
+ * left these words 0.  Refused, with nothing written: a name the program
+ * does not have, a molt.imp. symbol the table does not list, an import the
+ * patch defines itself, a thread-local import, any other relocation type
+ * against an import, a word outside the patch's writable segments.
+ * Called with molt__rt_lock held (module table, symbol tables).
+ */
 static int resolve_imports(molt__object *obj, char *err, size_t errlen) {
-  int rc;
-  const molt__symtab *st = NULL;
+  const molt__import *imports = obj->hdr->imports;
+  size_t nimp = (size_t)(obj->hdr->imports_end - imports);
   molt__module *m = molt__module_at(obj->module);
-  for (const molt__import *im = obj->hdr->imports; im < obj->hdr->imports_end; im++) {
-    if (!bounded_string(im->name) || (im->tu && !bounded_string(im->tu)) || !im->slot) {
+  for (size_t i = 0; i < nimp; i++) {
+    const molt__import *im = &imports[i];
+    if (!bounded_string(im->symbol) || !bounded_string(im->name) ||
+        (im->tu && !bounded_string(im->tu))) {
       molt__errmsg(err, errlen, "patch %s has a malformed import record", obj->path);
       return MOLT_ECORRUPT;
     }
-    if (!st && !(st = module_symtab(obj->module, &rc))) {
-      molt__errmsg(err, errlen, "cannot read the symbol table of %s: %s", m->path,
-                   molt_strerror(rc));
-      return rc;
-    }
-    uintptr_t value;
-    rc = molt__symtab_lookup(st, im->name, im->tu, &value);
-    if (rc < 0) {
-      if (im->tu)
-        molt__errmsg(
-            err, errlen, "%s: static symbol %s of %s%s", molt_strerror(rc), im->name,
-            im->tu,
-            rc == MOLT_ENOSYM ? " is not in the running program (was it stripped?)" : "");
-      else
-        molt__errmsg(err, errlen, "%s: %s is not in the running program",
-                     molt_strerror(rc), im->name);
-      return rc;
-    }
-    /* Plain store into the patch's own data: no thread can run the patch
-     * before its generation is published with a release store. */
-    *im->slot = (void *)(m->base + value);
   }
-  return 0;
+  struct link_map *lm = NULL;
+  if (dlinfo(obj->handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm) {
+    molt__errmsg(err, errlen, "the dynamic loader has no link map for %s", obj->path);
+    return MOLT_EINTERNAL;
+  }
+  molt__dynrels dr;
+  /* The sealed copy is read where it is kept; a number the host took over
+   * since is not ours to read (base/fd.c). */
+  if (!molt__fd_ours(&obj->file)) {
+    molt__errmsg(err, errlen, "the process closed molt's copy of %s while it was loaded",
+                 obj->path);
+    return MOLT_EIO;
+  }
+  int rc = molt__elf_read_dynrels(obj->file.fd, &dr, err, errlen);
+  if (rc < 0)
+    return rc;
+  const molt__import **sorted = calloc(nimp ? nimp : 1, sizeof *sorted);
+  uintptr_t *value = calloc(nimp ? nimp : 1, sizeof *value); /* 0: not resolved yet */
+  import_write *writes = calloc(dr.nrels ? dr.nrels : 1, sizeof *writes);
+  size_t nwrites = 0;
+  bool relro = false;
+  const molt__symtab *st = NULL;
+  char what[512];
+  if (!sorted || !value || !writes) {
+    rc = MOLT_ENOMEM;
+    molt__errmsg(err, errlen, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < nimp; i++)
+    sorted[i] = &imports[i];
+  qsort(sorted, nimp, sizeof *sorted, import_by_symbol);
+  for (size_t i = 1; i < nimp; i++) {
+    const molt__import *a = sorted[i - 1], *b = sorted[i];
+    if (strcmp(a->symbol, b->symbol) == 0 &&
+        (strcmp(a->name, b->name) != 0 || !a->tu != !b->tu ||
+         (a->tu && strcmp(a->tu, b->tu) != 0))) {
+      molt__errmsg(err, errlen, "patch %s lists import symbol %s for two objects",
+                   obj->id, a->symbol);
+      rc = MOLT_ECORRUPT;
+      goto out;
+    }
+  }
+  for (size_t r = 0; r < dr.nrels; r++) {
+    const molt__dynrel *rel = &dr.rels[r];
+    if (rel->sym == 0)
+      continue;
+    const molt__dynsym *sym = &dr.syms[rel->sym];
+    molt__import key = {.symbol = sym->name};
+    const molt__import *kp = &key, **hit = nimp
+                                               ? bsearch(&kp, sorted, nimp,
+                                                         sizeof *sorted, import_by_symbol)
+                                               : NULL;
+    if (!hit) {
+      if (is_import_name(sym->name)) {
+        molt__errmsg(err, errlen,
+                     "patch %s refers to import symbol %s, which its import table does "
+                     "not list",
+                     obj->id, sym->name);
+        rc = MOLT_ECORRUPT;
+        goto out;
+      }
+      continue; /* an ordinary symbol: the dynamic loader bound it */
+    }
+    size_t idx = (size_t)(hit - sorted);
+    const molt__import *im = *hit;
+    describe(im, what, sizeof what);
+    if (sym->defined) {
+      molt__errmsg(err, errlen, "patch %s defines its import %s itself", obj->id, what);
+      rc = MOLT_ECORRUPT;
+      goto out;
+    }
+    if (sym->type == STT_TLS || tls_reloc(rel->type)) {
+      molt__errmsg(err, errlen,
+                   "patch %s imports thread-local variable %s; a patch cannot reach the "
+                   "program's thread-local variables",
+                   obj->id, what);
+      rc = MOLT_ECORRUPT;
+      goto out;
+    }
+    if (rel->type != R_X86_64_GLOB_DAT && rel->type != R_X86_64_JUMP_SLOT &&
+        rel->type != R_X86_64_64) {
+      molt__errmsg(err, errlen,
+                   "patch %s refers to its import %s with relocation type %" PRIu32
+                   " (only GOT entries and data words can be bound; compile patches "
+                   "with -fPIC)",
+                   obj->id, what, rel->type);
+      rc = MOLT_ECORRUPT;
+      goto out;
+    }
+    int place = molt__dynrels_place(&dr, rel->offset, sizeof(uintptr_t));
+    if (place == 0) {
+      molt__errmsg(err, errlen,
+                   "patch %s: the relocation of its import %s is outside its writable "
+                   "segments",
+                   obj->id, what);
+      rc = MOLT_ECORRUPT;
+      goto out;
+    }
+    relro |= place == 2;
+    if (!value[idx]) {
+      uintptr_t v;
+      if (!st && !(st = module_symtab(obj->module, &rc))) {
+        molt__errmsg(err, errlen, "cannot read the symbol table of %s: %s", m->path,
+                     molt_strerror(rc));
+        goto out;
+      }
+      rc = molt__symtab_lookup(st, im->name, im->tu, &v);
+      if (rc < 0) {
+        if (im->tu)
+          molt__errmsg(err, errlen, "%s: static symbol %s of %s%s", molt_strerror(rc),
+                       im->name, im->tu,
+                       rc == MOLT_ENOSYM
+                           ? " is not in the running program (was it stripped?)"
+                           : "");
+        else
+          molt__errmsg(err, errlen, "%s: %s is not in the running program",
+                       molt_strerror(rc), im->name);
+        goto out;
+      }
+      value[idx] = m->base + v;
+    }
+    writes[nwrites].addr = lm->l_addr + rel->offset;
+    writes[nwrites].value =
+        value[idx] + (rel->type == R_X86_64_64 ? (uintptr_t)rel->addend : 0);
+    nwrites++;
+  }
+  /* The RELRO part is read-only once the loader is done: writable only for
+   * these writes.  The loader protected [start, end) rounded inwards to
+   * pages (the last partial page stays writable with the data after it).
+   * Plain stores into the patch's own memory: no thread can run the patch
+   * before its generation is published with a release store. */
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t rs = (lm->l_addr + dr.relro_start) & ~(page - 1);
+  uintptr_t re = (lm->l_addr + dr.relro_end) & ~(page - 1);
+  bool unprotected = false;
+  if (relro && re > rs) {
+    if (mprotect((void *)rs, re - rs, PROT_READ | PROT_WRITE) != 0) {
+      rc = molt__from_errno(errno);
+      molt__errmsg(err, errlen, "cannot make the relocated data of %s writable: %s",
+                   obj->path, strerror(errno));
+      goto out;
+    }
+    unprotected = true;
+  }
+  for (size_t i = 0; i < nwrites; i++)
+    memcpy((void *)writes[i].addr, &writes[i].value, sizeof writes[i].value);
+  if (unprotected && mprotect((void *)rs, re - rs, PROT_READ) != 0) {
+    rc = molt__from_errno(errno);
+    molt__errmsg(err, errlen, "cannot protect the relocated data of %s again: %s",
+                 obj->path, strerror(errno));
+    goto out;
+  }
+  rc = 0;
+out:
+  free(sorted);
+  free(value);
+  free(writes);
+  molt__elf_free_dynrels(&dr);
+  return rc;
 }
 
-/* dlopens obj->fd and validates the header.  No molt__rt_lock held. */
+/* dlopens obj->file and validates the header.  No molt__rt_lock held. */
 static int load_handle(molt__object *obj, char *err, size_t errlen) {
   char p[64];
   if (molt__fd_load_path(&obj->file, p, sizeof p) < 0) {
@@ -158,6 +347,18 @@ static int load_handle(molt__object *obj, char *err, size_t errlen) {
     molt__errmsg(err, errlen, "%s was built for molt ABI %u, this runtime speaks %u",
                  obj->path, hdr->abi, MOLT__ABI);
     rc = MOLT_EABI;
+  } else if (hdr->version != MOLT__PATCH_HEADER_VERSION) {
+    molt__errmsg(
+        err, errlen,
+        "%s has patch header version %u, this runtime reads version %u (rebuild the "
+        "patch with this molt)",
+        obj->path, hdr->version, MOLT__PATCH_HEADER_VERSION);
+    rc = MOLT_EABI;
+  } else if ((hdr->flags & ~(uint32_t)MOLT__PATCH_PINNED) != 0 ||
+             !bounded_text(hdr->provenance) || !bounded_text(hdr->pinned_reasons)) {
+    molt__errmsg(err, errlen, "%s: corrupt patch header (flags %#x)", obj->path,
+                 hdr->flags);
+    rc = MOLT_ECORRUPT;
   } else if (hdr->fns > hdr->fns_end || hdr->imports > hdr->imports_end ||
              (size_t)(hdr->fns_end - hdr->fns) > MAX_RECORDS ||
              (size_t)(hdr->imports_end - hdr->imports) > MAX_RECORDS ||
@@ -192,6 +393,22 @@ static void unload_handle(molt__object *obj) {
   }
 }
 
+/* "f, g (a.c)": the functions a patch replaces, statics with their file,
+ * for status (malloc'ed; NULL when out of memory). */
+static char *replaced_list(const molt__patch_header *h) {
+  molt__buf b;
+  molt__buf_init(&b);
+  for (const molt__patch_fn *f = h->fns; f < h->fns_end; f++)
+    molt__buf_printf(&b, "%s%s%s%s%s", f == h->fns ? "" : ", ", f->name,
+                     f->tu ? " (" : "", f->tu ? f->tu : "", f->tu ? ")" : "");
+  molt__buf_add(&b, "", 1);
+  if (b.oom) {
+    molt__buf_free(&b);
+    return NULL;
+  }
+  return b.data;
+}
+
 int molt__patch_open(const char *path, molt__object **out, char *err, size_t errlen) {
   /* R7: opened once and checked; everything after this (note, dlopen,
    * rollback reloads) reads the sealed private copy (file.c). */
@@ -223,9 +440,18 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
   if (rc == 0)
     rc = load_handle(obj, err, errlen);
   if (rc == 0) {
-    obj->id = strdup(obj->hdr->id && *obj->hdr->id ? obj->hdr->id : "unnamed");
-    obj->description = strdup(obj->hdr->description ? obj->hdr->description : "");
-    if (!obj->id || !obj->description) {
+    const molt__patch_header *h = obj->hdr;
+    obj->id = strdup(h->id && *h->id ? h->id : "unnamed");
+    obj->description = strdup(h->description ? h->description : "");
+    obj->provenance = strdup(h->provenance ? h->provenance : "");
+    obj->pinned = (h->flags & MOLT__PATCH_PINNED) != 0;
+    obj->pinned_reasons =
+        strdup(h->pinned_reasons && *h->pinned_reasons ? h->pinned_reasons
+               : obj->pinned                           ? "pinned by its author"
+                                                       : "");
+    obj->replaced = replaced_list(h);
+    if (!obj->id || !obj->description || !obj->provenance || !obj->pinned_reasons ||
+        !obj->replaced) {
       rc = MOLT_ENOMEM;
       molt__errmsg(err, errlen, "out of memory");
     }
@@ -242,14 +468,23 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
       unload_handle(obj);
       free(obj->id);
       free(obj->description);
+      free(obj->provenance);
+      free(obj->pinned_reasons);
+      free(obj->replaced);
       free(obj->path);
       free(obj);
     }
     molt__fd_close(&file);
     return rc;
   }
+  uint64_t now = molt__gen_number_now(); /* takes molt__rt_lock itself */
   molt__rt_lock_acquire();
   molt__list_push(&objects, &obj->all);
+  size_t nfns = (size_t)(obj->hdr->fns_end - obj->hdr->fns);
+  molt__log(MOLT__EV_LOAD, now, obj->id, "loaded %s (%zu function%s%s%s%s%s)", obj->path,
+            nfns, nfns == 1 ? "" : "s", obj->provenance[0] ? "; built from " : "",
+            obj->provenance, obj->pinned ? "; kept loaded: " : "",
+            obj->pinned ? molt__object_kept_reason(obj) : "");
   molt__rt_lock_release();
   *out = obj;
   return 0;
@@ -380,6 +615,15 @@ void molt__object_leave_history(molt__object *obj) {
   molt__object_free_if_unused(obj);
 }
 
+const char *molt__object_kept_reason(molt__object *obj) {
+  /* The first line of the reasons (the status shows one), cut in place
+   * once: the full text is in the patch header. */
+  char *nl = strchr(obj->pinned_reasons, '\n');
+  if (nl)
+    *nl = '\0';
+  return obj->pinned_reasons;
+}
+
 void molt__object_free_if_unused(molt__object *obj) {
   if (obj->handle || obj->owner.gen_refs || obj->in_history || obj->prev_refs)
     return;
@@ -389,6 +633,9 @@ void molt__object_free_if_unused(molt__object *obj) {
   free(obj->prev);
   free(obj->id);
   free(obj->description);
+  free(obj->provenance);
+  free(obj->pinned_reasons);
+  free(obj->replaced);
   free(obj->path);
   free(obj);
 }
@@ -400,6 +647,19 @@ static void object_release(molt__owner *owner) {
   molt__object *o = MOLT__CONTAINER(owner, molt__object, owner);
   if (!o->handle)
     return;
+  if (o->pinned && o->gen != 0) {
+    /* Once published (gen != 0), the program may hold pointers into it
+     * (pinned_reasons): it stays mapped, and known, for the life of the
+     * process.  A pinned patch whose apply failed never ran: it goes. */
+    if (!o->kept_logged) {
+      o->kept_logged = true;
+      molt__rt_lock_acquire();
+      molt__log(MOLT__EV_INFO, o->gen, o->id, "kept %s loaded: %s", o->path,
+                molt__object_kept_reason(o));
+      molt__rt_lock_release();
+    }
+    return;
+  }
   char id[64];
   snprintf(id, sizeof id, "%s", o->id);
   uint64_t gen = o->gen;

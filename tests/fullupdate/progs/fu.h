@@ -1,7 +1,7 @@
 /* fu.h -- the command loop shared by the full-update test programs.
  *
  * A test program answers commands on stdin, one line each, with exactly
- * one line on stdout; the test (tests/fullupdate/fuharness.py) reads the
+ * one line on stdout; the test (tests/fullupdate/fuprogs.py) reads the
  * state through them before and after `molt update`.  Between two
  * commands the main thread passes its update point "main". */
 #ifndef FU_H

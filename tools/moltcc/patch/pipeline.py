@@ -54,20 +54,23 @@ from ..session import Report
 from ..toolchain import color_flags
 from ..unit import CK, SC
 from .plan import PatchPlan, assign_roles
-from .weave import PatchWeaver, WeaveError, patch_header_source
+from .weave import IMPORT_PREFIX, ImportTable, PatchWeaver, WeaveError, patch_header_source
 from . import source as fixsource
 
 COMPARE_FLAGS = ["-ffunction-sections", "-fdata-sections", "-g"]
 GCC_COMPARE_FLAGS = ["-fno-eliminate-unused-debug-types"]
-# Patches keep only what their new versions need of a whole file, so
-# "unused" warnings there are expected, not the user's problem; and the
-# declarations the generator writes for the program's objects repeat those
-# of the user's headers.  The user's warnings (and -Werror) are enforced on
-# the new version's own build (the "new" comparison build, with the
-# recorded flags), so these are warnings about moltcc's rewriting only.
-PATCH_CFLAGS = ["-fPIC", "-fvisibility=hidden", "-DMOLT__NO_AUTO_REGISTER",
-                "-Wno-unused-function", "-Wno-unused-variable", "-Wno-unused-const-variable",
-                "-Wno-redundant-decls"]
+# The patch reaches the program through its GOT (-fPIC -fno-plt: calls
+# too), its own definitions stay inside it (-fvisibility=hidden), and it
+# registers nothing at load time.  A patch keeps only what its new versions
+# need of a whole file: "unused" warnings about what the generator dropped
+# are not the user's (the user's warnings and -Werror stay on otherwise,
+# and the generated declarations turn off the few they could trigger).
+PATCH_CFLAGS = ["-fPIC", "-fno-plt", "-fvisibility=hidden", "-DMOLT__NO_AUTO_REGISTER",
+                "-Wno-unused-function", "-Wno-unused-variable", "-Wno-unused-const-variable"]
+
+# Symbols of the sanitizer runtimes that instrumented code refers to (PROG
+# may hold a copy-relocated one): the dynamic loader binds them as usual.
+SANITIZER_PREFIXES = ("__asan_", "__tsan_", "__ubsan_", "__lsan_", "__msan_", "__sanitizer_")
 
 WAY_FORWARD = ("a hot patch keeps every live object and every caller as they are: carry an added "
                "field as shadow data (docs/guide.md, \"Adding a field: shadow data\"), or change "
@@ -178,8 +181,8 @@ def _words(comp, path):
 
 
 def _argv(comp, path, output, front=(), extra=()):
-    return comp.compiler + list(front) + comp.flags + list(extra) + ["-c"] + _words(comp, path) \
-        + ["-o", output]
+    return comp.compiler + list(front) + comp.flags + list(extra) + gccargs.env_flags() + ["-c"] \
+        + _words(comp, path) + ["-o", output]
 
 
 def _run(s, argv, comp):
@@ -211,6 +214,7 @@ class Pipeline:
         self.target = None
         self.refusals = []                  # merged over all TUs: [(where, message)]
         self.pinned = []
+        self.import_table = ImportTable()   # the import symbols of the whole patch
         self.address_taken = []
         self.times = {}
 
@@ -594,7 +598,13 @@ class Pipeline:
     def weave_patch(self, t, plan):
         u = t.variants["new"].unit
         try:
-            text = PatchWeaver(u, self.layout.include, self.report, plan).weave(t.fns)
+            weaver = PatchWeaver(u, self.layout.include, self.report, plan, self.import_table,
+                                 key=t.rel)
+            text = weaver.weave(t.fns)
+            t.private_statics = weaver.private_statics
+            for imp in self.import_table.statics.values():
+                if imp.where and not getattr(imp, "shown", False):
+                    imp.where, imp.shown = t.shown(imp.where), True
         except WeaveError as e:
             t.errors.append(t.shown(str(e)))
             return None
@@ -681,6 +691,8 @@ class Pipeline:
                         % (t.rel, self.s.work.path))
         self.times["patch_compile"] = time.time() - t0
         for t in shipping:
+            self.note_private_statics(t)
+        for t in shipping:
             self.pinned += [e for e in t.escapes.pinned]
             self.address_taken += [e for e in t.escapes.address_taken]
         return s.make_output(s.cmd.output, lambda: self.link([t.patch_object for t in shipping]))
@@ -730,6 +742,58 @@ class Pipeline:
         self.s.flush_report()
         raise Fatal(msg)
 
+    def note_private_statics(self, t):
+        """A static of the original file that PROG has no symbol for (the
+        compiler folded it away: PROG's code never reads it from memory)
+        and that the compiled patch uses is the patch's own copy, with the
+        same initial value (the comparison checked it): said in a note."""
+        from elftools.elf.elffile import ELFFile
+        u = t.variants["orig"].unit
+        if u is None or not getattr(t, "private_statics", None):
+            return
+        orig = {c.spelling for c in u.top if c.kind == CK.VAR_DECL}
+        with open(t.patch_object, "rb") as f:
+            symtab = ELFFile(f).get_section_by_name(".symtab")
+            defined = {sym.name for sym in symtab.iter_symbols()
+                       if sym["st_shndx"] != "SHN_UNDEF"} if symtab else set()
+        for name, line in t.private_statics:
+            if name in orig and name in defined:
+                t.notes.append("%s:%d: static '%s' is not in %s (the compiler folded it away); "
+                               "the patch uses its own copy with the same initial value"
+                               % (t.given or t.rel, line, name, self.opts.target))
+
+    def used_imports(self, objects):
+        """The imports the compiled patch objects refer to: the asm-labelled
+        statics of the weaver's table, and the program's globals (functions
+        and variables) that are undefined symbols of the objects."""
+        from elftools.elf.elffile import ELFFile
+        out, seen = [], set()
+        for path in objects:
+            with open(path, "rb") as f:
+                symtab = ELFFile(f).get_section_by_name(".symtab")
+                syms = [(sym.name, sym["st_info"]["type"]) for sym in symtab.iter_symbols()
+                        if sym["st_shndx"] == "SHN_UNDEF" and sym.name] if symtab else []
+            for name, typ in syms:
+                if name in seen:
+                    continue
+                imp = self.import_table.by_symbol.get(name)
+                if imp is None and name.startswith(IMPORT_PREFIX):
+                    raise Fatal("internal error: %s refers to import symbol %s, which moltcc did "
+                                "not make" % (path, name))
+                if imp is None:
+                    if name.startswith(SANITIZER_PREFIXES):
+                        continue            # the sanitizer runtime's (a copy in PROG)
+                    if not self.symtab.has_global(name, FUNC_SYMTYPES | VAR_SYMTYPES):
+                        continue            # a library's: the dynamic loader binds it
+                    imp = self.import_table.global_(name, self.symtab.has_global(name, FUNC_SYMTYPES))
+                if typ == "STT_TLS" or imp.tls or self.symtab.has_global(name, {"TLS"}):
+                    raise Fatal("%s'%s' is a thread-local variable of %s; patches cannot import "
+                                "thread-local variables" % (imp.where + ": " if imp.where else "",
+                                                            imp.name, self.opts.target))
+                seen.add(name)
+                out.append(imp)
+        return out
+
     def link(self, objects):
         s, layout = self.s, self.layout
         out = s.cmd.output
@@ -738,15 +802,16 @@ class Pipeline:
         patch_id = opts.patch_id or re.sub(r"\.so$", "", os.path.basename(out))
         hdr = s.work.file("molt_patch_header.c")
         with open(hdr, "w") as f:
-            f.write(header_source(patch_id, opts.description or "", self.fix.provenance(),
-                                  [str(e) for e in self.pinned]))
+            f.write(patch_header_source(patch_id, opts.description or "", self.fix.provenance(),
+                                        [str(e) for e in self.pinned],
+                                        self.used_imports(objects)))
         hobj = hdr[:-2] + ".o"
         inc = ["-I" + layout.include] + layout.san_flags()
         rc, _ = s.tools.run(cc + ["-fPIC", "-DMOLT__NO_AUTO_REGISTER", "-c", hdr, "-o", hobj] + inc)
         if rc != 0:
             raise Fatal("internal error: cannot compile the patch header")
         rc, _ = s.tools.run(cc + ["-shared", "-o", out] + objects + [hobj] + self.extra_objects
-                            + layout.san_flags() + ["-Wl,--build-id"])
+                            + layout.san_flags() + ["-Wl,--build-id", "-Wl,-z,now"])
         if rc != 0:
             return rc
         stamp = layout.check_moltstamp()
@@ -943,18 +1008,6 @@ def remap(orig, new):
     o = orig.decode("utf-8", "surrogateescape")
     n = new.decode("utf-8", "surrogateescape")
     return remap_source(o, n).encode("utf-8", "surrogateescape")
-
-
-def header_source(patch_id, description, provenance, pinned):
-    """The patch header with the provenance and the pinned reasons when the
-    generator's header carries them (patch header v2), else the v1 header
-    (the report and --molt-report keep them)."""
-    import inspect
-    params = inspect.signature(patch_header_source).parameters
-    if "provenance" in params:
-        return patch_header_source(patch_id, description, provenance=provenance,
-                                   pinned_reasons=tuple(pinned))
-    return patch_header_source(patch_id, description)
 
 
 def build_from_fix(s, symtab, prog, fix, builds, extra_objects=()):

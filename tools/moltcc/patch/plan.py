@@ -1,8 +1,8 @@
 """What each function of the patch sources becomes (PatchPlan), decided
 from the target's symbol table (elf.Symtab): a new version of an updatable
 function ('pfn'), a private copy ('copy'), or left out ('removed': main and
-constructors); and the imports (Import) through which the patch reaches
-the live program's objects.
+constructors); and Import, an object of the live program the patch
+reaches.
 """
 from ..elf import FUNC_SYMTYPES
 from ..markers import explicitly_marked
@@ -10,23 +10,18 @@ from ..weave import refuse_naked_conflicts
 
 
 class Import:
-    """One object of the running program that the patch uses: its slot is
-    filled by the runtime (molt__import record) before the patch goes in."""
+    """One object of the running program that the patch uses: `symbol` is
+    the undefined symbol of the patch that stands for it (a global's own
+    name, `molt.imp.<n>` for a static), bound by the runtime to `name` in
+    the program (in file `tu` for a static) before the patch goes in."""
 
-    def __init__(self, symbol, tu, decl_name, is_func, tls=False):
-        self.symbol = symbol        # name looked up in the target
+    def __init__(self, symbol, name, tu, is_func, tls=False):
+        self.symbol = symbol
+        self.name = name
         self.tu = tu                # None for globals
-        self.decl_name = decl_name  # identifier declared in the patch TU
         self.is_func = is_func
         self.tls = tls
-
-    @property
-    def slot(self):
-        return "molt__imp_" + self.symbol
-
-    @property
-    def expr(self):
-        return "(__extension__ (*(__typeof__(%s) *)%s))" % (self.decl_name, self.slot)
+        self.where = None           # FILE:LINE of its declaration in the patch source
 
 
 class PatchPlan:

@@ -1,13 +1,31 @@
 """The patch weaver: one new source rewritten into patch code.
 
-For every function that is updatable in the target:
+Uses are left exactly as the user wrote them; only declarations change
+(notes/patchbuild-design.md §5):
 
-    static <header renamed f__molt_p> { new body }
-    static const molt__patch_fn f__molt_pfn ... = {"f", tu|NULL, &f__molt_p};
+- a variable of the running program (global, file-scope static, static
+  local of a replaced function that the program build hoisted): its
+  definition becomes a declaration with the complete type (an array's
+  bound from libclang's type, the initializer dropped, the preprocessor
+  directives inside it kept); every declaration of a static becomes
+  `extern T name __asm__("molt.imp.<n>")` (a static local: a block-scope
+  extern declaration in place); a global keeps its own name;
+- an unchanged function of the program: its definition becomes a
+  prototype (none after a prior declaration); a static one is `extern` with
+  the asm label on every declaration;
+- a replaced function f: its body becomes `static f__molt_p` with a
+  `molt__patch_fn` record; f itself stays declared (recursive calls and &f
+  reach the program's stable entry, an import like any other);
+- new functions and variables and private copies stay as they are;
+  `main` and constructors are removed.
 
-and every reference to an object of the running program becomes
-`(*(__typeof__(x) *)molt__imp_x)`, where `static void *molt__imp_x` is filled
-by the runtime from a molt__import record before the patch is switched in.
+The compiler then reaches every object of the program through the patch's
+GOT (or a data word, for an address in an initializer); the pipeline lists
+the import symbols the compiled object refers to in its molt_imports table
+({symbol, name, tu|NULL}), which the runtime binds.  The generated
+declarations are wrapped in `#pragma GCC diagnostic` push/ignored/pop so
+that the user's warnings (-Wredundant-decls, -Wnested-externs,
+-Wmissing-variable-declarations, ...) stay on for the rest of the file.
 """
 import re
 
@@ -18,20 +36,63 @@ from ..unit import CK, SC, top_level_token
 from ..weave import Weaver, c_string
 from .plan import Import
 
+# Prefix of the import symbols of statics (molt/abi.h MOLT__IMPORT_PREFIX).
+IMPORT_PREFIX = "molt.imp."
+
+# Warnings a generated declaration could trigger; unknown ones are skipped
+# by both compilers thanks to the first two lines (gcc knows -Wpragmas,
+# clang -Wunknown-warning-option).
+DECL_WARNINGS = ("-Wpragmas", "-Wunknown-warning-option", "-Wredundant-decls",
+                 "-Wnested-externs", "-Wmissing-variable-declarations",
+                 "-Wmissing-declarations", "-Wshadow", "-Wunused-variable",
+                 "-Wunused-function", "-Wunused-const-variable")
+DIAG_PUSH = ("#pragma GCC diagnostic push\n"
+             + "".join('#pragma GCC diagnostic ignored "%s"\n' % w for w in DECL_WARNINGS))
+DIAG_POP = "#pragma GCC diagnostic pop\n"
+
 
 class WeaveError(Exception):
     pass
 
 
+class ImportTable:
+    """The import symbols of one patch: a global is its own name, a static
+    gets `molt.imp.<n>`, one per (file, name) over the whole patch, so two
+    files with statics of the same name can be in one patch."""
+
+    def __init__(self):
+        self.statics = {}       # (file key, name) -> Import
+        self.by_symbol = {}     # symbol -> Import
+
+    def static(self, key, name, tu, is_func, tls=False):
+        k = (key, name)
+        imp = self.statics.get(k)
+        if imp is None:
+            imp = Import(IMPORT_PREFIX + str(len(self.statics) + 1), name, tu, is_func, tls)
+            self.statics[k] = imp
+            self.by_symbol[imp.symbol] = imp
+        return imp
+
+    def global_(self, name, is_func, tls=False):
+        imp = self.by_symbol.get(name)
+        if imp is None:
+            imp = Import(name, name, None, is_func, tls)
+            self.by_symbol[name] = imp
+        return imp
+
+
 class PatchWeaver(Weaver):
-    def __init__(self, unit, include_dir, report, plan):
+    def __init__(self, unit, include_dir, report, plan, imports=None, key=None):
         Weaver.__init__(self, unit, include_dir, report)
         self.plan = plan
         self.target = plan.target
-        self.imports = {}        # slot -> Import
+        self.table = imports if imports is not None else ImportTable()
+        self.key = key or unit.display
         self.pfns = []           # (name, tu or None, impl)
         self.dropped = []        # byte ranges whose code is not compiled
-        self.hoisted = {}        # usr -> (new name, Import or None)
+        # file-scope statics the program has no symbol for (new ones, or
+        # folded away by the compiler): their definitions stay in the patch
+        self.private_statics = []   # (name, line)
 
     def error(self, off_or_cursor, msg):
         if isinstance(off_or_cursor, int):
@@ -50,162 +111,126 @@ class PatchWeaver(Weaver):
                                "the compiler, e.g. -flto); the patch cannot reach the live object; "
                                "build the program without LTO" % (name, self.u.tu_name, renamed[0]))
 
-    def dropped_at(self, off):
-        return any(s <= off < e for s, e in self.dropped)
-
-    # -- classification of references ---------------------------------------------
-    def classify(self, r):
-        """Import for a referenced declaration, or None when the reference
-        stays as it is (locals, new objects, private copies, libraries)."""
+    # -- what is the program's ------------------------------------------------------
+    def program_var(self, v):
+        """Import for a variable declaration the running program defines, or
+        None (locals, new variables, library variables)."""
         u, t = self.u, self.target
-        if r.kind == CK.VAR_DECL:
-            usr = r.get_usr()
-            if usr in self.hoisted:
-                return self.hoisted[usr][1]
-            parent = r.semantic_parent
-            local = parent is not None and parent.kind == CK.FUNCTION_DECL
-            if local and r.storage_class != SC.EXTERN:
+        parent = v.semantic_parent
+        if parent is not None and parent.kind == CK.FUNCTION_DECL:
+            return None     # static locals: _local_statics
+        tls = v.tls_kind != ci.TLSKind.NONE if hasattr(v, "tls_kind") else False
+        if v.linkage == ci.LinkageKind.INTERNAL:
+            n = t.static_count(u.tu_name, v.spelling, VAR_SYMTYPES)
+            if n == 0:
+                self._check_renamed(v, v.spelling)
+                if v.is_definition():
+                    self.private_statics.append((v.spelling, v.location.line))
                 return None
-            tls = r.tls_kind != ci.TLSKind.NONE if hasattr(r, "tls_kind") else False
-            if r.linkage == ci.LinkageKind.INTERNAL:
-                n = t.static_count(u.tu_name, r.spelling, VAR_SYMTYPES)
-                if n == 0:
-                    self._check_renamed(r, r.spelling)
-                if n > 1:
-                    self.report.warn("%s: static '%s' exists in several files named %s in the target"
-                                     % (u.display, r.spelling, u.tu_name))
-                if n:
-                    return Import(r.spelling, u.tu_name, r.spelling, False, tls)
-                return None
-            if t.has_global(r.spelling, VAR_SYMTYPES):
-                return Import(r.spelling, None, r.spelling, False, tls)
-            return None
-        if r.kind == CK.FUNCTION_DECL:
-            name = r.spelling
-            if name.startswith("__builtin"):
-                return None
-            if r.linkage == ci.LinkageKind.INTERNAL:
-                role = self.plan.roles.get(r.get_usr())
-                if role == "pfn":
-                    return Import(name, u.tu_name, name, True)
-                if role == "copy":
-                    return None
-                d = r.get_definition()
-                if role is None and d is not None and not self.u.in_main(d):
-                    return None  # static (inline) function from a header: compiled in
-                if t.static_count(u.tu_name, name, FUNC_SYMTYPES):
-                    return Import(name, u.tu_name, name, True)
-                return "missing"
-            role = self.plan.global_roles.get(name)
-            if role == "pfn":
-                return Import(name, None, name, True)
-            if role == "copy":
-                return None
-            d = r.get_definition()
-            if role is None and d is not None:
-                return None  # inline definition from a header
-            if t.has_global(name, FUNC_SYMTYPES):
-                return Import(name, None, name, True)
-            return None
+            if n > 1:
+                self.report.warn("%s: static '%s' exists in several files named %s in the target"
+                                 % (u.display, v.spelling, u.tu_name))
+            return self.table.static(self.key, v.spelling, u.tu_name, False, tls)
+        if t.has_global(v.spelling, VAR_SYMTYPES):
+            return self.table.global_(v.spelling, False, tls)
         return None
+
+    def program_static_func(self, c):
+        """Import for a static function of this file that the patch reaches
+        in the program (unchanged, or replaced: &f and recursive calls), or
+        None (private copies, removed functions, static inline functions of
+        headers)."""
+        role = self.plan.roles.get(c.get_usr())
+        if role in ("copy", "removed"):
+            return None
+        if role is None:
+            d = c.get_definition()
+            if d is not None and not self.u.in_main(d):
+                return None
+        if self.target.static_count(self.u.tu_name, c.spelling, FUNC_SYMTYPES):
+            return self.table.static(self.key, c.spelling, self.u.tu_name, True)
+        return None
+
+    # -- text helpers ----------------------------------------------------------------
+    def _line_col(self, off):
+        d = self.u.data
+        return d.count(b"\n", 0, off) + 1, off - d.rfind(b"\n", 0, off)
+
+    def _at(self, off):
+        line, col = self._line_col(off)
+        return self.linemark(line) + " " * (col - 1)
+
+    def wrap(self, start, end):
+        """Diagnostics of the generated declaration in [start, end) off
+        (see DECL_WARNINGS); the code around it keeps lines and columns."""
+        self.rw.insert(start, "\n" + DIAG_PUSH + self._at(start))
+        self.rw.insert(end, "\n" + DIAG_POP + self._at(end))
+
+    def declarator_end(self, name_off, name, limit):
+        """End offset of the declarator whose identifier is at name_off: past
+        the brackets that follow the name (`[N]`, `(params)`, the `)` of
+        `(*name)`), before an initializer, attributes, an asm label, a
+        macro or a directive."""
+        end = name_off + len(name.encode())
+        depth = 0
+        for t in self.u.tokens_in(end, limit):
+            sp = t.spelling
+            if sp in ("(", "["):
+                depth += 1
+            elif sp in (")", "]"):
+                if depth:
+                    depth -= 1
+            elif depth == 0:
+                break
+            end = t.end
+        return end
+
+    _DIRECTIVE = re.compile(rb"^[ \t]*#[ \t]*(define|undef|if|ifdef|ifndef|elif|else|endif|pragma)\b")
+
+    def directives_in(self, start, end):
+        """The preprocessor directives on lines that start inside [start,
+        end): a dropped definition or initializer keeps them (a #define in
+        a table is still needed below it)."""
+        out = []
+        cont = False
+        lines = self.u.data[start:end].split(b"\n")
+        for i, ln in enumerate(lines):
+            if cont or (i > 0 and self._DIRECTIVE.match(ln)):
+                out.append(ln.decode("utf-8", "surrogateescape"))
+                cont = ln.rstrip(b"\r").endswith(b"\\")
+        return out
+
+    def drop(self, start, end, replacement=""):
+        """Replaces [start, end) by `replacement`, keeping the directives in
+        it and the position of the text after it."""
+        directives = self.directives_in(start, end)
+        text = replacement
+        if directives:
+            text += "\n" + "\n".join(directives)
+        if directives or "\n" in replacement:
+            line, col = self._line_col(end)
+            text += self.resume(line, col)
+        self.rw.replace(start, end, text)
+        self.dropped.append((start, end))
 
     # -- weaving -----------------------------------------------------------------------
     def weave(self, fns):
         u, rw = self.u, self.rw
         pfns = [fn for fn in fns if getattr(fn, "role", None) == "pfn"]
         for fn in fns:
-            if getattr(fn, "role", None) == "removed":
-                rw.remove(fn.ext_start, fn.ext_end)
-                self.dropped.append((fn.ext_start, fn.ext_end))
-            elif getattr(fn, "role", None) == "import":
+            role = getattr(fn, "role", None)
+            if role == "removed":
+                self.drop(fn.ext_start, fn.ext_end)
+            elif role == "import":
                 self._import_definition(fn)
-
-        # Hoisted statics of new versions: imported when the target has them
-        # (same name in the program build: molt__<func>__<var>).
-        for fn in pfns:
-            if not fn.plain:
-                continue
-            for h in fn.hoists:
-                for v, new in h.vars:
-                    imp = None
-                    if self.target.static_count(u.tu_name, new, VAR_SYMTYPES):
-                        imp = Import(new, u.tu_name, new, False,
-                                     v.tls_kind != ci.TLSKind.NONE)
-                    else:
-                        self._check_renamed(v, new)
-                    self.hoisted[v.get_usr()] = (new, imp)
-
-        # File-scope declarations of imported variables become `extern`
-        # declarations: the definition is the program's.
-        self._neutralize_file_scope()
-
-        # References.
-        overrides = {}   # top-level cursor hash -> {name: (usrs, replacement)}
-        tops = sorted(u.top, key=lambda c: c.extent.start.offset)
-        for top in tops:
-            if top.kind not in (CK.FUNCTION_DECL, CK.VAR_DECL):
-                continue
-            ts = top.extent.start.offset
-            if self.dropped_at(ts) and top.kind == CK.FUNCTION_DECL:
-                continue
-            for d in top.walk_preorder():
-                if d.kind != CK.DECL_REF_EXPR or d.referenced is None:
-                    continue
-                if not (d.location.file and d.location.file.name == u.path):
-                    continue
-                off = d.extent.start.offset
-                if self.dropped_at(off):
-                    continue
-                r = d.referenced
-                imp = self.classify(r)
-                usr = r.get_usr()
-                if imp == "missing":
-                    self.error(d, "static function '%s' is used but is neither defined in the patch "
-                                  "sources nor present in the target" % r.spelling)
-                if imp is None:
-                    if usr in self.hoisted:
-                        new = self.hoisted[usr][0]
-                        repl = new
-                    else:
-                        continue
-                else:
-                    if imp.tls:
-                        self.error(d, "'%s' is a thread-local variable of the program; patches "
-                                      "cannot import thread-local variables" % r.spelling)
-                    if top.kind == CK.VAR_DECL and top.storage_class != SC.EXTERN:
-                        self.error(d, "the initializer of '%s' refers to '%s' of the running "
-                                      "program, which is not a constant in a patch; assign it at "
-                                      "run time instead" % (top.spelling, r.spelling))
-                    self.imports.setdefault(imp.slot, imp)
-                    repl = imp.expr
-                if self.literal_ref(d):
-                    rw.replace(off, d.extent.end.offset, repl)
-                else:
-                    ov = overrides.setdefault(top.hash, (top, {}))[1]
-                    ov.setdefault(r.spelling, (set(), repl))[0].add(usr)
-
+        self._file_scope_variables()
+        self._static_function_declarations()
         for fn in pfns:
             if fn.plain:
-                self._pfn_plain(fn, overrides.pop(fn.c.hash, (None, {}))[1])
+                self._pfn_plain(fn)
             else:
-                self._pfn_macro(fn, overrides.pop(fn.c.hash, (None, {}))[1])
-        for top, names in overrides.values():
-            self._override(top, names, top.extent.start.offset, self._construct_end(top), top.extent.start.line)
-
-        self._extern_static_prototypes()
-
-        # Slots first (plain C, nothing to include), records at the end of
-        # the file, after everything they point to.
-        slots = "".join("static void *%s;\n" % s for s in sorted(self.imports))
-        if slots:
-            rw.insert(self.file_start(), slots + self.linemark(1))
+                self._pfn_macro(fn)
         end = ["\n", self.include_molt(), self.push_guard(self.wrap_guard)]
-        for s in sorted(self.imports):
-            imp = self.imports[s]
-            end.append("static const molt__import %s__molt_imp MOLT__SECTION(\"molt_imports\") = "
-                       "{%s, %s, (void **)&%s};\n" % (
-                           imp.symbol, c_string(imp.symbol),
-                           c_string(imp.tu) if imp.tu else "NULL", imp.slot))
         for name, tu, impl in self.pfns:
             end.append("__extension__ static const molt__patch_fn %s__molt_pfn MOLT__SECTION(\"molt_pfns\") = "
                        "{%s, %s, (void *)&%s};\n" % (name, c_string(name),
@@ -214,116 +239,7 @@ class PatchWeaver(Weaver):
         rw.insert(len(u.data), "".join(end))
         return rw.render()
 
-    def _construct_end(self, top):
-        e = top.extent.end.offset
-        if top.kind == CK.VAR_DECL:
-            semi = top_level_token(self.u.tokens_in(e, len(self.u.data)), ";")
-            if semi is not None:
-                return semi.end
-        return e
-
-    def _override(self, top, names, start, end, line):
-        """References produced by macro expansions cannot be rewritten token
-        by token: they get `#define x replacement` for the extent of the
-        construct, if nothing else in it is spelled x."""
-        u, rw = self.u, self.rw
-        if u.tok_at(start) is None:
-            self.error(top, "cannot rewrite references in '%s': its code comes from a macro"
-                       % top.spelling)
-        push = []
-        for name, (usrs, repl) in sorted(names.items()):
-            if u.spelled_elsewhere(top, name, usrs, start, end):
-                self.error(top, "'%s' is used through a macro in '%s' and its name is also used "
-                                "for something else there; moltcc cannot redirect it to the running "
-                                "program" % (name, top.spelling))
-            push.append('#pragma push_macro("%s")\n#undef %s\n#define %s %s\n' % (name, name, name, repl))
-        col = u.data.rfind(b"\n", 0, start)
-        col = start - col
-        rw.insert(start, "\n" + "".join(push) + self.linemark(line) + " " * (col - 1))
-        eline = u.data.count(b"\n", 0, end) + 1
-        ecol = end - u.data.rfind(b"\n", 0, end)
-        rw.insert(end, "\n" + "".join('#pragma pop_macro("%s")\n' % n for n in sorted(names))
-                  + self.linemark(eline) + " " * (ecol - 1))
-
-    def _pfn_plain(self, fn, macro_names):
-        u, rw = self.u, self.rw
-        impl = fn.name + "__molt_p"
-        blanks = []
-        for h in fn.hoists:
-            blanks.append(rw.remove(h.start, h.end))
-            for v, new in h.vars:
-                rw.replace(v.location.offset, v.location.offset + len(v.spelling.encode()), new)
-        header = self.header_variant(fn, fn.name, storage="extern")
-        prefix = self.rename_in_place(fn, impl)
-        self.pfns.append((fn.name, u.tu_name if fn.static else None, impl))
-        hoist_texts = []
-        for h, blank in zip(fn.hoists, blanks):
-            imps = [self.hoisted[v.get_usr()][1] for v, _ in h.vars]
-            hoist_texts.append((h, blank, all(imps)))
-            if all(imps):
-                # The program owns these: keep only an extern declaration (for
-                # __typeof__) without the initializers.
-                self._neutralize_range(h.start, [v for v, _ in h.vars])
-
-        # Statics referenced through macros: the hoisted name (new) or the
-        # import expression, scoped to this body.
-        scoped = {}
-        for usr, name in fn.macro_refs.items():
-            new, imp = self.hoisted[usr]
-            scoped[name] = imp.expr if imp else new
-            if imp:
-                self.imports.setdefault(imp.slot, imp)
-        for name, (usrs, repl) in macro_names.items():
-            if name in scoped:
-                continue
-            own = [(fn.name_off, fn.name_off + len(fn.name.encode()))]
-            own += [(v.location.offset, v.location.offset + len(v.spelling.encode()))
-                    for h in fn.hoists for v, _ in h.vars]
-            if u.spelled_elsewhere(fn.c, name, usrs, fn.ext_start, fn.ext_end, skip_ranges=own):
-                self.error(fn.c, "'%s' is used through a macro in '%s' and its name is also used "
-                                 "for something else there; moltcc cannot redirect it to the "
-                                 "running program" % (name, fn.name))
-            scoped[name] = repl
-        override = "".join('#pragma push_macro("%s")\n#undef %s\n#define %s %s\n' % (n, n, n, r)
-                           for n, r in sorted(scoped.items()))
-
-        def block():
-            out = ["\n", self.linemark(fn.line)]
-            if not fn.has_prior_decl:
-                out.append(header + ";\n")
-            for h, blank, _ in hoist_texts:
-                out.append(self.linemark(h.line))
-                out.append(rw.render(h.start, h.end, skip=[blank]).decode("utf-8", "surrogateescape"))
-                out.append("\n")
-            out.append(override)
-            out.append(self.resume_with_prefix(fn, prefix))
-            return "".join(out)
-
-        rw.insert(fn.ext_start, block)
-        if scoped:
-            rw.insert(fn.body_end, "\n" + "".join('#pragma pop_macro("%s")\n' % n for n in sorted(scoped))
-                      + self.linemark(fn.end_line) + " " * (fn.end_col - 1))
-
-    def _pfn_macro(self, fn, macro_names):
-        u, rw = self.u, self.rw
-        impl = fn.name + "__molt_p"
-        ret, decl, _, _ = self.macro_signature(fn)
-        self.pfns.append((fn.name, u.tu_name if fn.static else None, impl))
-        push = []
-        for name, (usrs, repl) in sorted(macro_names.items()):
-            if u.spelled_elsewhere(fn.c, name, usrs, fn.ext_start, fn.ext_end):
-                self.error(fn.c, "'%s' is used through a macro in '%s' and its name is also used "
-                                 "for something else there" % (name, fn.name))
-            push.append('#pragma push_macro("%s")\n#undef %s\n#define %s %s\n' % (name, name, name, repl))
-        proto = "" if fn.has_prior_decl else "extern __typeof__(%s) %s(%s);\n" % (ret, fn.name, decl)
-        rw.insert(fn.ext_start, "\n" + self.linemark(fn.line) + proto
-                  + "static %s %s(%s);\n#define %s %s\n" % (ret, impl, decl, fn.name, impl)
-                  + "".join(push) + self.linemark(fn.line) + " " * (fn.col - 1))
-        rw.insert(fn.ext_end, "\n#undef %s\n" % fn.name
-                  + "".join('#pragma pop_macro("%s")\n' % n for n in sorted(macro_names))
-                  + self.linemark(fn.end_line) + " " * (fn.end_col - 1))
-
-    # -- declarations --------------------------------------------------------------
+    # -- variables ---------------------------------------------------------------------
     def _var_groups(self):
         """File-scope variable declarations of the main file, grouped by
         declaration (`static int a = 1, b;` is one group of two)."""
@@ -335,7 +251,6 @@ class PatchWeaver(Weaver):
                 continue
             s = c.extent.start.offset
             if cur is not None:
-                # later declarators start at their own name, after a comma
                 prev_end = cur[-1].extent.end.offset
                 between = self.u.tokens_in(prev_end, s)
                 if len(between) == 1 and between[0].spelling == ",":
@@ -345,102 +260,226 @@ class PatchWeaver(Weaver):
             groups.append(cur)
         return groups
 
-    def _neutralize_file_scope(self):
+    def _file_scope_variables(self):
         for group in self._var_groups():
-            imps = [self.classify(v) for v in group]
-            if not any(isinstance(i, Import) for i in imps):
+            imps = [self.program_var(v) for v in group]
+            if not any(imps):
                 continue
-            if all(isinstance(i, Import) for i in imps):
-                if self._neutralize_range(group[0].extent.start.offset, group):
-                    continue
-            names = ", ".join(v.spelling for v, i in zip(group, imps) if isinstance(i, Import))
-            self.report.note("%s:%d: the definition of %s stays in the patch as an unused copy "
-                             "(every use refers to the running program)" % (
-                                 self.u.display, group[0].location.line, names))
+            names = ", ".join(v.spelling for v in group)
+            if not all(imps):
+                self.error(group[0], "the declaration of %s declares objects of the running "
+                                     "program and others it does not have (optimized away); "
+                                     "moltcc cannot make only some of them references: declare "
+                                     "them separately" % names)
+            self._declaration(group[0].extent.start.offset, self._group_end(group), group, imps)
 
-    def _neutralize_range(self, start, vars_):
-        """`static T a = 1, b;` -> `extern T a, b;`.  False if the declaration
-        is not literal text (comes from a macro)."""
+    def _group_end(self, group):
+        e = group[-1].extent.end.offset
+        semi = top_level_token(self.u.tokens_in(e, len(self.u.data)), ";")
+        return semi.end if semi is not None else e
+
+    def _declaration(self, start, end, vars_, imps, local=False):
+        """`[static] T a[] = {...}, b;` -> `extern T a[N] __asm__("molt.imp.1"), b ...;`
+        in place (asm labels for statics only), wrapped in DIAG_PUSH/POP."""
         u, rw = self.u, self.rw
-        first = vars_[0]
-        name_off = first.location.offset
-        if not all(u.is_literal(v.location.offset, v.spelling) for v in vars_):
-            return False
-        if u.tok_at(start) is None:
-            return False
-        spec = u.tokens_in(start, name_off)
+        names = ", ".join(v.spelling for v in vars_)
+        if u.tok_at(start) is None or not all(u.is_literal(v.location.offset, v.spelling)
+                                              for v in vars_):
+            self.error(vars_[0], "the declaration of %s comes from a macro; moltcc cannot make "
+                                 "it refer to the running program's object" % names)
+        for v, imp in zip(vars_, imps):
+            # (a thread-local one too: the pipeline refuses it if the patch uses it)
+            if imp.where is None:
+                imp.where = "%s:%d" % (u.display, v.location.line)
+        self.wrap(start, end)   # first: its text goes before the edits at `start`
+        spec = u.tokens_in(start, vars_[0].location.offset)
         storage = [t for t in spec if t.spelling in ("static", "extern")]
-        edits = []
-        for v in vars_:
-            eq = top_level_token(u.tokens_in(v.location.offset, v.extent.end.offset), "=")
-            if eq is not None:
-                edits.append((eq.start, v.extent.end.offset))
-        for s, e in edits:
-            rw.remove(s, e)
-            self.dropped.append((s, e))
         if storage:
             if storage[0].spelling == "static":
                 rw.replace(storage[0].start, storage[0].end, "extern")
+        elif vars_[0].storage_class == SC.STATIC or local:
+            self.error(vars_[0], "the 'static' of %s comes from a macro; moltcc cannot make it "
+                                 "refer to the running program's object" % names)
         else:
             rw.insert(start, "extern ")
-        return True
+        for v, imp in zip(vars_, imps):
+            name_off = v.location.offset
+            vend = v.extent.end.offset
+            dend = self.declarator_end(name_off, v.spelling, vend)
+            self._complete_array(v, name_off, dend)
+            label = ' __asm__(%s)' % c_string(imp.symbol) if imp.tu else ""
+            eq = top_level_token(u.tokens_in(dend, vend), "=")
+            if eq is not None:
+                if label:
+                    rw.insert(dend, label)
+                self.drop(eq.start, vend)
+            elif label:
+                rw.insert(dend, label)
 
-    def _extern_static_prototypes(self):
-        """`static int f(int);` for a function the patch imports (or replaces)
-        would warn 'declared static but never defined': those prototypes only
-        serve __typeof__ now, so they become extern declarations."""
+    def _complete_array(self, v, name_off, dend):
+        """`T a[] = {1, 2, 3}` -> `T a[3]`: without its initializer the
+        declaration keeps the complete type (sizeof, -Wextern-initializer)."""
+        d = v.get_definition() or v
+        t = d.type
+        if t.kind != ci.TypeKind.CONSTANTARRAY:
+            return
+        toks = self.u.tokens_in(name_off, dend)
+        for i, tk in enumerate(toks[:-1]):
+            if tk.spelling == "[":
+                if toks[i + 1].spelling == "]":
+                    self.rw.insert(toks[i + 1].start, str(t.get_array_size()))
+                return
+
+    # -- functions ---------------------------------------------------------------------
+    def _label(self, imp):
+        return ' __asm__(%s)' % c_string(imp.symbol) if imp is not None and imp.tu else ""
+
+    def _static_function_declarations(self):
+        """Every prototype of a static function the patch reaches in the
+        program: `extern ... __asm__("molt.imp.<n>")` (a `static` one left
+        would make the name internal, never defined)."""
         u, rw = self.u, self.rw
-        imported = {(i.symbol) for i in self.imports.values() if i.is_func and i.tu}
-        imported |= {r.spelling for r in self.u.top if r.kind == CK.FUNCTION_DECL
-                     and self.plan.roles.get(r.get_usr()) == "import"}
-        replaced = {n for n, tu, _ in self.pfns if tu}
         for c in u.top:
             if c.kind != CK.FUNCTION_DECL or c.is_definition():
                 continue
             if c.linkage != ci.LinkageKind.INTERNAL:
                 continue
-            if c.spelling not in imported and c.spelling not in replaced:
+            imp = self.program_static_func(c)
+            if imp is None:
                 continue
-            toks = u.tokens_in(c.extent.start.offset, c.location.offset)
+            start = c.extent.start.offset
+            end = c.extent.end.offset
+            if u.is_literal(c.location.offset, c.spelling):
+                label_at = self.declarator_end(c.location.offset, c.spelling, end)
+            elif [t.spelling for t in u.tokens_in(end - 1, end)] == [")"]:
+                # `static HANDLE_FUNC(name);`: the macro writes the whole
+                # declarator, the label goes after its invocation
+                label_at = end
+            else:
+                label_at = None
+            if u.tok_at(start) is None or label_at is None:
+                self.error(c, "the declaration of static function '%s' comes from a macro; "
+                              "moltcc cannot make it refer to the running program's function"
+                              % c.spelling)
+            semi = top_level_token(u.tokens_in(end, len(u.data)), ";")
+            self.wrap(start, semi.end if semi is not None else end)
+            toks = u.tokens_in(start, c.location.offset)
             st = [t for t in toks if t.spelling == "static"]
             if st:
                 rw.replace(st[0].start, st[0].end, "extern")
+            else:
+                rw.insert(start, "extern ")
+            rw.insert(label_at, self._label(imp))
 
-
-    # -- role 'import' (patch from a fix: patch/pipeline.py) ------------------------
-    _DIRECTIVE = re.compile(rb"^[ \t]*#[ \t]*(define|undef|if|ifdef|ifndef|elif|else|endif)\b")
+    def _prototype(self, fn, imp):
+        """The header of a plain definition as an extern prototype (asm
+        label of a static)."""
+        text = self.header_variant(fn, fn.name, storage="extern" if fn.static else None,
+                                   label_at=self.declarator_end(fn.name_off, fn.name,
+                                                                self.header_end(fn)),
+                                   label=self._label(imp))
+        return text.rstrip()
 
     def _import_definition(self, fn):
         """The program's unchanged function: its definition becomes a
-        prototype (none when a declaration precedes it, so -Wredundant-decls
-        stays quiet), for __typeof__ in the import expressions that replace
-        every reference.  Macro definitions and conditionals inside it are
-        kept; the text after it stays on its own lines."""
-        u, rw = self.u, self.rw
+        prototype (none when a declaration precedes it), directives inside
+        it kept."""
         proto = ""
+        imp = self.program_static_func(fn.c) if fn.static else None
+        if fn.static and imp is None:
+            self.error(fn.c, "static function '%s' is used but is neither compiled into the "
+                             "patch nor present in the target" % fn.name)
         if not fn.has_prior_decl:
             if fn.plain:
-                proto = self.header_variant(fn, fn.name, storage="extern" if fn.static else None)
+                proto = self._prototype(fn, imp)
             else:
                 ret, decl, _, _ = self.macro_signature(fn)
-                proto = "%s__typeof__(%s) %s(%s)" % ("extern " if fn.static else "", ret,
-                                                     fn.name, decl)
-            proto += ";"
-        directives = []
-        cont = False
-        lines = u.data[fn.ext_start:fn.ext_end].split(b"\n")
-        for i, ln in enumerate(lines):
-            if cont or (i > 0 and self._DIRECTIVE.match(ln)):
-                directives.append(ln.decode("utf-8", "surrogateescape"))
-                cont = ln.rstrip(b"\r").endswith(b"\\")
-        text = proto
-        if directives:
-            text += "\n" + "\n".join(directives)
-        rw.replace(fn.ext_start, fn.ext_end, text + self.resume(fn.end_line, fn.end_col))
-        self.dropped.append((fn.ext_start, fn.ext_end))
+                proto = "%s__typeof__(%s) %s(%s)%s" % ("extern " if fn.static else "", ret,
+                                                       fn.name, decl, self._label(imp))
+            proto = "\n" + DIAG_PUSH + proto + ";\n" + DIAG_POP
+        self.drop(fn.ext_start, fn.ext_end, proto)
+
+    def _local_statics(self, fn):
+        """Static locals of a replaced function that the program has (the
+        program build hoisted them as molt__<f>__<var>): block-scope
+        `extern T var __asm__("molt.imp.<n>");` in place; new ones stay
+        the patch's own."""
+        u = self.u
+        top_names = {c.spelling for c in u.top if c.kind in (CK.VAR_DECL, CK.FUNCTION_DECL)}
+        for h in fn.hoists:
+            imps = []
+            for v, new in h.vars:
+                imp = None
+                if self.target.static_count(u.tu_name, new, VAR_SYMTYPES):
+                    imp = self.table.static(self.key, new, u.tu_name, False,
+                                            v.tls_kind != ci.TLSKind.NONE)
+                else:
+                    self._check_renamed(v, new)
+                imps.append(imp)
+            if not any(imps):
+                continue
+            names = ", ".join(v.spelling for v, _ in h.vars)
+            if not all(imps):
+                self.error(h.stmt, "the declaration of %s in '%s' declares static locals the "
+                                   "running program has and others it does not have; declare "
+                                   "them separately" % (names, fn.name))
+            for v, _ in h.vars:
+                if v.spelling in top_names:
+                    self.error(v, "static local '%s' of '%s' has the name of a file-scope "
+                                  "declaration; moltcc cannot declare it as the running "
+                                  "program's object there (rename it)" % (v.spelling, fn.name))
+            self._declaration(h.start, h.end, [v for v, _ in h.vars], imps, local=True)
+
+    def _pfn_plain(self, fn):
+        u, rw = self.u, self.rw
+        impl = fn.name + "__molt_p"
+        imp = self.program_static_func(fn.c) if fn.static else None
+        if fn.static and imp is None:
+            self.error(fn.c, "static function '%s' is not in the target" % fn.name)
+        self._local_statics(fn)
+        header = self._prototype(fn, imp)
+        prefix = self.rename_in_place(fn, impl)
+        self.pfns.append((fn.name, u.tu_name if fn.static else None, impl))
+        self.func_name_macros(fn)
+
+        def block():
+            out = ["\n"]
+            if not fn.has_prior_decl:
+                out.append(DIAG_PUSH + self.linemark(fn.line) + header + ";\n" + DIAG_POP)
+            out.append(self.resume_with_prefix(fn, prefix))
+            return "".join(out)
+
+        rw.insert(fn.ext_start, block)
+
+    def _pfn_macro(self, fn):
+        u, rw = self.u, self.rw
+        impl = fn.name + "__molt_p"
+        ret, decl, _, _ = self.macro_signature(fn)
+        imp = self.program_static_func(fn.c) if fn.static else None
+        self.pfns.append((fn.name, u.tu_name if fn.static else None, impl))
+        proto = ""
+        if not fn.has_prior_decl:
+            proto = DIAG_PUSH + "extern __typeof__(%s) %s(%s)%s;\n" % (
+                ret, fn.name, decl, self._label(imp)) + DIAG_POP
+        rw.insert(fn.ext_start, "\n" + self.linemark(fn.line) + proto
+                  + "static %s %s(%s);\n#define %s %s\n" % (ret, impl, decl, fn.name, impl)
+                  + self.linemark(fn.line) + " " * (fn.col - 1))
+        rw.insert(fn.ext_end, "\n#undef %s\n" % fn.name
+                  + self.linemark(fn.end_line) + " " * (fn.end_col - 1))
 
 
-def patch_header_source(patch_id, description):
-    return ("/* generated by moltcc: the patch header and the note moltstamp fills in */\n"
-            "#include <molt.h>\n"
-            "MOLT_PATCH(%s, %s);\n" % (c_string(patch_id), c_string(description)))
+def patch_header_source(patch_id, description, provenance="", pinned_reasons=(), imports=()):
+    """The patch header (MOLT__PATCH_HEADER: id, description, provenance,
+    flags, pinned reasons) and the import table ({symbol, name, tu|NULL} in
+    section molt_imports) of the whole patch."""
+    out = ["/* generated by moltcc: the patch header, the note moltstamp fills in, the imports */\n",
+           "#include <molt.h>\n"]
+    reasons = "\n".join(pinned_reasons)
+    out.append("MOLT__PATCH_HEADER(%s, %s, %s, %s, %s);\n" % (
+        c_string(patch_id), c_string(description), c_string(provenance),
+        "MOLT__PATCH_PINNED" if pinned_reasons else "0u", c_string(reasons)))
+    for i, imp in enumerate(imports):
+        out.append("static const molt__import molt__import_%d MOLT__SECTION(\"molt_imports\") = "
+                   "{%s, %s, %s};\n" % (i, c_string(imp.symbol), c_string(imp.name),
+                                       c_string(imp.tu) if imp.tu else "NULL"))
+    return "".join(out)
