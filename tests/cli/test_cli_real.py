@@ -6,6 +6,7 @@ Environment (set by tests/cli/tests.cmake):
   TEST_RUNTIME  the test program
   PATCH_DIR     its patches (patch_a.so tag 1, patch_b.so tag 2, bad ones)
 """
+import json
 import os
 import shutil
 import subprocess
@@ -120,8 +121,8 @@ def test_status_shows_replaced_provenance_and_pinned(served):
     assert "BUILT-FROM" in table and "KEPT-LOADED" in table
     assert "doubler (target.c)" in table
     assert "patch_pinned.c:17: a string literal is stored in stored_msg" in table
-    log = json.loads(molt("log", served.pid, "--json", check=0).stdout)
-    loads = [e["message"] for e in log if e["event"] == "load"]
+    entries = json.loads(molt("log", served.pid, "--json", check=0).stdout)
+    loads = [e["message"] for e in entries if e["event"] == "load"]
     assert any("(1 function; built from diff fix.patch sha256:0123abcd; files: target.c; "
                "kept loaded: patch_pinned.c:17" in m for m in loads), loads
     assert any("patch_a.so (4 functions)" in m for m in loads), loads

@@ -27,10 +27,10 @@ struct molt__object {
   bool pinned;          /* never unloaded once published (patch header flag) */
   bool kept_logged;     /* the log said why it stays */
   char *pinned_reasons; /* first reason after molt__object_kept_reason */
-  molt__fd file;   /* its sealed copy, made once (R7); kept for reload */
-  size_t module;   /* index of the program module it patches */
-  uint64_t gen;    /* generation its apply created */
-  bool in_history; /* on the rollback stack */
+  molt__fd file;        /* its sealed copy, made once (R7); kept for reload */
+  size_t module;        /* index of the program module it patches */
+  uint64_t gen;         /* generation its apply created */
+  bool in_history;      /* on the rollback stack */
   /* What this patch replaced, for rollback: entry index and the object that
    * supplied the previous version (NULL = the program's version 0).  Each
    * named object has prev_refs counted, so it outlives this record. */
