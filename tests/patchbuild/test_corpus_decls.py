@@ -13,6 +13,8 @@ gcc and clang, patched while the program runs.
 - a `#define` inside a dropped initializer, used by shipped code;
 - two files with statics of the same name (`count`), both changed;
 - a function head written with #if/#else;
+- a global whose name is written as a macro (`#define base_value
+  prog_base_value`, as dnsmasq writes `daemon`);
 - `__func__` in a woven body and in a new version names the function.
 
 And a C89 program (-ansi -pedantic) patched the same way."""
@@ -30,6 +32,8 @@ PROG_H = r"""#ifndef PROG_H
 #define PROG_H
 struct item { int level; int weight; };
 extern int (*stored)(int);
+#define base_value prog_base_value
+extern int base_value;
 int compute(int x);
 int table_sum(void);
 const int *weights_at(void);
@@ -61,8 +65,9 @@ static const char *const names[] = {
     FIRST_NAME, "beta"
 };
 int (*stored)(int) = compute;
+int base_value = 7;
 
-int compute(int x) { return x + 1; }
+int compute(int x) { return x + 1 + base_value - 7; }
 
 const int *weights_at(void) { return weights; }
 
@@ -158,7 +163,8 @@ FIX = {
         ("int use_stored(int x) { return stored(x); }",
          "static int (*const ops[])(int) = {compute};\n\n"
          "int use_stored(int x) { return stored(x) + ops[0](x) * 100; }"),
-        ("int compute(int x) { return x + 1; }", "int compute(int x) { return x + 2; }"),
+        ("int compute(int x) { return x + 1 + base_value - 7; }",
+         "int compute(int x) { return x + 2 + base_value - 7; }"),
     ],
     "b.c": [("{ return ++count; }", "{ count += 10; return count; }"),
             ("    return x * 2;", "    return x * 3;")],

@@ -283,8 +283,18 @@ class PatchWeaver(Weaver):
         in place (asm labels for statics only), wrapped in DIAG_PUSH/POP."""
         u, rw = self.u, self.rw
         names = ", ".join(v.spelling for v in vars_)
-        if u.tok_at(start) is None or not all(u.is_literal(v.location.offset, v.spelling)
-                                              for v in vars_):
+        written = {}
+        for v in vars_:
+            # The name as written: the name itself, or one identifier that a
+            # macro turns into it (dnsmasq: `#define daemon dnsmasq_daemon`
+            # then `struct daemon *daemon;`); the declarator is edited around
+            # what is written, and the symbol is the name (or its label).
+            tok = u.tok_at(v.location.offset)
+            if tok is not None and (tok.spelling == v.spelling or (
+                    re.fullmatch(r"[A-Za-z_]\w*", tok.spelling)
+                    and u.macros_in(tok.start, tok.end))):
+                written[v.hash] = tok.spelling
+        if u.tok_at(start) is None or len(written) != len(vars_):
             self.error(vars_[0], "the declaration of %s comes from a macro; moltcc cannot make "
                                  "it refer to the running program's object" % names)
         for v, imp in zip(vars_, imps):
@@ -305,7 +315,7 @@ class PatchWeaver(Weaver):
         for v, imp in zip(vars_, imps):
             name_off = v.location.offset
             vend = v.extent.end.offset
-            dend = self.declarator_end(name_off, v.spelling, vend)
+            dend = self.declarator_end(name_off, written[v.hash], vend)
             self._complete_array(v, name_off, dend)
             label = ' __asm__(%s)' % c_string(imp.symbol) if imp.tu else ""
             eq = top_level_token(u.tokens_in(dend, vend), "=")
