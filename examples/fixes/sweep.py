@@ -13,7 +13,8 @@ so that the next file starts from the program as built.
 
 The function chosen is the first updatable function defined in the file
 (in source order) whose body is written in the file itself (not made by a
-macro), other than main.  A file with no such function is reported as
+macro), other than main; when the compiler removes it from the file (moltcc:
+"nothing to patch"), the next one, up to three.  A file with no such function is reported as
 "no function" and is not counted among the files that could be patched.
 
     run.sh sweep [--only tinyproxy,dnsmasq] [--files N] [--match REGEX] [--rebuild]
@@ -47,6 +48,7 @@ from fixes import build_server, load_server  # noqa: E402
 CHANGE = ("static volatile unsigned long molt_sweep_calls; "
           "volatile unsigned long molt_sweep_seen __attribute__((unused)) = ++molt_sweep_calls;")
 SETTLE_S = 0.3
+MAX_TRIES = 3
 
 
 def compile_record(h, binary):
@@ -66,10 +68,10 @@ def updatable_functions(h, pid):
     return by_file
 
 
-def choose_function(repo, record, names):
-    """(name, offset of the body's '{') of the first function defined in the
+def candidate_functions(repo, record, names):
+    """(name, offset of the body's '{') of each function defined in the
     record's file whose name is in `names` and whose body is in the file's
-    own text; None if there is none."""
+    own text, in source order."""
     sys.path.insert(0, os.path.join(repo, "tools"))
     from moltcc import gccargs
     import clang.cindex as ci
@@ -100,8 +102,7 @@ def choose_function(repo, record, names):
         if (start.file is None or os.path.realpath(start.file.name) != real
                 or text[start.offset:start.offset + 1] != b"{"):
             continue                     # the body comes from a macro
-        return c.spelling, start.offset
-    return None
+        yield c.spelling, start.offset
 
 
 def write_diff(tree, path, offset, out):
@@ -147,32 +148,43 @@ def sweep_server(h, srv, args):
             row = {"file": os.path.relpath(os.path.join(rec["directory"], rec["file"]), tree),
                    "function": None, "status": None, "reason": "", "replaced": []}
             rows.append(row)
-            pick = choose_function(h.repo, rec, funcs.get(base, set()))
-            if pick is None:
-                row["status"] = "no function"
-                continue
-            row["function"], offset = pick
-            diff = os.path.join(outdir, stem + ".patch")
-            write_diff(tree, os.path.join(rec["directory"], rec["file"]), offset, diff)
-            so = os.path.join(outdir, stem + ".so")
-            report = os.path.join(outdir, stem + ".json")
-            for f in (so, report):
-                if os.path.exists(f):
-                    os.unlink(f)
-            rc, wall, cpu = h.run([h.moltcc, "--molt-patch", "--molt-target", binary,
-                                   "--molt-diff", diff, "-o", so, "--molt-report", report,
-                                   "--molt-patch-id", "sweep-" + stem],
-                                  "sweep-%s-%s.log" % (srv.NAME, stem), cwd=h.work, check=False)
-            row["build_s"] = round(wall, 2)
-            if rc != 0:
-                errors = [l for l in h.logtext("sweep-%s-%s.log" % (srv.NAME, stem)).splitlines()
-                          if "error" in l]
+            cands = candidate_functions(h.repo, rec, funcs.get(base, set()))
+            row["status"] = "no function"
+            # A function the compiler removes from the file (a static nobody
+            # calls in this configuration) changes no code: moltcc says
+            # "nothing to patch" and the next function is taken, up to three.
+            for n, (name, offset) in enumerate(cands):
+                if n == MAX_TRIES:
+                    break
+                row["function"] = name
+                diff = os.path.join(outdir, stem + ".patch")
+                write_diff(tree, os.path.join(rec["directory"], rec["file"]), offset, diff)
+                so = os.path.join(outdir, stem + ".so")
+                report = os.path.join(outdir, stem + ".json")
+                for f in (so, report):
+                    if os.path.exists(f):
+                        os.unlink(f)
+                log = "sweep-%s-%s.log" % (srv.NAME, stem)
+                rc, wall, cpu = h.run([h.moltcc, "--molt-patch", "--molt-target", binary,
+                                       "--molt-diff", diff, "-o", so, "--molt-report", report,
+                                       "--molt-patch-id", "sweep-" + stem],
+                                      log, cwd=h.work, check=False)
+                row["build_s"] = round(wall, 2)
+                if rc == 0:
+                    row["status"] = "built"
+                    break
+                errors = [l for l in h.logtext(log).splitlines() if "error" in l]
                 row["status"], row["reason"] = "build failed", " ".join(errors)[:400]
+                if "nothing to patch" not in row["reason"]:
+                    break
+                row.setdefault("removed_by_compiler", []).append(name)
+            if row["status"] != "built":
                 continue
+            row["reason"] = ""
             with open(report) as f:
                 row["replaced"] = [x["name"] if isinstance(x, dict) else x
                                    for x in json.load(f).get("replaced", [])]
-            row["status"], row["so"] = "built", so
+            row["so"] = so
 
         # 2. each applied under load, checked, rolled back
         load = srv.load(h)
