@@ -28,6 +28,7 @@
  *
  * Exit status 0 when every check passed. */
 #include "molt.h"
+#include "../harness/check.h"
 #include "target.h"
 
 #include <dirent.h>
@@ -53,17 +54,6 @@
 #include <unistd.h>
 
 static const char *dir;
-static atomic_int failures; /* CHECK runs on several threads in stress */
-
-#define CHECK(cond, ...)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
-      fprintf(stderr, __VA_ARGS__);                                                      \
-      fputc('\n', stderr);                                                               \
-      failures++;                                                                        \
-    }                                                                                    \
-  } while (0)
 
 static char *patch(const char *name) {
   static char buf[4][4096];
@@ -71,11 +61,6 @@ static char *patch(const char *name) {
   char *b = buf[i++ % 4];
   snprintf(b, 4096, "%s/%s", dir, name);
   return b;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
 }
 
 static int tag(void) { return version_tag(0) / 1000; }

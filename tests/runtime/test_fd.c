@@ -4,6 +4,7 @@
  * a name no loaded object has.
  *
  *   test_fd PLAIN_LIB   (a shared object to load: tests/runtime's plain_lib) */
+#include "../harness/check.h"
 #include "base/base.h"
 
 #include <dlfcn.h>
@@ -17,17 +18,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int failures;
-#define CHECK(cond, ...)                                                                 \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
-      fprintf(stderr, __VA_ARGS__);                                                      \
-      fputc('\n', stderr);                                                               \
-      failures++;                                                                        \
-    }                                                                                    \
-  } while (0)
 
 static int band_start(void) {
   struct rlimit rl;
