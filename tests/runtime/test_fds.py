@@ -5,20 +5,17 @@ sockets, pipes and files on the freed numbers, `molt status` and `molt
 apply` work again at once, the log tells what was recovered, and none of the
 host's files ever saw a byte from the runtime.
 
-Environment (set by tests/runtime/tests.cmake):
-  MOLT_CLI   the molt binary
+Environment (set by tests/runtime/tests.cmake; the CLI is the build tree's,
+harness.tree):
   FDHOST     the host program
   PATCH_DIR  its patches fdhost_a.so (tag 1) and fdhost_b.so (tag 2)
 """
-import json
 import os
-import select
-import subprocess
-import time
 
 import pytest
 
-CLI = os.environ["MOLT_CLI"]
+from harness import proc
+
 FDHOST = os.environ["FDHOST"]
 PATCHES = os.environ["PATCH_DIR"]
 
@@ -31,80 +28,48 @@ def patch(name):
     return os.path.join(PATCHES, name)
 
 
-class Host:
+class Host(proc.Program):
     """fdhost serve HOW, driven by commands on its stdin."""
 
     def __init__(self, how, log_file=None):
         env = dict(os.environ)
         if log_file:
             env["MOLT_LOG_FILE"] = log_file
-        self.p = subprocess.Popen([FDHOST, "serve", how, PATCHES], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  bufsize=0, env=env)
-        self.pending = b""
+        proc.Program.__init__(self, [FDHOST, "serve", how, PATCHES], env=env)
         line = self.line(10.0)
-        assert line and line.startswith("ready "), (line, self.stderr())
+        assert line.startswith("ready "), (line, self.describe())
         words = line.split()
-        self.pid = int(words[1])
         self.traps = [int(w) for w in words[2:]]
 
-    def stderr(self):
-        if self.p.poll() is None:
-            return ""
-        return self.p.stderr.read().decode(errors="replace")
-
-    def line(self, timeout):
-        end = time.time() + timeout
-        while b"\n" not in self.pending:
-            left = end - time.time()
-            if left <= 0:
-                return None
-            r, _, _ = select.select([self.p.stdout], [], [], left)
-            if r:
-                chunk = os.read(self.p.stdout.fileno(), 4096)
-                if not chunk:
-                    return None
-                self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        return line.decode()
-
     def ask(self, cmd, timeout=10.0):
-        self.p.stdin.write((cmd + "\n").encode())
-        line = self.line(timeout)
-        assert line is not None, (cmd, self.stderr())
-        return line
+        self.send(cmd)
+        return self.line(timeout)
 
     def tag(self):
         return int(self.ask("tag").split()[1])
 
     def close(self):
-        self.p.stdin.write(b"quit\n")
-        rc = self.p.wait(timeout=10)
-        assert rc == 0, self.p.stderr.read().decode(errors="replace")
+        self.send("quit")
+        self.finish(rc=0)
 
 
-def molt(*args, check=0, timeout=BOUND_S):
-    """Runs the CLI; it must answer within `timeout` seconds."""
-    r = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout)
-    if check is not None:
-        assert r.returncode == check, (args, r.returncode, r.stdout, r.stderr)
-    return r
+def molt(*args):
+    """Runs the CLI; it must succeed and answer within BOUND_S seconds."""
+    return proc.molt(*args, check=0, timeout=BOUND_S)
 
 
 def infos(pid):
-    log = json.loads(molt("log", pid, "--json").stdout)
-    return [e["message"] for e in log if e["event"] == "info"]
+    return [e["message"] for e in proc.log(pid, timeout=BOUND_S) if e["event"] == "info"]
 
 
 def works_again(h):
     """status, apply, rollback by the CLI; apply by the program itself."""
-    st = json.loads(molt("status", h.pid, "--json").stdout)
+    st = proc.status(h.pid, timeout=BOUND_S)
     assert st["pid"] == h.pid and st["state"] == "ok", st
-    assert "applied patch patch-a" in molt("apply", h.pid, patch("fdhost_a.so")).stdout
+    assert "applied patch patch-a" in molt("apply", h.pid, patch("fdhost_a.so")).out
     assert h.tag() == 1
     # An application thread hands its request to the runtime thread (wake-up).
-    assert h.ask("apply fdhost_b.so").startswith("apply 0"), h.stderr()
+    assert h.ask("apply fdhost_b.so").startswith("apply 0"), h.describe()
     assert h.tag() == 2
     molt("rollback", h.pid)
     assert h.tag() == 1
@@ -135,7 +100,7 @@ def test_every_descriptor_closed(tmp_path, how):
         assert "reopened" in text and "applied" in text and " rollback " in text, text
         # A child of the host starts its own runtime; the fork handler closes
         # only what is still molt's.
-        assert h.ask("fork") == "fork ok", h.stderr()
+        assert h.ask("fork") == "fork ok", h.describe()
         assert h.ask("check") == "traps ok"
     finally:
         h.close()
@@ -152,7 +117,7 @@ def test_control_socket_alone(tmp_path):
         assert len(h.traps) == 1
         # Before the runtime has noticed: a child's fork handler must not close
         # the number the parent's runtime still thinks is its own.
-        assert h.ask("fork") == "fork ok", h.stderr()
+        assert h.ask("fork") == "fork ok", h.describe()
         works_again(h)
         msgs = infos(h.pid)
         assert any("control socket (fd %d)" % h.traps[0] in m and "again" in m
@@ -169,7 +134,7 @@ def test_log_file_alone(tmp_path):
     log_file = str(tmp_path / "molt.log")
     h = Host("log", log_file)
     try:
-        assert h.ask("apply fdhost_a.so").startswith("apply 0"), h.stderr()
+        assert h.ask("apply fdhost_a.so").startswith("apply 0"), h.describe()
         assert h.tag() == 1
         assert h.ask("check") == "traps ok"
         text = open(log_file).read()

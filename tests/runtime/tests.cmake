@@ -98,10 +98,8 @@ add_test(NAME runtime_fd_rollback COMMAND fdhost rollback ${RT_OUT})
 add_test(NAME runtime_fd_stress COMMAND fdhost stress ${RT_OUT} 300)
 set_tests_properties(runtime_fd_rollback PROPERTIES TIMEOUT 120 LABELS "runtime")
 set_tests_properties(runtime_fd_stress PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
-add_test(NAME runtime_fds
-  COMMAND ${Python3_EXECUTABLE} -m pytest --noconftest -q -p no:cacheprovider ${RT}/test_fds.py)
-set_tests_properties(runtime_fds PROPERTIES TIMEOUT 600 LABELS "runtime;cli"
-  ENVIRONMENT "MOLT_CLI=$<TARGET_FILE:molt-cli>;FDHOST=$<TARGET_FILE:fdhost>;PATCH_DIR=${RT_OUT}")
+molt_pytest(runtime_fds ${RT}/test_fds.py TIMEOUT 600 LABELS runtime cli
+  ENV FDHOST=$<TARGET_FILE:fdhost> PATCH_DIR=${RT_OUT})
 
 # The kept descriptors of the base layer on their own (base/fd.c).
 add_executable(test_fd ${RT}/test_fd.c ${MOLT_BASE_SRCS})
