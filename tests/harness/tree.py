@@ -34,10 +34,11 @@ def molt_cli():
 
 
 def write_file(root, name, text):
-    """Writes text to root/name (making its folders); returns the path."""
+    """Writes text (str or bytes) to root/name (making its folders);
+    returns the path."""
     path = os.path.join(str(root), name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
+    with open(path, "wb" if isinstance(text, bytes) else "w") as f:
         f.write(text)
     return path
 

@@ -9,9 +9,9 @@ source is compiled with gcc or clang-14 and `-ffunction-sections
 run (the slow part is loading libclang) and woven sources are cached for the
 session, so the gcc/clang and -O0/-O2 variants reuse them.
 
-moltcc is <build>/bin/moltcc ($MOLT_BUILD_DIR, default <repo>/build) or
-tools/moltcc/moltcc.py on /usr/bin/python3.  Missing prerequisites skip,
-except under MOLT_REQUIRE_ALL=1 (CI): then they fail.
+moltcc, the build tree and skipping are harness.moltcc's and harness.tree's
+(tests/README.md): missing prerequisites skip, except under
+MOLT_REQUIRE_ALL=1 (CI): then they fail.
 """
 import concurrent.futures
 import hashlib
@@ -19,35 +19,15 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
-BUILD = os.path.abspath(os.environ.get("MOLT_BUILD_DIR") or os.path.join(ROOT, "build"))
-TOOLS = os.path.join(ROOT, "tools")
-INCLUDE = os.path.join(ROOT, "include")
-sys.path.insert(0, TOOLS)
+from harness import moltcc as _moltcc
+from harness.tree import INCLUDE, skip, write_file
+from harness.tree import pytest_runtest_makereport  # noqa: F401 (the hook)
 
-REQUIRE_ALL = os.environ.get("MOLT_REQUIRE_ALL", "") not in ("", "0")
 COMPILERS = {"gcc": "gcc", "clang": "clang-14"}
 BASE_FLAGS = ["-ffunction-sections", "-fdata-sections", "-g", "-c"]
-
-
-def skip(reason):
-    if REQUIRE_ALL:
-        pytest.fail("%s (MOLT_REQUIRE_ALL=1: a missing prerequisite is a failure)" % reason,
-                    pytrace=False)
-    pytest.skip(reason)
-
-
-def moltcc_cmd():
-    launcher = os.path.join(BUILD, "bin", "moltcc")
-    if os.path.exists(launcher):
-        return [launcher]
-    return ["/usr/bin/python3", os.path.join(TOOLS, "moltcc"),
-            "--molt-internal-include=" + INCLUDE, "--molt-internal-libdir=" + BUILD]
 
 
 class Builder:
@@ -76,10 +56,7 @@ class Builder:
     @staticmethod
     def _write(d, files):
         for n, text in files.items():
-            p = os.path.join(d, n)
-            os.makedirs(os.path.dirname(p), exist_ok=True)
-            with open(p, "w") as f:
-                f.write(text)
+            write_file(d, n, text)
 
     def weave(self, versions, main):
         """Weaves main of every version (list of file dicts) in one moltcc run."""
@@ -101,14 +78,13 @@ class Builder:
             rels.append("v%d/%s" % (i, main))
         tmp = os.path.join(top, "tmp")
         os.makedirs(tmp)
-        env = dict(os.environ, TMPDIR=tmp, MOLT_CC="gcc")
-        p = subprocess.run(moltcc_cmd() + ["--molt-keep", "--molt-updatable=all", "-c"] + rels,
-                           cwd=top, env=env, capture_output=True, text=True)
-        if p.returncode != 0 and ("No module named 'clang'" in p.stderr or "libclang" in p.stderr):
-            skip("moltcc needs Debian's python3-clang-14: " + p.stderr.strip().splitlines()[-1])
-        assert p.returncode == 0, "moltcc failed:\n" + p.stderr
-        m = re.search(r"generated sources kept in (\S+)", p.stderr)
-        assert m, p.stderr
+        p = _moltcc.moltcc(["--molt-keep", "--molt-updatable=all", "-c"] + rels, top,
+                           env={"TMPDIR": tmp, "MOLT_CC": "gcc"})
+        if p.rc != 0 and ("No module named 'clang'" in p.err or "libclang" in p.err):
+            skip("moltcc needs Debian's python3-clang-14: " + p.err.strip().splitlines()[-1])
+        assert p.rc == 0, "moltcc failed:\n" + p.err
+        m = re.search(r"generated sources kept in (\S+)", p.err)
+        assert m, p.err
         kept = m.group(1)
         for i, (k, files) in enumerate(todo):
             with open(os.path.join(kept, str(i + 1), os.path.basename(main))) as f:

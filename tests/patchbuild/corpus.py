@@ -6,47 +6,33 @@ diff -u); the patch is built from the diff with `moltcc --molt-patch
 applied with `molt apply`; `molt status` must then show exactly the
 replaced functions.  Not a conftest: the folder's other tests have theirs.
 
-moltcc and molt come from the build tree ($MOLT_BUILD_DIR, default
-<repo>/build).  A missing prerequisite skips, except under
+moltcc, molt and the build tree are harness.moltcc's, harness.proc's and
+harness.tree's.  A missing prerequisite skips, except under
 MOLT_REQUIRE_ALL=1 (CI): then it fails.
 """
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import time
 
-from fixtools import BUILD, env, git, have_bindings, moltcc_cmd, skip, write
-
-MOLT = os.path.join(BUILD, "bin", "molt")
+from fixtools import git, write
+from harness import proc
+from harness.moltcc import make_env, moltcc_cmd
+from harness.tree import have_bindings, need_built, skip
 
 
 def need(tools=("make", "git", "gcc")):
     if not have_bindings():
         skip("/usr/bin/python3 has no libclang bindings (apt-get install python3-clang-14)")
-    for f in ("libmolt.so", "bin/molt", "bin/moltstamp"):
-        if not os.path.exists(os.path.join(BUILD, f)):
-            skip("%s not built in %s" % (f, BUILD))
+    need_built("libmolt.so", "bin/molt", "bin/moltstamp")
     for tool in tools:
         if not shutil.which(tool):
             skip("%s is not installed" % tool)
 
 
-class Result:
-    def __init__(self, p, cmd):
-        self.rc, self.out, self.err, self.cmd = p.returncode, p.stdout, p.stderr, cmd
-
-    def __repr__(self):
-        return "<rc=%d %s\nstdout:\n%s\nstderr:\n%s>" % (self.rc, " ".join(self.cmd), self.out,
-                                                        self.err)
-
-
 def run(cmd, cwd, extra_env=None, timeout=300):
-    p = subprocess.run(cmd, cwd=str(cwd), capture_output=True, text=True, env=env(extra_env),
-                       timeout=timeout)
-    return Result(p, [str(c) for c in cmd])
+    """cmd in cwd with a build's environment -> harness.proc.Result"""
+    return proc.run(cmd, cwd=cwd, env=make_env(extra_env), timeout=timeout)
 
 
 class Project:
@@ -173,26 +159,20 @@ def refused(r, out, *needles):
 # The running program
 # ---------------------------------------------------------------------------
 
-class Running:
-    def __init__(self, argv, cwd):
-        self.p = subprocess.Popen(argv, cwd=str(cwd), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env())
-        self.pid = str(self.p.pid)
+class Running(proc.Program):
+    """A program of the corpus, started with a build's environment."""
 
-    def alive(self):
-        return self.p.poll() is None
+    def __init__(self, argv, cwd):
+        proc.Program.__init__(self, argv, cwd=cwd, env=make_env())
 
     def molt(self, *args, check=0):
-        r = run([MOLT] + list(args), os.getcwd())
-        if check is not None:
-            assert r.rc == check, r
-        return r
+        return proc.molt(*args, check=check, env=make_env())
 
     def apply(self, patch):
         return self.molt("apply", self.pid, patch)
 
     def status(self):
-        return json.loads(self.molt("status", self.pid, "--json").out)
+        return proc.status(self.pid, env=make_env())
 
     def replaced_by(self, patch_id):
         """{(name, tu or None)} of the functions whose version is patch_id."""
@@ -203,15 +183,9 @@ class Running:
         return out
 
     def stop(self):
-        if self.alive():
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        out, err = self.p.communicate()
-        return out, err
+        """SIGTERM (SIGKILL after 10 s); returns (stdout, stderr)."""
+        proc.Program.stop(self)
+        return self.out.join(), self.err.join()
 
 
 class SocketServer(Running):
@@ -220,11 +194,9 @@ class SocketServer(Running):
     def __init__(self, argv, cwd, sock):
         self.sock = sock
         Running.__init__(self, argv + [sock], cwd)
-        deadline = time.time() + 20
-        while not os.path.exists(sock):
-            assert self.alive(), self.stop()
-            assert time.time() < deadline, "the server did not start"
-            time.sleep(0.02)
+        proc.wait_until(lambda: os.path.exists(sock) or not self.alive(), timeout=20,
+                        what="the server to start")
+        assert os.path.exists(sock), self.stop()
 
     def request(self, line, timeout=10):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -259,11 +231,7 @@ class FileReporter(Running):
             return ""
 
     def wait(self, pred, timeout=20):
-        deadline = time.time() + timeout
-        while True:
-            t = self.read()
-            if pred(t):
-                return t
-            assert self.alive(), self.stop()
-            assert time.time() < deadline, "last report: %r" % t
-            time.sleep(0.02)
+        t = proc.poll(self.read, lambda r: pred(r) or not self.alive(), timeout,
+                      what="the report")
+        assert pred(t), self.stop()
+        return t

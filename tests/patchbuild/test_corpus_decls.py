@@ -23,7 +23,7 @@ import re
 import pytest
 
 from corpus import FileReporter, Project, need, ok_patch, run
-from fixtools import moltcc_cmd
+from harness.moltcc import moltcc_cmd
 
 STRICT = ["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-Wredundant-decls",
           "-Wmissing-prototypes", "-pedantic", "-std=c99", "-D_POSIX_C_SOURCE=200809L"]

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from corpus import FileReporter, Project, need, ok_patch, run
-from fixtools import moltcc_cmd
+from harness.moltcc import moltcc_cmd
 
 PROG_C = r"""#include <stdio.h>
 #include <stdlib.h>

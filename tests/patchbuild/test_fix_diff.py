@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from fixtools import git, skip, write
+from fixtools import git, write
+from harness.tree import skip
 
 from moltcc.patch import diff as D
 

@@ -15,8 +15,10 @@ import subprocess
 
 import pytest
 
-import fixtools
-from fixtools import BUILD, git, moltcc, moltcc_cmd, needs_moltcc, run, write
+from fixtools import git, moltcc, needs_moltcc, run, write
+from harness.moltcc import moltcc_cmd
+from harness import tree
+from harness.tree import BUILD, have_bindings, skip
 
 from moltcc.errors import Fatal
 from moltcc.patch import source as S
@@ -78,11 +80,11 @@ tools/tool: tools/tool.c
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    if not fixtools.have_bindings() or not os.path.exists(os.path.join(BUILD, "libmolt.so")):
-        fixtools.skip("moltcc needs libclang bindings and libmolt.so in %s" % BUILD)
+    if not have_bindings() or not tree.built("libmolt.so"):
+        skip("moltcc needs libclang bindings and libmolt.so in %s" % BUILD)
     for tool in ("make", "git", "diff", "objcopy"):
         if not shutil.which(tool):
-            fixtools.skip("%s is not installed" % tool)
+            skip("%s is not installed" % tool)
     d = tmp_path_factory.mktemp("fixsrc") / "proj"
     write(d, PROJECT)
     git(["init", "-q"], d)

@@ -7,7 +7,8 @@ that may keep the pointer is a reason with file:line; patch functions used
 as values are listed."""
 import pytest
 
-from fixtools import have_bindings, skip, write
+from fixtools import write
+from harness.tree import have_bindings, skip
 
 SOURCE = r"""#include <pthread.h>
 #include <stdio.h>

@@ -9,8 +9,10 @@ import shutil
 
 import pytest
 
-import fixtools
-from fixtools import BUILD, ROOT, moltcc, moltcc_cmd, needs_moltcc, run, show_build, write
+from fixtools import moltcc, needs_moltcc, run, show_build, write
+from harness.moltcc import moltcc_cmd
+from harness import tree
+from harness.tree import BUILD, ROOT, have_bindings, skip
 
 from moltcc import record
 
@@ -66,11 +68,11 @@ tools/tool: tools/tool.c
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    if not fixtools.have_bindings() or not os.path.exists(os.path.join(BUILD, "libmolt.so")):
-        fixtools.skip("moltcc needs libclang bindings and libmolt.so in %s" % BUILD)
+    if not have_bindings() or not tree.built("libmolt.so"):
+        skip("moltcc needs libclang bindings and libmolt.so in %s" % BUILD)
     for tool in ("make", "objcopy", "strip", "ar"):
         if not shutil.which(tool):
-            fixtools.skip("%s is not installed" % tool)
+            skip("%s is not installed" % tool)
     d = tmp_path_factory.mktemp("recorded") / "proj"
     write(d, PROJECT)
     cc = " ".join(moltcc_cmd() + ["--molt-updatable=all"])

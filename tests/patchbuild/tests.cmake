@@ -11,20 +11,14 @@
 #                       programs changed one way, patched while they run with
 #                       molt apply, or refused
 #   by hand:  MOLT_BUILD_DIR=build python3 -m pytest -q tests/patchbuild
-find_package(Python3 COMPONENTS Interpreter)
-if(Python3_FOUND AND NOT MOLT_SANITIZE)
+if(NOT MOLT_SANITIZE)
   file(GLOB MOLT_COMPARE_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_objdiff*.py
                                ${CMAKE_CURRENT_LIST_DIR}/test_typecheck*.py
                                ${CMAKE_CURRENT_LIST_DIR}/test_lifetime*.py)
   file(GLOB MOLT_FIX_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_fix_*.py
                            ${CMAKE_CURRENT_LIST_DIR}/test_record_*.py)
-  add_test(NAME patchbuild_compare
-    COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${MOLT_COMPARE_TESTS})
-  add_test(NAME patchbuild_fix
-    COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${MOLT_FIX_TESTS})
   file(GLOB MOLT_CORPUS_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_corpus_*.py)
-  add_test(NAME patchbuild_corpus
-    COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${MOLT_CORPUS_TESTS})
-  set_tests_properties(patchbuild_compare patchbuild_fix patchbuild_corpus PROPERTIES TIMEOUT 900
-    LABELS "patchbuild;moltcc" ENVIRONMENT "MOLT_BUILD_DIR=${CMAKE_BINARY_DIR}")
+  molt_pytest(patchbuild_compare ${MOLT_COMPARE_TESTS} TIMEOUT 900 LABELS patchbuild moltcc)
+  molt_pytest(patchbuild_fix ${MOLT_FIX_TESTS} TIMEOUT 900 LABELS patchbuild moltcc)
+  molt_pytest(patchbuild_corpus ${MOLT_CORPUS_TESTS} TIMEOUT 900 LABELS patchbuild moltcc)
 endif()
