@@ -315,6 +315,19 @@ out:
   return rc;
 }
 
+/* Frees an object's record and what it owns (not its handle or file). */
+static void free_record(molt__object *obj) {
+  free(obj->by_index);
+  free(obj->prev);
+  free(obj->id);
+  free(obj->description);
+  free(obj->provenance);
+  free(obj->pinned_reasons);
+  free(obj->replaced);
+  free(obj->path);
+  free(obj);
+}
+
 /* dlopens obj->file and validates the header.  No molt__rt_lock held. */
 static int load_handle(molt__object *obj, char *err, size_t errlen) {
   char p[64];
@@ -466,13 +479,7 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
   if (rc < 0) {
     if (obj) {
       unload_handle(obj);
-      free(obj->id);
-      free(obj->description);
-      free(obj->provenance);
-      free(obj->pinned_reasons);
-      free(obj->replaced);
-      free(obj->path);
-      free(obj);
+      free_record(obj);
     }
     molt__fd_close(&file);
     return rc;
@@ -629,15 +636,7 @@ void molt__object_free_if_unused(molt__object *obj) {
     return;
   molt__list_unlink(&objects, &obj->all);
   molt__fd_close(&obj->file); /* unless the host took the number */
-  free(obj->by_index);
-  free(obj->prev);
-  free(obj->id);
-  free(obj->description);
-  free(obj->provenance);
-  free(obj->pinned_reasons);
-  free(obj->replaced);
-  free(obj->path);
-  free(obj);
+  free_record(obj);
 }
 
 /* No live generation points into the object any more (reclamation, op_lock
