@@ -14,7 +14,6 @@ with --strict.
 
     fixes.py --work DIR --moltcc M --molt M [--quick] [--only a,b] [--fixes x,y] [--rebuild] [--strict]
 """
-import argparse
 import importlib.util
 import json
 import os
@@ -26,7 +25,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "common"))
-from harness import Failure, Harness, table  # noqa: E402
+from harness import Failure, Harness, arguments, table  # noqa: E402
 
 SERVERS = ["tinyproxy", "dnsmasq", "nginx"]
 QUICK_SERVER = "dnsmasq"
@@ -174,11 +173,7 @@ def verdict(results, strict):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--repo", required=True)
-    ap.add_argument("--moltcc", required=True)
-    ap.add_argument("--molt", required=True)
+    ap = arguments()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only")
     ap.add_argument("--fixes", help="only these fixes (names as in the table)")

@@ -38,7 +38,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "common"))
 sys.path.insert(0, HERE)
-from harness import Failure, Harness  # noqa: E402
+from harness import Failure, Harness, arguments  # noqa: E402
 from fixes import build_server, load_server  # noqa: E402
 
 # The change made to each chosen function, inserted right after the opening
@@ -226,11 +226,7 @@ def sweep_server(h, srv, args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--repo", required=True)
-    ap.add_argument("--moltcc", required=True)
-    ap.add_argument("--molt", required=True)
+    ap = arguments()
     ap.add_argument("--only", default="tinyproxy,dnsmasq")
     ap.add_argument("--files", type=int, default=0, help="only the first N files")
     ap.add_argument("--match", help="only the files whose path matches this regular expression")

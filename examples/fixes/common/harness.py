@@ -42,6 +42,16 @@ def blocked_by(text):
     return None
 
 
+def arguments():
+    """The arguments every driver takes from run.sh (the work directory,
+    the repository and the two tools); the driver adds its own."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    for name in ("--work", "--repo", "--moltcc", "--molt"):
+        ap.add_argument(name, required=True)
+    return ap
+
+
 class Failure(Exception):
     """Something the run needs did not work (a build, a start): the run stops."""
 
