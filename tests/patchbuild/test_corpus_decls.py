@@ -13,6 +13,8 @@ gcc and clang, patched while the program runs.
 - a `#define` inside a dropped initializer, used by shipped code;
 - two files with statics of the same name (`count`), both changed;
 - a function head written with #if/#else;
+- a function with a directive inside its parameter list (nginx's
+  ngx_ssl_get_cached_session), in the program build and the patch;
 - a global whose name is written as a macro (`#define base_value
   prog_base_value`, as dnsmasq writes `daemon`);
 - `__func__` in a woven body and in a new version names the function.
@@ -67,7 +69,17 @@ static const char *const names[] = {
 int (*stored)(int) = compute;
 int base_value = 7;
 
-int compute(int x) { return x + 1 + base_value - 7; }
+static int zero_of(int v,
+#if 1
+    const
+#endif
+    int *unused)
+{
+    (void)unused;
+    return v - v;
+}
+
+int compute(int x) { return x + 1 + base_value - 7 + zero_of(x, NULL); }
 
 const int *weights_at(void) { return weights; }
 
@@ -163,8 +175,8 @@ FIX = {
         ("int use_stored(int x) { return stored(x); }",
          "static int (*const ops[])(int) = {compute};\n\n"
          "int use_stored(int x) { return stored(x) + ops[0](x) * 100; }"),
-        ("int compute(int x) { return x + 1 + base_value - 7; }",
-         "int compute(int x) { return x + 2 + base_value - 7; }"),
+        ("int compute(int x) { return x + 1 + base_value - 7 + zero_of(x, NULL); }",
+         "int compute(int x) { return x + 2 + base_value - 7 + zero_of(x, NULL); }"),
     ],
     "b.c": [("{ return ++count; }", "{ count += 10; return count; }"),
             ("    return x * 2;", "    return x * 3;")],

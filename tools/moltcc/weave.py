@@ -176,12 +176,26 @@ class Weaver:
     def header_end(self, fn):
         """Where the header of a plain definition ends for the declarations
         generated from it: before the body, or before the first directive
-        line after the name -- a head written with #if/#else (nginx's
+        line after the parameter list -- a head written with #if/#else (nginx's
         ngx_log_error_core) has `#endif` (or `#else`, the other branch, and
         `#endif`) between its parameters and its body; the generated copies
         of the header are inside the active branch, the directives stay in
         place before the body."""
-        m = self._DIRECTIVE_LINE.search(self.u.data, fn.name_off, fn.body_start)
+        # Directives inside the parameter list (nginx's
+        # ngx_ssl_get_cached_session: `#if ...\n const\n#endif` before a
+        # parameter) are part of the one header and are copied with it; only
+        # a directive after the list closes starts another branch.
+        after = fn.name_off
+        depth = 0
+        for t in self.u.tokens_in(fn.name_off, fn.body_start):
+            if t.spelling == "(":
+                depth += 1
+            elif t.spelling == ")":
+                depth -= 1
+                if depth == 0:
+                    after = t.end
+                    break
+        m = self._DIRECTIVE_LINE.search(self.u.data, after, fn.body_start)
         return m.start() + 1 if m else fn.body_start
 
     def header_text(self, fn):
