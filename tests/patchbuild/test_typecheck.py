@@ -326,3 +326,32 @@ def test_decl_locations(builder):
     assert loc["compute__molt_v0"] == ("t.c", 14)
     assert loc["counter"] == ("t.c", 4)
     assert loc["molt__compute__calls"] == ("t.c", 16)
+
+
+# -- how messages spell types -------------------------------------------------
+
+QUALIFIED = r'''
+static const struct { int a; char b; } tab[3] = {{1, 2}};
+const char *const names[2] = {"a", "b"};
+volatile int counters[2];
+char *const fixed = 0;
+int use(int i) { return tab[i].a + names[i][0] + counters[i] + (fixed != 0); }
+'''
+
+
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_qualified_arrays_and_pointers_are_spelled_as_c(builder, cc):
+    """A qualified array is spelled with the qualifier once, on the element
+    (DWARF may put it on the array and on the element), and a qualified
+    pointer as C writes it; in C spelling (patch messages) and in the .xf
+    spelling (full-update messages) alike."""
+    from moltcc import dwarf
+    o = builder.objects({"orig": {"t.c": QUALIFIED}}, cc=cc, opt="-O0", woven=False)["orig"]
+    info = dwarf.load_debug(o)
+    spelled = {name: (tc.display(info.vars[name].type), dwarf.describe(info.vars[name].type))
+               for name in ("tab", "names", "counters", "fixed")}
+    assert spelled["tab"][0] == "const struct {...} [3]"
+    assert spelled["tab"][1].startswith("const struct {anon@") and spelled["tab"][1].endswith("} [3]")
+    assert spelled["names"] == ("const char *const [2]", "const char *const [2]")
+    assert spelled["counters"] == ("volatile int [2]", "volatile int [2]")
+    assert spelled["fixed"] == ("char *const", "char *const")

@@ -185,7 +185,18 @@ def describe(t, depth=0):
     if k == "typedef":
         return t.name[len("typedef "):]
     if k in ("const", "volatile", "restrict", "atomic"):
-        return "%s %s" % (k if k != "atomic" else "_Atomic", describe(t.target, depth + 1))
+        q = k if k != "atomic" else "_Atomic"
+        inner = t.target
+        if inner is not None and inner.kind == "array":
+            # An array's qualifier is its elements' (C), and DWARF often
+            # repeats it on the element type: say it once, on the element.
+            elem = inner.target
+            spelled = (describe(elem, depth + 1) if elem is not None and elem.kind == k
+                       else "%s %s" % (q, describe(elem, depth + 1)))
+            return spelled + " " + "".join("[%s]" % ("" if d is None else d) for d in inner.dims)
+        if inner is not None and inner.kind == "pointer":
+            return describe(inner, depth + 1) + q      # 'char *const'
+        return "%s %s" % (q, describe(inner, depth + 1))
     if k == "pointer":
         tt = t.target
         if tt is not None and tt.strip().kind == "func":

@@ -82,11 +82,15 @@ def display(t, depth=0):
     if k == "typedef":
         return t.name[len("typedef "):]
     if k in ("const", "volatile", "restrict", "atomic"):
-        q = "_Atomic" if k == "atomic" else k
         inner = t.target
-        if inner is not None and inner.kind == "pointer":
-            return display(inner, depth + 1) + " " + q
-        return q + " " + display(inner, depth + 1)
+        if inner is not None and inner.kind == "array":
+            # C qualifies an array's elements, not the array; DWARF often
+            # says it twice (on the array and on its element type).
+            elem = inner.target
+            spelled = (display(elem, depth + 1) if elem is not None and elem.kind == k
+                       else _qualified(k, elem, depth + 1))
+            return spelled + " " + "".join("[%s]" % ("" if d is None else d) for d in inner.dims)
+        return _qualified(k, inner, depth + 1)
     if k == "pointer":
         tt = t.target
         if tt is not None and tt.strip().kind == "func":
@@ -100,6 +104,14 @@ def display(t, depth=0):
     if k == "func":
         return "%s (%s)" % (display(t.target, depth + 1), _params_display(t, depth + 1))
     return k
+
+
+def _qualified(k, t, depth):
+    """t under qualifier k: 'const int', 'char *const'."""
+    q = "_Atomic" if k == "atomic" else k
+    if t is not None and t.kind == "pointer":
+        return display(t, depth) + q
+    return q + " " + display(t, depth)
 
 
 # base type names as C programmers write them (gcc and clang spell some
