@@ -401,6 +401,10 @@ def test_struct_field_added_is_refused(srv):
         ("    long requests;\n", "    long requests;\n    int errors;\n")]})])
     refused(r, out, "server.h:9: struct stats", "field 'errors' (int) added at offset 8",
             "field 'last_op' moved from offset 8 to 12")
+    # refused by the first two readers of server.h built: the third is not
+    # compiled, and the message says their uses are not listed
+    assert "moltcc: note: 1 more file reads the changed files (util.c)" in r.err, r.err
+    assert "not compiled, since the fix is refused already" in r.err, r.err
 
 
 def test_field_type_changed_is_refused(srv):

@@ -30,8 +30,9 @@ For every affected translation unit (source.TUBuild):
    compiled with the recorded flags (warnings and -Werror included) plus
    the patch flags, linked with the patch header, stamped.
 
-Every refusal of every TU is collected and printed together, then the way
-forward; nothing is written at -o then.  The report (stderr, and JSON with
+Every refusal of every TU built is collected and printed together, then
+the way forward; nothing is written at -o then.  TUs are built in stages
+(Pipeline.stages): a refused stage ends the builds.  The report (stderr, and JSON with
 --molt-report FILE) lists what was replaced, new functions, private
 copies, line-only changes, notes, pinned reasons and the provenance.
 """
@@ -217,6 +218,8 @@ class Pipeline:
         self.import_table = ImportTable()   # the import symbols of the whole patch
         self.address_taken = []
         self.times = {}
+        self.remapped = None                # remap_tree(), made once for every stage
+        self.unbuilt = []                   # TUs not built: the fix was refused first
 
     # -- paths ------------------------------------------------------------------
     def show_path(self, path, t=None):
@@ -321,9 +324,33 @@ class Pipeline:
         out = os.path.join(t.b.objdir, "%s-plain.o" % v.name)
         return _run(self.s, _argv(comp, comp.input, out, (), ["-I" + self.layout.include]), comp)
 
-    def build_objects(self):
-        rtree = self.remap_tree()
-        for t in self.tus:
+    def stages(self):
+        """The TUs to build and check, in stages: the next stage is built
+        only when no TU so far was refused.
+
+        A fix of a header reaches every file that reads it (dnsmasq's
+        dnsmasq.h: 43 files, three builds each), and one refusal refuses the
+        whole fix.  So the files whose own source changed come first, then
+        the other readers in stages that double in size (as many as there
+        are processors, then twice as many, ...): a refused fix is known
+        after a few compiles instead of all of them, and an accepted one
+        loses little parallelism.  What a refusal costs is that uses in the
+        files not built are not listed (the message says so)."""
+        own = [t for t in self.tus if t.b.source_changed]
+        others = [t for t in self.tus if not t.b.source_changed]
+        stages = [own] if own else []
+        size = os.cpu_count() or 2
+        while others:
+            stages.append(others[:size])
+            others = others[size:]
+            size *= 2
+        return stages
+
+    def build_objects(self, tus):
+        if self.remapped is None:
+            self.remapped = (self.remap_tree(),)
+        rtree = self.remapped[0]
+        for t in tus:
             b = t.b
             t.variants["orig"] = Variant("orig", b.orig)
             t.variants["new"] = Variant("new", b.new)
@@ -332,10 +359,10 @@ class Pipeline:
                 t.variants["remap"] = Variant("remap", rtree.compile(b.record, flags, inp, lang))
             for v in t.variants.values():
                 self.weave_variant(t, v)
-        jobs = [(t, v) for t in self.tus for v in t.variants.values()]
+        jobs = [(t, v) for t in tus for v in t.variants.values()]
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
             list(ex.map(lambda tv: self.compile_variant(*tv), jobs))
-        for t in self.tus:
+        for t in tus:
             for name in ("orig", "new"):
                 v = t.variants[name]
                 if v.object is not None:
@@ -635,14 +662,20 @@ class Pipeline:
         s = self.s
         symtab = self.symtab
         self.target = Target(symtab, self.opts.target)
-        t0 = time.time()
-        self.build_objects()
-        self.times["builds"] = time.time() - t0
-        t0 = time.time()
-        for t in self.tus:
-            self.compare(t)
-            self.collect_refusals(t)
-        self.times["compare"] = time.time() - t0
+        self.times["builds"] = self.times["compare"] = 0.0
+        stages = self.stages()
+        for k, stage in enumerate(stages):
+            if any(t.refusals for t in self.tus):
+                self.unbuilt = [t for later in stages[k:] for t in later]
+                break
+            t0 = time.time()
+            self.build_objects(stage)
+            self.times["builds"] += time.time() - t0
+            t0 = time.time()
+            for t in stage:
+                self.compare(t)
+                self.collect_refusals(t)
+            self.times["compare"] += time.time() - t0
         for t in self.tus:
             if not t.refusals and t.b.record.woven and self.ships(t):
                 self.decide_roles(t)
@@ -723,6 +756,12 @@ class Pipeline:
         for t in self.tus:
             for n in t.notes:
                 out.append("moltcc: note: %s" % n)
+        unbuilt = self.unbuilt
+        if unbuilt:
+            out.append("moltcc: note: %d more file%s read%s the changed files (%s); not compiled, "
+                       "since the fix is refused already, so their uses are not listed"
+                       % (len(unbuilt), "" if len(unbuilt) == 1 else "s",
+                          "s" if len(unbuilt) == 1 else "", _list([t.rel for t in unbuilt])))
         out.append("moltcc: note: %s" % WAY_FORWARD)
         sys.stderr.write("\n".join(out) + "\n")
         return 1
