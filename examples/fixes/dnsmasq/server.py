@@ -49,15 +49,6 @@ def _conf(h, port, tag):
     return conf
 
 
-def _shim(h):
-    """keepfds.so, built once (see keepfds.c)."""
-    so = os.path.join(h.work, NAME, "keepfds.so")
-    src = os.path.join(HERE, "keepfds.c")
-    if not os.path.exists(so) or os.path.getmtime(so) < os.path.getmtime(src):
-        h.run(["gcc", "-O2", "-shared", "-fPIC", "-o", so, src, "-ldl"], "build-keepfds.log")
-    return so
-
-
 def _helpers(h):
     if not getattr(h, "dnsfake", None) or h.dnsfake.poll() is not None:
         h.ensure_free(UPSTREAM)
@@ -69,7 +60,10 @@ def _helpers(h):
 def start(h, tag="live", port=PORT, limit_as=None):
     _helpers(h)
     h.ensure_free(port)
-    env = dict(os.environ, LD_PRELOAD=_shim(h))
+    # dnsmasq closes every inherited descriptor at start (close_fds in
+    # main), the runtime's included: the runtime makes them anew (docs/
+    # design.md, "Descriptors the host may close"), so no shim is needed.
+    env = dict(os.environ)
     pre = None
     if limit_as:
         def pre():

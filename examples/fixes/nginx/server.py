@@ -8,7 +8,6 @@ realip, stub_status, threads; no mail/stream/perl), Debian's hardening
 flags, CC=moltcc, every function updatable.  The build takes long (about 450
 s of CPU): run.sh reuses it."""
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -45,18 +44,9 @@ def build(h, tree):
             "--with-http_v2_module", "--with-http_dav_module", "--with-http_realip_module",
             "--with-http_stub_status_module"]
     rc1, w1, c1 = h.run(cfg, "build-nginx-configure.log", cwd=tree)
-    # moltcc cannot yet make src/core/ngx_log.c updatable (function heads
-    # inside #if/#else/#endif: "the generated source ... does not compile"):
-    # that one object is compiled by moltcc without --molt-updatable.
-    flags = subprocess.check_output(
-        ["make", "-s", "-f", "objs/Makefile", "-f", "-", "molt-flags"], cwd=tree, text=True,
-        input="molt-flags:\n\t@echo $(CFLAGS) $(CORE_INCS)\n").split()
-    flags = [f for f in flags if f != "--molt-updatable=all"]
-    rc2, w2, c2 = h.run([h.moltcc, "-c"] + flags + ["-o", "objs/src/core/ngx_log.o",
-                                                    "src/core/ngx_log.c"], "build-nginx-log.log", cwd=tree)
-    rc3, w3, c3 = h.run(["make", "-j%d" % os.cpu_count(), "-f", "objs/Makefile"], "build-nginx.log",
+    rc2, w2, c2 = h.run(["make", "-j%d" % os.cpu_count(), "-f", "objs/Makefile"], "build-nginx.log",
                         cwd=tree)
-    return 0, w1 + w2 + w3, c1 + c2 + c3
+    return 0, w1 + w2, c1 + c2
 
 
 
