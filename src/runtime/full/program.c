@@ -632,6 +632,7 @@ void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_local *l), vo
 typedef struct upd {
   molt__image *old, *new;
   bool check_interior;
+  unsigned timeout_ms; /* also the migration's deadline */
   bool reached; /* the barrier completed: the step ran */
   uint64_t gen; /* generation after the commit */
   uint64_t objects, bytes, xf_ns, pause_ns;
@@ -712,6 +713,9 @@ static int parked_step(void *arg, char *err, size_t errlen) {
     drop_snapshots();
     return rc;
   }
+  /* The migration gets the update's timeout too, from now on: a rule that
+   * loops must not hold the process for ever (F7: the update aborts). */
+  molt__xf_set_limit(cx, u->timeout_ms);
   rc = molt__xf_migrate(cx, err, errlen);
   if (rc == 0) {
     molt__rt_lock_acquire();
@@ -786,7 +790,9 @@ static int program_update(const char *path, int timeout_ms, bool check_interior,
     molt__log(MOLT__EV_REFUSE, gen, NULL, "update %s refused: %s", path, err);
     return MOLT_ENOPROGRAM;
   }
-  upd u = {.check_interior = check_interior};
+  upd u = {.check_interior = check_interior,
+           .timeout_ms = timeout_ms > 0 ? (unsigned)timeout_ms
+                                        : (unsigned)MOLT__DEFAULT_TIMEOUT_MS};
   /* current changes only here, on the runtime thread under op_lock. */
   molt__lock_acquire(&prog_lock);
   u.old = current;
