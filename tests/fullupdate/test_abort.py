@@ -11,8 +11,17 @@ import time
 import pytest
 
 from fuprogs import Prog, assert_clean_stderr, build
-from harness.proc import log, molt
-from harness.tree import molt_cli
+from harness.proc import log, molt, status
+from harness.tree import build_sanitize, molt_cli
+
+# Rules that never end: spinning in their own code, in libc, in the engine.
+# ThreadSanitizer holds an asynchronous signal back until the thread enters
+# its runtime, which a loop that calls nothing never does: there the
+# deadline cannot stop the first kind (docs/full-updates.md, "The time
+# limit"), so the TSan build runs the other two.
+LOOPS = ["loop_libc.xf", "loop_engine.xf"]
+if build_sanitize() != "thread":
+    LOOPS.insert(0, "loop.xf")
 
 
 def images(xf):
@@ -26,7 +35,7 @@ def status_ok(p):
     return r, time.monotonic() - t0
 
 
-@pytest.mark.parametrize("xf", ["loop.xf", "loop_libc.xf", "loop_engine.xf"])
+@pytest.mark.parametrize("xf", LOOPS)
 def test_looping_transformer_is_stopped_at_the_timeout(xf):
     v1, bad = images(xf)
     good = build("abort", "v2", frm=v1, xf="good.xf", out_name="abort-v2-good.so")
@@ -64,8 +73,11 @@ def test_looping_transformer_is_stopped_at_the_timeout(xf):
         assert any("migration timed out after 1000 ms" in str(e) for e in log(p.pid)), log(p.pid)
         r, _ = status_ok(p)
         assert r.rc == 0, r
-        # a correct update goes through afterwards
+        assert "last abort" in r.out and "migration timed out after 1000 ms" in r.out, r.out
+        assert "migration timed out after 1000 ms" in status(p.pid)["image"]["last_abort"]
+        # a correct update goes through afterwards, and status forgets the abort
         p.update_ok(good)
+        assert status(p.pid)["image"]["last_abort"] is None
         assert p.cmd("dump") == "version=2 counter=30 label=v1-3+"
         assert p.quit() == 0
         assert_clean_stderr(p)
@@ -75,7 +87,7 @@ def test_aborted_updates_free_what_the_rules_allocated():
     # three aborts of each kind; every rule allocated 3 blocks (24 KiB)
     # first.  LeakSanitizer (ASan build) reports any of them at exit.
     v1 = build("abort", "v1")
-    bad = [images(xf)[1] for xf in ("fault.xf", "fail.xf", "nosym.xf", "loop.xf")]
+    bad = [images(xf)[1] for xf in ("fault.xf", "fail.xf", "nosym.xf", "loop_engine.xf")]
     good = build("abort", "v2", frm=v1, xf="good.xf", out_name="abort-v2-good.so")
     with Prog(v1) as p:
         assert p.cmd("inc") == "ok"
