@@ -615,13 +615,15 @@ static void guard_remove(guard_state *g) {
  *
  * What this cannot do (docs/full-updates.md, "The time limit"): a rule
  * that takes a lock itself (flockfile, a mutex of the program) and is
- * escaped while holding it leaves it held; a rule that never comes back
- * from a library call (blocked for ever in a system call that is
- * restarted, or looping inside a library function that calls back into the
- * image, e.g. qsort with a comparator that never returns) is not escaped,
- * and the update stays stuck as before.  Under ThreadSanitizer, which
- * delays asynchronous signals until the thread enters its runtime, a loop
- * that never calls anything is not escaped either.
+ * escaped while holding it leaves it held, and so does a rule that loops
+ * in a callback a library function calls (the PC is in the image, the
+ * library's frames are below it: dl_iterate_phdr's callback leaves the
+ * loader's lock held); a rule that never comes back from a library call
+ * (blocked for ever in a system call that is restarted after a signal) is
+ * not escaped, and the update stays stuck as before.  Under
+ * ThreadSanitizer, which delays asynchronous signals until the thread
+ * enters its runtime, a loop that never calls anything is not escaped
+ * either.
  *
  * Signal-safety and ordering: the timer targets the migrating thread, and
  * a DEADLINE_SIG that is not our timer's (si_code, cookie) is passed on to
