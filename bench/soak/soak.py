@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """soak.py -- many updates in a row under checked load, with a hostile
-client on the control socket and a forking thread in the program (issue
-16, deliverable 6; SPEC R4).
+client on the control socket and a forking thread in the program (R4 of
+docs/guarantees.md).
 
 Two real processes, real sockets, the molt CLI for every update:
 

@@ -636,8 +636,8 @@ typedef struct upd {
   molt__image *old, *new;
   bool check_interior;
   unsigned timeout_ms; /* also the migration's deadline */
-  bool reached; /* the barrier completed: the step ran */
-  uint64_t gen; /* generation after the commit */
+  bool reached;        /* the barrier completed: the step ran */
+  uint64_t gen;        /* generation after the commit */
   uint64_t objects, bytes, xf_ns, pause_ns;
   size_t nthreads;
 } upd;
@@ -909,8 +909,12 @@ static void full_status(molt__buf *out) {
   molt__lock_acquire(&prog_lock);
   if (current) {
     snprintf(num, sizeof num, "%" PRIu64, nupdates);
-    const char *f[] = {"image", current->path, current->build_id, num,
-                       retired ? retired->path : "", last_abort ? last_abort : ""};
+    const char *f[] = {"image",
+                       current->path,
+                       current->build_id,
+                       num,
+                       retired ? retired->path : "",
+                       last_abort ? last_abort : ""};
     molt__buf_record(out, 6, f);
   }
   /* Oldest first: the list is pushed at the front. */

@@ -641,7 +641,7 @@ static void guard_remove(guard_state *g) {
 
 static volatile sig_atomic_t deadline_armed; /* a deadline is being timed */
 static volatile sig_atomic_t deadline_hit;   /* it passed: fail at the next check */
-static char deadline_cookie; /* sival_ptr of our timer's signals */
+static char deadline_cookie;                 /* sival_ptr of our timer's signals */
 static struct sigaction deadline_prev;
 
 /* What was set up for a migration's deadline.  Static (one migration at a
@@ -679,7 +679,8 @@ static void deadline_handler(int sig, siginfo_t *si, void *uc) {
       return;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
-    if ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec < guard_cx->deadline_ns)
+    if ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec <
+        guard_cx->deadline_ns)
       return; /* a late tick of an earlier migration */
     deadline_hit = 1;
     uintptr_t pc = interrupted_pc(uc);
