@@ -291,7 +291,9 @@ def hostile_child(name, uid, kinds, stopfile, wfd):
             os.setresuid(uid, uid, uid)
         rng = random.Random(uid * 7919 + os.getpid())
         held = []
-        while not os.path.exists(stopfile):
+        parent = os.getppid()
+        # until told to stop, or until the soak is gone (an orphan)
+        while not os.path.exists(stopfile) and os.getppid() == parent:
             kind = rng.choice(kinds)
             try:
                 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -318,8 +320,10 @@ def hostile_child(name, uid, kinds, stopfile, wfd):
         for _, s in held:
             s.close()
     finally:
-        os.write(wfd, b"%d\n" % n)
-        os._exit(0)
+        try:
+            os.write(wfd, b"%d\n" % n)
+        finally:
+            os._exit(0)
 
 
 class Hostile:
@@ -373,21 +377,23 @@ class Soak:
             c.start()
         t0 = time.monotonic()
         start = None
-        for i in range(self.rounds):
-            if i == warm:
-                start = figures(pid)
-            err = self.update(i)
-            if err:
-                self.failures.append("round %d: %s" % (i, err))
-                if len(self.failures) >= 3:
-                    break
-            self.done += 1
-        took = time.monotonic() - t0
-        for c in self.checkers:
-            c.stop.set()
-        for c in self.checkers:
-            c.join(30)
-        hostile_n = hostile.stop()
+        try:
+            for i in range(self.rounds):
+                if i == warm:
+                    start = figures(pid)
+                err = self.update(i)
+                if err:
+                    self.failures.append("round %d: %s" % (i, err))
+                    if len(self.failures) >= 3:
+                        break
+                self.done += 1
+        finally:
+            took = time.monotonic() - t0
+            for c in self.checkers:
+                c.stop.set()
+            for c in self.checkers:
+                c.join(30)
+            hostile_n = hostile.stop()
         time.sleep(0.3)   # let the last reclamation pass run
         end = figures(pid)
         checked = sum(c.checked for c in self.checkers)
