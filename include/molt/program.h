@@ -28,8 +28,11 @@ extern "C" {
  * every thread of the old version waits at an update point; it reads the
  * old version through `in` pointers and writes the new one through `out`.
  * Any molt__xf_* call may abort the migration (it does not return then);
- * a fault inside `migrate` aborts it too.  On abort every in-place write is
- * undone, everything allocated is freed and the old version continues.
+ * a fault inside `migrate` aborts it too, and so does its deadline (the
+ * update's --timeout, counted from the moment every thread is parked).  On
+ * abort every in-place write is undone, everything allocated (by the
+ * runtime, and by rule bodies through molt__xf_malloc & co.) is freed and
+ * the old version continues.
  */
 #define MOLT__PROGRAM_ABI 1u
 
@@ -108,6 +111,19 @@ MOLT_EXTERN void molt__xf_local(molt__xf_ctx *cx, const char *func, const char *
  * lies inside another freed or replaced object.  For rule bodies
  * (MOLT_XF_FREE_OLD) that drop old data the runtime does not replace. */
 MOLT_EXTERN void molt__xf_free_old(molt__xf_ctx *cx, const void *old);
+/* Memory for the new state, allocated by a rule body: the generated code
+ * maps the rules' malloc, calloc, realloc, strdup, strndup and free to
+ * these.  Blocks allocated here are freed if the update aborts and belong
+ * to the new version once it commits.  free() of such a block frees it at
+ * once; free() of any other pointer (old data) is molt__xf_free_old (freed
+ * only once the update commits).  realloc() of old data aborts the
+ * migration (it cannot be undone). */
+MOLT_EXTERN void *molt__xf_malloc(molt__xf_ctx *cx, size_t size);
+MOLT_EXTERN void *molt__xf_calloc(molt__xf_ctx *cx, size_t n, size_t size);
+MOLT_EXTERN void *molt__xf_realloc(molt__xf_ctx *cx, void *p, size_t size);
+MOLT_EXTERN char *molt__xf_strdup(molt__xf_ctx *cx, const char *s);
+MOLT_EXTERN char *molt__xf_strndup(molt__xf_ctx *cx, const char *s, size_t n);
+MOLT_EXTERN void molt__xf_free(molt__xf_ctx *cx, void *p);
 /* Aborts the migration with a one-line message (never returns). */
 MOLT_EXTERN void molt__xf_fail(molt__xf_ctx *cx, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 2, 3)));

@@ -445,8 +445,10 @@ int cli_change(const cli_args *a, const char *what, molt__request *req,
                     what);
   }
   cli_reply r;
-  int code =
-      cli_request(what, a->pid, req->op, &body, req->timeout_ms + CLIENT_SLACK_MS, &r);
+  /* A full update may take the timeout twice: once waiting for the
+   * threads, once migrating (docs/full-updates.md, "The time limit"). */
+  int wait_ms = req->timeout_ms * (req->op == MOLT__OP_UPDATE ? 2 : 1) + CLIENT_SLACK_MS;
+  int code = cli_request(what, a->pid, req->op, &body, wait_ms, &r);
   molt__buf_free(&body);
   if (code != 0)
     return code;

@@ -50,11 +50,9 @@ static const cli_view program_threads = {
     CLI_COLUMNS({"TID", 1, CLI_AS_IS}, {"ENTRY", 2, CLI_AS_IS}, {"FILE", 3, CLI_AS_IS},
                 {"UPDATING", 4, CLI_YESNO}, {"FROM-POINT", 5, CLI_AS_IS})};
 /* The one "image" record, a JSON object of its own. */
-static const cli_field image[] = {{"path", 1, CLI_STR},
-                                  {"build_id", 2, CLI_STR},
-                                  {"full_updates", 3, CLI_NUM},
-                                  {"unloading", 4, CLI_OPT},
-                                  {NULL, 0, 0}};
+static const cli_field image[] = {{"path", 1, CLI_STR},         {"build_id", 2, CLI_STR},
+                                  {"full_updates", 3, CLI_NUM}, {"unloading", 4, CLI_OPT},
+                                  {"last_abort", 5, CLI_OPT},   {NULL, 0, 0}};
 
 static const char *field(const molt__records *rs, const char *key, size_t i,
                          const char *dflt) {
@@ -151,6 +149,12 @@ static void status_human(pid_t pid, const molt__records *rs) {
              old[0] ? "; old image still loaded: " : "", old);
     cli_sanitize(line);
     printf("\nprogram image  %s\n", line);
+    const char *abort = cli_field_of(im, 5);
+    if (abort[0]) {
+      snprintf(line, sizeof line, "%s", abort);
+      cli_sanitize(line);
+      printf("last abort     %s\n", line);
+    }
     section(rs, &program_threads);
   }
 }

@@ -76,6 +76,11 @@ MOLT__HIDDEN void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_
 /* Prepares a migration from `old` to `new` (both loaded). */
 MOLT__HIDDEN int molt__xf_begin(molt__image *old, molt__image *new, bool check_interior,
                                 molt__xf_ctx **out);
+/* Bounds the migration to ms milliseconds (0: no bound), counted from the
+ * start of molt__xf_migrate: when they have passed, the migration fails
+ * with MOLT_ETIMEDOUT ("migration timed out after N ms") and is undone
+ * like after a fault (xf.c, "The deadline", says what can be interrupted). */
+MOLT__HIDDEN void molt__xf_set_limit(molt__xf_ctx *cx, unsigned ms);
 /* Runs new->info->migrate under the fault guard, then drains the work
  * list.  0, or MOLT_EXFORM (or MOLT_ENOSYM ...) with a one-line message;
  * on failure the old state has already been restored. */

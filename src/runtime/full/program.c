@@ -104,6 +104,9 @@ static molt__image *current; /* running image (prog_lock; changed only by
 static molt__image *retired; /* old image awaiting F7 (prog_lock) */
 static size_t nupdating;     /* restarted threads still updating (prog_lock) */
 static uint64_t nupdates;    /* committed full updates (prog_lock) */
+/* Why the last full update that reached its migration aborted, until one
+ * commits (malloc'ed, prog_lock): `molt status` shows it. */
+static char *last_abort;
 /* Set once by the driver before the image runs; read by the wrapper and
  * the runtime.  release/acquire: a reader that sees true sees `current`. */
 static _Atomic bool active;
@@ -632,8 +635,9 @@ void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_local *l), vo
 typedef struct upd {
   molt__image *old, *new;
   bool check_interior;
-  bool reached; /* the barrier completed: the step ran */
-  uint64_t gen; /* generation after the commit */
+  unsigned timeout_ms; /* also the migration's deadline */
+  bool reached;        /* the barrier completed: the step ran */
+  uint64_t gen;        /* generation after the commit */
   uint64_t objects, bytes, xf_ns, pause_ns;
   size_t nthreads;
 } upd;
@@ -712,6 +716,9 @@ static int parked_step(void *arg, char *err, size_t errlen) {
     drop_snapshots();
     return rc;
   }
+  /* The migration gets the update's timeout too, from now on: a rule that
+   * loops must not hold the process for ever (F7: the update aborts). */
+  molt__xf_set_limit(cx, u->timeout_ms);
   rc = molt__xf_migrate(cx, err, errlen);
   if (rc == 0) {
     molt__rt_lock_acquire();
@@ -786,7 +793,9 @@ static int program_update(const char *path, int timeout_ms, bool check_interior,
     molt__log(MOLT__EV_REFUSE, gen, NULL, "update %s refused: %s", path, err);
     return MOLT_ENOPROGRAM;
   }
-  upd u = {.check_interior = check_interior};
+  upd u = {.check_interior = check_interior,
+           .timeout_ms = timeout_ms > 0 ? (unsigned)timeout_ms
+                                        : (unsigned)MOLT__DEFAULT_TIMEOUT_MS};
   /* current changes only here, on the runtime thread under op_lock. */
   molt__lock_acquire(&prog_lock);
   u.old = current;
@@ -831,15 +840,27 @@ static int program_update(const char *path, int timeout_ms, bool check_interior,
     /* The threads are running the old version again; nothing references
      * the new image. */
     molt__image_close(u.new);
-    if (u.reached)
+    if (u.reached) {
       molt__log(MOLT__EV_ABORT, gen, NULL,
                 "update to %s aborted, the old version goes on: %s", path, err);
-    else
+      size_t n = strlen(path) + strlen(err) + 32;
+      char *why = malloc(n);
+      if (why)
+        snprintf(why, n, "update to %s aborted: %s", path, err);
+      molt__lock_acquire(&prog_lock);
+      free(last_abort);
+      last_abort = why; /* NULL when out of memory: nothing shown */
+      molt__lock_release(&prog_lock);
+    } else
       molt__log(MOLT__EV_REFUSE, gen, NULL, "update %s refused: %s", path, err);
     /* Snapshots taken by threads that parked before a timeout stay with
      * them (they are running again) until their next park or exit. */
     return rc;
   }
+  molt__lock_acquire(&prog_lock);
+  free(last_abort);
+  last_abort = NULL;
+  molt__lock_release(&prog_lock);
   double pause_ms = (double)u.pause_ns / 1e6;
   double total_ms = (double)(molt__now_ns() - t_start) / 1e6;
   molt__log(MOLT__EV_UPDATE, u.gen, NULL,
@@ -888,9 +909,13 @@ static void full_status(molt__buf *out) {
   molt__lock_acquire(&prog_lock);
   if (current) {
     snprintf(num, sizeof num, "%" PRIu64, nupdates);
-    const char *f[] = {"image", current->path, current->build_id, num,
-                       retired ? retired->path : ""};
-    molt__buf_record(out, 5, f);
+    const char *f[] = {"image",
+                       current->path,
+                       current->build_id,
+                       num,
+                       retired ? retired->path : "",
+                       last_abort ? last_abort : ""};
+    molt__buf_record(out, 6, f);
   }
   /* Oldest first: the list is pushed at the front. */
   molt__link *last = threads;

@@ -46,6 +46,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
@@ -159,6 +161,19 @@ struct molt__xf_ctx {
   /* The work item being run (for setp and for messages). */
   const molt__xf_type *cur_t;
   bool cur_in_place;
+
+  /* Memory the rule bodies allocated (molt__xf_malloc and friends): freed
+   * on abort, handed to the new version on commit.  ralloc is the list
+   * (a freed or reallocated entry becomes 0); rindex, built only once a
+   * rule frees or reallocates a block that is not among the latest few,
+   * maps a block to its entry (open addressing, power-of-two capacity). */
+  vec ralloc;     /* uintptr_t */
+  size_t *rindex; /* entry index + 1; 0 = empty; SIZE_MAX = deleted */
+  size_t rindex_mask, rindex_used;
+
+  /* The deadline of the migration (molt__xf_set_limit): 0 = none. */
+  unsigned limit_ms;
+  uint64_t deadline_ns; /* CLOCK_MONOTONIC, set when the migration starts */
 
   uint64_t objects, bytes, ns;
   bool migrating; /* inside molt__xf_migrate: failures may siglongjmp */
@@ -570,6 +585,203 @@ static void guard_remove(guard_state *g) {
   g->stack = NULL;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The deadline                                                              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A migration that does not end (a rule that loops) must not hold the
+ * process for ever: at its deadline (molt__xf_set_limit) the update aborts
+ * the way it does after a fault.  A POSIX timer on CLOCK_MONOTONIC sends
+ * DEADLINE_SIG to the migrating thread alone (SIGEV_THREAD_ID), once at the
+ * deadline and then every DEADLINE_TICK_MS.  What the signal interrupts
+ * decides what the handler may do:
+ *
+ *  - code of one of the two program images (the generated migration code,
+ *    rule bodies, functions of the program they call): the handler escapes
+ *    at once with siglongjmp, exactly like the fault guard.  Image code is
+ *    entered from the engine only at call sites where the engine's state is
+ *    consistent (the fault guard relies on that too), and while the PC is
+ *    in an image no libc function is running on this thread, so no lock
+ *    libc takes on its own behalf (malloc's arenas, stdio, the loader) is
+ *    held;
+ *  - anything else (libc, e.g. inside malloc; libmolt; a sanitizer's
+ *    runtime): the handler only records that the deadline passed
+ *    (deadline_hit) and returns.  The engine checks deadline_hit at each
+ *    entry point the generated code calls and before each work item, and
+ *    fails there like any other failure (fail(), no lock held); code that
+ *    stays in libc is escaped by a later tick that finds it back in the
+ *    image.
+ *
+ * What this cannot do (docs/full-updates.md, "The time limit"): a rule
+ * that takes a lock itself (flockfile, a mutex of the program) and is
+ * escaped while holding it leaves it held, and so does a rule that loops
+ * in a callback a library function calls (the PC is in the image, the
+ * library's frames are below it: dl_iterate_phdr's callback leaves the
+ * loader's lock held); a rule that never comes back from a library call
+ * (blocked for ever in a system call that is restarted after a signal) is
+ * not escaped, and the update stays stuck as before.  Under
+ * ThreadSanitizer, which delays asynchronous signals until the thread
+ * enters its runtime, a loop that never calls anything is not escaped
+ * either.
+ *
+ * Signal-safety and ordering: the timer targets the migrating thread, and
+ * a DEADLINE_SIG that is not our timer's (si_code, cookie) is passed on to
+ * the previous handler; so the handler runs on the migrating thread and
+ * sees its writes in program order.  deadline_armed and deadline_hit are
+ * volatile sig_atomic_t; everything else the handler reads (guard_cx and
+ * its images, deadline_ns) is written before deadline_armed is set, and
+ * atomic_signal_fence keeps the compiler from sinking those writes past
+ * it.  A tick of an earlier migration's timer that was still pending when
+ * its timer was deleted finds deadline_armed clear, or a deadline not yet
+ * reached, and is ignored.
+ */
+#define DEADLINE_SIG (SIGRTMAX - 3)
+#define DEADLINE_TICK_MS 1
+
+static volatile sig_atomic_t deadline_armed; /* a deadline is being timed */
+static volatile sig_atomic_t deadline_hit;   /* it passed: fail at the next check */
+static char deadline_cookie;                 /* sival_ptr of our timer's signals */
+static struct sigaction deadline_prev;
+
+/* What was set up for a migration's deadline.  Static (one migration at a
+ * time, operation lock): it is written after the sigsetjmp and read after
+ * a siglongjmp, which a local variable of that frame would not survive. */
+static struct deadline_state {
+  timer_t timer;
+  sigset_t old_mask;
+  bool installed, have_timer, mask_set;
+} dl;
+
+/* The program counter the signal interrupted, 0 if unknown. */
+static uintptr_t interrupted_pc(const void *uc) {
+#if defined(__x86_64__)
+  return (uintptr_t)((const ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+  return (uintptr_t)((const ucontext_t *)uc)->uc_mcontext.pc;
+#else
+  (void)uc;
+  return 0; /* only the engine's own checks end such a migration */
+#endif
+}
+
+static bool in_code_of(const molt__image *im, uintptr_t pc) {
+  for (size_t i = 0; im && i < im->nranges; i++)
+    if ((im->ranges[i].prot & PF_X) && pc >= im->ranges[i].lo && pc < im->ranges[i].hi)
+      return true;
+  return false;
+}
+
+static void deadline_handler(int sig, siginfo_t *si, void *uc) {
+  if (si->si_code == SI_TIMER && si->si_value.sival_ptr == &deadline_cookie) {
+    if (!deadline_armed ||
+        atomic_load_explicit(&guard_tid, memory_order_relaxed) != molt__gettid())
+      return;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
+    if ((uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec <
+        guard_cx->deadline_ns)
+      return; /* a late tick of an earlier migration */
+    deadline_hit = 1;
+    uintptr_t pc = interrupted_pc(uc);
+    if (!pc || !(in_code_of(guard_cx->new, pc) || in_code_of(guard_cx->old, pc)))
+      return; /* not in an image: the engine's next check, or a later tick */
+    deadline_armed = 0;
+    guard_armed = 0;
+    siglongjmp(guard_cx->jb, 3);
+  }
+  /* Not ours: as if we were not there. */
+  if (deadline_prev.sa_flags & SA_SIGINFO) {
+    deadline_prev.sa_sigaction(sig, si, uc);
+  } else if (deadline_prev.sa_handler != SIG_DFL && deadline_prev.sa_handler != SIG_IGN) {
+    deadline_prev.sa_handler(sig);
+  } else if (deadline_prev.sa_handler == SIG_DFL) {
+    /* The default action of a real-time signal ends the process: let it. */
+    sigaction(sig, &deadline_prev, NULL);
+    raise(sig);
+  }
+}
+
+/* Starts timing cx's migration on the calling thread (after the sigsetjmp
+ * the handler jumps to).  Without a timer (the system refuses one) the
+ * migration runs untimed: logged, never fatal. */
+static void deadline_start(molt__xf_ctx *cx) {
+  memset(&dl, 0, sizeof dl);
+  deadline_hit = 0;
+  if (!cx->limit_ms)
+    return;
+  cx->deadline_ns = molt__now_ns() + (uint64_t)cx->limit_ms * 1000000u;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = deadline_handler;
+  /* No SA_RESTART: a rule blocked in a system call gets EINTR at a tick
+   * and comes back into the image, where the next tick escapes it. */
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  struct sigevent sev;
+  memset(&sev, 0, sizeof sev);
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = DEADLINE_SIG;
+  sev.sigev_value.sival_ptr = &deadline_cookie;
+  sev._sigev_un._tid = molt__gettid();
+  if (sigaction(DEADLINE_SIG, &sa, &deadline_prev) == 0) {
+    dl.installed = true;
+    dl.have_timer = timer_create(CLOCK_MONOTONIC, &sev, &dl.timer) == 0;
+  }
+  if (!dl.have_timer) {
+    molt__log(MOLT__EV_INFO, 0, NULL,
+              "full update: cannot time the migration (%s); it runs without its "
+              "deadline of %u ms",
+              strerror(errno), cx->limit_ms);
+    return;
+  }
+  /* Everything the handler reads is written above; arm, then start. */
+  atomic_signal_fence(memory_order_seq_cst);
+  deadline_armed = 1;
+  struct itimerspec its = {
+      .it_value = {cx->limit_ms / 1000, (long)(cx->limit_ms % 1000) * 1000000L},
+      .it_interval = {0, DEADLINE_TICK_MS * 1000000L}};
+  timer_settime(dl.timer, 0, &its, NULL);
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, DEADLINE_SIG);
+  /* The runtime thread blocks every signal; this one it takes now. */
+  dl.mask_set = pthread_sigmask(SIG_UNBLOCK, &s, &dl.old_mask) == 0;
+}
+
+/* Stops timing (both after a normal end and after a jump, whose sigsetjmp
+ * mask has DEADLINE_SIG as it was before deadline_start). */
+static void deadline_stop(void) {
+  deadline_armed = 0;
+  deadline_hit = 0;
+  atomic_signal_fence(memory_order_seq_cst);
+  if (dl.have_timer)
+    timer_delete(dl.timer);
+  if (dl.installed) {
+    /* A tick still pending is delivered here, to our handler, which
+     * ignores it (not armed) -- not later to whatever handles the signal
+     * then. */
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, DEADLINE_SIG);
+    pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+    if (dl.mask_set)
+      pthread_sigmask(SIG_SETMASK, &dl.old_mask, NULL);
+    else
+      pthread_sigmask(SIG_BLOCK, &s, NULL); /* unblocked above only */
+    sigaction(DEADLINE_SIG, &deadline_prev, NULL);
+  }
+  memset(&dl, 0, sizeof dl);
+}
+
+static void timed_out(molt__xf_ctx *cx) __attribute__((noreturn, cold));
+
+/* The engine's check point: fails once the deadline has passed. */
+static inline void deadline_check(molt__xf_ctx *cx) {
+  if (__builtin_expect(deadline_hit, 0))
+    timed_out(cx);
+}
+
 /* Aborts the migration: records the message and jumps back into
  * molt__xf_migrate, which restores the old state. */
 static void fail(molt__xf_ctx *cx, int code, const char *fmt, ...) {
@@ -590,6 +802,22 @@ static void fail(molt__xf_ctx *cx, int code, const char *fmt, ...) {
    * keeps running. */
   molt__fail("molt__xf_* called outside a migration: %s", cx->err);
   pthread_exit(NULL);
+}
+
+static const char *tname(const molt__xf_type *t);
+
+/* The deadline passed (deadline_check, or the handler found the thread
+ * outside the images once and it came back into the engine). */
+static void timed_out(molt__xf_ctx *cx) {
+  deadline_armed = 0;
+  if (cx->cur_t)
+    fail(cx, MOLT_ETIMEDOUT,
+         "migration timed out after %u ms (in the transformer for %s); update aborted, "
+         "the old version continues",
+         cx->limit_ms, tname(cx->cur_t));
+  fail(cx, MOLT_ETIMEDOUT,
+       "migration timed out after %u ms; update aborted, the old version continues",
+       cx->limit_ms);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -795,6 +1023,7 @@ static bool image_redirect(molt__xf_ctx *cx, uintptr_t p, unsigned prot,
 
 static void *sym_or_fail(molt__xf_ctx *cx, const molt__image *im, const char *which,
                          const char *name, const char *tu) {
+  deadline_check(cx);
   void *p = name ? molt__image_sym(im, name, tu) : NULL;
   if (!p)
     fail(cx, MOLT_ENOSYM, "the %s version has no symbol %s%s%s%s", which,
@@ -812,6 +1041,7 @@ void *molt__xf_newsym(molt__xf_ctx *cx, const char *name, const char *tu) {
 
 void molt__xf_map_var(molt__xf_ctx *cx, const void *in, void *out, const molt__xf_type *t,
                       size_t count) {
+  deadline_check(cx);
   if (!in || !out || !t || count == 0)
     fail(cx, MOLT_EINVAL, "molt__xf_map_var: invalid arguments for %s", tname(t));
   VPUSH(cx, &cx->vars, var_range,
@@ -828,7 +1058,7 @@ static inline void push_work(molt__xf_ctx *cx, const void *in, void *out,
 
 void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out, const molt__xf_type *t,
                   size_t count) {
-  molt__xf_map_var(cx, in, out, t, count);
+  molt__xf_map_var(cx, in, out, t, count); /* checks the deadline */
   if (!(t->flags & MOLT__XF_CHANGED)) {
     if (t->old_size != t->new_size)
       fail(cx, MOLT_EINVAL, "type %s is marked unchanged but its size changed", tname(t));
@@ -845,6 +1075,7 @@ void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out, const molt__xf_ty
 
 void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
                    size_t count) {
+  deadline_check(cx);
   if (!old)
     return NULL;
   uintptr_t p = (uintptr_t)old;
@@ -935,6 +1166,7 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
 }
 
 void molt__xf_setp(molt__xf_ctx *cx, void *slot, void *value) {
+  deadline_check(cx);
   void **s = slot;
   /* In-place writes into old memory are logged so that an abort restores
    * them.  Outside a work item (a rule body in migrate()), anything not in
@@ -953,6 +1185,7 @@ void molt__xf_run(molt__xf_ctx *cx) {
   const molt__xf_type *saved_t = cx->cur_t;
   bool saved_in_place = cx->cur_in_place;
   while (cx->work.n) {
+    deadline_check(cx); /* before the item is taken off the list */
     work_item w = ((work_item *)cx->work.p)[--cx->work.n];
     const molt__xf_type *t = w.t;
     cx->cur_t = t;
@@ -1028,6 +1261,7 @@ static void local_cb(void *arg, molt__saved_local *l) {
 
 void molt__xf_local(molt__xf_ctx *cx, const char *func, const char *var,
                     const molt__xf_type *t) {
+  deadline_check(cx);
   if (!func || !var || !t)
     fail(cx, MOLT_EINVAL, "molt__xf_local: invalid arguments");
   local_args a = {cx, func, var, t};
@@ -1324,6 +1558,12 @@ static void restore_old(molt__xf_ctx *cx) {
     free(pool[i]);
   cx->pools.n = 0;
   cx->freeold.n = 0; /* never freed on abort: the old version goes on */
+  const uintptr_t *ra = cx->ralloc.p;
+  for (size_t i = 0; i < cx->ralloc.n; i++)
+    free((void *)ra[i]); /* 0 for blocks the rule freed itself */
+  cx->ralloc.n = 0;
+  free(cx->rindex);
+  cx->rindex = NULL;
   /* Empty the map and the bitmap (private anonymous memory reads as zeros
    * after MADV_DONTNEED; clear by hand if that is refused). */
   size_t mbytes = (cx->map_mask + 1) * sizeof *cx->map;
@@ -1381,10 +1621,27 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
   int jumped = sigsetjmp(cx->jb, 1);
   if (jumped == 0) {
     cx->migrating = true;
+    deadline_start(cx);
     migrate(cx);
     molt__xf_run(cx); /* whatever migrate() queued after its last run */
     if (cx->check_interior)
       check_interior(cx);
+    /* Finished, but late: the deadline bounds the whole migration. */
+    deadline_check(cx);
+  } else if (jumped == 3) {
+    /* The deadline: deadline_handler jumped here from code of an image. */
+    if (cx->cur_t)
+      molt__errmsg(cx->err, sizeof cx->err,
+                   "migration timed out after %u ms (in the transformer for %s); update "
+                   "aborted, the old version continues",
+                   cx->limit_ms, tname(cx->cur_t));
+    else
+      molt__errmsg(cx->err, sizeof cx->err,
+                   "migration timed out after %u ms (in the migration code of %s); "
+                   "update aborted, the old version continues",
+                   cx->limit_ms, cx->new->path);
+    cx->err_code = MOLT_ETIMEDOUT;
+    rc = MOLT_ETIMEDOUT;
   } else if (jumped == 1) {
     /* A fault: guard_handler jumped here (the guard is already disarmed). */
     if (cx->cur_t)
@@ -1404,6 +1661,7 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
     rc = cx->err_code ? cx->err_code : MOLT_EXFORM;
   }
   cx->migrating = false;
+  deadline_stop();
   guard_remove(&g);
   cx->cur_t = NULL;
   cx->cur_in_place = false;
@@ -1462,8 +1720,170 @@ void molt__xf_free_old(molt__xf_ctx *cx, const void *old) {
     return;
   if (!cx->migrating)
     fail(cx, MOLT_EINVAL, "molt__xf_free_old called outside a migration");
+  deadline_check(cx);
   if (old)
     VPUSH(cx, &cx->freeold, uintptr_t, (uintptr_t)old);
+}
+
+/* ---- memory the rules allocate ------------------------------------------------ */
+
+/* Rule bodies allocate new state (a table, the entries of a list) with
+ * malloc and friends; the generated code sends those calls here
+ * (tools/moltcc/image/xfgen.py), so that an abort frees the blocks with
+ * everything else the migration made, and a commit hands them over to the
+ * new version.  Most blocks are never freed or reallocated by the rule:
+ * tracking one is an append to cx->ralloc; the index of blocks is built
+ * only when a rule frees or reallocates one that is not among the last
+ * RALLOC_RECENT (a buffer the rule is growing). */
+#define RALLOC_RECENT 16
+#define RINDEX_DELETED SIZE_MAX
+
+static inline size_t rindex_home(const molt__xf_ctx *cx, uintptr_t p) {
+  return (size_t)(((uint64_t)(p >> 4) * 0x9E3779B97F4A7C15ull) >> 32) & cx->rindex_mask;
+}
+
+/* Builds the index for cx->ralloc with room for `more` insertions; false
+ * when out of memory (lookups then scan the list). */
+static bool rindex_build(molt__xf_ctx *cx, size_t more) {
+  size_t cap = 64;
+  while (cap < 2 * (cx->ralloc.n + more + 1))
+    cap *= 2;
+  size_t *ix = calloc(cap, sizeof *ix);
+  if (!ix)
+    return false;
+  free(cx->rindex);
+  cx->rindex = ix;
+  cx->rindex_mask = cap - 1;
+  cx->rindex_used = 0;
+  const uintptr_t *a = cx->ralloc.p;
+  for (size_t i = 0; i < cx->ralloc.n; i++) {
+    if (!a[i])
+      continue;
+    size_t j = rindex_home(cx, a[i]);
+    while (ix[j])
+      j = (j + 1) & cx->rindex_mask;
+    ix[j] = i + 1;
+    cx->rindex_used++;
+  }
+  return true;
+}
+
+/* Entry + 1 of block p in cx->ralloc, or 0.  *slot: its index slot. */
+static size_t ralloc_find(molt__xf_ctx *cx, uintptr_t p, size_t **slot) {
+  const uintptr_t *a = cx->ralloc.p;
+  *slot = NULL;
+  if (!cx->rindex) {
+    size_t lo = cx->ralloc.n > RALLOC_RECENT ? cx->ralloc.n - RALLOC_RECENT : 0;
+    for (size_t i = cx->ralloc.n; i-- > lo;)
+      if (a[i] == p)
+        return i + 1;
+    if (lo == 0 || !rindex_build(cx, 0)) {
+      for (size_t i = lo; i-- > 0;) /* no index: scan */
+        if (a[i] == p)
+          return i + 1;
+      return 0;
+    }
+  }
+  for (size_t j = rindex_home(cx, p); cx->rindex[j]; j = (j + 1) & cx->rindex_mask)
+    if (cx->rindex[j] != RINDEX_DELETED && a[cx->rindex[j] - 1] == p) {
+      *slot = &cx->rindex[j];
+      return cx->rindex[j];
+    }
+  return 0;
+}
+
+static void ralloc_forget(molt__xf_ctx *cx, size_t k, size_t *slot) {
+  ((uintptr_t *)cx->ralloc.p)[k - 1] = 0;
+  if (slot)
+    *slot = RINDEX_DELETED;
+}
+
+/* Tracks block p (not NULL).  Out of memory frees it and fails the
+ * migration: a block the runtime does not know of would leak on abort. */
+static void *ralloc_track(molt__xf_ctx *cx, void *p) {
+  if (cx->ralloc.n == cx->ralloc.cap && !vec_reserve(&cx->ralloc, sizeof(uintptr_t), 1)) {
+    free(p);
+    fail(cx, MOLT_ENOMEM, "out of memory while migrating the state");
+  }
+  size_t i = cx->ralloc.n++;
+  ((uintptr_t *)cx->ralloc.p)[i] = (uintptr_t)p;
+  if (cx->rindex) {
+    if ((cx->rindex_used + 1) * 2 > cx->rindex_mask + 1 && !rindex_build(cx, 1)) {
+      free(cx->rindex); /* rebuilt at the next lookup */
+      cx->rindex = NULL;
+      return p;
+    }
+    size_t j = rindex_home(cx, (uintptr_t)p);
+    while (cx->rindex[j] && cx->rindex[j] != RINDEX_DELETED)
+      j = (j + 1) & cx->rindex_mask;
+    if (!cx->rindex[j])
+      cx->rindex_used++;
+    cx->rindex[j] = i + 1;
+  }
+  return p;
+}
+
+void *molt__xf_malloc(molt__xf_ctx *cx, size_t size) {
+  deadline_check(cx);
+  void *p = malloc(size);
+  return p ? ralloc_track(cx, p) : NULL;
+}
+
+void *molt__xf_calloc(molt__xf_ctx *cx, size_t n, size_t size) {
+  deadline_check(cx);
+  void *p = calloc(n, size);
+  return p ? ralloc_track(cx, p) : NULL;
+}
+
+char *molt__xf_strdup(molt__xf_ctx *cx, const char *s) {
+  deadline_check(cx);
+  char *p = strdup(s);
+  return p ? ralloc_track(cx, p) : NULL;
+}
+
+char *molt__xf_strndup(molt__xf_ctx *cx, const char *s, size_t n) {
+  deadline_check(cx);
+  char *p = strndup(s, n);
+  return p ? ralloc_track(cx, p) : NULL;
+}
+
+void molt__xf_free(molt__xf_ctx *cx, void *p) {
+  deadline_check(cx);
+  if (!p)
+    return;
+  size_t *slot;
+  size_t k = ralloc_find(cx, (uintptr_t)p, &slot);
+  if (k) {
+    ralloc_forget(cx, k, slot);
+    free(p);
+    return;
+  }
+  /* Old data: the old version may still need it (an abort goes back to
+   * it), so it is freed only once the update commits. */
+  molt__xf_free_old(cx, p);
+}
+
+void *molt__xf_realloc(molt__xf_ctx *cx, void *p, size_t size) {
+  if (!p)
+    return molt__xf_malloc(cx, size);
+  deadline_check(cx);
+  size_t *slot;
+  size_t k = ralloc_find(cx, (uintptr_t)p, &slot);
+  if (!k)
+    fail(cx, MOLT_EXFORM,
+         "a rule reallocated 0x%lx, which this migration did not allocate: old data "
+         "must stay as it is until the update commits (allocate a new block, copy, "
+         "and free() the old one, which is then freed at the commit)",
+         (unsigned long)(uintptr_t)p);
+  if (size == 0) {
+    molt__xf_free(cx, p);
+    return NULL;
+  }
+  void *q = realloc(p, size);
+  if (!q)
+    return NULL; /* p is still valid and still tracked */
+  ralloc_forget(cx, k, slot);
+  return ralloc_track(cx, q);
 }
 
 /* Frees the old heap objects that were replaced, and those a rule asked
@@ -1592,7 +2012,14 @@ void molt__xf_end(molt__xf_ctx *cx, bool commit) {
   vec_free(&cx->heap, sizeof(heap_span));
   vec_free(&cx->objs, sizeof(span));
   vec_free(&cx->targets, sizeof(uintptr_t));
+  vec_free(&cx->ralloc, sizeof(uintptr_t)); /* the blocks are the new version's */
+  free(cx->rindex);
   free(cx);
+}
+
+void molt__xf_set_limit(molt__xf_ctx *cx, unsigned ms) {
+  if (cx)
+    cx->limit_ms = ms;
 }
 
 void molt__xf_stats(const molt__xf_ctx *cx, uint64_t *objects, uint64_t *bytes,
