@@ -14,7 +14,8 @@ target_link_libraries(protocol_test_protocol PRIVATE molt_common)
 add_executable(protocol_test_control ${PROTO_T}/test_control.c
   ${PROJECT_SOURCE_DIR}/src/runtime/service/control.c
   ${PROJECT_SOURCE_DIR}/src/runtime/base/fd.c
-  ${PROJECT_SOURCE_DIR}/src/runtime/base/lock.c)
+  ${PROJECT_SOURCE_DIR}/src/runtime/base/lock.c
+  ${PROJECT_SOURCE_DIR}/src/runtime/base/platform.c)
 target_link_libraries(protocol_test_control PRIVATE molt_common pthread)
 
 add_executable(protocol_fuzz ${PROTO_T}/fuzz_protocol.c)
