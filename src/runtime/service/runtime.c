@@ -217,18 +217,25 @@ static void start_runtime_thread(void) {
 /* ---- fork ----------------------------------------------------------------------*/
 
 static void fork_prepare(void) {
-  /* In the order of the lock table (base.h): shadow data's (every shard,
-   * then its reclaim lock), op, the modes' (prog), rt, the registry, log, fd.
-   * bar_lock is not taken: the child rebuilds the barrier
-   * from scratch (switch/points.c), and a barrier holds op_lock
-   * throughout, so none is running now.  req_lock is not taken either: the
-   * child starts with an empty queue (the threads that queued requests do
-   * not exist there). */
+  /* First, holding nothing: a barrier participant counts as waiting from
+   * here on (switch/points.c).  A global update holds op_lock while it
+   * waits for its participants; without this, a participant that calls
+   * fork() would wait below for op_lock, the update for it, until the
+   * update's timeout. */
+  molt__point_fork_begin();
+  /* Every lock of the lock table (base.h), in its order: shadow data's
+   * (every shard, then its reclaim lock), op, bar, the modes' (prog), rt,
+   * the registry (reg), req, log, fd.  No thread is then inside any of
+   * them while fork() copies the process, and the child makes each anew.
+   * (bar: a barrier holds op_lock throughout, so none is running once we
+   * hold op; application threads hold bar only briefly.) */
   molt__shadow_fork_prepare();
   molt__lock_acquire(&op_lock);
+  molt__switch_fork_prepare();
   molt__modes_fork_prepare();
   molt__rt_lock_acquire();
   molt__threads_lock();
+  molt__requests_fork_prepare();
   /* The leaves last (the table's order): no thread is half-way through a
    * log entry, or between checking a descriptor and writing to it, while
    * fork() copies the process. */
@@ -239,11 +246,16 @@ static void fork_prepare(void) {
 static void fork_parent(void) {
   molt__fd_unlock();
   molt__log_fork_parent();
+  molt__requests_fork_parent();
   molt__threads_unlock();
   molt__rt_lock_release();
   molt__modes_fork_parent();
+  molt__switch_fork_parent();
   molt__lock_release(&op_lock);
   molt__shadow_fork_parent();
+  /* Back to program code: like passing an update point (a barrier that
+   * started meanwhile holds this thread until it ends). */
+  molt__point_fork_end();
 }
 
 static void start_in_child(void);

@@ -39,6 +39,8 @@ MOLT__HIDDEN void molt__requests_drain(void);
 /* The runtime thread stops (its loop failed): queued and later requests
  * fail with MOLT_EREFUSING instead of waiting for ever. */
 MOLT__HIDDEN void molt__requests_stop(void);
+MOLT__HIDDEN void molt__requests_fork_prepare(void);
+MOLT__HIDDEN void molt__requests_fork_parent(void);
 MOLT__HIDDEN void molt__requests_after_fork_child(void);
 /* One reclamation pass (op_lock held): generations, owners, modes.
  * Returns the number of retired generations still alive. */
