@@ -190,7 +190,7 @@ typedef struct slot {
   molt__fd fd;
   pid_t pid;
   uid_t uid;
-  uint64_t since;    /* accepted at (CLOCK_MONOTONIC ns): eviction order */
+  uint64_t order;    /* how many clients were admitted before it: eviction order */
   uint64_t deadline; /* of the request, then of the response */
   /* The request: header, then payload. */
   unsigned char hdr[MOLT__PROTO_HDR_SIZE];
@@ -424,7 +424,7 @@ static slot *slot_claim(void) {
     slot *s = &slots[i];
     if (s->state == SLOT_FREE)
       return s;
-    if (s->state == SLOT_READING && (oldest == NULL || s->since < oldest->since))
+    if (s->state == SLOT_READING && (oldest == NULL || s->order < oldest->order))
       oldest = s;
   }
   if (oldest != NULL) {
@@ -596,6 +596,7 @@ void molt__control_status(molt__buf *out) {
 static void accept_clients(const molt__fd *listener, uint64_t now) {
   /* Touched only by the runtime thread. */
   static bool accept_failing;
+  static uint64_t admitted;
   for (int i = 0; i < ACCEPT_BATCH; i++) {
     /* Lost since the runtime thread last looked: the number may be a
      * listening socket of the host now, whose clients are not ours to take
@@ -656,7 +657,7 @@ static void accept_clients(const molt__fd *listener, uint64_t now) {
                 .fd = client,
                 .pid = cred.pid,
                 .uid = cred.uid,
-                .since = now,
+                .order = admitted++,
                 .deadline = now + (uint64_t)MOLT__PROTO_SERVER_IO_MS * NS_PER_MS};
     molt__buf_init(&s->body);
   }
