@@ -149,8 +149,9 @@ static int call_once(pid_t pid, const char *name, unsigned op, const molt__buf *
   }
   if (cred.pid != pid) {
     close(fd);
-    molt__errmsg(err, errlen, "refusing to talk to pid %ld: socket %s is served by pid %ld",
-                 (long)pid, name, (long)cred.pid);
+    molt__errmsg(err, errlen,
+                 "refusing to talk to pid %ld: socket %s is served by pid %ld", (long)pid,
+                 name, (long)cred.pid);
     *impostor = true;
     return MOLT_ECONNECT;
   }
@@ -301,7 +302,8 @@ static int call_any(pid_t pid, unsigned op, const molt__buf *body, int timeout_m
   char primary[64];
   molt__proto_socket_name(pid, NULL, primary, sizeof primary);
   bool impostor;
-  int rc = call_once(pid, primary, op, body, timeout_ms, r, err, errlen, unread, &impostor);
+  int rc =
+      call_once(pid, primary, op, body, timeout_ms, r, err, errlen, unread, &impostor);
   if (rc != MOLT_ENOTMOLT && !impostor)
     return rc;
   char names[FALLBACK_MAX][108];
@@ -310,7 +312,8 @@ static int call_any(pid_t pid, unsigned op, const molt__buf *body, int timeout_m
     char why[512];
     bool u, imp;
     cli_reply_free(r);
-    int rc2 = call_once(pid, names[i], op, body, timeout_ms, r, why, sizeof why, &u, &imp);
+    int rc2 =
+        call_once(pid, names[i], op, body, timeout_ms, r, why, sizeof why, &u, &imp);
     if (rc2 != MOLT_ENOTMOLT && !imp) {
       *unread = u;
       molt__errmsg(err, errlen, "%s", why);

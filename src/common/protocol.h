@@ -276,7 +276,7 @@ MOLT__HIDDEN int molt__proto_recv_guarded(int fd, molt__frame_type type,
  * a process takes when another socket holds its name (docs/protocol.md:
  * the CLI finds it in /proc/net/unix and checks the peer's pid). */
 MOLT__HIDDEN void molt__proto_socket_name(pid_t pid, const char *suffix, char *buf,
-                                         size_t len);
+                                          size_t len);
 /* Fills the abstract address named `name` (without its NUL); returns the
  * address length to pass to bind/connect (abstract names are length-exact:
  * no trailing NUL is part of the name). */

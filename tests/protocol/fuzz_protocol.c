@@ -346,7 +346,8 @@ static int read_answer(int fd, int ms) {
     if (n >= MOLT__PROTO_HDR_SIZE) {
       molt__frame_hdr h;
       char err[256];
-      REQUIRE(molt__proto_decode_hdr(buf, MOLT__FRAME_RESPONSE, &h, err, sizeof err) == 0);
+      REQUIRE(molt__proto_decode_hdr(buf, MOLT__FRAME_RESPONSE, &h, err, sizeof err) ==
+              0);
       if (n >= MOLT__PROTO_HDR_SIZE + h.length) {
         REQUIRE(n == MOLT__PROTO_HDR_SIZE + h.length); /* one response, no more */
         molt__records r;
@@ -378,7 +379,8 @@ static bool is_status_request(const input *in) {
   molt__frame_hdr h;
   char err[64];
   return in->len == MOLT__PROTO_HDR_SIZE &&
-         molt__proto_decode_hdr(in->data, MOLT__FRAME_REQUEST, &h, err, sizeof err) == 0 &&
+         molt__proto_decode_hdr(in->data, MOLT__FRAME_REQUEST, &h, err, sizeof err) ==
+             0 &&
          h.kind == MOLT__OP_STATUS && h.length == 0;
 }
 

@@ -1001,8 +1001,7 @@ static void *fork_loop(void *arg) {
       _exit(t % 1000 == 1 ? 0 : 3);
     }
     int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
-        WEXITSTATUS(st) != 0)
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
       atomic_fetch_add(&fg_bad, 1);
     atomic_fetch_add(&fg_forks, 1);
   }
@@ -1021,9 +1020,9 @@ static void case_forkglobal(void) {
   int ok = 0;
   for (int i = 0; i < 20; i++) {
     char err[1024] = "";
-    int rc = i % 2 == 0
-                 ? molt_apply(patch("patch_a.so"), MOLT_POLICY_GLOBAL, 5000, err, sizeof err)
-                 : molt_rollback(MOLT_POLICY_GLOBAL, 5000, err, sizeof err);
+    int rc = i % 2 == 0 ? molt_apply(patch("patch_a.so"), MOLT_POLICY_GLOBAL, 5000, err,
+                                     sizeof err)
+                        : molt_rollback(MOLT_POLICY_GLOBAL, 5000, err, sizeof err);
     CHECK(rc == 0, "global update %d: %s (%s)", i, molt_err_name(rc), err);
     ok += rc == 0;
     /* Let the loop fork a few times between updates, so that updates meet
@@ -1081,10 +1080,9 @@ static void *libmolt_object(const char *name) {
 /* Every lock of the lock table (src/runtime/base/base.h), by the name of
  * its object (a molt__lock begins with its pthread_mutex_t; the shadow
  * data's first shard begins with its lock). */
-static const char *const table_locks[] = {"shards",   "reclaim_lock", "op_lock",
-                                          "bar_lock", "prog_lock",    "rt_lock",
-                                          "reg_lock", "req_lock",     "log_lock",
-                                          "fd_lock"};
+static const char *const table_locks[] = {
+    "shards",  "reclaim_lock", "op_lock",  "bar_lock", "prog_lock",
+    "rt_lock", "reg_lock",     "req_lock", "log_lock", "fd_lock"};
 
 static pthread_mutex_t *held_lock;
 static atomic_int lock_held, lock_release;

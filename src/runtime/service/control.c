@@ -101,7 +101,7 @@ static int listen_on(const char *name, molt__fd *out, int *why) {
 }
 
 int molt__control_listen(molt__fd *out, char *name, size_t namelen) {
-  char primary[sizeof ((struct sockaddr_un *)0)->sun_path];
+  char primary[sizeof((struct sockaddr_un *)0)->sun_path];
   molt__proto_socket_name(getpid(), NULL, primary, sizeof primary);
   int why;
   int rc = listen_on(primary, out, &why);
@@ -156,10 +156,9 @@ static size_t response_head(unsigned char *head, int status, const char *errmsg,
                             size_t body_len) {
   size_t rec_len = 0;
   if (status != 0)
-    rec_len = error_record((char *)head + MOLT__PROTO_HDR_SIZE,
-                           HEAD_MAX - MOLT__PROTO_HDR_SIZE,
-                           errmsg != NULL && errmsg[0] != '\0' ? errmsg
-                                                               : molt_strerror(status));
+    rec_len = error_record(
+        (char *)head + MOLT__PROTO_HDR_SIZE, HEAD_MAX - MOLT__PROTO_HDR_SIZE,
+        errmsg != NULL && errmsg[0] != '\0' ? errmsg : molt_strerror(status));
   molt__frame_hdr h = {.magic = MOLT__PROTO_MAGIC,
                        .version = MOLT__PROTO_VERSION,
                        .kind = 0,
@@ -335,6 +334,12 @@ static void respond(slot *s, int status, const char *errmsg, molt__buf *body) {
     slot_free(s);
 }
 
+void molt__control_held(uint64_t ns, const void *except) {
+  for (size_t i = 0; i < MOLT__CONTROL_SLOTS; i++)
+    if (slots[i].state != SLOT_FREE && &slots[i] != except)
+      slots[i].deadline += ns;
+}
+
 /* The whole request is in: parse it, carry it out, start the response. */
 static void serve(slot *s) {
   char err[ERRLEN] = "";
@@ -365,7 +370,11 @@ static void serve(slot *s) {
   molt__buf out;
   molt__buf_init(&out);
   err[0] = '\0';
+  uint64_t t0 = molt__now_ns();
   rc = molt__execute(req, &out, err, sizeof err);
+  /* The other clients waited for this one (a global update may take
+   * seconds): their deadlines are for their own slowness. */
+  molt__control_held(molt__now_ns() - t0, s);
 
   if (out.oom || out.len > MOLT__PROTO_MAX_RESPONSE - 2 * ERRLEN - 16) {
     bool too_big = !out.oom;
@@ -448,10 +457,10 @@ typedef struct deny {
   bool known; /* the uid is known (peer credentials were available) */
   uid_t uid;
   pid_t last_pid;
-  uint64_t count, logged; /* refusals, and how many the log has told of */
+  uint64_t count, logged;     /* refusals, and how many the log has told of */
   uint64_t first_rt, last_rt; /* CLOCK_REALTIME ns */
   uint64_t last_log;          /* CLOCK_MONOTONIC ns of its last log entry */
-  uint64_t answer_at; /* GCRA: when the next answer is due (CLOCK_MONOTONIC ns) */
+  uint64_t answer_at;         /* GCRA: when the next answer is due (CLOCK_MONOTONIC ns) */
 } deny;
 
 static deny denies[DENY_UIDS + 1]; /* the last: every other uid */

@@ -157,8 +157,11 @@ static void *runtime_main(void *arg) {
     }
     if (molt__wake_drain(n > 0 ? fds[0].revents : 0))
       interval = RECLAIM_MIN_MS;
-    /* Requests first: an application thread waits for each. */
+    /* Requests first: an application thread waits for each.  The control
+     * server's clients are not timed for how long they take. */
+    uint64_t t0 = molt__now_ns();
     molt__requests_drain();
+    molt__control_held(molt__now_ns() - t0, NULL);
     if (n < 0) /* EINTR: nothing is ready, deadlines still count */
       for (size_t i = 0; i < 1 + MOLT__CONTROL_POLLFDS; i++)
         fds[i].revents = 0;
@@ -182,8 +185,7 @@ static void start_runtime_thread(void) {
     /* Not fatal, and not for ever: the runtime loop tries again every
      * second (keep_descriptors). */
     listener_missing = true;
-    molt__log(MOLT__EV_INFO, 0, NULL,
-              "no control channel: %s; trying again every second",
+    molt__log(MOLT__EV_INFO, 0, NULL, "no control channel: %s; trying again every second",
               molt_strerror(listen_err));
   } else if (strcmp(listener_name, primary) != 0) {
     molt__log(MOLT__EV_INFO, 0, NULL,

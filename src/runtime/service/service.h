@@ -76,6 +76,9 @@ MOLT__HIDDEN void molt__control_poll_prepare(const molt__fd *listener, struct po
  * the listener is readable and still ours.  Never blocks. */
 MOLT__HIDDEN void molt__control_poll_done(const molt__fd *listener,
                                           const struct pollfd *fds);
+/* Runtime thread: it was busy for ns with something else (an operation):
+ * every client's deadline but except's moves by as much. */
+MOLT__HIDDEN void molt__control_held(uint64_t ns, const void *except);
 /* The records "denied <uid> <count> <first> <last> <last pid>" of refused
  * connections, for status (runtime thread). */
 MOLT__HIDDEN void molt__control_status(molt__buf *out);
