@@ -151,7 +151,8 @@ MOLT__HIDDEN int molt__request_decode(unsigned op, const struct molt__records *r
 /* Abstract socket name without its leading NUL: "molt.<pid>". */
 #define MOLT__PROTO_NAME_PREFIX "molt."
 /* How long the server gives one client to send its request and to take
- * the response (each); also SO_RCVTIMEO/SO_SNDTIMEO of accepted sockets. */
+ * the response (each), counted by the runtime's poll loop for each client
+ * on its own (service/control.c). */
 #define MOLT__PROTO_SERVER_IO_MS 2000
 
 typedef struct molt__frame_hdr {
