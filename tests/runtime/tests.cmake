@@ -72,6 +72,10 @@ foreach(case entry stress inflight static maps refuse socket locks atomic wakeup
   add_test(NAME runtime_${case} COMMAND test_runtime ${case} ${RT_OUT})
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 endforeach()
+# Their children start a runtime thread after a fork of a threaded process,
+# which TSan refuses by default (die_after_fork).
+set_tests_properties(runtime_forkglobal runtime_forklocks PROPERTIES
+  ENVIRONMENT "TSAN_OPTIONS=die_after_fork=0")
 
 molt_pytest(runtime_abi ${RT}/test_abi.py TIMEOUT 300 LABELS runtime cli
   ENV ABI_HOST=$<TARGET_FILE:abi_host> ABI_OTHER=$<TARGET_FILE:abi_other>
