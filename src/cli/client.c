@@ -3,6 +3,7 @@
  * exit code); and the request of a changing operation. */
 #include "cli/cli.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -96,13 +97,16 @@ void cli_reply_free(cli_reply *r) {
  *   MOLT_ENOMEM
  * with a one-line reason in err.
  */
-/* One attempt of cli_call.  *unread: the connection broke before any
- * answer in a way that proves the process never read the whole request
- * (see cli_call). */
-static int call_once(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms,
-                     cli_reply *r, char *err, size_t errlen, bool *unread) {
+/* One attempt of cli_call on the socket named `name` (pid's primary name
+ * or a fallback).  *unread: the connection broke before any answer in a
+ * way that proves the process never read the whole request (see
+ * cli_call).  *impostor: another process serves that name. */
+static int call_once(pid_t pid, const char *name, unsigned op, const molt__buf *body,
+                     int timeout_ms, cli_reply *r, char *err, size_t errlen, bool *unread,
+                     bool *impostor) {
   memset(r, 0, sizeof *r);
   *unread = false;
+  *impostor = false;
   uint64_t deadline = molt__proto_deadline(timeout_ms);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
@@ -115,12 +119,12 @@ static int call_once(pid_t pid, unsigned op, const molt__buf *body, int timeout_
                        .tv_usec = (timeout_ms % 1000) * 1000};
   (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   struct sockaddr_un sa;
-  socklen_t salen = molt__proto_sockaddr(pid, &sa);
+  socklen_t salen = molt__proto_sockaddr_named(name, &sa);
   if (connect(fd, (struct sockaddr *)&sa, salen) < 0) {
     int e = errno;
     close(fd);
     if (e == ECONNREFUSED || e == ENOENT) {
-      molt__errmsg(err, errlen, "nothing listens on socket molt.%ld", (long)pid);
+      molt__errmsg(err, errlen, "nothing listens on socket %s", name);
       return MOLT_ENOTMOLT;
     }
     if (e == EAGAIN || e == EWOULDBLOCK || e == EINPROGRESS) {
@@ -129,8 +133,7 @@ static int call_once(pid_t pid, unsigned op, const molt__buf *body, int timeout_
                    "queue is full)");
       return MOLT_ETIMEDOUT;
     }
-    molt__errmsg(err, errlen, "cannot connect to socket molt.%ld: %s", (long)pid,
-                 strerror(e));
+    molt__errmsg(err, errlen, "cannot connect to socket %s: %s", name, strerror(e));
     return MOLT_ECONNECT;
   }
 
@@ -140,16 +143,16 @@ static int call_once(pid_t pid, unsigned op, const molt__buf *body, int timeout_
   socklen_t clen = sizeof cred;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || clen != sizeof cred) {
     close(fd);
-    molt__errmsg(err, errlen, "cannot verify who serves socket molt.%ld: %s", (long)pid,
+    molt__errmsg(err, errlen, "cannot verify who serves socket %s: %s", name,
                  strerror(errno));
     return MOLT_ECONNECT;
   }
   if (cred.pid != pid) {
     close(fd);
     molt__errmsg(err, errlen,
-                 "refusing to talk to pid %ld: socket molt.%ld is served by "
-                 "pid %ld",
-                 (long)pid, (long)pid, (long)cred.pid);
+                 "refusing to talk to pid %ld: socket %s is served by pid %ld", (long)pid,
+                 name, (long)cred.pid);
+    *impostor = true;
     return MOLT_ECONNECT;
   }
 
@@ -218,6 +221,108 @@ static bool runs_libmolt(pid_t pid) {
   return found;
 }
 
+/* The inodes of the sockets pid holds (from /proc/<pid>/fd), sorted;
+ * false if its descriptors cannot be listed (another user's process). */
+static bool socket_inodes(pid_t pid, unsigned long **out, size_t *n) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/fd", (long)pid);
+  DIR *d = opendir(path);
+  *out = NULL;
+  *n = 0;
+  if (d == NULL)
+    return false;
+  size_t cap = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    char link[PATH_MAX], target[64];
+    snprintf(link, sizeof link, "%s/%s", path, de->d_name);
+    ssize_t k = readlink(link, target, sizeof target - 1);
+    unsigned long ino;
+    if (k <= 0)
+      continue;
+    target[k] = '\0';
+    if (sscanf(target, "socket:[%lu]", &ino) != 1)
+      continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 64;
+      *out = cli_xrealloc(*out, cap * sizeof **out);
+    }
+    (*out)[(*n)++] = ino;
+  }
+  closedir(d);
+  return true;
+}
+
+/* A process whose name "molt.<pid>" another socket holds listens on
+ * "molt.<pid>.<random>" instead (docs/protocol.md).  Such names are found
+ * among the listening Unix sockets of /proc/net/unix; where pid's
+ * descriptors can be listed, only sockets it holds count (anyone can bind
+ * such a name).  Either way the kernel's peer credentials decide
+ * (call_once).  Returns how many names went into names[]. */
+#define FALLBACK_MAX 8
+static size_t fallback_names(pid_t pid, char names[][108], size_t max) {
+  char prefix[64];
+  molt__proto_socket_name(pid, "", prefix, sizeof prefix);
+  size_t plen = strlen(prefix);
+  unsigned long *inodes;
+  size_t ninodes;
+  bool filter = socket_inodes(pid, &inodes, &ninodes);
+  FILE *f = fopen("/proc/net/unix", "re");
+  size_t n = 0;
+  char line[512];
+  while (f != NULL && n < max && fgets(line, sizeof line, f) != NULL) {
+    unsigned long flags, ino;
+    unsigned type, st;
+    char path[256];
+    /* Num RefCount Protocol Flags Type St Inode Path */
+    if (sscanf(line, "%*s %*s %*s %lx %x %x %lu %255s", &flags, &type, &st, &ino, path) !=
+        5)
+      continue;
+    /* 0x10000: __SO_ACCEPTCON, a listening socket; '@': an abstract name. */
+    if (!(flags & 0x10000) || path[0] != '@' || strncmp(path + 1, prefix, plen) != 0 ||
+        strlen(path + 1) >= sizeof names[0])
+      continue;
+    bool held = !filter;
+    for (size_t i = 0; i < ninodes && !held; i++)
+      held = inodes[i] == ino;
+    if (held)
+      snprintf(names[n++], sizeof names[0], "%s", path + 1);
+  }
+  if (f != NULL)
+    fclose(f);
+  free(inodes);
+  return n;
+}
+
+/* One attempt on pid's primary name, then, if nothing (or an impostor)
+ * listens there, on its fallback names.  The primary's error is kept when
+ * no fallback answers. */
+static int call_any(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms,
+                    cli_reply *r, char *err, size_t errlen, bool *unread) {
+  char primary[64];
+  molt__proto_socket_name(pid, NULL, primary, sizeof primary);
+  bool impostor;
+  int rc =
+      call_once(pid, primary, op, body, timeout_ms, r, err, errlen, unread, &impostor);
+  if (rc != MOLT_ENOTMOLT && !impostor)
+    return rc;
+  char names[FALLBACK_MAX][108];
+  size_t n = fallback_names(pid, names, FALLBACK_MAX);
+  for (size_t i = 0; i < n; i++) {
+    char why[512];
+    bool u, imp;
+    cli_reply_free(r);
+    int rc2 =
+        call_once(pid, names[i], op, body, timeout_ms, r, why, sizeof why, &u, &imp);
+    if (rc2 != MOLT_ENOTMOLT && !imp) {
+      *unread = u;
+      molt__errmsg(err, errlen, "%s", why);
+      return rc2;
+    }
+  }
+  return rc;
+}
+
 int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_reply *r,
              char *err, size_t errlen) {
   /* Tried again for up to a second (and within the timeout): a connection
@@ -234,7 +339,7 @@ int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_
   int molt_process = -1; /* runs_libmolt(pid), once asked */
   for (;;) {
     bool unread;
-    int rc = call_once(pid, op, body, timeout_ms, r, err, errlen, &unread);
+    int rc = call_any(pid, op, body, timeout_ms, r, err, errlen, &unread);
     if (rc == MOLT_ENOTMOLT && molt_process < 0)
       molt_process = runs_libmolt(pid);
     bool again = unread || (rc == MOLT_ENOTMOLT && molt_process == 1);

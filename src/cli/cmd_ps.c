@@ -15,7 +15,7 @@ static int cmp_pid(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Collects the pids of "@molt.<pid>" sockets in /proc/net/unix (which shows
+/* Collects the pids of "@molt.<pid>[.<random>]" sockets in /proc/net/unix (which shows
  * an abstract name with '@' for its leading NUL).  Sorted, deduplicated
  * (accepted connections show the listener's name too). */
 static int find_molt_pids(pid_t **out, size_t *n) {
@@ -39,8 +39,13 @@ static int find_molt_pids(pid_t **out, size_t *n) {
     static const char prefix[] = "@" MOLT__PROTO_NAME_PREFIX;
     if (tok == NULL || strncmp(tok, prefix, sizeof prefix - 1) != 0)
       continue;
+    /* "molt.<pid>", or a fallback name "molt.<pid>.<random>" taken when
+     * another socket held the first (docs/protocol.md). */
+    char *num = tok + sizeof prefix - 1, *dot = strchr(num, '.');
+    if (dot != NULL)
+      *dot = '\0';
     pid_t pid;
-    if (!cli_parse_pid(tok + sizeof prefix - 1, &pid))
+    if (!cli_parse_pid(num, &pid))
       continue;
     if (*n == cap) {
       cap = cap ? 2 * cap : 16;

@@ -49,6 +49,16 @@ static const cli_view program_threads = {
                {"updating", 4, CLI_BOOL}, {"from_point", 5, CLI_OPT}),
     CLI_COLUMNS({"TID", 1, CLI_AS_IS}, {"ENTRY", 2, CLI_AS_IS}, {"FILE", 3, CLI_AS_IS},
                 {"UPDATING", 4, CLI_YESNO}, {"FROM-POINT", 5, CLI_AS_IS})};
+/* Control connections refused for their uid (another user), per uid:
+ * "other" counts the uids beyond the first 8, "unknown" clients whose
+ * credentials were unavailable. */
+static const cli_view refused = {
+    "denied", "refused_connections", "control connections refused (other users)",
+    CLI_FIELDS({"uid", 1, CLI_STR}, {"count", 2, CLI_NUM}, {"first", 3, CLI_NUM},
+               {"last", 4, CLI_NUM}, {"last_pid", 5, CLI_NUM}),
+    CLI_COLUMNS({"UID", 1, CLI_AS_IS}, {"REFUSED", 2, CLI_AS_IS},
+                {"FIRST (UNIX TIME)", 3, CLI_AS_IS}, {"LAST", 4, CLI_AS_IS},
+                {"LAST-PID", 5, CLI_AS_IS})};
 /* The one "image" record, a JSON object of its own. */
 static const cli_field image[] = {{"path", 1, CLI_STR},         {"build_id", 2, CLI_STR},
                                   {"full_updates", 3, CLI_NUM}, {"unloading", 4, CLI_OPT},
@@ -100,6 +110,7 @@ static void status_json(pid_t pid, const molt__records *rs) {
     cli_json_null(&j);
   }
   cli_json_records(&j, rs, &program_threads);
+  cli_json_records(&j, rs, &refused);
   cli_json_end(&j);
   cli_json_done(&j);
 }
@@ -157,6 +168,9 @@ static void status_human(pid_t pid, const molt__records *rs) {
     }
     section(rs, &program_threads);
   }
+  /* Shown only when there were any: most processes never see one. */
+  if (cli_count(rs, refused.key) > 0)
+    section(rs, &refused);
 }
 
 int cli_cmd_status(const cli_args *a) {

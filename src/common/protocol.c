@@ -608,12 +608,25 @@ int molt__proto_recv_guarded(int fd, molt__frame_type type, molt__frame_hdr *h,
 
 /* ---- addressing ------------------------------------------------------------ */
 
-socklen_t molt__proto_sockaddr(pid_t pid, struct sockaddr_un *sa) {
+void molt__proto_socket_name(pid_t pid, const char *suffix, char *buf, size_t len) {
+  if (suffix != NULL)
+    snprintf(buf, len, MOLT__PROTO_NAME_PREFIX "%ld.%s", (long)pid, suffix);
+  else
+    snprintf(buf, len, MOLT__PROTO_NAME_PREFIX "%ld", (long)pid);
+}
+
+socklen_t molt__proto_sockaddr_named(const char *name, struct sockaddr_un *sa) {
   memset(sa, 0, sizeof *sa);
   sa->sun_family = AF_UNIX;
   /* sun_path[0] == '\0' selects the abstract namespace: no file, no
    * permissions on a directory, and the name disappears with the socket. */
-  int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1,
-                   MOLT__PROTO_NAME_PREFIX "%ld", (long)pid);
-  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+  size_t n = strnlen(name, sizeof sa->sun_path - 1);
+  memcpy(sa->sun_path + 1, name, n);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+socklen_t molt__proto_sockaddr(pid_t pid, struct sockaddr_un *sa) {
+  char name[sizeof sa->sun_path];
+  molt__proto_socket_name(pid, NULL, name, sizeof name);
+  return molt__proto_sockaddr_named(name, sa);
 }

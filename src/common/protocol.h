@@ -151,7 +151,8 @@ MOLT__HIDDEN int molt__request_decode(unsigned op, const struct molt__records *r
 /* Abstract socket name without its leading NUL: "molt.<pid>". */
 #define MOLT__PROTO_NAME_PREFIX "molt."
 /* How long the server gives one client to send its request and to take
- * the response (each); also SO_RCVTIMEO/SO_SNDTIMEO of accepted sockets. */
+ * the response (each), counted by the runtime's poll loop for each client
+ * on its own (service/control.c). */
 #define MOLT__PROTO_SERVER_IO_MS 2000
 
 typedef struct molt__frame_hdr {
@@ -271,9 +272,18 @@ MOLT__HIDDEN int molt__proto_recv_guarded(int fd, molt__frame_type type,
 
 /* ---- addressing -------------------------------------------------------- */
 
-/* Fills the abstract address of pid's control socket; returns the address
- * length to pass to bind/connect (abstract names are length-exact: no
- * trailing NUL is part of the name). */
+/* The abstract name (without its leading NUL) of pid's control socket:
+ * "molt.<pid>", or with a suffix the fallback "molt.<pid>.<suffix>" that
+ * a process takes when another socket holds its name (docs/protocol.md:
+ * the CLI finds it in /proc/net/unix and checks the peer's pid). */
+MOLT__HIDDEN void molt__proto_socket_name(pid_t pid, const char *suffix, char *buf,
+                                          size_t len);
+/* Fills the abstract address named `name` (without its NUL); returns the
+ * address length to pass to bind/connect (abstract names are length-exact:
+ * no trailing NUL is part of the name). */
+MOLT__HIDDEN socklen_t molt__proto_sockaddr_named(const char *name,
+                                                  struct sockaddr_un *sa);
+/* The same for pid's primary name "molt.<pid>". */
 MOLT__HIDDEN socklen_t molt__proto_sockaddr(pid_t pid, struct sockaddr_un *sa);
 
 #endif /* MOLT_PROTOCOL_H */

@@ -163,7 +163,7 @@ def test_status_json(fake):
     assert list(s) == ["pid", "state", "refusing_reason", "generation",
                        "reclaim", "programs", "patches", "objects",
                        "live_generations", "functions", "threads", "image",
-                       "program_threads"]
+                       "program_threads", "refused_connections"]
     assert s["pid"] == fake
     assert s["state"] == "ok" and s["refusing_reason"] is None
     assert s["generation"] == 0 and s["reclaim"] is True

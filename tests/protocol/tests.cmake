@@ -14,17 +14,26 @@ target_link_libraries(protocol_test_protocol PRIVATE molt_common)
 add_executable(protocol_test_control ${PROTO_T}/test_control.c
   ${PROJECT_SOURCE_DIR}/src/runtime/service/control.c
   ${PROJECT_SOURCE_DIR}/src/runtime/base/fd.c
-  ${PROJECT_SOURCE_DIR}/src/runtime/base/lock.c)
+  ${PROJECT_SOURCE_DIR}/src/runtime/base/lock.c
+  ${PROJECT_SOURCE_DIR}/src/runtime/base/platform.c)
 target_link_libraries(protocol_test_control PRIVATE molt_common pthread)
 
-add_executable(protocol_fuzz ${PROTO_T}/fuzz_protocol.c)
-target_link_libraries(protocol_fuzz PRIVATE molt_common)
+# The mutation loop also runs the real control server (against a scripted
+# runtime) with hostile clients.
+add_executable(protocol_fuzz ${PROTO_T}/fuzz_protocol.c
+  ${PROJECT_SOURCE_DIR}/src/runtime/service/control.c
+  ${PROJECT_SOURCE_DIR}/src/runtime/base/fd.c
+  ${PROJECT_SOURCE_DIR}/src/runtime/base/lock.c
+  ${PROJECT_SOURCE_DIR}/src/runtime/base/platform.c)
+target_link_libraries(protocol_fuzz PRIVATE molt_common pthread)
 
 add_test(NAME protocol_codec COMMAND protocol_test_protocol)
 add_test(NAME protocol_control COMMAND protocol_test_control)
 # Deterministic mutation loop (no libFuzzer needed): ~2 s plain, longer
-# under MOLT_SANITIZE=address.  Raise the count for a longer soak.
-add_test(NAME protocol_fuzz COMMAND protocol_fuzz 300000)
+# under MOLT_SANITIZE=address; then 100 rounds of hostile clients against
+# the control server (also as uid 65534 when run as root).  Raise the
+# counts for a longer soak: protocol_fuzz ITERATIONS ROUNDS.
+add_test(NAME protocol_fuzz COMMAND protocol_fuzz 300000 100)
 set_tests_properties(protocol_codec protocol_control PROPERTIES TIMEOUT 300 LABELS "protocol")
 set_tests_properties(protocol_fuzz PROPERTIES TIMEOUT 300 LABELS "protocol;fuzz")
 # (The CLI against this fake process: tests/cli, cli_fake.)

@@ -68,10 +68,14 @@ molt_runtime_patch(fdhost_b ${RT}/patch_b.c fdhost)
 add_custom_target(runtime_test_files ALL DEPENDS ${RT_PATCH_FILES} plain_lib abi_other)
 
 foreach(case entry stress inflight static maps refuse socket locks atomic wakeup cancel verdict
-             selfglobal imports pinned)
+             selfglobal imports pinned forkglobal forklocks)
   add_test(NAME runtime_${case} COMMAND test_runtime ${case} ${RT_OUT})
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 endforeach()
+# Their children start a runtime thread after a fork of a threaded process,
+# which TSan refuses by default (die_after_fork).
+set_tests_properties(runtime_forkglobal runtime_forklocks PROPERTIES
+  ENVIRONMENT "TSAN_OPTIONS=die_after_fork=0")
 
 molt_pytest(runtime_abi ${RT}/test_abi.py TIMEOUT 300 LABELS runtime cli
   ENV ABI_HOST=$<TARGET_FILE:abi_host> ABI_OTHER=$<TARGET_FILE:abi_other>
@@ -99,6 +103,11 @@ add_test(NAME runtime_fd_stress COMMAND fdhost stress ${RT_OUT} 300)
 set_tests_properties(runtime_fd_rollback PROPERTIES TIMEOUT 120 LABELS "runtime")
 set_tests_properties(runtime_fd_stress PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 molt_pytest(runtime_fds ${RT}/test_fds.py TIMEOUT 600 LABELS runtime cli
+  ENV FDHOST=$<TARGET_FILE:fdhost> PATCH_DIR=${RT_OUT})
+# Another local user against the control channel: slow connections, a flood
+# of refused ones, a squatted socket name (test_hostile.py; needs root to
+# become uid 65534, as CI runs).
+molt_pytest(runtime_hostile ${RT}/test_hostile.py TIMEOUT 900 LABELS runtime cli
   ENV FDHOST=$<TARGET_FILE:fdhost> PATCH_DIR=${RT_OUT})
 
 # The kept descriptors of the base layer on their own (base/fd.c).

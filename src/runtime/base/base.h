@@ -56,6 +56,16 @@
  * shadow calls fail instead) nor with shadow_reclaim, which nothing is
  * taken under; only the fork handler holds them all, shards first.
  *
+ * fork(): the fork handlers (service/runtime.c) take EVERY lock of this
+ * table, in this order, before fork() copies the process, release them in
+ * the parent and make each anew in the child, so no lock is ever copied
+ * held by a thread that does not exist in the child.  A new lock belongs
+ * in the table and in the handlers (tests/runtime, case forklocks, forks
+ * while each one is held).  Before it takes any, the forking thread counts
+ * as waiting at an update point (switch/points.c): a barrier holds op
+ * while it waits for its participants and must not wait for one that
+ * waits for op.
+ *
  *   XX(name, owner, protects -- taken by)
  */
 /* clang-format off */
@@ -69,7 +79,7 @@
      "or frees an id, holding no shard lock; nothing is taken under it")      \
   XX(op, "service/runtime.c",                                                  \
      "whole operations: apply, rollback, update, status, reclamation; may be " \
-     "held across dlopen/dlclose -- the runtime thread; the fork handlers")    \
+     "held across dlopen/dlclose -- the runtime thread")    \
   XX(bar, "switch/points.c",                                                   \
      "participants and state of the barrier (policy global, full updates) -- " \
      "the runtime thread inside op (never while the barrier's step runs); "    \

@@ -1,6 +1,13 @@
 /* The update log (guarantee H11): a fixed ring in memory, read by `molt log`, and
  * optionally a file named by $MOLT_LOG_FILE.  Never stdout/stderr (R3).
  *
+ * `denied` entries (refused control connections, which any local user can
+ * cause at will) go to a small ring of their own, so that no number of
+ * them can push the history of loads, switches, rollbacks and updates out
+ * of the main ring; `molt log` shows both, in order.  The control server
+ * (service/control.c) logs refusals in summary, so they add a bounded
+ * number of lines to the file too.
+ *
  * The file's descriptor is checked before every write (base.h, "descriptors
  * the host may close"): if the host closed it, possibly reusing the number,
  * the file is opened again by its name (O_APPEND) and an `info` entry says
@@ -20,6 +27,7 @@
 #include <unistd.h>
 
 #define RING 1024
+#define DENIED_RING 64
 
 typedef struct entry {
   uint64_t seq;
@@ -32,6 +40,7 @@ typedef struct entry {
 
 static molt__lock log_lock = MOLT__LOCK_INIT(log);
 static entry ring[RING];
+static entry denied_ring[DENIED_RING];
 static uint64_t next_seq = 1;
 static molt__fd log_fd = MOLT__FD_NONE;
 /* $MOLT_LOG_FILE as the process started ("" = none): the environment may
@@ -125,7 +134,10 @@ static void append_locked(entry *e) {
     }
   }
   e->seq = next_seq++;
-  ring[e->seq % RING] = *e;
+  if (e->ev == MOLT__EV_DENIED)
+    denied_ring[e->seq % DENIED_RING] = *e;
+  else
+    ring[e->seq % RING] = *e;
   if (log_fd.fd >= 0)
     write_locked(e);
 }
@@ -157,23 +169,34 @@ void molt__log_fork_prepare(void) { molt__lock_acquire(&log_lock); }
 void molt__log_fork_parent(void) { molt__lock_release(&log_lock); }
 void molt__log_after_fork_child(void) { molt__lock_reinit(&log_lock); }
 
+static int by_seq(const void *a, const void *b) {
+  uint64_t x = (*(const entry *const *)a)->seq, y = (*(const entry *const *)b)->seq;
+  return x < y ? -1 : x > y;
+}
+
 void molt__log_dump(molt__buf *out) {
   /* Copy under the lock, format outside it: the buffer may allocate. */
-  entry *copy = malloc(sizeof ring);
+  entry *copy = malloc(sizeof ring + sizeof denied_ring);
   if (!copy) {
     out->oom = true;
     return;
   }
+  entry *denied_copy = copy + RING;
   molt__lock_acquire(&log_lock);
-  uint64_t last = next_seq;
   memcpy(copy, ring, sizeof ring);
+  memcpy(denied_copy, denied_ring, sizeof denied_ring);
   molt__lock_release(&log_lock);
 
-  uint64_t first = last > RING ? last - RING : 1;
-  for (uint64_t s = first; s < last; s++) {
-    const entry *e = &copy[s % RING];
-    if (e->seq != s)
-      continue;
+  /* The entries held, oldest first: the main ring may hold entries far
+   * older than the denied ring's, so the two are merged by number. */
+  const entry *held[RING + DENIED_RING];
+  size_t n = 0;
+  for (size_t i = 0; i < RING + DENIED_RING; i++)
+    if (copy[i].seq != 0)
+      held[n++] = &copy[i];
+  qsort(held, n, sizeof held[0], by_seq);
+  for (size_t i = 0; i < n; i++) {
+    const entry *e = held[i];
     char seq[24], t[40], gen[24];
     snprintf(seq, sizeof seq, "%" PRIu64, e->seq);
     snprintf(t, sizeof t, "%" PRIu64 ".%06" PRIu64, e->time_ns / 1000000000u,

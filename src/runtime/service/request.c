@@ -155,6 +155,11 @@ void molt__requests_stop(void) {
   molt__lock_release(&req_lock);
 }
 
+/* The fork handlers hold req_lock across fork(): no thread is half-way
+ * through queueing a request while the process is copied. */
+void molt__requests_fork_prepare(void) { molt__lock_acquire(&req_lock); }
+void molt__requests_fork_parent(void) { molt__lock_release(&req_lock); }
+
 void molt__requests_after_fork_child(void) {
   /* The threads that queued requests do not exist in the child. */
   queue_head = queue_tail = NULL;

@@ -36,10 +36,16 @@
 
 static molt__lock op_lock = MOLT__LOCK_INIT(op);
 static molt__fd listener = MOLT__FD_NONE;
+/* The abstract name the listener has (without its NUL): "molt.<pid>", or
+ * a fallback when another socket holds that (control.c). */
+static char listener_name[108];
 static int listen_err;
 /* Runtime thread: the number of a listener the host closed or replaced,
  * while no new one could be made (-1: none lost). */
 static int listener_lost = -1;
+/* Runtime thread: no listener could be made at start; tried again like a
+ * lost one. */
+static bool listener_missing;
 static pthread_t rt_thread;
 
 void molt__op_lock(void) { molt__lock_acquire(&op_lock); }
@@ -98,16 +104,21 @@ static int keep_descriptors(int *wake_fd) {
     molt__fd_forget(&listener);
     found_lost = true;
   }
-  if (listener_lost < 0)
+  if (listener_lost < 0 && !listener_missing)
     return retry;
-  int rc = molt__control_listen(&listener);
+  int rc = molt__control_listen(&listener, listener_name, sizeof listener_name);
   int pid = (int)getpid();
   if (rc == 0) {
-    molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
-              "%s molt's control socket (fd %d): listening on @molt.%d again (fd %d)",
-              found_lost ? "the process closed or replaced" : "after losing",
-              listener_lost, pid, listener.fd);
+    if (listener_lost >= 0)
+      molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
+                "%s molt's control socket (fd %d): listening on @%s again (fd %d)",
+                found_lost ? "the process closed or replaced" : "after losing",
+                listener_lost, listener_name, listener.fd);
+    else
+      molt__log(MOLT__EV_INFO, molt__gen_number_now(), NULL,
+                "control channel: listening on @%s (fd %d)", listener_name, listener.fd);
     listener_lost = -1;
+    listener_missing = false;
     listen_err = 0;
     return retry;
   }
@@ -132,10 +143,12 @@ static void *runtime_main(void *arg) {
       timeout = interval;
     if (molt__wake_pending())
       timeout = 0;
-    /* A negative fd (none right now) is ignored by poll. */
-    struct pollfd fds[2] = {{.fd = wake_fd, .events = POLLIN},
-                            {.fd = listener.fd, .events = POLLIN}};
-    int n = poll(fds, 2, timeout);
+    /* The wake-up read end, then the control server's listener and
+     * clients.  A negative fd (none right now) is ignored by poll. */
+    struct pollfd fds[1 + MOLT__CONTROL_POLLFDS];
+    fds[0] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
+    molt__control_poll_prepare(&listener, fds + 1, &timeout);
+    int n = poll(fds, 1 + MOLT__CONTROL_POLLFDS, timeout);
     if (n < 0 && errno != EINTR) {
       int e = errno;
       molt__requests_stop();
@@ -144,10 +157,16 @@ static void *runtime_main(void *arg) {
     }
     if (molt__wake_drain(n > 0 ? fds[0].revents : 0))
       interval = RECLAIM_MIN_MS;
-    /* Requests first: an application thread waits for each. */
+    /* Requests first: an application thread waits for each.  The control
+     * server's clients are not timed for how long they take. */
+    uint64_t t0 = molt__now_ns();
     molt__requests_drain();
-    if (n > 0 && (fds[1].revents & POLLIN))
-      molt__control_serve(&listener); /* checks that it is still ours */
+    molt__control_held(molt__now_ns() - t0, NULL);
+    if (n < 0) /* EINTR: nothing is ready, deadlines still count */
+      for (size_t i = 0; i < 1 + MOLT__CONTROL_POLLFDS; i++)
+        fds[i].revents = 0;
+    /* Clients, then new connections (the listener is checked there). */
+    molt__control_poll_done(&listener, fds + 1);
     if (interval >= 0) {
       if (reclaim_pass() == 0)
         interval = -1;
@@ -159,10 +178,21 @@ static void *runtime_main(void *arg) {
 }
 
 static void start_runtime_thread(void) {
-  listen_err = molt__control_listen(&listener);
-  if (listen_err < 0)
-    molt__log(MOLT__EV_FAIL, 0, NULL, "no control channel: %s",
+  listen_err = molt__control_listen(&listener, listener_name, sizeof listener_name);
+  char primary[sizeof listener_name];
+  molt__proto_socket_name(getpid(), NULL, primary, sizeof primary);
+  if (listen_err < 0) {
+    /* Not fatal, and not for ever: the runtime loop tries again every
+     * second (keep_descriptors). */
+    listener_missing = true;
+    molt__log(MOLT__EV_INFO, 0, NULL, "no control channel: %s; trying again every second",
               molt_strerror(listen_err));
+  } else if (strcmp(listener_name, primary) != 0) {
+    molt__log(MOLT__EV_INFO, 0, NULL,
+              "another socket holds the name @%s (any local user can bind it): "
+              "listening on @%s instead; molt finds it",
+              primary, listener_name);
+  }
   /* The runtime thread blocks every signal: signals sent to the process
    * must reach the application's threads, never ours. */
   sigset_t all, old;
@@ -189,18 +219,25 @@ static void start_runtime_thread(void) {
 /* ---- fork ----------------------------------------------------------------------*/
 
 static void fork_prepare(void) {
-  /* In the order of the lock table (base.h): shadow data's (every shard,
-   * then its reclaim lock), op, the modes' (prog), rt, the registry, log, fd.
-   * bar_lock is not taken: the child rebuilds the barrier
-   * from scratch (switch/points.c), and a barrier holds op_lock
-   * throughout, so none is running now.  req_lock is not taken either: the
-   * child starts with an empty queue (the threads that queued requests do
-   * not exist there). */
+  /* First, holding nothing: a barrier participant counts as waiting from
+   * here on (switch/points.c).  A global update holds op_lock while it
+   * waits for its participants; without this, a participant that calls
+   * fork() would wait below for op_lock, the update for it, until the
+   * update's timeout. */
+  molt__point_fork_begin();
+  /* Every lock of the lock table (base.h), in its order: shadow data's
+   * (every shard, then its reclaim lock), op, bar, the modes' (prog), rt,
+   * the registry (reg), req, log, fd.  No thread is then inside any of
+   * them while fork() copies the process, and the child makes each anew.
+   * (bar: a barrier holds op_lock throughout, so none is running once we
+   * hold op; application threads hold bar only briefly.) */
   molt__shadow_fork_prepare();
   molt__lock_acquire(&op_lock);
+  molt__switch_fork_prepare();
   molt__modes_fork_prepare();
   molt__rt_lock_acquire();
   molt__threads_lock();
+  molt__requests_fork_prepare();
   /* The leaves last (the table's order): no thread is half-way through a
    * log entry, or between checking a descriptor and writing to it, while
    * fork() copies the process. */
@@ -211,11 +248,16 @@ static void fork_prepare(void) {
 static void fork_parent(void) {
   molt__fd_unlock();
   molt__log_fork_parent();
+  molt__requests_fork_parent();
   molt__threads_unlock();
   molt__rt_lock_release();
   molt__modes_fork_parent();
+  molt__switch_fork_parent();
   molt__lock_release(&op_lock);
   molt__shadow_fork_parent();
+  /* Back to program code: like passing an update point (a barrier that
+   * started meanwhile holds this thread until it ends). */
+  molt__point_fork_end();
 }
 
 static void start_in_child(void);
@@ -237,7 +279,9 @@ static void fork_child(void) {
   /* The parent's listener, unless the host closed it before fork() (then
    * the number is the host's: left alone). */
   molt__fd_close(&listener);
+  molt__control_after_fork_child();
   listener_lost = -1;
+  listener_missing = false;
   listen_err = 0;
   molt__wake_after_fork_child();
   /* No thread is started here: most children exec at once, and a thread

@@ -17,6 +17,8 @@
 
 #include "switch/switch.h"
 
+#include <poll.h>
+
 /* ---- request.c -------------------------------------------------------------*/
 /* Carries out a request ON the runtime thread (the control server calls it
  * from there): the response records into out; on failure a one-line
@@ -37,6 +39,8 @@ MOLT__HIDDEN void molt__requests_drain(void);
 /* The runtime thread stops (its loop failed): queued and later requests
  * fail with MOLT_EREFUSING instead of waiting for ever. */
 MOLT__HIDDEN void molt__requests_stop(void);
+MOLT__HIDDEN void molt__requests_fork_prepare(void);
+MOLT__HIDDEN void molt__requests_fork_parent(void);
 MOLT__HIDDEN void molt__requests_after_fork_child(void);
 /* One reclamation pass (op_lock held): generations, owners, modes.
  * Returns the number of retired generations still alive. */
@@ -52,12 +56,33 @@ MOLT__HIDDEN void molt__status(molt__buf *out);
 MOLT__HIDDEN int molt__control_error(void);
 
 /* ---- control.c ----------------------------------------------------------------*/
-/* Creates the listening socket for this process (abstract name
- * "\0molt.<pid>") in *out.  Returns 0 or a negative MOLT_E* code. */
-MOLT__HIDDEN int molt__control_listen(molt__fd *out);
-/* The listener is readable: if it is still ours, accept one client, check
- * its credentials, serve its request with molt__execute, close it.  Never
- * blocks longer than the per-client I/O timeout. */
-MOLT__HIDDEN void molt__control_serve(const molt__fd *listener);
+/* Clients served at once (the slots of control.c). */
+#define MOLT__CONTROL_SLOTS 32
+/* Poll entries of the control server: the listener, then one per slot. */
+#define MOLT__CONTROL_POLLFDS (1 + MOLT__CONTROL_SLOTS)
+/* Creates the listening socket for this process in *out: on the abstract
+ * name "\0molt.<pid>", or, when another socket holds that name, on the
+ * fallback "\0molt.<pid>.<random>"; the name taken (without its NUL) goes
+ * into name.  Returns 0 or a negative MOLT_E* code. */
+MOLT__HIDDEN int molt__control_listen(molt__fd *out, char *name, size_t namelen);
+/* Runtime thread, before poll: fills fds[0 .. MOLT__CONTROL_POLLFDS) (the
+ * listener, then every client; -1 where there is none) and lowers
+ * *timeout_ms (-1: none) to the nearest deadline of a client or a due log
+ * summary of refusals. */
+MOLT__HIDDEN void molt__control_poll_prepare(const molt__fd *listener, struct pollfd *fds,
+                                             int *timeout_ms);
+/* Runtime thread, after poll (fds as prepared, with their revents): serves
+ * what is ready, ends clients past their deadline, accepts new clients if
+ * the listener is readable and still ours.  Never blocks. */
+MOLT__HIDDEN void molt__control_poll_done(const molt__fd *listener,
+                                          const struct pollfd *fds);
+/* Runtime thread: it was busy for ns with something else (an operation):
+ * every client's deadline but except's moves by as much. */
+MOLT__HIDDEN void molt__control_held(uint64_t ns, const void *except);
+/* The records "denied <uid> <count> <first> <last> <last pid>" of refused
+ * connections, for status (runtime thread). */
+MOLT__HIDDEN void molt__control_status(molt__buf *out);
+/* In a forked child: the parent's clients are dropped. */
+MOLT__HIDDEN void molt__control_after_fork_child(void);
 
 #endif /* MOLT_SERVICE_H */

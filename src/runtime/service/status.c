@@ -111,4 +111,7 @@ void molt__status(molt__buf *out) {
     molt__buf_record(out, 5, f);
   }
   free(tl.v);
+  /* Connections refused for their uid (control.c: runtime thread, as
+   * this is). */
+  molt__control_status(out);
 }

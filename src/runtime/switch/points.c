@@ -51,7 +51,8 @@ typedef struct participant {
    * relaxed atomic (a stale value only makes a message stale). */
   _Atomic(const char *) point;
   bool parked;  /* waiting in molt_update_point (bar_lock) */
-  bool waiting; /* waiting for a request of its own (bar_lock) */
+  bool waiting; /* waiting for a request of its own, or in fork() (bar_lock) */
+  bool forking; /* in the fork handlers (bar_lock) */
   bool linked;
   /* How the barrier it was parked in ended (bar_lock): written by the
    * releaser when it counts the thread out, read by the thread when it
@@ -73,6 +74,10 @@ static pthread_cond_t bar_arrive = PTHREAD_COND_INITIALIZER; /* to the updater *
 static pthread_cond_t bar_release;                           /* to the threads */
 static molt__link *parts;
 static size_t nparts, nparked, nwaiting;
+/* Participants in fork()'s handlers (bar_lock): each waits for op_lock,
+ * which a barrier holds throughout, so none of them can reach an update
+ * point before the barrier ends (molt__point_fork_begin). */
+static size_t nforking;
 static uint64_t release_seq; /* bumped when a barrier ends */
 /* The pending barrier is complete and its while_parked step runs without
  * bar_lock (bar_lock).  A program thread that starts meanwhile (its
@@ -329,6 +334,39 @@ void molt__point_wait_end(void) {
     refresh_view(&molt__self);
 }
 
+void molt__point_fork_begin(void) {
+  participant *p = &self_part;
+  if (!p->linked)
+    return;
+  /* Counted as waiting, like a thread waiting for its own request: it runs
+   * no program code until fork() returns, and when it returns it passes
+   * an update point (molt__point_fork_end).  A hot-patch barrier that holds
+   * op_lock -- which the fork handler is about to wait for -- can then
+   * complete without it instead of waiting for it until its timeout. */
+  molt__lock_acquire(&bar_lock);
+  p->forking = true;
+  nforking++;
+  p->waiting = true;
+  p->waited_through_update = false;
+  nwaiting++;
+  pthread_cond_broadcast(&bar_arrive);
+  molt__lock_release(&bar_lock);
+}
+
+void molt__point_fork_end(void) {
+  participant *p = &self_part;
+  if (!p->linked || !p->forking)
+    return;
+  molt__lock_acquire(&bar_lock);
+  p->forking = false;
+  nforking--;
+  molt__lock_release(&bar_lock);
+  molt__point_wait_end();
+}
+
+void molt__switch_fork_prepare(void) { molt__lock_acquire(&bar_lock); }
+void molt__switch_fork_parent(void) { molt__lock_release(&bar_lock); }
+
 void molt_on_update_pending(void (*cb)(void *), void *arg) {
   /* arg first, then cb with release: a caller that sees the new cb with
    * acquire also sees its argument. */
@@ -361,6 +399,21 @@ static void describe_missing(char *err, size_t errlen, int timeout_ms, bool full
     snprintf(err + used, errlen - used, "; nothing was changed");
 }
 
+static void describe_forking(char *err, size_t errlen) {
+  for (molt__link *l = parts; l; l = l->next) {
+    participant *q = part_of(l);
+    if (!q->forking)
+      continue;
+    char name[32];
+    molt__proc_name(0, q->tid, name, sizeof name);
+    molt__errmsg(err, errlen,
+                 "update refused: program thread %d (%s) is in fork(), which waits "
+                 "for the update to end; nothing was changed; try again",
+                 (int)q->tid, name[0] ? name : "?");
+    return;
+  }
+}
+
 int molt__barrier(int timeout_ms,
                   int (*while_parked)(void *arg, char *err, size_t errlen), void *arg,
                   molt__verdict on_success, char *err, size_t errlen) {
@@ -387,6 +440,14 @@ int molt__barrier(int timeout_ms,
   molt__lock_acquire(&bar_lock);
   int rc = 0;
   while (arrived() < nparts) {
+    if (full && nforking > 0) {
+      /* A program thread in fork() waits for op_lock, which we hold, and
+       * cannot restart from there: it will not arrive.  Give up now, not
+       * at the timeout; its fork() then goes on. */
+      rc = MOLT_EBUSY;
+      describe_forking(err, errlen);
+      break;
+    }
     int w = molt__lock_timedwait(&bar_arrive, &bar_lock, &deadline);
     if (w == ETIMEDOUT && arrived() < nparts) {
       rc = MOLT_ETIMEDOUT;
@@ -406,7 +467,7 @@ int molt__barrier(int timeout_ms,
     rc = while_parked ? while_parked(arg, err, errlen) : 0;
     molt__lock_acquire(&bar_lock);
     stepping = false; /* joiners waiting for it wake on bar_release below */
-  } else {
+  } else if (rc == MOLT_ETIMEDOUT) {
     describe_missing(err, errlen, timeout_ms, full);
   }
   molt__verdict verdict = rc == 0 ? on_success : MOLT__VERDICT_NONE;
@@ -467,8 +528,9 @@ void molt__switch_after_fork_child(void) {
   participant *self = self_part.linked ? &self_part : NULL;
   parts = NULL;
   nparts = nparked = nwaiting = 0;
+  nforking = 0;
   if (self) {
-    self->parked = self->waiting = false;
+    self->parked = self->waiting = self->forking = false;
     self->tid = molt__gettid();
     molt__list_push(&parts, &self->link);
     nparts = 1;

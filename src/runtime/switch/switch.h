@@ -75,6 +75,15 @@ MOLT__HIDDEN void molt__point_wait_end(void);
  * (a full update clears a callback that lives in the image it unloads). */
 MOLT__HIDDEN void (*molt__pending_cb(void))(void *);
 MOLT__HIDDEN void molt__pending_cb_forget(void (*cb)(void *));
+/* The fork handlers (service/runtime.c).  fork_begin, first of all: a
+ * participant counts as waiting (arrived) for a hot-patch barrier while it
+ * is in fork(), and a full update gives up at once instead of waiting for
+ * it; fork_end, in the parent, last of all: like passing an update point.
+ * switch_fork_prepare/parent hold bar_lock across fork(). */
+MOLT__HIDDEN void molt__point_fork_begin(void);
+MOLT__HIDDEN void molt__point_fork_end(void);
+MOLT__HIDDEN void molt__switch_fork_prepare(void);
+MOLT__HIDDEN void molt__switch_fork_parent(void);
 MOLT__HIDDEN void molt__switch_after_fork_child(void);
 
 /* ---- modes.c ------------------------------------------------------------------*/
