@@ -10,8 +10,8 @@
 # build tree>), keeps the fetched package and the build for the next run.
 #   by hand:  ctest --test-dir build -L realworld --output-on-failure
 # The work directory and ports (27400..32389, below the ephemeral range)
-# are per build tree, so that two trees (two
-# checkouts, or worktrees) can run the test at the same time.
+# are per build tree, so that two checkouts or worktrees can run the test
+# at the same time.
 if(NOT MOLT_SANITIZE)
   string(SHA1 molt_fixes_key "${CMAKE_BINARY_DIR}")
   string(SUBSTRING "${molt_fixes_key}" 0 8 molt_fixes_tag)
