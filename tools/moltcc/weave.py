@@ -57,6 +57,10 @@ _COMMENT_OR_STRING = re.compile(rb'/\*.*?\*/|//[^\n]*|"(?:[^"\\\n]|\\.)*"|\'(?:[
 # molt__ names (fields, the attribute names of MOLT__SECTION and
 # MOLT__ENTRY_ATTRS, the dispatch path's `used`).
 WRAPPER_IDENTS = {"table", "index", "used", "section", "aligned", "naked", "noinline"}
+# The parameter that replaces `...` in version 0 of a variadic function (and
+# in its new versions): a body that never calls va_start leaves it unused,
+# and the user's -Wextra must not hear about a parameter they did not write.
+VA_PARAM = "__builtin_va_list molt__ap __attribute__((__unused__))"
 # Predefined identifiers that would name a renamed body.
 FUNC_NAME_IDENTS = ("__func__", "__FUNCTION__", "__PRETTY_FUNCTION__")
 
@@ -236,8 +240,7 @@ class Weaver:
         for s, e in fn.linkage_attrs:
             sub.replace(s - base, e - base, "")
         if valist and fn.ellipsis is not None:
-            sub.replace(fn.ellipsis.start - base, fn.ellipsis.end - base,
-                        "__builtin_va_list molt__ap")
+            sub.replace(fn.ellipsis.start - base, fn.ellipsis.end - base, VA_PARAM)
             for s, e, text in fn.format_fixes:
                 sub.replace(s - base, e - base, text)
         text = sub.render().decode("utf-8", "surrogateescape")
@@ -259,7 +262,7 @@ class Weaver:
                 rw.replace(t.start, t.end, "static" if not statics else "")
                 statics = [t]
         if fn.variadic and valist:
-            rw.replace(fn.ellipsis.start, fn.ellipsis.end, "__builtin_va_list molt__ap")
+            rw.replace(fn.ellipsis.start, fn.ellipsis.end, VA_PARAM)
             for s, e, text in fn.format_fixes:
                 rw.replace(s, e, text)
             for s, e, ap, last in fn.va_starts:
