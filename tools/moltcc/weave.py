@@ -80,6 +80,34 @@ NAKED_CONFLICTS = {
 NAKED_CONFLICTS.update({"__%s__" % k: v for k, v in list(NAKED_CONFLICTS.items())})
 
 
+# Version names of the exported source-name symbols (export_source_name):
+# a hidden (non-default) version, so that only tools that look up by
+# address -- dladdr, backtrace_symbols -- see them; a lookup by name
+# (dlsym, the dynamic linker) never binds `f` to them.
+VERSION_BODY = "MOLT_0"
+VERSION_DISPATCH = "MOLT_DISPATCH"
+VERSION_PATCH = "MOLT_PATCH"
+
+
+def export_source_name(name, symbol, version):
+    """A file-scope asm statement that gives the local function `symbol`
+    (a renamed body) a global alias `name@version` of the same address and
+    size: in .dynsym (with -rdynamic, as for any global) dladdr and
+    backtrace_symbols then name an address inside it `name`, as in a plain
+    build.  The alias is made through a helper symbol that `.symver ...,
+    remove` takes out again, so `symbol` itself stays local (the patch
+    builder reads the program's symbol table by those names)."""
+    helper = "%s__molt_x" % symbol
+    return ('__asm__(".globl %s\\n\\t.set %s, %s\\n\\t.symver %s, %s@%s, remove");\n'
+            % (helper, helper, symbol, helper, name, version))
+
+
+def debug_names(fns, suffixes):
+    """{generated name: source name} of the renamed functions of fns, for
+    elf.rename_debug_names."""
+    return {fn.name + s: fn.name for fn in fns for s in suffixes}
+
+
 def refuse_naked_conflicts(fn):
     """Sets fn.reason when an attribute of f's header cannot go on the naked
     stable entry (see NAKED_CONFLICTS)."""
@@ -344,7 +372,15 @@ class Weaver:
 
 
 class ProgramWeaver(Weaver):
-    """Makes the selected functions of one TU updatable."""
+    """Makes the selected functions of one TU updatable.
+
+    export_names: give each extern function's version 0 and dispatch path
+    the global alias `f@MOLT_0` / `f@MOLT_DISPATCH` (export_source_name).
+    Only for objects that go into an executable: the linker makes the
+    version definitions of an executable itself, but refuses a shared
+    object whose version script does not define them (build.py decides)."""
+
+    export_names = False
 
     def select(self, sel):
         chosen = []
@@ -375,6 +411,14 @@ class ProgramWeaver(Weaver):
             self.report.note("%s: '%s' is updatable%s" % (
                 fn.loc, fn.name, "" if fn.plain else " (defined through a macro)"))
         return self.rw.render()
+
+    def exports(self, fn, v0, dispatch):
+        """The source-name aliases of an extern f (statics are not in a
+        plain build's dynamic symbol table either)."""
+        if not self.export_names or fn.static:
+            return ""
+        return (export_source_name(fn.name, v0, VERSION_BODY)
+                + export_source_name(fn.name, dispatch, VERSION_DISPATCH))
 
     def _plain(self, fn):
         u, rw = self.u, self.rw
@@ -436,6 +480,7 @@ class ProgramWeaver(Weaver):
             out.append(gen(self.wrapper_body(fn, v0, fn.name + "__molt_desc",
                                              [a.spelling for a in fn.args])))
             out.append(self.pop_guard(guard))
+            out.append(self.exports(fn, v0, dispatch))
             out.append(override)
             out.append(self.resume_with_prefix(fn, prefix))
             return "".join(out)
@@ -469,5 +514,6 @@ class ProgramWeaver(Weaver):
         after.append("static __attribute__((used)) %s %s(%s)\n" % (ret, dispatch, defn or "void"))
         after.append(self.wrapper_body(fn, v0, fn.name + "__molt_desc", names))
         after.append(self.pop_guard(self.wrap_guard))
+        after.append(self.exports(fn, v0, dispatch))
         after.append(self.linemark(fn.end_line) + " " * (fn.end_col - 1))
         rw.insert(fn.ext_end, "".join(after))
