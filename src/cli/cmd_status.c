@@ -65,9 +65,12 @@ static const char *field(const molt__records *rs, const char *key, size_t i,
  * `old` records: see status.c and core/oldcode.c).  One that has run it
  * longer than the threshold is flagged: a loop that never returns. */
 #define OLD_CODE_SECONDS_DEFAULT 10
-static const cli_field old_code[] = {{"function", 1, CLI_STR}, {"tu", 2, CLI_STR},
-                                     {"static", 3, CLI_BOOL},  {"tid", 4, CLI_NUM},
-                                     {"thread", 5, CLI_STR},   {"version", 6, CLI_NUM},
+static const cli_field old_code[] = {{"function", 1, CLI_STR},
+                                     {"tu", 2, CLI_STR},
+                                     {"static", 3, CLI_BOOL},
+                                     {"tid", 4, CLI_NUM},
+                                     {"thread", 5, CLI_STR},
+                                     {"version", 6, CLI_NUM},
                                      {NULL, 0, 0}};
 
 /* $MOLT_OLD_CODE_SECONDS, else 10. */
@@ -109,7 +112,8 @@ static void old_code_json(cli_json *j, const molt__records *rs) {
       cli_json_field(j, r, f);
     char num[32];
     double d = running_for(r);
-    snprintf(num, sizeof num, "%.3f", cli_field_of(r, 7)[0] ? strtod(cli_field_of(r, 7), NULL) / 1e9 : 0);
+    snprintf(num, sizeof num, "%.3f",
+             cli_field_of(r, 7)[0] ? strtod(cli_field_of(r, 7), NULL) / 1e9 : 0);
     cli_json_key(j, "since");
     cli_json_num(j, num);
     snprintf(num, sizeof num, "%.3f", d);
@@ -146,10 +150,11 @@ static void old_code_human(const molt__records *rs) {
     bool is_static = strcmp(cli_field_of(r, 3), "1") == 0;
     snprintf(line, sizeof line,
              "  %s%s%s%s: still running version %s on thread %s (%s) since %s (%.0f s)%s",
-             cli_field_of(r, 1), is_static ? " (" : "", is_static ? cli_field_of(r, 2) : "",
-             is_static ? ")" : "", cli_field_of(r, 6), cli_field_of(r, 4), cli_field_of(r, 5),
-             since, d,
-             d >= threshold ? ": a loop that never returns; a full update replaces it" : "");
+             cli_field_of(r, 1), is_static ? " (" : "",
+             is_static ? cli_field_of(r, 2) : "", is_static ? ")" : "",
+             cli_field_of(r, 6), cli_field_of(r, 4), cli_field_of(r, 5), since, d,
+             d >= threshold ? ": a loop that never returns; a full update replaces it"
+                            : "");
     cli_sanitize(line);
     puts(line);
   }

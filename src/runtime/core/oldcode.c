@@ -55,7 +55,7 @@ typedef struct range {
 
 static molt__oldcode *seen; /* observations of the last scan (op_lock) */
 static size_t nseen, capseen;
-static size_t uninspected; /* threads that were running at the last scan */
+static size_t uninspected;     /* threads that were running at the last scan */
 static molt__symtab **symtabs; /* per module, opened on first use (op_lock) */
 static size_t nsymtabs;
 
@@ -115,7 +115,8 @@ static size_t replaced_ranges(range **out) {
     const molt__symtab *st = symtab_of(c[k].module);
     uintptr_t base = molt__module_at(c[k].module)->base, start;
     size_t size;
-    if (!st || molt__symtab_at(st, c[k].body - base, NULL, NULL, &start, &size, NULL) < 0 ||
+    if (!st ||
+        molt__symtab_at(st, c[k].body - base, NULL, NULL, &start, &size, NULL) < 0 ||
         start != c[k].body - base || size == 0)
       continue;
     r[nr++] = (range){c[k].body, c[k].body + size, c[k].index};
@@ -211,7 +212,8 @@ static void note(pid_t tid, uint32_t index, uint64_t now) {
 
 /* Notes every range that thread tid's program counter or a word of its
  * stack points into. */
-static void scan_thread(pid_t tid, const range *r, size_t nr, uint64_t now, uint64_t *buf) {
+static void scan_thread(pid_t tid, const range *r, size_t nr, uint64_t now,
+                        uint64_t *buf) {
   uintptr_t sp, pc;
   if (!blocked_at(tid, &sp, &pc)) {
     uninspected++;

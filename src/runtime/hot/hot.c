@@ -87,8 +87,8 @@ static void warn_old_code(molt__object *obj, molt__buf *out) {
              "thread %d (%s) is still running version 0 of %s%s%s%s, entered before this "
              "patch: it runs the new version only from its next call; a loop that never "
              "returns keeps the old one (a full update replaces it)",
-             (int)o->tid, name, d->name, d->is_static ? " (" : "", d->is_static ? d->tu : "",
-             d->is_static ? ")" : "");
+             (int)o->tid, name, d->name, d->is_static ? " (" : "",
+             d->is_static ? d->tu : "", d->is_static ? ")" : "");
     molt__buf_pair(out, "warning", msg);
     molt__log(MOLT__EV_INFO, obj->gen, obj->id, "%s", msg);
   }

@@ -68,7 +68,8 @@ static void old_code(molt__buf *out) {
     snprintf(since, sizeof since, "%" PRIu64, o->since);
     if (!molt__proc_name(0, o->tid, name, sizeof name))
       snprintf(name, sizeof name, "?");
-    const char *f[] = {"old", d->name, d->tu, d->is_static ? "1" : "0", tid, name, "0", since};
+    const char *f[] = {"old", d->name, d->tu, d->is_static ? "1" : "0",
+                       tid,   name,    "0",   since};
     molt__buf_record(out, 8, f);
   }
   snprintf(num, sizeof num, "%zu", molt__oldcode_uninspected());
