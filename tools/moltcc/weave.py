@@ -12,8 +12,16 @@ Program build, for every updatable function f (see molt.h, MOLT__FUNCTION):
     MOLT__DIAG_POP                                         stable entry
     static __attribute__((used)) <header renamed f__molt_dispatch>
     { enter; call table[index]; leave; }                   dispatch path
+    __asm__(".symver ... f@MOLT_0 / f@MOLT_DISPATCH")      source-name aliases
+                                                           (extern f, non-PIC)
     #line <original line>
     static <header renamed f__molt_v0> { original body }   version 0
+
+Tools see f under its own name: __func__ and friends are macros naming f
+inside the renamed body; the hidden-version aliases make dladdr and
+backtrace_symbols print f (export_source_name); after the compile,
+build.py renames f__molt_v0 and f__molt_dispatch to f in the object's
+DWARF (elf.rename_debug_names).
 
 The stable entry f is a naked, 8-byte aligned function whose whole body is
 one `jmp rel32`: to version 0 as built (the descriptor's `direct`), and the
