@@ -68,6 +68,12 @@ void molt__debug_patch_loaded(molt__object *obj, void *handle) {
   char *abs = realpath(obj->path, NULL);
   if (!abs)
     return;
+  /* The loader still matches the name it opened the object under: the
+   * next load must not use it (base/fd.c). */
+  if (molt__fd_load_name_hidden(lm->l_name) < 0) {
+    free(abs);
+    return;
+  }
   obj->debug_name = abs;
   obj->loader_name = lm->l_name;
   set_name(lm, abs);
@@ -79,6 +85,9 @@ void molt__debug_patch_unloading(molt__object *obj, void *handle) {
     return;
   if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) == 0 && lm)
     set_name(lm, obj->loader_name);
+  /* (Shown again: the object is about to be closed; until then the name
+   * is in the loader's list as before.) */
+  molt__fd_load_name_shown(obj->loader_name);
   free(obj->debug_name);
   obj->debug_name = NULL;
   obj->loader_name = NULL;

@@ -66,8 +66,9 @@ static int refused(const molt__request *req, int rc, const char *err) {
 /* Right after the switch: a thread found inside version 0 of a function
  * this patch replaces entered it before the patch and keeps running it
  * until it returns -- for ever if it is a loop (core/oldcode.c says how the
- * runtime looks and what it cannot see).  One `warning` record each, and
- * an `info` log entry. */
+ * runtime looks and what it cannot see).  One `warning` record each, for
+ * the CLI; not logged: the scan is conservative (a stale return address in
+ * a live frame counts) and `molt status` looks again. */
 static void warn_old_code(molt__object *obj, molt__buf *out) {
   molt__oldcode_scan();
   for (size_t i = 0; i < molt__oldcode_count(); i++) {
@@ -83,14 +84,14 @@ static void warn_old_code(molt__object *obj, molt__buf *out) {
     char name[64], msg[512];
     if (!molt__proc_name(0, o->tid, name, sizeof name))
       snprintf(name, sizeof name, "?");
-    snprintf(msg, sizeof msg,
-             "thread %d (%s) is still running version 0 of %s%s%s%s, entered before this "
-             "patch: it runs the new version only from its next call; a loop that never "
-             "returns keeps the old one (a full update replaces it)",
-             (int)o->tid, name, d->name, d->is_static ? " (" : "",
-             d->is_static ? d->tu : "", d->is_static ? ")" : "");
+    snprintf(
+        msg, sizeof msg,
+        "thread %d (%s) is still running version 0 of %s%s%s%s, entered before this "
+        "patch (generation %" PRIu64 "): it runs the new version only from its next "
+        "call; a loop that never returns keeps the old one (a full update replaces it)",
+        (int)o->tid, name, d->name, d->is_static ? " (" : "", d->is_static ? d->tu : "",
+        d->is_static ? ")" : "", obj->gen);
     molt__buf_pair(out, "warning", msg);
-    molt__log(MOLT__EV_INFO, obj->gen, obj->id, "%s", msg);
   }
 }
 
