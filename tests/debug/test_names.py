@@ -115,9 +115,10 @@ def session(tool, prog, command, patch=None, rc=None):
             assert r.rc == 0, (r.out, r.err)
         p.send(command)
         got = p.finish(rc=None, timeout=20)
+        out = p.out.join().splitlines()     # every line, up to the end of the pipe
         if rc is not None:
-            assert got == rc, (got, p.out.all, p.stderr())
-        return p.out.all, p.err.join()
+            assert got == rc, (got, out, p.stderr())
+        return out, p.err.join()
 
 
 def build(tool):
