@@ -9,7 +9,7 @@ import re
 import shutil
 
 from harness.proc import Program, molt, run
-from harness.tree import ROOT
+from harness.tree import ROOT, build_sanitize
 
 HELPER = os.path.join(ROOT, "tools", "gdb", "molt-gdb.py")
 
@@ -131,6 +131,13 @@ def test_gdb_names_patched_frames_live_and_in_a_core(tool):
         live = gdb_batch(tool, ["-p", str(pid)])
         assert live.rc == 0, live
         check(live.out, tids)
+        if build_sanitize():
+            # An AddressSanitizer process reserves terabytes for its
+            # allocator that gcore would write out: the core file part runs
+            # in the plain build tree (the live part above runs everywhere).
+            p.send("still there")
+            p.finish(rc=0)
+            return
         core = run(["gcore", "-o", tool.path("core"), str(pid)], cwd=tool.cwd, timeout=120)
         assert core.rc == 0, core
         assert p.alive(), "gdb or gcore stopped the program"

@@ -49,7 +49,7 @@ void check(int v)
 void handle(const char *cmd)
 {
     if (strncmp(cmd, "segv", 4) == 0)
-        crash_here((int *)(volatile long)atol(cmd + 4));
+        crash_here((int *)(volatile long)atol(cmd + 4)); /* "segv8": not NULL, for UBSan */
     else if (strncmp(cmd, "assert", 6) == 0)
         check(atoi(cmd + 6));
     printf("done %s", cmd);
@@ -132,13 +132,13 @@ def build(tool):
 def test_backtrace_symbols_and_assert_name_functions_as_the_plain_build(tool):
     build(tool)
     mods = {"plain", "prog", "fix.so"}
-    plain, _ = session(tool, "plain", "segv0", rc=3)
+    plain, _ = session(tool, "plain", "segv8", rc=3)
     want = frames(plain, mods)
     # (the static handler is not in the dynamic symbol table: "?" in both)
     assert want[:4] == ["?", "crash_here", "handle", "main"], plain
-    v0, _ = session(tool, "prog", "segv0", rc=3)
+    v0, _ = session(tool, "prog", "segv8", rc=3)
     assert frames(v0, mods) == want, (v0, plain)
-    patched, _ = session(tool, "prog", "segv0", patch="fix.so", rc=3)
+    patched, _ = session(tool, "prog", "segv8", patch="fix.so", rc=3)
     assert frames(patched, mods) == want, (patched, plain)
     # the patched frame is the patch's: its file names which patch it is
     assert any(re.search(r"fix\.so\(crash_here\+0x", l) for l in patched), patched
