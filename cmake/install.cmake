@@ -45,6 +45,8 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/molt DESTINATION ${CMAKE_INSTALL
   FILES_MATCHING PATTERN "*.h")
 install(FILES ${PROJECT_SOURCE_DIR}/docs/man/molt.1 ${PROJECT_SOURCE_DIR}/docs/man/moltcc.1
   DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+# The gdb helper (`source <datadir>/molt/gdb/molt-gdb.py`, then molt-status).
+install(FILES ${PROJECT_SOURCE_DIR}/tools/gdb/molt-gdb.py DESTINATION ${CMAKE_INSTALL_DATADIR}/molt/gdb)
 
 # ---- pkg-config: molt.pc ------------------------------------------------------
 # The prefix is the one of the install, which `cmake --install --prefix`

@@ -111,6 +111,18 @@ static int weaken_imports(const char *patch, int pfd) {
   if (n) /* (qsort of NULL, 0 is undefined) */
     qsort(names, n, sizeof *names, by_name);
   int status = 0;
+  /* Only symbols that a relocation names: a patch's new version of an
+   * extern f also has the defined dynamic symbol f@MOLT_PATCH (a hidden
+   * version, for dladdr), which no reference binds to and which may share
+   * its name with the import f of the program's entry. */
+  bool *named = calloc(dr.nsyms ? dr.nsyms : 1, sizeof *named);
+  if (!named) {
+    status = fail(patch, "out of memory");
+    dr.nsyms = 0;
+  }
+  for (size_t r = 0; named && r < dr.nrels; r++)
+    if (dr.rels[r].sym < dr.nsyms)
+      named[dr.rels[r].sym] = true;
   /* Pass 0 checks, pass 1 writes.  Each symbol is looked at once however
    * many relocations name it (dr.syms holds every symbol up to the highest
    * one a relocation names). */
@@ -118,7 +130,7 @@ static int weaken_imports(const char *patch, int pfd) {
     for (size_t i = 1; i < dr.nsyms && status == 0; i++) {
       const molt__dynsym *s = &dr.syms[i];
       const char *key = s->name;
-      if (!n || !bsearch(&key, names, n, sizeof *names, by_name))
+      if (!named[i] || !n || !bsearch(&key, names, n, sizeof *names, by_name))
         continue;
       if (pass == 0 && s->defined) {
         snprintf(err, sizeof err, "import symbol %s is defined in the patch itself",
@@ -131,6 +143,7 @@ static int weaken_imports(const char *patch, int pfd) {
           status = fail(patch, strerror(errno));
       }
     }
+  free(named);
   for (size_t i = 0; i < n; i++)
     free(names[i]);
   free(names);

@@ -569,6 +569,14 @@ int cli_change(const cli_args *a, const char *what, molt__request *req,
     snprintf(line + n, sizeof line - n, " (%s)", cli_field_of(m, 1));
   cli_sanitize(line);
   puts(line);
+  /* What the runtime saw right after the change (molt apply: threads still
+   * inside a version 0 the patch replaced). */
+  for (size_t i = 0; i < r.recs.count; i++)
+    if (strcmp(cli_field_of(&r.recs.recs[i], 0), "warning") == 0) {
+      snprintf(line, sizeof line, "%s", cli_field_of(&r.recs.recs[i], 1));
+      cli_sanitize(line);
+      fprintf(stderr, "molt: warning: %s\n", line);
+    }
   cli_reply_free(&r);
   return EXIT_OK;
 }

@@ -3,7 +3,9 @@
  * image of a process started with `molt run`. */
 #include "cli/cli.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Each kind of record, once: its JSON members and its table columns. */
 static const cli_view programs = {
@@ -65,6 +67,108 @@ static const cli_field image[] = {{"path", 1, CLI_STR},         {"build_id", 2, 
                                   {"last_abort", 5, CLI_OPT},   {NULL, 0, 0}};
 
 static const char *field(const molt__records *rs, const char *key, size_t i,
+                         const char *dflt);
+
+/* Calls still running version 0 of a replaced function (the runtime's
+ * `old` records: see status.c and core/oldcode.c).  One that has run it
+ * longer than the threshold is flagged: a loop that never returns. */
+#define OLD_CODE_SECONDS_DEFAULT 10
+static const cli_field old_code[] = {{"function", 1, CLI_STR},
+                                     {"tu", 2, CLI_STR},
+                                     {"static", 3, CLI_BOOL},
+                                     {"tid", 4, CLI_NUM},
+                                     {"thread", 5, CLI_STR},
+                                     {"version", 6, CLI_NUM},
+                                     {NULL, 0, 0}};
+
+/* $MOLT_OLD_CODE_SECONDS, else 10. */
+static double old_code_threshold(void) {
+  const char *e = getenv("MOLT_OLD_CODE_SECONDS");
+  char *end;
+  double v = e && *e ? strtod(e, &end) : -1;
+  return v >= 0 && e && *end == '\0' ? v : OLD_CODE_SECONDS_DEFAULT;
+}
+
+/* Seconds since the record's `since` (CLOCK_REALTIME ns), -1 if unknown. */
+static double running_for(const molt__record *r) {
+  const char *s = cli_field_of(r, 7);
+  if (!cli_is_number(s))
+    return -1;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  double d = (double)now.tv_sec + now.tv_nsec / 1e9 - strtod(s, NULL) / 1e9;
+  return d < 0 ? 0 : d;
+}
+
+static void since_text(const molt__record *r, char *buf, size_t len) {
+  time_t t = (time_t)(strtoull(cli_field_of(r, 7), NULL, 10) / 1000000000ull);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+static void old_code_json(cli_json *j, const molt__records *rs) {
+  double threshold = old_code_threshold();
+  cli_json_key(j, "old_code");
+  cli_json_array(j, false);
+  for (size_t i = 0; i < rs->count; i++) {
+    const molt__record *r = &rs->recs[i];
+    if (strcmp(cli_field_of(r, 0), "old") != 0)
+      continue;
+    cli_json_object(j, true);
+    for (const cli_field *f = old_code; f->json; f++)
+      cli_json_field(j, r, f);
+    char num[32];
+    double d = running_for(r);
+    snprintf(num, sizeof num, "%.3f",
+             cli_field_of(r, 7)[0] ? strtod(cli_field_of(r, 7), NULL) / 1e9 : 0);
+    cli_json_key(j, "since");
+    cli_json_num(j, num);
+    snprintf(num, sizeof num, "%.3f", d);
+    cli_json_key(j, "seconds");
+    cli_json_num(j, num);
+    cli_json_key(j, "never_returns");
+    cli_json_bool(j, d >= threshold);
+    cli_json_end(j);
+  }
+  cli_json_end(j);
+  cli_json_key(j, "old_code_uninspected");
+  cli_json_num(j, field(rs, "oldscan", 1, ""));
+}
+
+static void old_code_human(const molt__records *rs) {
+  size_t n = cli_count(rs, "old");
+  printf("\nold versions still running");
+  if (n == 0)
+    printf(": none seen");
+  else
+    printf(" (%zu)", n);
+  const char *un = field(rs, "oldscan", 1, "0");
+  if (strcmp(un, "0") != 0)
+    printf(" (%s thread%s running, not looked at)", un, strcmp(un, "1") == 0 ? "" : "s");
+  printf("\n");
+  double threshold = old_code_threshold();
+  for (size_t i = 0; i < rs->count; i++) {
+    const molt__record *r = &rs->recs[i];
+    if (strcmp(cli_field_of(r, 0), "old") != 0)
+      continue;
+    char since[32], line[1024];
+    double d = running_for(r);
+    since_text(r, since, sizeof since);
+    bool is_static = strcmp(cli_field_of(r, 3), "1") == 0;
+    snprintf(line, sizeof line,
+             "  %s%s%s%s: still running version %s on thread %s (%s) since %s (%.0f s)%s",
+             cli_field_of(r, 1), is_static ? " (" : "",
+             is_static ? cli_field_of(r, 2) : "", is_static ? ")" : "",
+             cli_field_of(r, 6), cli_field_of(r, 4), cli_field_of(r, 5), since, d,
+             d >= threshold ? ": a loop that never returns; a full update replaces it"
+                            : "");
+    cli_sanitize(line);
+    puts(line);
+  }
+}
+
+static const char *field(const molt__records *rs, const char *key, size_t i,
                          const char *dflt) {
   const molt__record *r = molt__tsv_find(rs, key);
   return r ? cli_field_of(r, i) : dflt;
@@ -111,6 +215,7 @@ static void status_json(pid_t pid, const molt__records *rs) {
   }
   cli_json_records(&j, rs, &program_threads);
   cli_json_records(&j, rs, &refused);
+  old_code_json(&j, rs);
   cli_json_end(&j);
   cli_json_done(&j);
 }
@@ -151,6 +256,7 @@ static void status_human(pid_t pid, const molt__records *rs) {
                               &lives,    &functions, &threads};
   for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
     section(rs, tables[i]);
+  old_code_human(rs);
   const molt__record *im = molt__tsv_find(rs, "image");
   if (im != NULL) {
     const char *n = cli_field_of(im, 3), *old = cli_field_of(im, 4);

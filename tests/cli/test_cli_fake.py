@@ -39,9 +39,9 @@ pytestmark = pytest.mark.skipif(
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONNECT, EXIT_PROTO = range(5)
 
 
-def molt(*args, cwd=None, timeout=30, user=None):
+def molt(*args, cwd=None, timeout=30, user=None, env=None):
     """The CLI's output as bytes (the tests check its encoding)."""
-    return proc.molt(*args, cwd=cwd, timeout=timeout, user=user, text=False)
+    return proc.molt(*args, cwd=cwd, timeout=timeout, user=user, text=False, env=env)
 
 
 def one_line_error(r):
@@ -163,7 +163,8 @@ def test_status_json(fake):
     assert list(s) == ["pid", "state", "refusing_reason", "generation",
                        "reclaim", "programs", "patches", "objects",
                        "live_generations", "functions", "threads", "image",
-                       "program_threads", "refused_connections"]
+                       "program_threads", "refused_connections", "old_code",
+                       "old_code_uninspected"]
     assert s["pid"] == fake
     assert s["state"] == "ok" and s["refusing_reason"] is None
     assert s["generation"] == 0 and s["reclaim"] is True
@@ -180,6 +181,36 @@ def test_status_json(fake):
         {"tid": 4243, "name": "w\x1b[31mred", "view": "local",
          "generation": 3, "active_calls": 0},
     ]
+    assert s["old_code"] == [] and s["old_code_uninspected"] == 1
+
+
+def test_old_code_apply_warning_and_status(fake, patch_file, tmp_path):
+    """The runtime's findings of old code (its `warning` and `old` records)
+    as the CLI shows them."""
+    patch_file("loop1.so")
+    r = molt("apply", fake, "loop1.so", cwd=tmp_path)
+    assert r.returncode == 0, r
+    assert r.stderr.decode() == ("molt: warning: thread 4242 (worker-1) is still running "
+                                 "version 0 of handle_get\n")
+    s = json.loads(molt("status", fake, "--json").stdout)
+    old = s["old_code"]
+    assert len(old) == 1 and old[0]["function"] == "handle_get" and old[0]["tid"] == 4242
+    assert old[0]["thread"] == "worker-1" and old[0]["version"] == 0
+    assert old[0]["static"] is False and 99 <= old[0]["seconds"] < 200
+    assert old[0]["never_returns"] is True
+    out = molt("status", fake).stdout.decode()
+    assert re.search(r"^old versions still running \(1\) \(1 thread running, not looked at\)$",
+                     out, re.M), out
+    assert re.search(r"^  handle_get: still running version 0 on thread 4242 \(worker-1\) "
+                     r"since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(\d+ s\): a loop that never "
+                     r"returns; a full update replaces it$", out, re.M), out
+    # a threshold above its age: listed, not flagged
+    env = dict(os.environ, MOLT_OLD_CODE_SECONDS="1000")
+    s = json.loads(molt("status", fake, "--json", env=env).stdout)
+    assert s["old_code"][0]["never_returns"] is False
+    out = molt("status", fake, env=env).stdout.decode()
+    assert "never returns" not in out and "handle_get: still running version 0" in out
+    assert molt("rollback", fake).returncode == 0
 
 
 # ---- apply / rollback ---------------------------------------------------------

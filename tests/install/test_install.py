@@ -202,6 +202,9 @@ def test_layout(inst):
     pkg = os.path.join(p, DIRS["DATADIR"], "molt", "moltcc")
     for f in ("__main__.py", "driver.py", "toolchain.py", "patch/build.py", "image/xf.py"):
         assert os.path.isfile(os.path.join(pkg, f)), f
+    helper = os.path.join(p, DIRS["DATADIR"], "molt", "gdb", "molt-gdb.py")
+    with open(helper, "rb") as a, open(os.path.join(SOURCE, "tools", "gdb", "molt-gdb.py"), "rb") as b:
+        assert a.read() == b.read()
     assert os.path.isfile(lib_path(p, "pkgconfig", "molt.pc"))
     for f in ("moltConfig.cmake", "moltConfigVersion.cmake", "moltTargets.cmake"):
         assert os.path.isfile(lib_path(p, "cmake", "molt", f)), f

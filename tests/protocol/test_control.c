@@ -158,6 +158,15 @@ static void fake_status(molt__buf *out) {
   rec(out, 6, "function", "parse\tline", "proto.c", "1", "base", "direct");
   rec(out, 5, "thread", "4242", "worker-1", "global", "1");
   rec(out, 5, "thread", "4243", "w\x1b[31mred", "generation 3", "0");
+  /* With a patch applied: worker-1 has been inside version 0 of
+   * handle_get for 100 s (longer than the CLI's threshold). */
+  if (depth) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(buf[4], 64, "%llu", (unsigned long long)(now.tv_sec - 100) * 1000000000ull);
+    rec(out, 8, "old", "handle_get", "kv.c", "0", "4242", "worker-1", "0", buf[4]);
+  }
+  rec(out, 2, "oldscan", "1");
   molt__control_status(out); /* the real server's refusal counts */
 }
 
@@ -246,6 +255,10 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
     snprintf(g, sizeof g, "%llu", (unsigned long long)generation);
     rec(out, 2, "generation", g);
     rec(out, 2, "message", "switched");
+    /* a patch named loop*.so "finds" a thread still inside version 0 */
+    if (strncmp(base, "loop", 4) == 0)
+      rec(out, 2, "warning",
+          "thread 4242 (worker-1) is still running version 0 of handle_get");
     break;
   }
   case MOLT__OP_UPDATE: { /* echoes the request */

@@ -37,6 +37,9 @@ def weave_file(s, inp, sel):
         s.report.warn("%s; it is compiled unchanged (nothing in it is updatable)" % e)
         return None
     w = ProgramWeaver(unit, s.layout.include, s.report)
+    # A PIC compile may be for a shared object, whose link would need the
+    # versions of the source-name aliases defined (weave.ProgramWeaver).
+    w.export_names = not s.cmd.has("-fPIC", "-fpic", "-shared")
     fns = w.select(sel)
     if not fns:
         return None
@@ -46,6 +49,21 @@ def weave_file(s, inp, sel):
     with open(out, "wb") as f:
         f.write(text)
     return Woven(inp, out, [f.name for f in fns])
+
+
+# The generated functions of a woven object that carry the function's name
+# in its debug info (weave.py): version 0 and the dispatch path.
+PROGRAM_SUFFIXES = ("__molt_v0", "__molt_dispatch")
+
+
+def source_names(path):
+    """Debuggers, addr2line and perf read a function's name from DWARF:
+    version 0 and the dispatch path of f are named `f` there, as the user
+    wrote it (the symbol table keeps f__molt_v0: the patch builder reads
+    the program's bodies by that name)."""
+    from .elf import rename_debug_names
+    if os.path.isfile(path):
+        rename_debug_names(path, PROGRAM_SUFFIXES)
 
 
 def fix_dep_file(path, woven, original):
@@ -225,6 +243,8 @@ def _compile_mode(s, woven, inc, rec):
             ["-o", s.work.file("check.out")] + inc + extra_color
         rc = s.compile_generated(full, check, x.path)
         if rc == 0:
+            if not cmd.has("-S"):
+                source_names(default_output(cmd, x))
             for d in dep_candidates(cmd, x):
                 fix_dep_file(d, wv.path, x.path)
             _record_object(rec, cmd, args, x, deps, True)
@@ -270,6 +290,7 @@ def _link_mode(s, woven, inc, link_extra, rec, lto):
         rc = s.compile_generated(full, orig, wv.inp.path)
         if rc != 0:
             return rc
+        source_names(obj)
         records[idx] = (wv.inp, deps.read(rec.cwd, rec.exclude()), True)
         final[idx:idx + 1] = ["-x", "none", obj] + (["-x", wv.inp.lang] if wv.inp.explicit else [])
     # The C files the link compiles itself: one alone (nothing else the

@@ -115,3 +115,73 @@ def read_symtab(path):
             st.globals[name] = typ
     st.files = {b: [g for _, g in v] for b, v in st._by_base.items()}
     return st
+
+
+# -- source names in debug info ------------------------------------------------
+
+_SHF_COMPRESSED = 0x800
+
+
+def _sections(data):
+    """{name: (offset, size, flags)} of an ELF64 little-endian file's
+    sections; {} for anything else."""
+    import struct
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return {}
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3a)
+    if shoff == 0 or shentsize < 64 or shoff + shnum * shentsize > len(data) or shstrndx >= shnum:
+        return {}
+    heads = []
+    for i in range(shnum):
+        name, _type, flags, _addr, off, size = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+        heads.append((name, flags, off, size))
+    _, _, stroff, strsize = heads[shstrndx]
+    out = {}
+    for name, flags, off, size in heads:
+        if name >= strsize or off + size > len(data):
+            continue
+        end = data.find(b"\0", stroff + name, stroff + strsize)
+        if end >= 0:
+            out[data[stroff + name:end].decode("latin-1")] = (off, size, flags)
+    return out
+
+
+def rename_debug_names(path, suffixes, sections=(".debug_str",)):
+    """Gives generated functions their source names in the string tables
+    of an object or linked file, in place: every string `f<suffix>` of the
+    named sections (f not empty) becomes `f` by a NUL written after f.  The
+    bytes after it stay, unreferenced.  Nothing moves, so every offset into
+    the table stays valid; a string that a tail-merged table shares with a
+    longer one (`o__molt_v0` inside `foo__molt_v0`) starts inside `foo` and
+    reads `o` after the edit, its own source name.  DWARF names a C
+    function by DW_AT_name only, which is such a string (clang's and gcc's
+    names of this length are never inline in .debug_info).  Compressed
+    sections are left alone.  Returns how many strings were renamed."""
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    secs = _sections(bytes(data))
+    suffixes = [x.encode() for x in suffixes]
+    n = 0
+    for name in sections:
+        if name not in secs:
+            continue
+        off, size, flags = secs[name]
+        if flags & _SHF_COMPRESSED:
+            continue
+        pos, end = off, off + size
+        while pos < end:
+            z = data.find(b"\0", pos, end)
+            if z < 0:
+                break
+            s = bytes(data[pos:z])
+            for suf in suffixes:
+                if len(s) > len(suf) and s.endswith(suf):
+                    data[z - len(suf)] = 0
+                    n += 1
+                    break
+            pos = z + 1
+    if n:
+        with open(path, "r+b") as f:
+            f.write(data)
+    return n

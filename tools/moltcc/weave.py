@@ -12,8 +12,16 @@ Program build, for every updatable function f (see molt.h, MOLT__FUNCTION):
     MOLT__DIAG_POP                                         stable entry
     static __attribute__((used)) <header renamed f__molt_dispatch>
     { enter; call table[index]; leave; }                   dispatch path
+    __asm__(".symver ... f@MOLT_0 / f@MOLT_DISPATCH")      source-name aliases
+                                                           (extern f, non-PIC)
     #line <original line>
     static <header renamed f__molt_v0> { original body }   version 0
+
+Tools see f under its own name: __func__ and friends are macros naming f
+inside the renamed body; the hidden-version aliases make dladdr and
+backtrace_symbols print f (export_source_name); after the compile,
+build.py renames f__molt_v0 and f__molt_dispatch to f in the object's
+DWARF (elf.rename_debug_names).
 
 The stable entry f is a naked, 8-byte aligned function whose whole body is
 one `jmp rel32`: to version 0 as built (the descriptor's `direct`), and the
@@ -57,6 +65,10 @@ _COMMENT_OR_STRING = re.compile(rb'/\*.*?\*/|//[^\n]*|"(?:[^"\\\n]|\\.)*"|\'(?:[
 # molt__ names (fields, the attribute names of MOLT__SECTION and
 # MOLT__ENTRY_ATTRS, the dispatch path's `used`).
 WRAPPER_IDENTS = {"table", "index", "used", "section", "aligned", "naked", "noinline"}
+# The parameter that replaces `...` in version 0 of a variadic function (and
+# in its new versions): a body that never calls va_start leaves it unused,
+# and the user's -Wextra must not hear about a parameter they did not write.
+VA_PARAM = "__builtin_va_list molt__ap __attribute__((__unused__))"
 # Predefined identifiers that would name a renamed body.
 FUNC_NAME_IDENTS = ("__func__", "__FUNCTION__", "__PRETTY_FUNCTION__")
 
@@ -74,6 +86,34 @@ NAKED_CONFLICTS = {
     "disable_tail_calls": "disable_tail_calls function (clang refuses it on a naked function)",
 }
 NAKED_CONFLICTS.update({"__%s__" % k: v for k, v in list(NAKED_CONFLICTS.items())})
+
+
+# Version names of the exported source-name symbols (export_source_name):
+# a hidden (non-default) version, so that only tools that look up by
+# address -- dladdr, backtrace_symbols -- see them; a lookup by name
+# (dlsym, the dynamic linker) never binds `f` to them.
+VERSION_BODY = "MOLT_0"
+VERSION_DISPATCH = "MOLT_DISPATCH"
+VERSION_PATCH = "MOLT_PATCH"
+
+
+def export_source_name(name, symbol, version):
+    """A file-scope asm statement that gives the local function `symbol`
+    (a renamed body) a global alias `name@version` of the same address and
+    size: in .dynsym (with -rdynamic, as for any global) dladdr and
+    backtrace_symbols then name an address inside it `name`, as in a plain
+    build.  The alias is made through a helper symbol that `.symver ...,
+    remove` takes out again, so `symbol` itself stays local (the patch
+    builder reads the program's symbol table by those names)."""
+    helper = "%s__molt_x" % symbol
+    return ('__asm__(".globl %s\\n\\t.set %s, %s\\n\\t.symver %s, %s@%s, remove");\n'
+            % (helper, helper, symbol, helper, name, version))
+
+
+def debug_names(fns, suffixes):
+    """{generated name: source name} of the renamed functions of fns, for
+    elf.rename_debug_names."""
+    return {fn.name + s: fn.name for fn in fns for s in suffixes}
 
 
 def refuse_naked_conflicts(fn):
@@ -236,8 +276,7 @@ class Weaver:
         for s, e in fn.linkage_attrs:
             sub.replace(s - base, e - base, "")
         if valist and fn.ellipsis is not None:
-            sub.replace(fn.ellipsis.start - base, fn.ellipsis.end - base,
-                        "__builtin_va_list molt__ap")
+            sub.replace(fn.ellipsis.start - base, fn.ellipsis.end - base, VA_PARAM)
             for s, e, text in fn.format_fixes:
                 sub.replace(s - base, e - base, text)
         text = sub.render().decode("utf-8", "surrogateescape")
@@ -259,7 +298,7 @@ class Weaver:
                 rw.replace(t.start, t.end, "static" if not statics else "")
                 statics = [t]
         if fn.variadic and valist:
-            rw.replace(fn.ellipsis.start, fn.ellipsis.end, "__builtin_va_list molt__ap")
+            rw.replace(fn.ellipsis.start, fn.ellipsis.end, VA_PARAM)
             for s, e, text in fn.format_fixes:
                 rw.replace(s, e, text)
             for s, e, ap, last in fn.va_starts:
@@ -341,7 +380,15 @@ class Weaver:
 
 
 class ProgramWeaver(Weaver):
-    """Makes the selected functions of one TU updatable."""
+    """Makes the selected functions of one TU updatable.
+
+    export_names: give each extern function's version 0 and dispatch path
+    the global alias `f@MOLT_0` / `f@MOLT_DISPATCH` (export_source_name).
+    Only for objects that go into an executable: the linker makes the
+    version definitions of an executable itself, but refuses a shared
+    object whose version script does not define them (build.py decides)."""
+
+    export_names = False
 
     def select(self, sel):
         chosen = []
@@ -372,6 +419,14 @@ class ProgramWeaver(Weaver):
             self.report.note("%s: '%s' is updatable%s" % (
                 fn.loc, fn.name, "" if fn.plain else " (defined through a macro)"))
         return self.rw.render()
+
+    def exports(self, fn, v0, dispatch):
+        """The source-name aliases of an extern f (statics are not in a
+        plain build's dynamic symbol table either)."""
+        if not self.export_names or fn.static:
+            return ""
+        return (export_source_name(fn.name, v0, VERSION_BODY)
+                + export_source_name(fn.name, dispatch, VERSION_DISPATCH))
 
     def _plain(self, fn):
         u, rw = self.u, self.rw
@@ -433,6 +488,7 @@ class ProgramWeaver(Weaver):
             out.append(gen(self.wrapper_body(fn, v0, fn.name + "__molt_desc",
                                              [a.spelling for a in fn.args])))
             out.append(self.pop_guard(guard))
+            out.append(self.exports(fn, v0, dispatch))
             out.append(override)
             out.append(self.resume_with_prefix(fn, prefix))
             return "".join(out)
@@ -466,5 +522,6 @@ class ProgramWeaver(Weaver):
         after.append("static __attribute__((used)) %s %s(%s)\n" % (ret, dispatch, defn or "void"))
         after.append(self.wrapper_body(fn, v0, fn.name + "__molt_desc", names))
         after.append(self.pop_guard(self.wrap_guard))
+        after.append(self.exports(fn, v0, dispatch))
         after.append(self.linemark(fn.end_line) + " " * (fn.end_col - 1))
         rw.insert(fn.ext_end, "".join(after))

@@ -265,6 +265,12 @@ MOLT__HIDDEN int molt__fd_path(const molt__fd *o, char *buf, size_t len);
 /* The same for dlopen: a name that no loaded object has (o may move to
  * another number for that, fd.c says why).  0, or MOLT_EIO if o is lost. */
 MOLT__HIDDEN int molt__fd_load_path(molt__fd *o, char *buf, size_t len);
+/* A loaded object's load name no longer shows in the loader's list (its
+ * link map names it otherwise) but the loader still matches it: load paths
+ * avoid it until the object is closed (runtime thread).  hidden: 0 or
+ * MOLT_ENOMEM (then the caller must not rename). */
+MOLT__HIDDEN int molt__fd_load_name_hidden(const char *name);
+MOLT__HIDDEN void molt__fd_load_name_shown(const char *name);
 
 /* ---- file.c ---------------------------------------------------------------*/
 /* Opens `path` once, checks it (regular file, owned by the process owner or

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <link.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -182,6 +183,41 @@ static int match_name(struct dl_phdr_info *info, size_t size, void *data) {
   return 0;
 }
 
+/* Load names the loader still knows but no longer shows as an object's
+ * name (hot/debug.c names a loaded patch by its file, for debuggers; the
+ * loader keeps matching the name it was opened under).  Runtime thread,
+ * op_lock: every load and unload happens there. */
+static char **hidden_names;
+static size_t nhidden;
+
+int molt__fd_load_name_hidden(const char *name) {
+  char *copy = strdup(name);
+  char **p = copy ? realloc(hidden_names, (nhidden + 1) * sizeof *p) : NULL;
+  if (!p) {
+    free(copy);
+    return MOLT_ENOMEM;
+  }
+  hidden_names = p;
+  hidden_names[nhidden++] = copy;
+  return 0;
+}
+
+void molt__fd_load_name_shown(const char *name) {
+  for (size_t i = 0; i < nhidden; i++)
+    if (strcmp(hidden_names[i], name) == 0) {
+      free(hidden_names[i]);
+      hidden_names[i] = hidden_names[--nhidden];
+      return;
+    }
+}
+
+static bool hidden_name(const char *name) {
+  for (size_t i = 0; i < nhidden; i++)
+    if (strcmp(hidden_names[i], name) == 0)
+      return true;
+  return false;
+}
+
 int molt__fd_load_path(molt__fd *o, char *buf, size_t len) {
   /* The dynamic loader looks a name up among the loaded objects before it
    * opens anything, and hands back the object it finds.  A loaded object
@@ -195,7 +231,7 @@ int molt__fd_load_path(molt__fd *o, char *buf, size_t len) {
     snprintf(buf, len, "/proc/self/fd/%d", o->fd);
     struct name_match m = {buf, false};
     dl_iterate_phdr(match_name, &m);
-    if (!m.found)
+    if (!m.found && !hidden_name(buf))
       return 0;
     molt__fd_lock();
     int moved = fcntl(o->fd, F_DUPFD_CLOEXEC, o->fd + 1);

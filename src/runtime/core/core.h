@@ -10,6 +10,7 @@
  *   gen.c      generations: slots, tables, numbering, owners, publication,
  *              reclamation; molt_generation()
  *   module.c   registered modules and their updatable functions
+ *   oldcode.c  which threads still run version 0 of a replaced function
  *   shadow.c   shadow data (molt_shadow_*, molt.h): per-object data of hot
  *              patches, which belongs to no mode and outlives its patch
  *
@@ -152,6 +153,25 @@ MOLT__HIDDEN molt__fn_desc *molt__module_find_fn(molt__module *m, const char *na
 MOLT__HIDDEN const char *molt__module_file(const molt__module *m);
 MOLT__HIDDEN uint32_t molt__fn_count(void); /* all modules */
 MOLT__HIDDEN molt__fn_desc *molt__fn_at(uint32_t index);
+
+/* ---- oldcode.c: threads still inside a replaced version 0 --------------------*/
+/* One observation: thread `tid` was found inside version 0 of function
+ * `index` (its stack holds an address inside the body) by every scan since
+ * `since` (CLOCK_REALTIME ns); `seen` is the last such scan. */
+typedef struct molt__oldcode {
+  pid_t tid;
+  uint32_t index;
+  uint64_t since, seen;
+} molt__oldcode;
+/* Scans the stacks of the process's blocked threads for version 0 of every
+ * function the current generation replaces (runtime thread, op_lock, no
+ * molt__rt_lock) and keeps what it saw; returns the number of
+ * observations.  Conservative and partial: see oldcode.c. */
+MOLT__HIDDEN int molt__oldcode_scan(void);
+MOLT__HIDDEN size_t molt__oldcode_count(void);
+MOLT__HIDDEN const molt__oldcode *molt__oldcode_at(size_t i);
+/* Threads the last scan could not look at (running, not blocked). */
+MOLT__HIDDEN size_t molt__oldcode_uninspected(void);
 
 /* ---- shadow.c: shadow data ---------------------------------------------------*/
 /* Called by the runtime's fork handlers (service/runtime.c) at the place of

@@ -63,6 +63,38 @@ static int refused(const molt__request *req, int rc, const char *err) {
   return rc;
 }
 
+/* Right after the switch: a thread found inside version 0 of a function
+ * this patch replaces entered it before the patch and keeps running it
+ * until it returns -- for ever if it is a loop (core/oldcode.c says how the
+ * runtime looks and what it cannot see).  One `warning` record each, for
+ * the CLI; not logged: the scan is conservative (a stale return address in
+ * a live frame counts) and `molt status` looks again. */
+static void warn_old_code(molt__object *obj, molt__buf *out) {
+  molt__oldcode_scan();
+  for (size_t i = 0; i < molt__oldcode_count(); i++) {
+    const molt__oldcode *o = molt__oldcode_at(i);
+    bool ours = false;
+    for (size_t k = 0; k < obj->nby_index && !ours; k++)
+      ours = obj->by_index[k].index == o->index;
+    if (!ours)
+      continue;
+    molt__rt_lock_acquire();
+    molt__fn_desc *d = molt__fn_at(o->index);
+    molt__rt_lock_release();
+    char name[64], msg[512];
+    if (!molt__proc_name(0, o->tid, name, sizeof name))
+      snprintf(name, sizeof name, "?");
+    snprintf(
+        msg, sizeof msg,
+        "thread %d (%s) is still running version 0 of %s%s%s%s, entered before this "
+        "patch (generation %" PRIu64 "): it runs the new version only from its next "
+        "call; a loop that never returns keeps the old one (a full update replaces it)",
+        (int)o->tid, name, d->name, d->is_static ? " (" : "", d->is_static ? d->tu : "",
+        d->is_static ? ")" : "", obj->gen);
+    molt__buf_pair(out, "warning", msg);
+  }
+}
+
 static int op_apply(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
   int rc = check_policy(req->policy, err, errlen);
   if (rc < 0)
@@ -98,6 +130,7 @@ static int op_apply(const molt__request *req, molt__buf *out, char *err, size_t 
   snprintf(msg, sizeof msg, "applied patch %s: generation %" PRIu64 " (policy %s)",
            obj->id, obj->gen, policy_name(req->policy));
   molt__buf_pair(out, "message", msg);
+  warn_old_code(obj, out);
   return 0;
 }
 

@@ -8,6 +8,7 @@
  *   patch.c  patch objects: checking a patch file, loading it, resolving its
  *            imports (H6), building its generation, the object lifecycle
  *   hot.c    the operations, the rollback history, status, the mode
+ *   debug.c  a loaded patch's name in the link map, for debuggers
  */
 #ifndef MOLT_HOT_H
 #define MOLT_HOT_H
@@ -49,7 +50,18 @@ struct molt__object {
   } * by_index;
   size_t nby_index;
   molt__link all; /* every object not yet freed */
+  /* While loaded: the name its link map shows debuggers (the file's
+   * absolute path) and the loader's own name, put back before dlclose
+   * (debug.c).  NULL when the loader's name stays. */
+  char *debug_name;
+  char *loader_name;
 };
+
+/* debug.c: after obj's file was loaded as `handle`, debuggers and
+ * dladdr see it under its file's path; before it is closed, the loader's
+ * name is restored (runtime thread, op_lock, no molt__rt_lock). */
+MOLT__HIDDEN void molt__debug_patch_loaded(molt__object *obj, void *handle);
+MOLT__HIDDEN void molt__debug_patch_unloading(molt__object *obj, void *handle);
 
 /* The object behind a generation owner, or NULL if o is not a patch
  * object (an owner of another mode). */

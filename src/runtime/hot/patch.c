@@ -395,11 +395,13 @@ static int load_handle(molt__object *obj, char *err, size_t errlen) {
     }
   obj->handle = h;
   obj->hdr = hdr;
+  molt__debug_patch_loaded(obj, h);
   return 0;
 }
 
 static void unload_handle(molt__object *obj) {
   if (obj->handle) {
+    molt__debug_patch_unloading(obj, obj->handle);
     dlclose(obj->handle);
     obj->handle = NULL;
     obj->hdr = NULL;

@@ -46,6 +46,36 @@ static void put_number(molt__buf *out, const char *k, uint64_t v) {
   molt__buf_pair(out, k, s);
 }
 
+/* Threads still inside version 0 of a replaced function (core/oldcode.c:
+ * a scan of the blocked threads' stacks, as far as the runtime can see):
+ *   old <function> <tu> <static> <tid> <thread name> <version> <since>
+ * since: CLOCK_REALTIME ns of the first scan that saw it there (the apply
+ * that replaced the function scans once right after its switch); version
+ * is always 0 (versions of patches are not scanned).  Then
+ *   oldscan <threads not inspected: running, not blocked>
+ * No molt__rt_lock held (the scan takes it to read the generation). */
+static void old_code(molt__buf *out) {
+  char tid[16], since[24], name[64], num[24];
+  molt__oldcode_scan();
+  for (size_t i = 0; i < molt__oldcode_count(); i++) {
+    const molt__oldcode *o = molt__oldcode_at(i);
+    molt__rt_lock_acquire();
+    molt__fn_desc *d = o->index < molt__fn_count() ? molt__fn_at(o->index) : NULL;
+    molt__rt_lock_release();
+    if (!d)
+      continue;
+    snprintf(tid, sizeof tid, "%d", (int)o->tid);
+    snprintf(since, sizeof since, "%" PRIu64, o->since);
+    if (!molt__proc_name(0, o->tid, name, sizeof name))
+      snprintf(name, sizeof name, "?");
+    const char *f[] = {"old", d->name, d->tu, d->is_static ? "1" : "0",
+                       tid,   name,    "0",   since};
+    molt__buf_record(out, 8, f);
+  }
+  snprintf(num, sizeof num, "%zu", molt__oldcode_uninspected());
+  molt__buf_pair(out, "oldscan", num);
+}
+
 void molt__status(molt__buf *out) {
   char reason[256], num[24], num2[24], num3[24], num4[24];
   if (molt__refusing(reason, sizeof reason)) {
@@ -95,6 +125,7 @@ void molt__status(molt__buf *out) {
   for (unsigned s = 0; s < MOLT__SLOTS; s++)
     numbers[s] = molt__gens[s].number;
   molt__rt_lock_release();
+  old_code(out);
   /* The modes' records (patches and objects; the program image and its
    * threads), each under its own locks. */
   molt__modes_status(out);

@@ -454,6 +454,8 @@ class ObjModel:
         for s in elf.symbols:
             if s.type in (STT_SECTION, STT_FILE) or not s.name:
                 continue
+            if "@" in s.name:
+                continue    # a versioned alias (f@MOLT_0, weave.export_source_name) of a unit
             sec = elf.section_of(s)
             if sec is None or not sec.has(SHF_ALLOC):
                 continue

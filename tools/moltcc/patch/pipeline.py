@@ -48,12 +48,13 @@ import time
 import clang.cindex as ci
 
 from .. import gccargs
-from ..elf import FUNC_SYMTYPES, VAR_SYMTYPES
+from ..elf import FUNC_SYMTYPES, VAR_SYMTYPES, rename_debug_names
 from ..errors import Fatal
 from ..markers import Selection, explicitly_marked
 from ..session import Report
 from ..toolchain import color_flags
 from ..unit import CK, SC
+from ..weave import VERSION_PATCH
 from .plan import PatchPlan, assign_roles
 from .weave import IMPORT_PREFIX, ImportTable, PatchWeaver, WeaveError, patch_header_source
 from . import source as fixsource
@@ -849,10 +850,20 @@ class Pipeline:
         rc, _ = s.tools.run(cc + ["-fPIC", "-DMOLT__NO_AUTO_REGISTER", "-c", hdr, "-o", hobj] + inc)
         if rc != 0:
             raise Fatal("internal error: cannot compile the patch header")
+        # The version of the source-name aliases of the new versions
+        # (weave.export_source_name): a shared object must define it.
+        ver = s.work.file("molt_patch.ver")
+        with open(ver, "w") as f:
+            f.write("%s { };\n" % VERSION_PATCH)
         rc, _ = s.tools.run(cc + ["-shared", "-o", out] + objects + [hobj] + self.extra_objects
-                            + layout.san_flags() + ["-Wl,--build-id", "-Wl,-z,now"])
+                            + layout.san_flags() + ["-Wl,--build-id", "-Wl,-z,now",
+                                                    "-Wl,--version-script=" + ver])
         if rc != 0:
             return rc
+        # gdb, addr2line and perf name a new version `f`: its DWARF name and
+        # its symbol (nothing reads the patch's symbol table by the
+        # generated name; the runtime finds new versions through molt_pfns).
+        rename_debug_names(out, ("__molt_p",), (".debug_str", ".strtab"))
         stamp = layout.check_moltstamp()
         rc, _ = s.tools.run([stamp, out, opts.target])
         if rc != 0:

@@ -33,7 +33,7 @@ import clang.cindex as ci
 
 from ..elf import FUNC_SYMTYPES, VAR_SYMTYPES
 from ..unit import CK, SC, top_level_token
-from ..weave import Weaver, c_string
+from ..weave import VERSION_PATCH, Weaver, c_string, export_source_name
 from .plan import Import
 
 # Prefix of the import symbols of statics (molt/abi.h MOLT__IMPORT_PREFIX).
@@ -236,6 +236,11 @@ class PatchWeaver(Weaver):
                        "{%s, %s, (void *)&%s};\n" % (name, c_string(name),
                                                     c_string(tu) if tu else "NULL", impl))
         end.append(self.pop_guard(self.wrap_guard))
+        # an extern function's new version is named `f` for dladdr too
+        # (the patch's link defines the version: pipeline.link)
+        for name, tu, impl in self.pfns:
+            if tu is None:
+                end.append(export_source_name(name, impl, VERSION_PATCH))
         rw.insert(len(u.data), "".join(end))
         return rw.render()
 
