@@ -133,6 +133,19 @@ MOLT__HIDDEN int molt__symtab_at(const molt__symtab *st, uintptr_t value,
  * lie within the file.  0, MOLT_ENOTPROGRAM (not ELF / not a shared object
  * of this machine), MOLT_ECORRUPT, MOLT_EIO. */
 MOLT__HIDDEN int molt__elf_check_shared_object(int fd, char *err, size_t errlen);
+/* Validates everything the dynamic loader trusts in the file behind fd
+ * before it is dlopened (elf.c, "What the dynamic loader trusts"): the
+ * checks of molt__elf_check_shared_object, plus segment types and
+ * placement, hash tables and their chains, the symbol and string tables,
+ * every relocation's type, symbol and target, version tables, notes.
+ * patch: also refuses anything that runs code of the file at dlopen or
+ * dlclose (DT_INIT, DT_INIT_ARRAY, DT_PREINIT_ARRAY, DT_FINI,
+ * DT_FINI_ARRAY; IFUNCs always).  needed_ok (may be NULL) is asked about
+ * each DT_NEEDED name.  0, MOLT_ENOTPATCH/MOLT_ENOTPROGRAM (not loadable
+ * here, or refused), MOLT_ECORRUPT, MOLT_ENOMEM, MOLT_EIO. */
+MOLT__HIDDEN int molt__elf_check_load(int fd, bool patch,
+                                      bool (*needed_ok)(const char *name, void *arg),
+                                      void *arg, char *err, size_t errlen);
 /* Build-id (hex) of the ELF64 file behind fd, read from its notes (SHT_NOTE
  * sections, else PT_NOTE segments).  0, MOLT_ENOSYM (no build-id),
  * MOLT_ECORRUPT, MOLT_ENOTSUP (not an ELF64 little-endian file), MOLT_EIO,

@@ -19,6 +19,12 @@ function(molt_runtime_patch name src stamp)
   add_library(${name}_obj SHARED ${src})
   set_target_properties(${name}_obj PROPERTIES PREFIX "" OUTPUT_NAME ${name}.unstamped
     LIBRARY_OUTPUT_DIRECTORY ${RT_OUT}/unstamped)
+  # Built as moltcc builds patches: no code runs at load or unload (no start
+  # files; without ASan/TSan's per-object constructors -- moltcc drops those
+  # from instrumented objects, a hand-built patch is simply not instrumented).
+  target_compile_options(${name}_obj PRIVATE -fno-sanitize=address,thread)
+  target_compile_definitions(${name}_obj PRIVATE MOLT__NO_AUTO_REGISTER)
+  target_link_options(${name}_obj PRIVATE -nostartfiles)
   set(out ${RT_OUT}/${name}.so)
   if(stamp)
     set(step COMMAND moltstamp ${out} $<TARGET_FILE:${stamp}>)

@@ -104,9 +104,12 @@ static int load_copy(molt__image *im, molt__fd *file, char *err, size_t errlen) 
     molt__errmsg(err, errlen, lost, path);
     return MOLT_EIO;
   }
-  /* Headers, segments and dynamic tables are checked before ld.so sees
-   * the file, so a malformed one is refused instead of faulting in dlopen. */
-  int rc = molt__elf_check_shared_object(file->fd, e2, sizeof e2);
+  /* Everything ld.so trusts (headers, segments, dynamic, hash, symbol,
+   * version and relocation tables, notes) is checked on this sealed copy
+   * before ld.so sees it, so a malformed one is refused instead of faulting
+   * or asserting in dlopen.  An image is a whole program: its constructors
+   * (libmolt's module registration among them) are its own to run. */
+  int rc = molt__elf_check_load(file->fd, false, NULL, NULL, e2, sizeof e2);
   if (rc < 0) {
     molt__errmsg(err, errlen, "%s: %s%s", path, e2,
                  rc == MOLT_ENOTPROGRAM ? " (a program image is a shared object built "

@@ -328,6 +328,19 @@ static void free_record(molt__object *obj) {
   free(obj);
 }
 
+/* Whether the process has already loaded the library a patch names in
+ * DT_NEEDED: RTLD_NOLOAD maps nothing and runs nothing, it only finds an
+ * object that is there (by name or soname).  A patch may not bring a new
+ * library, whose constructors would run inside the host. */
+static bool needed_is_loaded(const char *name, void *arg) {
+  (void)arg;
+  void *h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+  if (!h)
+    return false;
+  dlclose(h); /* drops the reference RTLD_NOLOAD took, unloads nothing */
+  return true;
+}
+
 /* dlopens obj->file and validates the header.  No molt__rt_lock held. */
 static int load_handle(molt__object *obj, char *err, size_t errlen) {
   char p[64];
@@ -432,6 +445,15 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
   molt__patch_note note;
   if (rc == 0)
     rc = molt__elf_read_patch_note(file.fd, &note, err, errlen);
+  /* Deliver 2 and 3 of issue 16: nothing in the file reaches ld.so
+   * unchecked, and nothing of it runs inside dlopen or dlclose.  Checked on
+   * the sealed copy that is dlopened below: it cannot change in between. */
+  if (rc == 0) {
+    char e2[400] = "";
+    rc = molt__elf_check_load(file.fd, true, needed_is_loaded, NULL, e2, sizeof e2);
+    if (rc < 0)
+      molt__errmsg(err, errlen, "%s: %s", path, e2);
+  }
   size_t module = 0;
   if (rc == 0)
     rc = find_target(&note, &module, err, errlen);

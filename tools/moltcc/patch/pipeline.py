@@ -55,6 +55,7 @@ from ..toolchain import color_flags
 from ..unit import CK, SC
 from .plan import PatchPlan, assign_roles
 from .weave import IMPORT_PREFIX, ImportTable, PatchWeaver, WeaveError, patch_header_source
+from . import ctors
 from . import source as fixsource
 
 COMPARE_FLAGS = ["-ffunction-sections", "-fdata-sections", "-g"]
@@ -810,10 +811,15 @@ class Pipeline:
         rc, _ = s.tools.run(cc + ["-fPIC", "-DMOLT__NO_AUTO_REGISTER", "-c", hdr, "-o", hobj] + inc)
         if rc != 0:
             raise Fatal("internal error: cannot compile the patch header")
-        rc, _ = s.tools.run(cc + ["-shared", "-o", out] + objects + [hobj] + self.extra_objects
+        # No code of the patch runs at load or unload (ctors.py): no start
+        # files, no constructors of the user's, the sanitizers' dropped.
+        inputs = ctors.link_inputs(objects + [hobj] + self.extra_objects,
+                                   os.path.dirname(hobj))
+        rc, _ = s.tools.run(cc + ["-shared", "-nostartfiles", "-o", out] + inputs
                             + layout.san_flags() + ["-Wl,--build-id", "-Wl,-z,now"])
         if rc != 0:
             return rc
+        ctors.check_linked(out)
         stamp = layout.check_moltstamp()
         rc, _ = s.tools.run([stamp, out, opts.target])
         if rc != 0:
