@@ -185,7 +185,7 @@ typedef struct molt__dynrels {
   uint64_t relro_start, relro_end; /* PT_GNU_RELRO, [0, 0) if none */
   struct {
     uint64_t start, end;
-    bool writable;
+    bool writable, executable;
   } segs[64]; /* PT_LOAD, as mapped */
   size_t nsegs;
 } molt__dynrels;

@@ -69,6 +69,7 @@ typedef struct elf_file {
   size_t errlen;
   int flags;                                 /* LOAD_* */
   bool (*needed_ok)(const char *, void *);   /* DT_NEEDED filter, or NULL */
+  uint64_t relacount;                        /* DT_RELACOUNT, 0 if none */
   void *needed_arg;
 } elf_file;
 
@@ -929,6 +930,7 @@ static int dynrels_load(elf_file *f, molt__dynrels *dr) {
       dr->segs[nseg].start = p->p_vaddr;
       dr->segs[nseg].end = p->p_vaddr + p->p_memsz;
       dr->segs[nseg].writable = (p->p_flags & PF_W) != 0;
+      dr->segs[nseg].executable = (p->p_flags & PF_X) != 0;
       nseg++;
     }
   }
@@ -1123,6 +1125,12 @@ static int check_segments(elf_file *f) {
     case PT_LOAD:
       if ((p->p_flags & (PF_W | PF_X)) == (PF_W | PF_X))
         return corrupt(f, "segment %zu (PT_LOAD) is both writable and executable", i);
+      /* ld.so reads the program headers, notes and tables in the mapped
+       * segments: an unreadable one faults it. */
+      if (!(p->p_flags & PF_R) || (p->p_flags & ~(uint32_t)(PF_R | PF_W | PF_X)))
+        return corrupt(f, "segment %zu (PT_LOAD) has flags %#" PRIx32
+                          " (loaded segments are readable)",
+                       i, p->p_flags);
       break;
     case PT_GNU_STACK:
       if (p->p_flags & PF_X)
@@ -1463,10 +1471,26 @@ static int check_relocs(elf_file *f, uint64_t vaddr, uint64_t size, const char *
       return corrupt(f, "%s names symbol %" PRIu64, what, *nsyms_io - 1);
     return 0;
   }
+  /* ld.so applies the first DT_RELACOUNT entries as RELATIVE ones and
+   * asserts that they are. */
+  uint64_t relative = 0;
+  if (strcmp(what, "DT_RELA table") == 0 && f->relacount) {
+    relative = f->relacount;
+    if (relative > n) {
+      free(r);
+      return corrupt(f, "DT_RELACOUNT %" PRIu64 " exceeds the %zu relocations", relative, n);
+    }
+  }
   for (size_t i = 0; i < n && !rc; i++) {
     uint32_t type = (uint32_t)ELF64_R_TYPE(r[i].r_info);
     uint64_t sym = ELF64_R_SYM(r[i].r_info);
     unsigned w = reloc_width(type);
+#if defined(__x86_64__)
+    if (i < relative && type != R_X86_64_RELATIVE) {
+      rc = corrupt(f, "%s entry %zu is not RELATIVE, but DT_RELACOUNT says it is", what, i);
+      break;
+    }
+#endif
     if (w == ~0u)
       rc = corrupt(f, "%s entry %zu has relocation type %" PRIu32
                       ", which molt does not let the loader apply",
@@ -1513,6 +1537,54 @@ static const char *forbidden_tag(int64_t tag) {
   }
 }
 
+/* The tags a patch or image may have: those ld.so reads benignly once the
+ * tables they name are checked.  Anything else -- a tag a damaged byte
+ * made up, or one of the ranges ld.so indexes (DT_ADDRRNG, DT_VALRNG) that
+ * molt does not check -- is refused. */
+static bool known_tag(int64_t tag) {
+  switch (tag) {
+  case DT_NEEDED:
+  case DT_PLTRELSZ:
+  case DT_PLTGOT:
+  case DT_HASH:
+  case DT_STRTAB:
+  case DT_SYMTAB:
+  case DT_RELA:
+  case DT_RELASZ:
+  case DT_RELAENT:
+  case DT_STRSZ:
+  case DT_SYMENT:
+  case DT_INIT:
+  case DT_FINI:
+  case DT_SONAME:
+  case DT_RPATH:
+  case DT_SYMBOLIC:
+  case DT_DEBUG:
+  case DT_JMPREL:
+  case DT_BIND_NOW:
+  case DT_INIT_ARRAY:
+  case DT_FINI_ARRAY:
+  case DT_INIT_ARRAYSZ:
+  case DT_FINI_ARRAYSZ:
+  case DT_RUNPATH:
+  case DT_FLAGS:
+  case DT_PREINIT_ARRAY:
+  case DT_PREINIT_ARRAYSZ:
+  case DT_PLTREL:
+  case DT_GNU_HASH:
+  case DT_VERSYM:
+  case DT_RELACOUNT:
+  case DT_FLAGS_1:
+  case DT_VERDEF:
+  case DT_VERDEFNUM:
+  case DT_VERNEED:
+  case DT_VERNEEDNUM:
+    return true;
+  default:
+    return false;
+  }
+}
+
 static const char *code_tag(int64_t tag) {
   switch (tag) {
   case DT_INIT:
@@ -1548,6 +1620,9 @@ static int check_loader_tables(elf_file *f, const Elf64_Dyn *d, size_t nd) {
                    why);
       return MOLT_ENOTPATCH;
     }
+    if (!known_tag(tag))
+      return corrupt(f, "dynamic entry %zu has tag %#" PRIx64 ", which molt does not know",
+                     i, (uint64_t)tag);
     if (tag == DT_NEEDED)
       continue;
     for (size_t j = i + 1; j < nd; j++)
@@ -1558,9 +1633,21 @@ static int check_loader_tables(elf_file *f, const Elf64_Dyn *d, size_t nd) {
   uint64_t v, strtab, strsz = 0, symtab, nsyms = 0;
   if (dyn_value(d, nd, DT_PLTREL, &v) && v != DT_RELA)
     return corrupt(f, "DT_PLTREL is %" PRIu64 ", not DT_RELA", v);
+  /* ld.so dereferences the companion entries without looking. */
   if (dyn_value(d, nd, DT_RELA, &v) &&
-      (!dyn_value(d, nd, DT_RELAENT, &v) || v != sizeof(Elf64_Rela)))
-    return corrupt(f, "DT_RELA without a valid DT_RELAENT");
+      (!dyn_value(d, nd, DT_RELAENT, &v) || v != sizeof(Elf64_Rela) ||
+       !dyn_value(d, nd, DT_RELASZ, &v)))
+    return corrupt(f, "DT_RELA without DT_RELASZ or a valid DT_RELAENT");
+  int plt = dyn_value(d, nd, DT_JMPREL, &v) + dyn_value(d, nd, DT_PLTRELSZ, &v) +
+            dyn_value(d, nd, DT_PLTREL, &v);
+  if (plt != 0 && plt != 3)
+    return corrupt(f, "DT_JMPREL, DT_PLTRELSZ and DT_PLTREL do not come together");
+  if (dyn_value(d, nd, DT_RELACOUNT, &v) && !dyn_value(d, nd, DT_RELA, &v))
+    return corrupt(f, "DT_RELACOUNT without DT_RELA");
+  if ((dyn_value(d, nd, DT_INIT_ARRAY, &v) && !dyn_value(d, nd, DT_INIT_ARRAYSZ, &v)) ||
+      (dyn_value(d, nd, DT_FINI_ARRAY, &v) && !dyn_value(d, nd, DT_FINI_ARRAYSZ, &v)) ||
+      (dyn_value(d, nd, DT_PREINIT_ARRAY, &v) && !dyn_value(d, nd, DT_PREINIT_ARRAYSZ, &v)))
+    return corrupt(f, "a constructor or destructor array without its size");
   if (dyn_value(d, nd, DT_FLAGS, &v) && (v & DF_TEXTREL))
     return corrupt(f, "DT_FLAGS asks for text relocations");
   if (dyn_value(d, nd, DT_PLTGOT, &v) && !in_writable_segment(f, v, 3 * 8))
@@ -1593,6 +1680,8 @@ static int check_loader_tables(elf_file *f, const Elf64_Dyn *d, size_t nd) {
     rc = corrupt(f, "no symbol hash table (DT_GNU_HASH or DT_HASH)");
     goto out;
   }
+  f->relacount = 0;
+  dyn_value(d, nd, DT_RELACOUNT, &f->relacount);
   /* Symbols past the hashed ones can still be named by relocations. */
   uint64_t rela = 0, relasz = 0, jmprel = 0, pltrelsz = 0;
   bool has_rela = dyn_value(d, nd, DT_RELA, &rela);

@@ -1083,6 +1083,111 @@ static void case_serve(void) {
   }
 }
 
+/* ---- damage: every byte of a real patch damaged, applied live (issue 16) -*/
+
+/* Applies the damaged file at `path`: it must be refused with a one-line
+ * message, or be loaded and then rolled back; the host (this process) must
+ * survive either way and keep serving.  The damaged patch's functions are
+ * never called: a byte of machine code can be damaged without any format
+ * check noticing (docs/security.md). */
+static void damage_try(const char *path, const char *what, long *loaded, long *refused) {
+  char err[1024] = "";
+  static int trace = -1;
+  if (trace < 0)
+    trace = getenv("MOLT_DAMAGE_TRACE") != NULL;
+  if (trace)
+    fprintf(stderr, "%s\n", what); /* the last line names a damage that crashed */
+  int rc = molt_apply(path, MOLT_POLICY_IMMEDIATE, -1, err, sizeof err);
+  if (trace)
+    fprintf(stderr, "  -> %d %s\n", rc, err);
+  if (rc == 0) {
+    (*loaded)++;
+    CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s: rollback: %s",
+          what, err);
+  } else {
+    (*refused)++;
+    CHECK(err[0] && !strchr(err, '\n'), "%s: refusal without a one-line message (%d)", what,
+          rc);
+  }
+}
+
+static void case_damage(int rounds) {
+  bool full = rounds == 0;
+  const char *src = patch("patch_b.so");
+  int in = open(src, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  CHECK(in >= 0 && fstat(in, &st) == 0, "open %s", src);
+  if (in < 0)
+    return;
+  size_t size = (size_t)st.st_size;
+  unsigned char *orig = malloc(size);
+  CHECK(orig && read(in, orig, size) == (ssize_t)size, "read %s", src);
+  close(in);
+  char tmpl[] = "/tmp/molt-damage-XXXXXX";
+  CHECK(mkdtemp(tmpl) != NULL, "mkdtemp");
+  char path[4200];
+  snprintf(path, sizeof path, "%s/patch.so", tmpl);
+  int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  CHECK(fd >= 0 && pwrite(fd, orig, size, 0) == (ssize_t)size, "write %s", path);
+  long loaded = 0, refused = 0;
+  char what[96];
+  /* The undamaged patch loads (the sweep would prove nothing otherwise). */
+  damage_try(path, "undamaged", &loaded, &refused);
+  CHECK(loaded == 1, "the undamaged patch was refused");
+  /* Every position, xor 0xff, and set to 0x00 and 0x7f where that
+   * changes it. */
+  static const int modes[] = {-1, 0x00, 0x7f};
+  for (size_t pos = 0; pos < size; pos++) {
+    /* CI time: the other two values at every 4th position (all of them
+     * with `damage PATCH_DIR 0`). */
+    size_t nmodes = full || pos % 4 == 0 ? 3 : 1;
+    for (size_t m = 0; m < nmodes; m++) {
+      unsigned char b = modes[m] < 0 ? (unsigned char)(orig[pos] ^ 0xff)
+                                     : (unsigned char)modes[m];
+      if (b == orig[pos])
+        continue;
+      if (pwrite(fd, &b, 1, (off_t)pos) != 1)
+        CHECK(0, "pwrite");
+      snprintf(what, sizeof what, "byte %zu = %#x", pos, b);
+      damage_try(path, what, &loaded, &refused);
+      if (pwrite(fd, &orig[pos], 1, (off_t)pos) != 1)
+        CHECK(0, "pwrite");
+    }
+    if (failures > 20)
+      break;
+  }
+  /* Random multi-byte damage, fixed seed. */
+  unsigned seed = 16;
+  for (int round = 0; round < (full ? 20000 : 1000) && failures <= 20; round++) {
+    int n = 2 + (int)(rand_r(&seed) % 7);
+    size_t at[8];
+    for (int k = 0; k < n; k++) {
+      at[k] = (size_t)rand_r(&seed) % size;
+      unsigned char b = (unsigned char)rand_r(&seed);
+      if (pwrite(fd, &b, 1, (off_t)at[k]) != 1)
+        CHECK(0, "pwrite");
+    }
+    snprintf(what, sizeof what, "random round %d", round);
+    damage_try(path, what, &loaded, &refused);
+    for (int k = 0; k < n; k++)
+      if (pwrite(fd, &orig[at[k]], 1, (off_t)at[k]) != 1)
+        CHECK(0, "pwrite");
+  }
+  /* Still serving: the undamaged patch applies and works. */
+  char err[1024] = "";
+  CHECK(molt_apply(path, MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "final apply: %s",
+        err);
+  CHECK(version_tag(5) == 2005, "the final patch does not work: %d", version_tag(5));
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s", err);
+  CHECK(version_tag(5) == 5, "rolled back: %d", version_tag(5));
+  printf("damage: %zu bytes, %ld damaged copies loaded, %ld refused\n", size, loaded - 1,
+         refused);
+  close(fd);
+  unlink(path);
+  rmdir(tmpl);
+  free(orig);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr,
@@ -1128,6 +1233,8 @@ int main(int argc, char **argv) {
     case_imports();
   else if (!strcmp(c, "pinned"))
     case_pinned();
+  else if (!strcmp(c, "damage"))
+    case_damage(rounds);
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;

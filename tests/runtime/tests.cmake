@@ -79,6 +79,12 @@ foreach(case entry stress inflight static maps refuse socket locks atomic wakeup
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 endforeach()
 
+# Issue 16: every byte of a real patch damaged (and random multi-byte damage,
+# fixed seed), each applied to this live process through molt_apply: refused
+# with a one-line message or loaded and rolled back, never a crash.
+add_test(NAME runtime_damage COMMAND test_runtime damage ${RT_OUT})
+set_tests_properties(runtime_damage PROPERTIES TIMEOUT 900 LABELS "runtime;fuzz")
+
 molt_pytest(runtime_abi ${RT}/test_abi.py TIMEOUT 300 LABELS runtime cli
   ENV ABI_HOST=$<TARGET_FILE:abi_host> ABI_OTHER=$<TARGET_FILE:abi_other>
       ABI_PATCH=${RT_OUT}/patch_abi_host.so)

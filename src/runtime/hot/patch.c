@@ -341,6 +341,74 @@ static bool needed_is_loaded(const char *name, void *arg) {
   return true;
 }
 
+/* The patch's own memory as the loader mapped it (its PT_LOAD segments at
+ * the load base): every pointer in its header and records must point
+ * there, since a damaged relocation or data word can make one point
+ * anywhere (issue 16).  Strings must end inside their segment. */
+typedef struct object_map {
+  uintptr_t base;
+  molt__dynrels dr;
+} object_map;
+
+static bool in_object(const object_map *m, const void *p, size_t len, bool code) {
+  uintptr_t a = (uintptr_t)p, end;
+  if (a < m->base || __builtin_add_overflow(a, len, &end))
+    return false;
+  for (size_t i = 0; i < m->dr.nsegs; i++) {
+    uintptr_t s = m->base + m->dr.segs[i].start, e = m->base + m->dr.segs[i].end;
+    if (a >= s && end <= e && (!code || m->dr.segs[i].executable))
+      return true;
+  }
+  return false;
+}
+
+/* A NUL-terminated string of at most `max` bytes inside the object. */
+static bool object_string(const object_map *m, const char *s, size_t max) {
+  if (!in_object(m, s, 1, false))
+    return false;
+  for (size_t i = 0; i < m->dr.nsegs; i++) {
+    uintptr_t st = m->base + m->dr.segs[i].start, e = m->base + m->dr.segs[i].end;
+    if ((uintptr_t)s >= st && (uintptr_t)s < e) {
+      size_t room = e - (uintptr_t)s;
+      return memchr(s, '\0', room < max ? room : max) != NULL;
+    }
+  }
+  return false;
+}
+
+/* Every pointer of hdr (and of its function and import records) points
+ * into the object; strings end there.  The records are only read after
+ * their own range is known to be inside. */
+static bool header_inside(const object_map *m, const molt__patch_header *hdr) {
+  if (!in_object(m, hdr, sizeof *hdr, false))
+    return false;
+  if ((hdr->id && !object_string(m, hdr->id, 4096)) ||
+      (hdr->description && !object_string(m, hdr->description, 4096)) ||
+      (hdr->provenance && !object_string(m, hdr->provenance, 1 << 16)) ||
+      (hdr->pinned_reasons && !object_string(m, hdr->pinned_reasons, 1 << 16)))
+    return false;
+  if (hdr->fns > hdr->fns_end || hdr->imports > hdr->imports_end)
+    return false;
+  size_t nf = (size_t)(hdr->fns_end - hdr->fns), ni = (size_t)(hdr->imports_end - hdr->imports);
+  if (nf > MAX_RECORDS || ni > MAX_RECORDS ||
+      (nf && !in_object(m, hdr->fns, nf * sizeof *hdr->fns, false)) ||
+      (ni && !in_object(m, hdr->imports, ni * sizeof *hdr->imports, false)))
+    return false;
+  for (size_t i = 0; i < nf; i++) {
+    const molt__patch_fn *f = &hdr->fns[i];
+    if (!object_string(m, f->name, 4096) || (f->tu && !object_string(m, f->tu, 4096)) ||
+        !in_object(m, (const void *)f->impl, 1, true))
+      return false;
+  }
+  for (size_t i = 0; i < ni; i++) {
+    const molt__import *im = &hdr->imports[i];
+    if (!object_string(m, im->symbol, 4096) || !object_string(m, im->name, 4096) ||
+        (im->tu && !object_string(m, im->tu, 4096)))
+      return false;
+  }
+  return true;
+}
+
 /* dlopens obj->file and validates the header.  No molt__rt_lock held. */
 static int load_handle(molt__object *obj, char *err, size_t errlen) {
   char p[64];
@@ -361,11 +429,30 @@ static int load_handle(molt__object *obj, char *err, size_t errlen) {
   struct link_map *lm = NULL;
   Dl_info info;
   int rc = 0;
-  if (!hdr || dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || !dladdr(hdr, &info) ||
+  object_map map = {0};
+  char e2[256] = "";
+  bool have_map = false;
+  if (hdr && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && molt__fd_ours(&obj->file)) {
+    map.base = lm->l_addr;
+    have_map = molt__elf_read_dynrels(obj->file.fd, &map.dr, e2, sizeof e2) == 0;
+  }
+  if (!hdr || !lm || !dladdr(hdr, &info) ||
       (uintptr_t)info.dli_fbase != (uintptr_t)lm->l_addr) {
     molt__errmsg(err, errlen, "%s has no molt_patch_header of its own: not a molt patch",
                  obj->path);
     rc = MOLT_ENOTPATCH;
+  } else if (!have_map) {
+    molt__errmsg(err, errlen, "%s: %s", obj->path, e2[0] ? e2 : "cannot read its segments");
+    rc = MOLT_ECORRUPT;
+  } else if (!in_object(&map, hdr, sizeof *hdr, false)) {
+    molt__errmsg(err, errlen, "%s: corrupt patch header (outside the patch)", obj->path);
+    rc = MOLT_ECORRUPT;
+  } else if (hdr->magic == MOLT__PATCH_MAGIC && hdr->abi == MOLT__ABI &&
+             hdr->version == MOLT__PATCH_HEADER_VERSION && !header_inside(&map, hdr)) {
+    molt__errmsg(err, errlen,
+                 "%s: corrupt patch header (a pointer or string outside the patch)",
+                 obj->path);
+    rc = MOLT_ECORRUPT;
   } else if (hdr->magic != MOLT__PATCH_MAGIC) {
     molt__errmsg(err, errlen, "%s: bad patch header magic", obj->path);
     rc = MOLT_ENOTPATCH;
@@ -396,6 +483,7 @@ static int load_handle(molt__object *obj, char *err, size_t errlen) {
     molt__errmsg(err, errlen, "%s replaces no function", obj->path);
     rc = MOLT_ENOTPATCH;
   }
+  molt__elf_free_dynrels(&map.dr);
   if (rc < 0) {
     dlclose(h);
     return rc;
