@@ -1188,6 +1188,55 @@ static void case_damage(int rounds) {
   free(orig);
 }
 
+/* ---- fifo: a FIFO named as the patch is refused without blocking --------*/
+
+static void *fifo_apply(void *arg) {
+  char *err = arg;
+  int rc = molt_apply(err, MOLT_POLICY_IMMEDIATE, -1, err, 1024);
+  return (void *)(intptr_t)rc;
+}
+
+static void case_fifo(void) {
+  char tmpl[] = "/tmp/molt-fifo-XXXXXX";
+  CHECK(mkdtemp(tmpl) != NULL, "mkdtemp");
+  static char buf[1024];
+  snprintf(buf, sizeof buf, "%s/patch.so", tmpl);
+  char path[1024];
+  snprintf(path, sizeof path, "%s", buf);
+  CHECK(mkfifo(path, 0600) == 0, "mkfifo");
+  pthread_t t;
+  pthread_create(&t, NULL, fifo_apply, buf);
+  /* Nobody ever opens the other end: a blocking open would never return. */
+  bool done = false;
+  for (int ms = 0; ms < 5000 && !done; ms += 10) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 10 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    void *ret;
+    if (pthread_timedjoin_np(t, &ret, &ts) == 0) {
+      done = true;
+      CHECK((intptr_t)ret == MOLT_EINVAL && strstr(buf, "not a regular file"),
+            "FIFO: got %d \"%s\"", (int)(intptr_t)ret, buf);
+    }
+  }
+  CHECK(done, "applying a FIFO blocked the runtime for 5 s");
+  if (!done) {
+    int w = open(path, O_WRONLY | O_NONBLOCK); /* unblocks it, to exit cleanly */
+    (void)w;
+    pthread_join(t, NULL);
+  }
+  /* The runtime still serves. */
+  char err[1024] = "";
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "apply after the FIFO: %s", err);
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s", err);
+  unlink(path);
+  rmdir(tmpl);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr,
@@ -1233,6 +1282,8 @@ int main(int argc, char **argv) {
     case_imports();
   else if (!strcmp(c, "pinned"))
     case_pinned();
+  else if (!strcmp(c, "fifo"))
+    case_fifo();
   else if (!strcmp(c, "damage"))
     case_damage(rounds);
   else {

@@ -74,7 +74,7 @@ molt_runtime_patch(fdhost_b ${RT}/patch_b.c fdhost)
 add_custom_target(runtime_test_files ALL DEPENDS ${RT_PATCH_FILES} plain_lib abi_other)
 
 foreach(case entry stress inflight static maps refuse socket locks atomic wakeup cancel verdict
-             selfglobal imports pinned)
+             selfglobal imports pinned fifo)
   add_test(NAME runtime_${case} COMMAND test_runtime ${case} ${RT_OUT})
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 endforeach()

@@ -117,7 +117,10 @@ int molt__file_open_checked(const char *path, size_t max_bytes, molt__fd *out, c
     molt__errmsg(err, errlen, "no file name given");
     return MOLT_EINVAL;
   }
-  int ffd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO (or a device) must not block the runtime
+   * thread, which holds the operation lock (issue 16); the type is checked
+   * on the open file right after, before anything is read. */
+  int ffd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (ffd < 0) {
     int e = errno;
     molt__errmsg(err, errlen, "cannot open %s: %s", path, strerror(e));
