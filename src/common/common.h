@@ -10,6 +10,7 @@
  *                      errno -> MOLT_E* (the one mapping)
  *   buf.c              growable text buffer, TSV records, error messages
  *   proc.c             names of processes and threads (/proc/.../comm)
+ *   sha256.c           SHA-256 (the identity of a loaded file)
  *   elf.c              bounds-checked ELF reader: build-ids, notes, symbols
  *   protocol.c/.h      the control protocol: the table of operations, requests,
  *                      framing, the TSV codec
@@ -67,6 +68,18 @@ MOLT__HIDDEN void molt__buf_pair(molt__buf *b, const char *key, const char *valu
 /* snprintf into a fixed buffer of an error message; never overflows. */
 MOLT__HIDDEN void molt__errmsg(char *dst, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* ---- sha256.c ------------------------------------------------------------*/
+/* SHA-256 of a byte stream: init, add any number of times, hex (once). */
+typedef struct molt__sha256 {
+  uint32_t h[8];
+  uint64_t len;
+  unsigned char buf[64];
+  size_t used;
+} molt__sha256;
+MOLT__HIDDEN void molt__sha256_init(molt__sha256 *s);
+MOLT__HIDDEN void molt__sha256_add(molt__sha256 *s, const void *data, size_t n);
+MOLT__HIDDEN void molt__sha256_hex(molt__sha256 *s, char hex[65]);
 
 /* ---- lists ---------------------------------------------------------------*/
 /* An intrusive doubly linked list: the head is a pointer to the first link

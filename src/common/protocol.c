@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- operations ------------------------------------------------------------ */
 
@@ -472,8 +473,48 @@ static bool guard_ok(const molt__io_guard *g) {
   return false;
 }
 
-static int read_full(int fd, void *buf, size_t n, uint64_t deadline_ns, size_t *got,
-                     const molt__io_guard *guard) {
+/* recv, or with passed != NULL recvmsg that takes descriptors sent with
+ * SCM_RIGHTS: the first one goes to *passed (if it is still -1), any other
+ * is closed at once and *extra set.  MSG_CMSG_CLOEXEC: a received
+ * descriptor never leaks into a child the host execs. */
+static ssize_t recv_passing(int fd, void *buf, size_t n, int *passed, bool *extra) {
+  if (passed == NULL)
+    return recv(fd, buf, n, MSG_DONTWAIT);
+  union {
+    struct cmsghdr h;
+    char space[CMSG_SPACE(4 * sizeof(int))];
+  } ctl;
+  struct iovec iov = {.iov_base = buf, .iov_len = n};
+  struct msghdr m = {.msg_iov = &iov,
+                     .msg_iovlen = 1,
+                     .msg_control = ctl.space,
+                     .msg_controllen = sizeof ctl.space};
+  ssize_t k = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (k < 0)
+    return k;
+  if (m.msg_flags & MSG_CTRUNC)
+    *extra = true; /* the kernel closed what did not fit */
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+      continue;
+    size_t nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < nfds; i++) {
+      int got;
+      memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+      if (*passed < 0) {
+        *passed = got;
+      } else {
+        close(got);
+        *extra = true;
+      }
+    }
+  }
+  return k;
+}
+
+static int read_full_passing(int fd, void *buf, size_t n, uint64_t deadline_ns,
+                             size_t *got, const molt__io_guard *guard, int *passed,
+                             bool *extra) {
   size_t done = 0;
   int rc = 0;
   while (done < n) {
@@ -482,7 +523,7 @@ static int read_full(int fd, void *buf, size_t n, uint64_t deadline_ns, size_t *
       break;
     }
     /* MSG_DONTWAIT: a blocking recv could outlive the deadline. */
-    ssize_t k = recv(fd, (char *)buf + done, n - done, MSG_DONTWAIT);
+    ssize_t k = recv_passing(fd, (char *)buf + done, n - done, passed, extra);
     if (k > 0) {
       done += (size_t)k;
       continue;
@@ -503,6 +544,11 @@ static int read_full(int fd, void *buf, size_t n, uint64_t deadline_ns, size_t *
   if (got != NULL)
     *got = done;
   return rc;
+}
+
+static int read_full(int fd, void *buf, size_t n, uint64_t deadline_ns, size_t *got,
+                     const molt__io_guard *guard) {
+  return read_full_passing(fd, buf, n, deadline_ns, got, guard, NULL, NULL);
 }
 
 int molt__proto_read_full(int fd, void *buf, size_t n, uint64_t deadline_ns,
@@ -540,9 +586,40 @@ int molt__proto_write_full(int fd, const void *buf, size_t n, uint64_t deadline_
 
 int molt__proto_send(int fd, const molt__frame_hdr *h, const void *payload,
                      uint64_t deadline_ns) {
+  return molt__proto_send_fd(fd, h, payload, deadline_ns, -1);
+}
+
+int molt__proto_send_fd(int fd, const molt__frame_hdr *h, const void *payload,
+                        uint64_t deadline_ns, int pass) {
   unsigned char hdr[MOLT__PROTO_HDR_SIZE];
   molt__proto_encode_hdr(h, hdr);
-  int rc = molt__proto_write_full(fd, hdr, sizeof hdr, deadline_ns);
+  size_t sent = 0;
+  if (pass >= 0) {
+    /* The descriptor rides on the header's first byte(s) (SCM_RIGHTS). */
+    union {
+      struct cmsghdr h;
+      char space[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = hdr, .iov_len = sizeof hdr};
+    struct msghdr m = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = ctl.space,
+                       .msg_controllen = sizeof ctl.space};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &pass, sizeof pass);
+    ssize_t k;
+    do
+      k = sendmsg(fd, &m, MSG_NOSIGNAL);
+    while (k < 0 && errno == EINTR);
+    if (k < 0)
+      return errno == EAGAIN || errno == EWOULDBLOCK ? MOLT_ETIMEDOUT : MOLT_EIO;
+    sent = (size_t)k;
+  }
+  int rc = molt__proto_write_full(fd, hdr + sent, sizeof hdr - sent, deadline_ns);
   if (rc == 0 && h->length > 0)
     rc = molt__proto_write_full(fd, payload, h->length, deadline_ns);
   return rc;
@@ -556,11 +633,45 @@ int molt__proto_recv(int fd, molt__frame_type type, molt__frame_hdr *h, char **p
 int molt__proto_recv_guarded(int fd, molt__frame_type type, molt__frame_hdr *h,
                              char **payload, uint64_t deadline_ns, char *err,
                              size_t errlen, const molt__io_guard *guard) {
+  return molt__proto_recv_fd_guarded(fd, type, h, payload, deadline_ns, err, errlen, guard,
+                                     NULL);
+}
+
+static int recv_frame(int fd, molt__frame_type type, molt__frame_hdr *h, char **payload,
+                      uint64_t deadline_ns, char *err, size_t errlen,
+                      const molt__io_guard *guard, int *passed, bool *extra);
+
+int molt__proto_recv_fd_guarded(int fd, molt__frame_type type, molt__frame_hdr *h,
+                                char **payload, uint64_t deadline_ns, char *err,
+                                size_t errlen, const molt__io_guard *guard, int *passed) {
+  bool extra = false;
+  if (passed != NULL)
+    *passed = -1;
+  int rc = recv_frame(fd, type, h, payload, deadline_ns, err, errlen, guard, passed, &extra);
+  if (rc == 0 && extra) {
+    molt__errmsg(err, errlen, "more than one file descriptor came with the request");
+    rc = MOLT_EPROTO;
+  }
+  if (rc != 0 && passed != NULL && *passed >= 0) {
+    /* Nothing will use it: closed here, on every failed path. */
+    close(*passed);
+    *passed = -1;
+  }
+  if (rc != 0) {
+    free(*payload);
+    *payload = NULL;
+  }
+  return rc;
+}
+
+static int recv_frame(int fd, molt__frame_type type, molt__frame_hdr *h, char **payload,
+                      uint64_t deadline_ns, char *err, size_t errlen,
+                      const molt__io_guard *guard, int *passed, bool *extra) {
   unsigned char hdr[MOLT__PROTO_HDR_SIZE];
   size_t got = 0;
   *payload = NULL;
   memset(h, 0, sizeof *h);
-  int rc = read_full(fd, hdr, sizeof hdr, deadline_ns, &got, guard);
+  int rc = read_full_passing(fd, hdr, sizeof hdr, deadline_ns, &got, guard, passed, extra);
   if (rc == MOLT_EPROTO) {
     if (got == 0) {
       molt__errmsg(err, errlen, "connection closed before a message arrived");
@@ -588,7 +699,7 @@ int molt__proto_recv_guarded(int fd, molt__frame_type type, molt__frame_hdr *h,
     molt__errmsg(err, errlen, "out of memory for a %u-byte payload", (unsigned)h->length);
     return MOLT_ENOMEM;
   }
-  rc = read_full(fd, p, h->length, deadline_ns, &got, guard);
+  rc = read_full_passing(fd, p, h->length, deadline_ns, &got, guard, passed, extra);
   if (rc != 0) {
     if (rc == MOLT_EPROTO)
       molt__errmsg(err, errlen, "truncated payload (%zu of %u bytes)", got,

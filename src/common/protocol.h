@@ -118,6 +118,12 @@ typedef struct molt__request {
   int timeout_ms;      /* < 0: MOLT__DEFAULT_TIMEOUT_MS */
   bool check_interior; /* update: refuse interior pointers into objects */
   char path[4096];     /* absolute; "" for operations without a file */
+  /* The open file of an apply or update (issue 16): received with the
+   * request (SCM_RIGHTS) or opened by the calling thread (molt_apply); the
+   * runtime reads only this, never `path` (kept for messages).  Owned by
+   * whoever built the request, who closes it; has_fd false: none. */
+  bool has_fd;
+  int fd;
 } molt__request;
 
 /* "immediate", "local", "global", or NULL for anything else. */
@@ -253,6 +259,11 @@ MOLT__HIDDEN int molt__proto_write_full_guarded(int fd, const void *buf, size_t 
 /* Sends header + payload. */
 MOLT__HIDDEN int molt__proto_send(int fd, const molt__frame_hdr *h, const void *payload,
                                   uint64_t deadline_ns);
+/* The same with the open descriptor `pass` attached to the header
+ * (SCM_RIGHTS; -1: none): how the CLI hands over the file of an apply or
+ * update (docs/protocol.md). */
+MOLT__HIDDEN int molt__proto_send_fd(int fd, const molt__frame_hdr *h, const void *payload,
+                                     uint64_t deadline_ns, int pass);
 /*
  * Reads and validates one message: header, then its payload into a malloc'd
  * buffer (*payload, NUL-terminated for convenience; NULL when empty).
@@ -268,6 +279,16 @@ MOLT__HIDDEN int molt__proto_recv_guarded(int fd, molt__frame_type type,
                                           molt__frame_hdr *h, char **payload,
                                           uint64_t deadline_ns, char *err, size_t errlen,
                                           const molt__io_guard *guard);
+
+/* molt__proto_recv_guarded that also takes one descriptor the peer sent
+ * with the message (SCM_RIGHTS): *passed is it (close-on-exec), or -1 if
+ * none came.  On any error *passed is -1 and whatever came is closed; more
+ * than one descriptor is MOLT_EPROTO. */
+MOLT__HIDDEN int molt__proto_recv_fd_guarded(int fd, molt__frame_type type,
+                                             molt__frame_hdr *h, char **payload,
+                                             uint64_t deadline_ns, char *err,
+                                             size_t errlen, const molt__io_guard *guard,
+                                             int *passed);
 
 /* ---- addressing -------------------------------------------------------- */
 

@@ -6,6 +6,7 @@ Environment (set by tests/cli/tests.cmake):
   TEST_RUNTIME  the test program
   PATCH_DIR     its patches (patch_a.so tag 1, patch_b.so tag 2, bad ones)
 """
+import hashlib
 import json
 import os
 import shutil
@@ -123,9 +124,18 @@ def test_status_shows_replaced_provenance_and_pinned(served):
     assert "patch_pinned.c:17: a string literal is stored in stored_msg" in table
     entries = json.loads(molt("log", served.pid, "--json", check=0).stdout)
     loads = [e["message"] for e in entries if e["event"] == "load"]
-    assert any("(1 function; built from diff fix.patch sha256:0123abcd; files: target.c; "
+    assert any("; 1 function; built from diff fix.patch sha256:0123abcd; files: target.c; "
                "kept loaded: patch_pinned.c:17" in m for m in loads), loads
-    assert any("patch_a.so (4 functions)" in m for m in loads), loads
+    # what was loaded: the file as the CLI opened it (device:inode) and the
+    # SHA-256 of the copy, the same as the file's own
+    a_path = next(p["path"] for p in st["patches"] if p["id"] == "patch-a")
+    a_st = os.stat(a_path)
+    with open(a_path, "rb") as f:
+        a_sha = hashlib.sha256(f.read()).hexdigest()
+    assert any("patch_a.so (file %d:%d, sha256 %s; 4 functions)"
+               % (a_st.st_dev, a_st.st_ino, a_sha) in m for m in loads), loads
+    a = next(p for p in st["patches"] if p["id"] == "patch-a")
+    assert a["file"] == "%d:%d" % (a_st.st_dev, a_st.st_ino) and a["sha256"] == a_sha
 
 
 @pytest.mark.parametrize("name,needle", [

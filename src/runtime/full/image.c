@@ -205,12 +205,21 @@ static int load_copy(molt__image *im, molt__fd *file, char *err, size_t errlen) 
   return 0;
 }
 
-int molt__image_open(const char *path, molt__image **out, char *err, size_t errlen) {
+int molt__image_open(const char *path, int fd, molt__image **out, char *err,
+                     size_t errlen) {
   if (!out)
     return MOLT_EINVAL;
   *out = NULL;
   molt__fd file;
-  int rc = molt__file_open_checked(path, MAX_IMAGE_BYTES, &file, err, errlen);
+  molt__file_identity ident;
+  int own = -1;
+  int rc = fd >= 0 ? 0 : molt__file_open_path(path, &own, err, errlen);
+  if (rc < 0)
+    return rc;
+  rc = molt__file_copy_checked(fd >= 0 ? fd : own, path, MAX_IMAGE_BYTES, &file, &ident,
+                               err, errlen);
+  if (own >= 0)
+    close(own);
   if (rc < 0)
     return rc;
   molt__image *im = calloc(1, sizeof *im);
@@ -220,6 +229,7 @@ int molt__image_open(const char *path, molt__image **out, char *err, size_t errl
     molt__errmsg(err, errlen, "out of memory");
     return MOLT_ENOMEM;
   }
+  im->ident = ident;
   rc = load_copy(im, &file, err, errlen);
   /* Not kept: the loader mapped what it needs, nothing reads the copy
    * again, and a descriptor the runtime does not hold cannot be lost. */

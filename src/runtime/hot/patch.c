@@ -431,19 +431,21 @@ static int load_handle(molt__object *obj, char *err, size_t errlen) {
   int rc = 0;
   object_map map = {0};
   char e2[256] = "";
-  bool have_map = false;
+  int map_rc = MOLT_EIO; /* the copy was lost (the host closed it) */
   if (hdr && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && molt__fd_ours(&obj->file)) {
     map.base = lm->l_addr;
-    have_map = molt__elf_read_dynrels(obj->file.fd, &map.dr, e2, sizeof e2) == 0;
+    map_rc = molt__elf_read_dynrels(obj->file.fd, &map.dr, e2, sizeof e2);
   }
+  bool have_map = map_rc == 0;
   if (!hdr || !lm || !dladdr(hdr, &info) ||
       (uintptr_t)info.dli_fbase != (uintptr_t)lm->l_addr) {
     molt__errmsg(err, errlen, "%s has no molt_patch_header of its own: not a molt patch",
                  obj->path);
     rc = MOLT_ENOTPATCH;
   } else if (!have_map) {
-    molt__errmsg(err, errlen, "%s: %s", obj->path, e2[0] ? e2 : "cannot read its segments");
-    rc = MOLT_ECORRUPT;
+    molt__errmsg(err, errlen, "%s: %s", obj->path,
+                 e2[0] ? e2 : "the process closed molt's copy while it was loaded");
+    rc = map_rc;
   } else if (!in_object(&map, hdr, sizeof *hdr, false)) {
     molt__errmsg(err, errlen, "%s: corrupt patch header (outside the patch)", obj->path);
     rc = MOLT_ECORRUPT;
@@ -523,11 +525,14 @@ static char *replaced_list(const molt__patch_header *h) {
   return b.data;
 }
 
-int molt__patch_open(const char *path, molt__object **out, char *err, size_t errlen) {
-  /* R7: opened once and checked; everything after this (note, dlopen,
-   * rollback reloads) reads the sealed private copy (file.c). */
+int molt__patch_open(const char *path, int fd, molt__object **out, char *err,
+                     size_t errlen) {
+  /* R7: the descriptor the request brought is checked; everything after
+   * this (note, loader checks, dlopen, rollback reloads) reads the sealed
+   * private copy (file.c).  No path is opened here (issue 16). */
   molt__fd file;
-  int rc = molt__file_open_checked(path, MAX_PATCH_BYTES, &file, err, errlen);
+  molt__file_identity ident;
+  int rc = molt__file_copy_checked(fd, path, MAX_PATCH_BYTES, &file, &ident, err, errlen);
   if (rc < 0)
     return rc;
   molt__patch_note note;
@@ -557,6 +562,7 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
     } else {
       obj->path = p;
       obj->file = file;
+      obj->ident = ident;
       obj->module = module;
     }
   }
@@ -598,8 +604,10 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
   molt__rt_lock_acquire();
   molt__list_push(&objects, &obj->all);
   size_t nfns = (size_t)(obj->hdr->fns_end - obj->hdr->fns);
-  molt__log(MOLT__EV_LOAD, now, obj->id, "loaded %s (%zu function%s%s%s%s%s)", obj->path,
-            nfns, nfns == 1 ? "" : "s", obj->provenance[0] ? "; built from " : "",
+  molt__log(MOLT__EV_LOAD, now, obj->id,
+            "loaded %s (file %ju:%ju, sha256 %s; %zu function%s%s%s%s%s)", obj->path,
+            (uintmax_t)obj->ident.dev, (uintmax_t)obj->ident.ino, obj->ident.sha256, nfns,
+            nfns == 1 ? "" : "s", obj->provenance[0] ? "; built from " : "",
             obj->provenance, obj->pinned ? "; kept loaded: " : "",
             obj->pinned ? molt__object_kept_reason(obj) : "");
   molt__rt_lock_release();

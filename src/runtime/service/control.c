@@ -111,7 +111,16 @@ static void respond(const molt__fd *c, int status, const char *errmsg, const cha
     (void)molt__proto_write_full_guarded(c->fd, body, body_len, deadline, &guard);
 }
 
+static void serve_request(const molt__fd *c, molt__fd *file_fd);
+
 static void serve_client(const molt__fd *c) {
+  molt__fd file_fd = MOLT__FD_NONE;
+  serve_request(c, &file_fd);
+  /* Every path: a descriptor received with the request is never leaked. */
+  molt__fd_close(&file_fd);
+}
+
+static void serve_request(const molt__fd *c, molt__fd *file_fd) {
   uint64_t deadline = molt__proto_deadline(MOLT__PROTO_SERVER_IO_MS);
   char err[ERRLEN] = "";
   molt__io_guard guard = {still_ours, c};
@@ -129,8 +138,17 @@ static void serve_client(const molt__fd *c) {
    * its request when we close would get EPIPE and never see our answer. */
   molt__frame_hdr h;
   char *payload = NULL;
-  int rc = molt__proto_recv_guarded(c->fd, MOLT__FRAME_REQUEST, &h, &payload, deadline,
-                                    err, sizeof err, &guard);
+  /* The file of an apply or update comes open with the request (issue 16:
+   * the runtime never resolves a path a client names).  Moved to the band
+   * and kept like any runtime descriptor (fd.c); closed below on every
+   * path (file_fd.fd -1 after molt__fd_close). */
+  int passed = -1;
+  int rc = molt__proto_recv_fd_guarded(c->fd, MOLT__FRAME_REQUEST, &h, &payload, deadline,
+                                       err, sizeof err, &guard, &passed);
+  if (passed >= 0 && molt__fd_keep(file_fd, passed) < 0 && rc == 0) {
+    molt__errmsg(err, sizeof err, "cannot keep the file descriptor of the request");
+    rc = MOLT_EIO;
+  }
 
   if (!allowed) {
     if (have_cred) {
@@ -193,6 +211,10 @@ static void serve_client(const molt__fd *c) {
   }
   rc = molt__request_decode(h.kind, &recs, req, err, sizeof err);
   molt__tsv_free(&recs);
+  if (rc == 0 && molt__fd_ours(file_fd)) {
+    req->has_fd = true;
+    req->fd = file_fd->fd;
+  }
   if (rc != 0) {
     free(req);
     respond(c, rc, err, NULL, 0, deadline);
