@@ -1237,6 +1237,28 @@ static void case_fifo(void) {
   rmdir(tmpl);
 }
 
+/* ---- ctor: a patch with code that runs at load or unload is refused -----*/
+
+static void case_ctor(void) {
+  static const struct {
+    const char *file, *what;
+  } bad[] = {{"patch_ctor.so", "DT_INIT_ARRAY"}, {"patch_dtor.so", "DT_FINI_ARRAY"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char err[1024] = "";
+    /* Had the loader run it, the process would have ended (exit 42/43). */
+    int rc = apply(bad[i].file, err, sizeof err);
+    CHECK(rc == MOLT_ENOTPATCH && strstr(err, bad[i].what) &&
+              strstr(err, "must not run code") && !strchr(err, '\n'),
+          "%s: got %d \"%s\"", bad[i].file, rc, err);
+    CHECK(maps_count(bad[i].file) == 0, "%s is mapped", bad[i].file);
+  }
+  CHECK(version_tag(1) == 1, "the program changed: %d", version_tag(1));
+  char err[1024] = "";
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "apply after the refusals: %s", err);
+  CHECK(version_tag(1) == 1001, "patch a: %d", version_tag(1));
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s", err);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr,
@@ -1282,6 +1304,8 @@ int main(int argc, char **argv) {
     case_imports();
   else if (!strcmp(c, "pinned"))
     case_pinned();
+  else if (!strcmp(c, "ctor"))
+    case_ctor();
   else if (!strcmp(c, "fifo"))
     case_fifo();
   else if (!strcmp(c, "damage"))

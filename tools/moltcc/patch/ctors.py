@@ -67,15 +67,16 @@ def code_sections(path):
     with open(path, "rb") as f:
         elf = ELFFile(f)
         symtab = elf.get_section_by_name(".symtab")
-        for sec in elf.iter_sections():
+        for idx, sec in enumerate(elf.iter_sections()):
             kind = _kind(sec.name)
             if kind is None:
                 continue
             out.append(sec.name)
+            relocated = False
             for rs in elf.iter_sections():
-                if not isinstance(rs, RelocationSection) or \
-                        elf.get_section(rs["sh_info"]) is not sec:
+                if not isinstance(rs, RelocationSection) or rs["sh_info"] != idx:
                     continue
+                relocated = True
                 out.append(rs.name)
                 for r in rs.iter_relocations():
                     sym = symtab.get_symbol(r["r_info_sym"])
@@ -84,9 +85,7 @@ def code_sections(path):
                         raise Fatal("%s: function %s is a %s (section %s): a patch must not run "
                                     "code when it is loaded or unloaded; move that work into "
                                     "the patched functions" % (path, fn, kind, sec.name))
-            if sec["sh_size"] and not any(True for rs in elf.iter_sections()
-                                          if isinstance(rs, RelocationSection)
-                                          and elf.get_section(rs["sh_info"]) is sec):
+            if sec["sh_size"] and not relocated:
                 raise Fatal("%s: section %s holds %ss that cannot be identified: a patch must "
                             "not run code when it is loaded or unloaded" % (path, sec.name, kind))
     return out
