@@ -79,6 +79,7 @@ typedef struct molt__sha256 {
 } molt__sha256;
 MOLT__HIDDEN void molt__sha256_init(molt__sha256 *s);
 MOLT__HIDDEN void molt__sha256_add(molt__sha256 *s, const void *data, size_t n);
+MOLT__HIDDEN void molt__sha256_final(molt__sha256 *s, unsigned char out[32]);
 MOLT__HIDDEN void molt__sha256_hex(molt__sha256 *s, char hex[65]);
 
 /* ---- lists ---------------------------------------------------------------*/
@@ -171,6 +172,19 @@ MOLT__HIDDEN int molt__elf_file_build_id(int fd, char *hex, size_t hexlen, char 
 MOLT__HIDDEN int molt__elf_patch_note_offset(int fd, uint64_t *desc_off,
                                              molt__patch_note *note, char *err,
                                              size_t errlen);
+
+/* The patch's digest note (MOLT__NOTE_DIGEST_TYPE): *off the file offset
+ * of its 32 bytes, stored what they hold, computed the SHA-256 of the file
+ * with them read as zeros.  0, MOLT_ENOTPATCH (no digest note: built
+ * without one), MOLT_ECORRUPT, MOLT_EIO, MOLT_ENOMEM.  Any out pointer may
+ * be NULL. */
+MOLT__HIDDEN int molt__elf_patch_digest(int fd, uint64_t *off, unsigned char stored[32],
+                                        unsigned char computed[32], char *err,
+                                        size_t errlen);
+/* Checks it: the runtime's refusal of a damaged or unsealed patch.  0,
+ * MOLT_ECORRUPT (contents do not match), MOLT_ENOTPATCH (not sealed),
+ * MOLT_EIO, MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__elf_check_digest(int fd, char *err, size_t errlen);
 
 /* The dynamic relocations of a patch (DT_RELA and DT_JMPREL) and the
  * dynamic symbols they name, read from the file behind fd with every

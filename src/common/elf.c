@@ -847,6 +847,85 @@ int molt__elf_read_patch_note(int fd, molt__patch_note *note, char *err, size_t 
   return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Patch digest                                                              */
+/* ------------------------------------------------------------------------ */
+
+int molt__elf_patch_digest(int fd, uint64_t *off, unsigned char stored[32],
+                           unsigned char computed[32], char *err, size_t errlen) {
+  elf_file f;
+  /* Headers only: the digest is checked before anything else of the file
+   * is trusted, so that damage is reported as damage. */
+  int rc = elf_open(&f, fd, 0, MOLT_ENOTPATCH, err, errlen);
+  note_hit hit;
+  if (rc == 0)
+    rc = find_note(&f, MOLT__NOTE_NAME, MOLT__NOTE_DIGEST_TYPE, &hit);
+  if (rc == 0 && hit.count == 0) {
+    molt__errmsg(err, errlen,
+                 "the patch has no digest note: it was built by an older moltcc; rebuild it");
+    rc = MOLT_ENOTPATCH;
+  }
+  if (rc == 0 && (hit.count > 1 || hit.descsz != MOLT__DIGEST_SIZE)) {
+    molt__errmsg(err, errlen, "file is corrupt: malformed molt digest note");
+    rc = MOLT_ECORRUPT;
+  }
+  unsigned char have[32];
+  if (rc == 0)
+    rc = read_exact(&f, have, hit.desc_off, sizeof have);
+  if (rc == 0 && computed) {
+    molt__sha256 sha;
+    molt__sha256_init(&sha);
+    unsigned char *buf = malloc(1 << 16);
+    if (!buf) {
+      molt__errmsg(err, errlen, "out of memory reading the file");
+      rc = MOLT_ENOMEM;
+    }
+    for (uint64_t pos = 0; rc == 0 && pos < f.size;) {
+      uint64_t n = f.size - pos < (1 << 16) ? f.size - pos : (1 << 16);
+      rc = read_exact(&f, buf, pos, n);
+      if (rc)
+        break;
+      /* The digest's own bytes count as zeros. */
+      for (uint64_t i = 0; i < n; i++)
+        if (pos + i >= hit.desc_off && pos + i < hit.desc_off + MOLT__DIGEST_SIZE)
+          buf[i] = 0;
+      molt__sha256_add(&sha, buf, (size_t)n);
+      pos += n;
+    }
+    free(buf);
+    if (rc == 0)
+      molt__sha256_final(&sha, computed);
+  }
+  if (rc == 0) {
+    if (off)
+      *off = hit.desc_off;
+    if (stored)
+      memcpy(stored, have, sizeof have);
+  }
+  elf_free(&f);
+  return rc;
+}
+
+int molt__elf_check_digest(int fd, char *err, size_t errlen) {
+  unsigned char stored[32], computed[32];
+  static const unsigned char zero[32];
+  int rc = molt__elf_patch_digest(fd, NULL, stored, computed, err, errlen);
+  if (rc)
+    return rc;
+  if (memcmp(stored, zero, sizeof zero) == 0) {
+    molt__errmsg(err, errlen, "the patch is not sealed with a digest (run moltstamp PATCH.so "
+                              "PROGRAM)");
+    return MOLT_ENOTPATCH;
+  }
+  if (memcmp(stored, computed, sizeof computed) != 0) {
+    molt__errmsg(err, errlen,
+                 "the patch file is damaged: its contents do not match the digest moltstamp "
+                 "sealed it with");
+    return MOLT_ECORRUPT;
+  }
+  return 0;
+}
+
 int molt__elf_check_shared_object(int fd, char *err, size_t errlen) {
   elf_file f;
   int rc = elf_open(&f, fd, LOAD_PATCH, MOLT_ENOTPROGRAM, err, errlen);

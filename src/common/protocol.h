@@ -124,6 +124,7 @@ typedef struct molt__request {
    * whoever built the request, who closes it; has_fd false: none. */
   bool has_fd;
   int fd;
+  int open_errno; /* !has_fd: why the caller could not open path (0: no try) */
 } molt__request;
 
 /* "immediate", "local", "global", or NULL for anything else. */

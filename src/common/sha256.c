@@ -79,7 +79,7 @@ void molt__sha256_add(molt__sha256 *s, const void *data, size_t n) {
   }
 }
 
-void molt__sha256_hex(molt__sha256 *s, char hex[65]) {
+void molt__sha256_final(molt__sha256 *s, unsigned char out[32]) {
   uint64_t bits = s->len * 8;
   unsigned char pad = 0x80;
   molt__sha256_add(s, &pad, 1);
@@ -90,11 +90,17 @@ void molt__sha256_hex(molt__sha256 *s, char hex[65]) {
   for (int i = 0; i < 8; i++)
     len[i] = (unsigned char)(bits >> (56 - 8 * i));
   molt__sha256_add(s, len, 8);
+  for (int i = 0; i < 32; i++)
+    out[i] = (unsigned char)(s->h[i / 4] >> (24 - 8 * (i % 4)));
+}
+
+void molt__sha256_hex(molt__sha256 *s, char hex[65]) {
+  unsigned char d[32];
+  molt__sha256_final(s, d);
   static const char digits[] = "0123456789abcdef";
   for (int i = 0; i < 32; i++) {
-    unsigned char b = (unsigned char)(s->h[i / 4] >> (24 - 8 * (i % 4)));
-    hex[2 * i] = digits[b >> 4];
-    hex[2 * i + 1] = digits[b & 15];
+    hex[2 * i] = digits[d[i] >> 4];
+    hex[2 * i + 1] = digits[d[i] & 15];
   }
   hex[64] = '\0';
 }

@@ -169,6 +169,7 @@ int molt__file_open_path(const char *path, int *fd, char *err, size_t errlen) {
   if (ffd < 0) {
     int e = errno;
     molt__errmsg(err, errlen, "cannot open %s: %s", path, strerror(e));
+    errno = e; /* for callers that pass the reason on */
     return molt__from_errno(e);
   }
   *fd = ffd;

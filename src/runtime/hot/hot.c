@@ -68,6 +68,10 @@ static int op_apply(const molt__request *req, molt__buf *out, char *err, size_t 
   if (rc < 0)
     return refused(req, rc, err);
   molt__object *obj;
+  if (!req->has_fd && req->open_errno) { /* molt_apply could not open it */
+    molt__errmsg(err, errlen, "cannot open %s: %s", req->path, strerror(req->open_errno));
+    return refused(req, molt__from_errno(req->open_errno), err);
+  }
   if (!req->has_fd) {
     /* Issue 16: the runtime never opens a path a client names (a FIFO or a
      * swapped symlink there would be the runtime's problem). */

@@ -536,6 +536,14 @@ int molt__patch_open(const char *path, int fd, molt__object **out, char *err,
   if (rc < 0)
     return rc;
   molt__patch_note note;
+  /* Damage first (the digest moltstamp sealed the file with): a damaged
+   * byte anywhere, in code too, is refused as what it is. */
+  if (rc == 0) {
+    char e2[400] = "";
+    rc = molt__elf_check_digest(file.fd, e2, sizeof e2);
+    if (rc < 0)
+      molt__errmsg(err, errlen, "%s: %s", path, e2);
+  }
   if (rc == 0)
     rc = molt__elf_read_patch_note(file.fd, &note, err, errlen);
   /* Deliver 2 and 3 of issue 16: nothing in the file reaches ld.so

@@ -22,6 +22,7 @@
  * is taken while it is held. */
 #include "service/service.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -232,9 +233,10 @@ int molt_apply(const char *path, molt_policy_t policy, int timeout_ms, char *err
   int fd;
   int rc = molt__file_open_path(path, &fd, err, sizeof err);
   if (rc < 0) {
-    if (err_msg && err_len)
-      snprintf(err_msg, err_len, "%s", err);
-    return rc;
+    /* Still a request: the runtime refuses it in its order (a refusing
+     * runtime says so first) and logs it. */
+    req.open_errno = errno ? errno : EIO;
+    return run_public(&req, err_msg, err_len);
   }
   req.has_fd = true;
   req.fd = fd;
