@@ -390,16 +390,9 @@ static __inline__ __attribute__((always_inline)) void molt__leave(molt__gen *g) 
     uint32_t digest_namesz, digest_descsz, digest_type;                                  \
     char digest_name[8];                                                                 \
     unsigned char digest[MOLT__DIGEST_SIZE];                                             \
-  } molt__note = {5,                                                                     \
-                  sizeof(molt__patch_note),                                              \
-                  MOLT__NOTE_TYPE,                                                       \
-                  "molt",                                                                \
-                  {MOLT__ABI, 0, {0}},                                                   \
-                  5,                                                                     \
-                  MOLT__DIGEST_SIZE,                                                     \
-                  MOLT__NOTE_DIGEST_TYPE,                                                \
-                  "molt",                                                                \
-                  {0}}
+  } molt__note = {                                                                       \
+      5, sizeof(molt__patch_note), MOLT__NOTE_TYPE,        "molt", {MOLT__ABI, 0, {0}},  \
+      5, MOLT__DIGEST_SIZE,        MOLT__NOTE_DIGEST_TYPE, "molt", {0}}
 
 #define MOLT__PATCH_FUNCTION(ret, name, params, tu)                                      \
   static ret name##__molt_p params;                                                      \

@@ -77,8 +77,8 @@ int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_
              char *err, size_t errlen);
 /* cli_call with the open descriptor pass_fd (-1: none) sent along with the
  * request (SCM_RIGHTS): the file of an apply or update. */
-int cli_call_fd(pid_t pid, unsigned op, const molt__buf *body, int pass_fd, int timeout_ms,
-                cli_reply *r, char *err, size_t errlen);
+int cli_call_fd(pid_t pid, unsigned op, const molt__buf *body, int pass_fd,
+                int timeout_ms, cli_reply *r, char *err, size_t errlen);
 /* cli_call, and a successful answer: 0, or the exit code after the
  * failure was printed (`what` names the command in the message). */
 int cli_request(const char *what, pid_t pid, unsigned op, const molt__buf *body,

@@ -101,7 +101,8 @@ void cli_reply_free(cli_reply *r) {
  * answer in a way that proves the process never read the whole request
  * (see cli_call). */
 static int call_once(pid_t pid, unsigned op, const molt__buf *body, int pass_fd,
-                     int timeout_ms, cli_reply *r, char *err, size_t errlen, bool *unread) {
+                     int timeout_ms, cli_reply *r, char *err, size_t errlen,
+                     bool *unread) {
   memset(r, 0, sizeof *r);
   *unread = false;
   uint64_t deadline = molt__proto_deadline(timeout_ms);
@@ -225,8 +226,8 @@ int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_
   return cli_call_fd(pid, op, body, -1, timeout_ms, r, err, errlen);
 }
 
-int cli_call_fd(pid_t pid, unsigned op, const molt__buf *body, int pass_fd, int timeout_ms,
-                cli_reply *r, char *err, size_t errlen) {
+int cli_call_fd(pid_t pid, unsigned op, const molt__buf *body, int pass_fd,
+                int timeout_ms, cli_reply *r, char *err, size_t errlen) {
   /* Tried again for up to a second (and within the timeout): a connection
    * the process dropped without reading our request, and a molt process
    * that nothing listens for.  Both happen while the runtime makes its
@@ -457,9 +458,8 @@ int cli_change(const cli_args *a, const char *what, molt__request *req,
                     what);
   }
   cli_reply r;
-  int code =
-      cli_request_fd(what, a->pid, req->op, &body, req->has_fd ? req->fd : -1,
-                     req->timeout_ms + CLIENT_SLACK_MS, &r);
+  int code = cli_request_fd(what, a->pid, req->op, &body, req->has_fd ? req->fd : -1,
+                            req->timeout_ms + CLIENT_SLACK_MS, &r);
   molt__buf_free(&body);
   if (code != 0)
     return code;

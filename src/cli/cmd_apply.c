@@ -11,7 +11,8 @@ int cli_cmd_apply(const cli_args *a) {
   molt__request req = {.op = MOLT__OP_APPLY};
   char *abs;
   int fd;
-  int code = cli_file_arg(what, a->pos[1], "patch file", "moltcc --molt-patch", &abs, &fd);
+  int code =
+      cli_file_arg(what, a->pos[1], "patch file", "moltcc --molt-patch", &abs, &fd);
   if (code != 0)
     return code;
   snprintf(req.path, sizeof req.path, "%s", abs);

@@ -67,9 +67,9 @@ typedef struct elf_file {
   uint64_t shstr_size;
   char *err;
   size_t errlen;
-  int flags;                                 /* LOAD_* */
-  bool (*needed_ok)(const char *, void *);   /* DT_NEEDED filter, or NULL */
-  uint64_t relacount;                        /* DT_RELACOUNT, 0 if none */
+  int flags;                               /* LOAD_* */
+  bool (*needed_ok)(const char *, void *); /* DT_NEEDED filter, or NULL */
+  uint64_t relacount;                      /* DT_RELACOUNT, 0 if none */
   void *needed_arg;
 } elf_file;
 
@@ -278,8 +278,8 @@ static int elf_open_filtered(elf_file *f, int fd, int flags, int notelf, char *e
      * the message here names the byte. */
     if ((ident[EI_OSABI] != ELFOSABI_SYSV && ident[EI_OSABI] != ELFOSABI_GNU) ||
         ident[EI_ABIVERSION] != 0) {
-      molt__errmsg(err, errlen, "file is corrupt: ELF OS ABI %u version %u", ident[EI_OSABI],
-                   ident[EI_ABIVERSION]);
+      molt__errmsg(err, errlen, "file is corrupt: ELF OS ABI %u version %u",
+                   ident[EI_OSABI], ident[EI_ABIVERSION]);
       return MOLT_ECORRUPT;
     }
     for (size_t i = EI_PAD; i < EI_NIDENT; i++)
@@ -861,8 +861,9 @@ int molt__elf_patch_digest(int fd, uint64_t *off, unsigned char stored[32],
   if (rc == 0)
     rc = find_note(&f, MOLT__NOTE_NAME, MOLT__NOTE_DIGEST_TYPE, &hit);
   if (rc == 0 && hit.count == 0) {
-    molt__errmsg(err, errlen,
-                 "the patch has no digest note: it was built by an older moltcc; rebuild it");
+    molt__errmsg(
+        err, errlen,
+        "the patch has no digest note: it was built by an older moltcc; rebuild it");
     rc = MOLT_ENOTPATCH;
   }
   if (rc == 0 && (hit.count > 1 || hit.descsz != MOLT__DIGEST_SIZE)) {
@@ -913,14 +914,16 @@ int molt__elf_check_digest(int fd, char *err, size_t errlen) {
   if (rc)
     return rc;
   if (memcmp(stored, zero, sizeof zero) == 0) {
-    molt__errmsg(err, errlen, "the patch is not sealed with a digest (run moltstamp PATCH.so "
-                              "PROGRAM)");
+    molt__errmsg(err, errlen,
+                 "the patch is not sealed with a digest (run moltstamp PATCH.so "
+                 "PROGRAM)");
     return MOLT_ENOTPATCH;
   }
   if (memcmp(stored, computed, sizeof computed) != 0) {
-    molt__errmsg(err, errlen,
-                 "the patch file is damaged: its contents do not match the digest moltstamp "
-                 "sealed it with");
+    molt__errmsg(
+        err, errlen,
+        "the patch file is damaged: its contents do not match the digest moltstamp "
+        "sealed it with");
     return MOLT_ECORRUPT;
   }
   return 0;
@@ -1157,7 +1160,8 @@ int molt__dynrels_place(const molt__dynrels *dr, uint64_t vaddr, uint64_t len) {
 #define MAX_HASH_WORDS ((uint64_t)1 << 24)
 #define MAX_DYN_SYMS ((uint64_t)1 << 22)
 
-static int corrupt(elf_file *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int corrupt(elf_file *f, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static int corrupt(elf_file *f, const char *fmt, ...) {
   char msg[400];
   va_list ap;
@@ -1207,14 +1211,16 @@ static int check_segments(elf_file *f) {
       /* ld.so reads the program headers, notes and tables in the mapped
        * segments: an unreadable one faults it. */
       if (!(p->p_flags & PF_R) || (p->p_flags & ~(uint32_t)(PF_R | PF_W | PF_X)))
-        return corrupt(f, "segment %zu (PT_LOAD) has flags %#" PRIx32
-                          " (loaded segments are readable)",
+        return corrupt(f,
+                       "segment %zu (PT_LOAD) has flags %#" PRIx32
+                       " (loaded segments are readable)",
                        i, p->p_flags);
       break;
     case PT_GNU_STACK:
       if (p->p_flags & PF_X)
-        return corrupt(f, "segment %zu asks for an executable stack (PT_GNU_STACK "
-                          "PF_X); loading it would make every thread's stack executable",
+        return corrupt(f,
+                       "segment %zu asks for an executable stack (PT_GNU_STACK "
+                       "PF_X); loading it would make every thread's stack executable",
                        i);
       break;
     case PT_GNU_RELRO:
@@ -1247,7 +1253,8 @@ static int check_segments(elf_file *f) {
           return corrupt(f, "segment %zu (%s) has note alignment %" PRIu64, i,
                          segment_type_name(p->p_type), p->p_align);
         char where[48];
-        snprintf(where, sizeof where, "segment %zu (%s)", i, segment_type_name(p->p_type));
+        snprintf(where, sizeof where, "segment %zu (%s)", i,
+                 segment_type_name(p->p_type));
         note_hit hit;
         memset(&hit, 0, sizeof hit);
         int rc = scan_notes(f, p->p_offset, p->p_filesz, p->p_align, where, "", 0, &hit);
@@ -1270,8 +1277,9 @@ static int read_table(elf_file *f, uint64_t vaddr, uint64_t len, uint64_t cap,
   uint64_t off;
   *out = NULL;
   if (!vaddr_to_off(f, vaddr, len, &off))
-    return corrupt(f, "%s (%" PRIu64 " bytes at %#" PRIx64
-                      ") is not inside a loaded part of the file",
+    return corrupt(f,
+                   "%s (%" PRIu64 " bytes at %#" PRIx64
+                   ") is not inside a loaded part of the file",
                    what, len, vaddr);
   return read_alloc(f, off, len, cap, what, out);
 }
@@ -1350,8 +1358,9 @@ static int check_gnu_hash(elf_file *f, uint64_t vaddr, uint64_t *nsyms) {
   if (nbuckets == 0 || nbuckets > MAX_HASH_WORDS || nwords == 0 ||
       nwords > MAX_HASH_WORDS || (nwords & (nwords - 1)) != 0 || shift >= 64 ||
       symbias > MAX_DYN_SYMS)
-    return corrupt(f, "DT_GNU_HASH header (%" PRIu64 " buckets, symbol offset %" PRIu64
-                      ", %" PRIu64 " bloom words, shift %" PRIu64 ")",
+    return corrupt(f,
+                   "DT_GNU_HASH header (%" PRIu64 " buckets, symbol offset %" PRIu64
+                   ", %" PRIu64 " bloom words, shift %" PRIu64 ")",
                    nbuckets, symbias, nwords, shift);
   uint64_t head = 16 + nwords * 8 + nbuckets * 4;
   uint32_t *buckets;
@@ -1368,15 +1377,17 @@ static int check_gnu_hash(elf_file *f, uint64_t vaddr, uint64_t *nsyms) {
   for (uint64_t b = 0; b < nbuckets && !rc; b++)
     any |= buckets[b] != 0;
   if (any)
-    rc = read_rest(f, vaddr + head, MAX_DYN_SYMS * 4, "DT_GNU_HASH chains", &chain, &clen);
+    rc =
+        read_rest(f, vaddr + head, MAX_DYN_SYMS * 4, "DT_GNU_HASH chains", &chain, &clen);
   uint64_t cwords = clen / 4;
   for (uint64_t b = 0; b < nbuckets && !rc; b++) {
     uint64_t i = buckets[b];
     if (i == 0)
       continue;
     if (i < symbias) {
-      rc = corrupt(f, "DT_GNU_HASH bucket %" PRIu64 " names symbol %" PRIu64
-                      " below the hashed ones (%" PRIu64 ")",
+      rc = corrupt(f,
+                   "DT_GNU_HASH bucket %" PRIu64 " names symbol %" PRIu64
+                   " below the hashed ones (%" PRIu64 ")",
                    b, i, symbias);
       break;
     }
@@ -1422,8 +1433,9 @@ static int check_versions(elf_file *f, const Elf64_Dyn *d, size_t nd, const char
         needed |= d[i].d_tag == DT_NEEDED && d[i].d_un.d_val < strsz &&
                   strcmp(str + d[i].d_un.d_val, str + e.vn_file) == 0;
       if (!needed)
-        return corrupt(f, "DT_VERNEED entry %" PRIu64 " names a library that is not "
-                          "DT_NEEDED",
+        return corrupt(f,
+                       "DT_VERNEED entry %" PRIu64 " names a library that is not "
+                       "DT_NEEDED",
                        k);
       uint64_t a = vaddr + e.vn_aux;
       for (uint64_t j = 0; j < e.vn_cnt; j++) {
@@ -1557,7 +1569,8 @@ static int check_relocs(elf_file *f, uint64_t vaddr, uint64_t size, const char *
     relative = f->relacount;
     if (relative > n) {
       free(r);
-      return corrupt(f, "DT_RELACOUNT %" PRIu64 " exceeds the %zu relocations", relative, n);
+      return corrupt(f, "DT_RELACOUNT %" PRIu64 " exceeds the %zu relocations", relative,
+                     n);
     }
   }
   for (size_t i = 0; i < n && !rc; i++) {
@@ -1566,24 +1579,27 @@ static int check_relocs(elf_file *f, uint64_t vaddr, uint64_t size, const char *
     unsigned w = reloc_width(type);
 #if defined(__x86_64__)
     if (i < relative && type != R_X86_64_RELATIVE) {
-      rc = corrupt(f, "%s entry %zu is not RELATIVE, but DT_RELACOUNT says it is", what, i);
+      rc = corrupt(f, "%s entry %zu is not RELATIVE, but DT_RELACOUNT says it is", what,
+                   i);
       break;
     }
 #endif
     if (w == ~0u)
-      rc = corrupt(f, "%s entry %zu has relocation type %" PRIu32
-                      ", which molt does not let the loader apply",
+      rc = corrupt(f,
+                   "%s entry %zu has relocation type %" PRIu32
+                   ", which molt does not let the loader apply",
                    what, i, type);
     else if (sym >= nsyms)
       rc = corrupt(f, "%s entry %zu names symbol %" PRIu64 " of %" PRIu64, what, i, sym,
                    nsyms);
     else if (w && !in_writable_segment(f, r[i].r_offset, w))
-      rc = corrupt(f, "%s entry %zu writes at %#" PRIx64
-                      ", outside the writable segments",
-                   what, i, (uint64_t)r[i].r_offset);
+      rc =
+          corrupt(f, "%s entry %zu writes at %#" PRIx64 ", outside the writable segments",
+                  what, i, (uint64_t)r[i].r_offset);
     else if (sym && ELF64_ST_TYPE(syms[sym].st_info) == STT_GNU_IFUNC)
-      rc = corrupt(f, "%s entry %zu refers to an IFUNC symbol (its resolver would run "
-                      "inside dlopen)",
+      rc = corrupt(f,
+                   "%s entry %zu refers to an IFUNC symbol (its resolver would run "
+                   "inside dlopen)",
                    what, i);
   }
   free(r);
@@ -1700,7 +1716,8 @@ static int check_loader_tables(elf_file *f, const Elf64_Dyn *d, size_t nd) {
       return MOLT_ENOTPATCH;
     }
     if (!known_tag(tag))
-      return corrupt(f, "dynamic entry %zu has tag %#" PRIx64 ", which molt does not know",
+      return corrupt(f,
+                     "dynamic entry %zu has tag %#" PRIx64 ", which molt does not know",
                      i, (uint64_t)tag);
     if (tag == DT_NEEDED)
       continue;
@@ -1725,7 +1742,8 @@ static int check_loader_tables(elf_file *f, const Elf64_Dyn *d, size_t nd) {
     return corrupt(f, "DT_RELACOUNT without DT_RELA");
   if ((dyn_value(d, nd, DT_INIT_ARRAY, &v) && !dyn_value(d, nd, DT_INIT_ARRAYSZ, &v)) ||
       (dyn_value(d, nd, DT_FINI_ARRAY, &v) && !dyn_value(d, nd, DT_FINI_ARRAYSZ, &v)) ||
-      (dyn_value(d, nd, DT_PREINIT_ARRAY, &v) && !dyn_value(d, nd, DT_PREINIT_ARRAYSZ, &v)))
+      (dyn_value(d, nd, DT_PREINIT_ARRAY, &v) &&
+       !dyn_value(d, nd, DT_PREINIT_ARRAYSZ, &v)))
     return corrupt(f, "a constructor or destructor array without its size");
   if (dyn_value(d, nd, DT_FLAGS, &v) && (v & DF_TEXTREL))
     return corrupt(f, "DT_FLAGS asks for text relocations");
@@ -1783,8 +1801,9 @@ static int check_loader_tables(elf_file *f, const Elf64_Dyn *d, size_t nd) {
       rc = corrupt(f, "dynamic symbol %" PRIu64 " has its name outside the string table",
                    i);
     else if (ELF64_ST_TYPE(s->st_info) == STT_GNU_IFUNC && s->st_shndx != SHN_UNDEF)
-      rc = corrupt(f, "dynamic symbol %" PRIu64 " is an IFUNC (its resolver would run "
-                      "inside dlopen)",
+      rc = corrupt(f,
+                   "dynamic symbol %" PRIu64 " is an IFUNC (its resolver would run "
+                   "inside dlopen)",
                    i);
   }
   if (rc)
@@ -1798,7 +1817,8 @@ static int check_loader_tables(elf_file *f, const Elf64_Dyn *d, size_t nd) {
     goto out;
   if (f->needed_ok)
     for (size_t i = 0; i < nd && !rc; i++)
-      if (d[i].d_tag == DT_NEEDED && !f->needed_ok(str + d[i].d_un.d_val, f->needed_arg)) {
+      if (d[i].d_tag == DT_NEEDED &&
+          !f->needed_ok(str + d[i].d_un.d_val, f->needed_arg)) {
         char name[64];
         molt__errmsg(f->err, f->errlen,
                      "the patch needs library %s, which the process has not loaded (a "

@@ -633,8 +633,8 @@ int molt__proto_recv(int fd, molt__frame_type type, molt__frame_hdr *h, char **p
 int molt__proto_recv_guarded(int fd, molt__frame_type type, molt__frame_hdr *h,
                              char **payload, uint64_t deadline_ns, char *err,
                              size_t errlen, const molt__io_guard *guard) {
-  return molt__proto_recv_fd_guarded(fd, type, h, payload, deadline_ns, err, errlen, guard,
-                                     NULL);
+  return molt__proto_recv_fd_guarded(fd, type, h, payload, deadline_ns, err, errlen,
+                                     guard, NULL);
 }
 
 static int recv_frame(int fd, molt__frame_type type, molt__frame_hdr *h, char **payload,
@@ -647,7 +647,8 @@ int molt__proto_recv_fd_guarded(int fd, molt__frame_type type, molt__frame_hdr *
   bool extra = false;
   if (passed != NULL)
     *passed = -1;
-  int rc = recv_frame(fd, type, h, payload, deadline_ns, err, errlen, guard, passed, &extra);
+  int rc =
+      recv_frame(fd, type, h, payload, deadline_ns, err, errlen, guard, passed, &extra);
   if (rc == 0 && extra) {
     molt__errmsg(err, errlen, "more than one file descriptor came with the request");
     rc = MOLT_EPROTO;
@@ -671,7 +672,8 @@ static int recv_frame(int fd, molt__frame_type type, molt__frame_hdr *h, char **
   size_t got = 0;
   *payload = NULL;
   memset(h, 0, sizeof *h);
-  int rc = read_full_passing(fd, hdr, sizeof hdr, deadline_ns, &got, guard, passed, extra);
+  int rc =
+      read_full_passing(fd, hdr, sizeof hdr, deadline_ns, &got, guard, passed, extra);
   if (rc == MOLT_EPROTO) {
     if (got == 0) {
       molt__errmsg(err, errlen, "connection closed before a message arrived");

@@ -263,8 +263,8 @@ MOLT__HIDDEN int molt__proto_send(int fd, const molt__frame_hdr *h, const void *
 /* The same with the open descriptor `pass` attached to the header
  * (SCM_RIGHTS; -1: none): how the CLI hands over the file of an apply or
  * update (docs/protocol.md). */
-MOLT__HIDDEN int molt__proto_send_fd(int fd, const molt__frame_hdr *h, const void *payload,
-                                     uint64_t deadline_ns, int pass);
+MOLT__HIDDEN int molt__proto_send_fd(int fd, const molt__frame_hdr *h,
+                                     const void *payload, uint64_t deadline_ns, int pass);
 /*
  * Reads and validates one message: header, then its payload into a malloc'd
  * buffer (*payload, NUL-terminated for convenience; NULL when empty).

@@ -1105,12 +1105,12 @@ static void damage_try(const char *path, const char *what, long *loaded, long *r
     fprintf(stderr, "  -> %d %s\n", rc, err);
   if (rc == 0) {
     (*loaded)++;
-    CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s: rollback: %s",
-          what, err);
+    CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0,
+          "%s: rollback: %s", what, err);
   } else {
     (*refused)++;
-    CHECK(err[0] && !strchr(err, '\n'), "%s: refusal without a one-line message (%d)", what,
-          rc);
+    CHECK(err[0] && !strchr(err, '\n'), "%s: refusal without a one-line message (%d)",
+          what, rc);
   }
 }
 
@@ -1140,7 +1140,8 @@ static void damage_sweep(int fd, const char *path, const unsigned char *orig, si
       if (val[0] == orig[pos])
         continue;
       n = 1;
-      snprintf(what, sizeof what, "%sbyte %zu = %#x", reseal ? "resealed " : "", pos, val[0]);
+      snprintf(what, sizeof what, "%sbyte %zu = %#x", reseal ? "resealed " : "", pos,
+               val[0]);
     } else {
       n = 2 + (int)(rand_r(&seed) % 7);
       for (int i = 0; i < n; i++) {
@@ -1211,10 +1212,11 @@ static void case_damage(int every_arg) {
   damage_sweep(fd, path, orig, size, digest_off, true, every, full ? 1 : 16,
                full ? 20000 : 500, &sealed_loaded, &sealed_refused);
   /* Still serving: the undamaged patch applies and works. */
-  CHECK(molt_apply(path, MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "final apply: %s",
-        err);
+  CHECK(molt_apply(path, MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0,
+        "final apply: %s", err);
   CHECK(version_tag(5) == 2005, "the final patch does not work: %d", version_tag(5));
-  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s", err);
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s",
+        err);
   CHECK(version_tag(5) == 5, "rolled back: %d", version_tag(5));
   printf("damage: %zu bytes; damaged: %ld refused; damaged and resealed: %ld loaded, %ld "
          "refused\n",
@@ -1269,7 +1271,8 @@ static void case_fifo(void) {
   /* The runtime still serves. */
   char err[1024] = "";
   CHECK(apply("patch_a.so", err, sizeof err) == 0, "apply after the FIFO: %s", err);
-  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s", err);
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s",
+        err);
   unlink(path);
   rmdir(tmpl);
 }
@@ -1293,7 +1296,8 @@ static void case_ctor(void) {
   char err[1024] = "";
   CHECK(apply("patch_a.so", err, sizeof err) == 0, "apply after the refusals: %s", err);
   CHECK(version_tag(1) == 1001, "patch a: %d", version_tag(1));
-  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s", err);
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s",
+        err);
 }
 
 int main(int argc, char **argv) {

@@ -122,7 +122,8 @@ static int private_copy(const molt__fd *f, const char *path, size_t max_bytes,
 /* R7 on a descriptor that someone else opened (the CLI, or the calling
  * thread of molt_apply): besides check_file, opened for reading only -- a
  * descriptor that could write proves its sender may change the file. */
-static int check_descriptor(const molt__fd *f, const char *name, char *err, size_t errlen) {
+static int check_descriptor(const molt__fd *f, const char *name, char *err,
+                            size_t errlen) {
   if (!molt__fd_ours(f)) {
     molt__errmsg(err, errlen, "cannot check %s: the process closed the descriptor", name);
     return MOLT_EIO;

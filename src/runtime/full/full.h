@@ -28,7 +28,7 @@ typedef struct molt__image {
   uintptr_t base;       /* load bias */
   molt__symtab *symtab; /* its file symbol table (statics included) */
   char build_id[MOLT__BUILD_ID_HEX_MAX + 1];
-  molt__file_identity ident; /* the file it was copied from, the copy's hash */
+  molt__file_identity ident;      /* the file it was copied from, the copy's hash */
   const molt__program_info *info; /* its molt__program */
   int (*main)(int, char **, char **);
   /* Mapped PT_LOAD segments, absolute addresses, sorted; prot = PF_* bits. */

@@ -897,8 +897,13 @@ static void full_status(molt__buf *out) {
     char file[48];
     snprintf(file, sizeof file, "%ju:%ju", (uintmax_t)current->ident.dev,
              (uintmax_t)current->ident.ino);
-    const char *f[] = {"image", current->path, current->build_id,     num,
-                       retired ? retired->path : "", file, current->ident.sha256};
+    const char *f[] = {"image",
+                       current->path,
+                       current->build_id,
+                       num,
+                       retired ? retired->path : "",
+                       file,
+                       current->ident.sha256};
     molt__buf_record(out, 7, f);
   }
   /* Oldest first: the list is pushed at the front. */

@@ -189,7 +189,8 @@ static void hot_status(molt__buf *out) {
     snprintf(num, sizeof num, "%zu", i + 1);
     snprintf(num2, sizeof num2, "%" PRIu64, o->gen);
     char file[48];
-    snprintf(file, sizeof file, "%ju:%ju", (uintmax_t)o->ident.dev, (uintmax_t)o->ident.ino);
+    snprintf(file, sizeof file, "%ju:%ju", (uintmax_t)o->ident.dev,
+             (uintmax_t)o->ident.ino);
     const char *f[] = {"patch",
                        num,
                        o->id,

@@ -22,16 +22,16 @@ struct molt__object {
   void *handle;                  /* dlopen handle; NULL while not loaded */
   const molt__patch_header *hdr; /* inside the loaded object */
   char *id, *description, *path;
-  char *provenance;     /* what it was built from ("" if not known) */
-  char *replaced;       /* "f, g (a.c)": what it replaces (status) */
-  bool pinned;          /* never unloaded once published (patch header flag) */
-  bool kept_logged;     /* the log said why it stays */
-  char *pinned_reasons; /* first reason after molt__object_kept_reason */
-  molt__fd file;        /* its sealed copy, made once (R7); kept for reload */
+  char *provenance;          /* what it was built from ("" if not known) */
+  char *replaced;            /* "f, g (a.c)": what it replaces (status) */
+  bool pinned;               /* never unloaded once published (patch header flag) */
+  bool kept_logged;          /* the log said why it stays */
+  char *pinned_reasons;      /* first reason after molt__object_kept_reason */
+  molt__fd file;             /* its sealed copy, made once (R7); kept for reload */
   molt__file_identity ident; /* the file it was copied from, and the copy's hash */
-  size_t module;        /* index of the program module it patches */
-  uint64_t gen;         /* generation its apply created */
-  bool in_history;      /* on the rollback stack */
+  size_t module;             /* index of the program module it patches */
+  uint64_t gen;              /* generation its apply created */
+  bool in_history;           /* on the rollback stack */
   /* What this patch replaced, for rollback: entry index and the object that
    * supplied the previous version (NULL = the program's version 0).  Each
    * named object has prev_refs counted, so it outlives this record. */

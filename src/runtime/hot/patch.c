@@ -389,7 +389,8 @@ static bool header_inside(const object_map *m, const molt__patch_header *hdr) {
     return false;
   if (hdr->fns > hdr->fns_end || hdr->imports > hdr->imports_end)
     return false;
-  size_t nf = (size_t)(hdr->fns_end - hdr->fns), ni = (size_t)(hdr->imports_end - hdr->imports);
+  size_t nf = (size_t)(hdr->fns_end - hdr->fns),
+         ni = (size_t)(hdr->imports_end - hdr->imports);
   if (nf > MAX_RECORDS || ni > MAX_RECORDS ||
       (nf && !in_object(m, hdr->fns, nf * sizeof *hdr->fns, false)) ||
       (ni && !in_object(m, hdr->imports, ni * sizeof *hdr->imports, false)))
