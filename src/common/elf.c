@@ -1506,9 +1506,10 @@ static int check_versions(elf_file *f, const Elf64_Dyn *d, size_t nd, const char
   return 0;
 }
 
-/* Relocation types ld.so applies for an x86-64 object without running any
- * of its code (IRELATIVE calls a resolver of the object; COPY copies from
- * another object by a size the file gives) and how many bytes each writes. */
+/* Relocation types molt lets ld.so apply for an x86-64 object and how many
+ * bytes each writes: not COPY (copies from another object by a size the
+ * file gives); IRELATIVE (calls a resolver of the object) in program
+ * images only, whose code is the program's own. */
 static unsigned reloc_width(uint32_t type) {
 #if defined(__x86_64__)
   switch (type) {
@@ -1524,6 +1525,8 @@ static unsigned reloc_width(uint32_t type) {
     return 8;
   case R_X86_64_TLSDESC:
     return 16;
+  case R_X86_64_IRELATIVE: /* calls a resolver: images only (check_relocs) */
+    return 8;
   default:
     return ~0u;
   }
@@ -1596,7 +1599,15 @@ static int check_relocs(elf_file *f, uint64_t vaddr, uint64_t size, const char *
       rc =
           corrupt(f, "%s entry %zu writes at %#" PRIx64 ", outside the writable segments",
                   what, i, (uint64_t)r[i].r_offset);
-    else if (sym && ELF64_ST_TYPE(syms[sym].st_info) == STT_GNU_IFUNC)
+#if defined(__x86_64__)
+    else if ((f->flags & LOAD_NO_CODE) && type == R_X86_64_IRELATIVE)
+      rc = corrupt(f,
+                   "%s entry %zu is an IRELATIVE relocation (its resolver would run "
+                   "inside dlopen)",
+                   what, i);
+#endif
+    else if ((f->flags & LOAD_NO_CODE) && sym &&
+             ELF64_ST_TYPE(syms[sym].st_info) == STT_GNU_IFUNC)
       rc = corrupt(f,
                    "%s entry %zu refers to an IFUNC symbol (its resolver would run "
                    "inside dlopen)",
@@ -1800,7 +1811,8 @@ static int check_loader_tables(elf_file *f, const Elf64_Dyn *d, size_t nd) {
     if (s->st_name >= strsz)
       rc = corrupt(f, "dynamic symbol %" PRIu64 " has its name outside the string table",
                    i);
-    else if (ELF64_ST_TYPE(s->st_info) == STT_GNU_IFUNC && s->st_shndx != SHN_UNDEF)
+    else if ((f->flags & LOAD_NO_CODE) && ELF64_ST_TYPE(s->st_info) == STT_GNU_IFUNC &&
+             s->st_shndx != SHN_UNDEF)
       rc = corrupt(f,
                    "dynamic symbol %" PRIu64 " is an IFUNC (its resolver would run "
                    "inside dlopen)",

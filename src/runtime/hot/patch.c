@@ -538,15 +538,21 @@ int molt__patch_open(const char *path, int fd, molt__object **out, char *err,
     return rc;
   molt__patch_note note;
   /* Damage first (the digest moltstamp sealed the file with): a damaged
-   * byte anywhere, in code too, is refused as what it is. */
-  if (rc == 0) {
-    char e2[400] = "";
-    rc = molt__elf_check_digest(file.fd, e2, sizeof e2);
-    if (rc < 0)
-      molt__errmsg(err, errlen, "%s: %s", path, e2);
+   * byte anywhere, in code too, is refused as what it is.  A file without
+   * a digest or not sealed is first asked what it is (not ELF, not a
+   * patch, not stamped: the note reader's words), then refused for that. */
+  char e2[400] = "";
+  int digest_rc = molt__elf_check_digest(file.fd, e2, sizeof e2);
+  if (digest_rc == MOLT_ECORRUPT || digest_rc == MOLT_EIO || digest_rc == MOLT_ENOMEM) {
+    molt__errmsg(err, errlen, "%s: %s", path, e2);
+    rc = digest_rc;
   }
   if (rc == 0)
     rc = molt__elf_read_patch_note(file.fd, &note, err, errlen);
+  if (rc == 0 && digest_rc < 0) {
+    molt__errmsg(err, errlen, "%s: %s", path, e2);
+    rc = digest_rc;
+  }
   /* Deliver 2 and 3 of issue 16: nothing in the file reaches ld.so
    * unchecked, and nothing of it runs inside dlopen or dlclose.  Checked on
    * the sealed copy that is dlopened below: it cannot change in between. */
