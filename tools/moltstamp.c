@@ -185,12 +185,27 @@ static int stamp(const char *patch, const char *target) {
     close(pfd);
     return fail(patch, strerror(e));
   }
+  /* Sealed last, over everything written above (issue 16): the runtime
+   * refuses a file whose contents no longer match. */
+  uint64_t digest_off;
+  unsigned char digest[MOLT__DIGEST_SIZE];
+  rc = molt__elf_patch_digest(pfd, &digest_off, NULL, digest, err, sizeof err);
+  if (rc == 0 && write_all(pfd, digest, sizeof digest, (off_t)digest_off) != 0) {
+    rc = MOLT_EIO;
+    snprintf(err, sizeof err, "%s", strerror(errno));
+  }
+  if (rc) {
+    close(pfd);
+    return fail(patch, err);
+  }
   molt__patch_note note;
   rc = molt__elf_read_patch_note(pfd, &note, err, sizeof err);
   if (rc == 0 && strcmp(note.target_build_id, hex) != 0) {
     rc = MOLT_EINTERNAL;
     snprintf(err, sizeof err, "the stamp did not read back");
   }
+  if (rc == 0)
+    rc = molt__elf_check_digest(pfd, err, sizeof err);
   if (close(pfd) != 0 && rc == 0) {
     rc = MOLT_EIO;
     snprintf(err, sizeof err, "%s", strerror(errno));

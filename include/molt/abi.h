@@ -167,6 +167,12 @@ typedef struct molt__patch_header {
  */
 #define MOLT__NOTE_NAME "molt"
 #define MOLT__NOTE_TYPE 0x4d50u /* "MP" */
+/* A second note (owner "molt", this type, 32 bytes): the SHA-256 of the
+ * whole file with these 32 bytes read as zeros, written by moltstamp last.
+ * The runtime refuses a patch whose contents do not match it: a damaged
+ * byte anywhere, even in code no format check can judge (issue 16). */
+#define MOLT__NOTE_DIGEST_TYPE 0x4d44u /* "MD" */
+#define MOLT__DIGEST_SIZE 32
 #define MOLT__BUILD_ID_HEX_MAX 128
 typedef struct molt__patch_note {
   uint32_t abi;
@@ -381,8 +387,12 @@ static __inline__ __attribute__((always_inline)) void molt__leave(molt__gen *g) 
     uint32_t namesz, descsz, type;                                                       \
     char name[8];                                                                        \
     molt__patch_note desc;                                                               \
+    uint32_t digest_namesz, digest_descsz, digest_type;                                  \
+    char digest_name[8];                                                                 \
+    unsigned char digest[MOLT__DIGEST_SIZE];                                             \
   } molt__note = {                                                                       \
-      5, sizeof(molt__patch_note), MOLT__NOTE_TYPE, "molt", {MOLT__ABI, 0, {0}}}
+      5, sizeof(molt__patch_note), MOLT__NOTE_TYPE,        "molt", {MOLT__ABI, 0, {0}},  \
+      5, MOLT__DIGEST_SIZE,        MOLT__NOTE_DIGEST_TYPE, "molt", {0}}
 
 #define MOLT__PATCH_FUNCTION(ret, name, params, tu)                                      \
   static ret name##__molt_p params;                                                      \

@@ -75,10 +75,16 @@ void cli_reply_free(cli_reply *r);
  * MOLT_ENOMEM with a one-line reason in err. */
 int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_reply *r,
              char *err, size_t errlen);
+/* cli_call with the open descriptor pass_fd (-1: none) sent along with the
+ * request (SCM_RIGHTS): the file of an apply or update. */
+int cli_call_fd(pid_t pid, unsigned op, const molt__buf *body, int pass_fd,
+                int timeout_ms, cli_reply *r, char *err, size_t errlen);
 /* cli_call, and a successful answer: 0, or the exit code after the
  * failure was printed (`what` names the command in the message). */
 int cli_request(const char *what, pid_t pid, unsigned op, const molt__buf *body,
                 int timeout_ms, cli_reply *r);
+int cli_request_fd(const char *what, pid_t pid, unsigned op, const molt__buf *body,
+                   int pass_fd, int timeout_ms, cli_reply *r);
 /* A report (status, log): cli_request of op for the command's pid; 0 or
  * the exit code after the failure was printed. */
 int cli_report(const cli_args *a, unsigned op, cli_reply *r);
@@ -86,11 +92,13 @@ int cli_report(const cli_args *a, unsigned op, cli_reply *r);
  * the command line (req->op and req->path set by the caller), sends it, and
  * prints `done` + ": now at generation N (message)" on success. */
 int cli_change(const cli_args *a, const char *what, molt__request *req, const char *done);
-/* The absolute, symlink-free path of the local file a command sends (the
- * process resolves it in its own working directory), or the exit code after
- * a clear failure: `kind` names the file, `built_by` says how to make one. */
+/* Opens the local file a command sends (O_NONBLOCK, regular files only):
+ * *fd open read-only (the caller closes it; it goes to the process with the
+ * request), *abs the absolute path of what was opened (for messages); or
+ * the exit code after a clear failure: `kind` names the file, `built_by`
+ * says how to make one. */
 int cli_file_arg(const char *what, const char *arg, const char *kind,
-                 const char *built_by, char **abs);
+                 const char *built_by, char **abs, int *fd);
 
 /* ---- output.c -----------------------------------------------------------------*/
 /* How a field of a record is shown in JSON. */

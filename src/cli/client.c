@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -98,12 +99,13 @@ void cli_reply_free(cli_reply *r) {
  * with a one-line reason in err.
  */
 /* One attempt of cli_call on the socket named `name` (pid's primary name
- * or a fallback).  *unread: the connection broke before any answer in a
- * way that proves the process never read the whole request (see
- * cli_call).  *impostor: another process serves that name. */
+ * or a fallback), sending pass_fd with the request when it is not -1.
+ * *unread: the connection broke before any answer in a way that proves the
+ * process never read the whole request (see cli_call).  *impostor: another
+ * process serves that name. */
 static int call_once(pid_t pid, const char *name, unsigned op, const molt__buf *body,
-                     int timeout_ms, cli_reply *r, char *err, size_t errlen, bool *unread,
-                     bool *impostor) {
+                     int pass_fd, int timeout_ms, cli_reply *r, char *err, size_t errlen,
+                     bool *unread, bool *impostor) {
   memset(r, 0, sizeof *r);
   *unread = false;
   *impostor = false;
@@ -161,7 +163,8 @@ static int call_once(pid_t pid, const char *name, unsigned op, const molt__buf *
                        .kind = (uint16_t)op,
                        .status = 0,
                        .length = body != NULL ? (uint32_t)body->len : 0};
-  int send_rc = molt__proto_send(fd, &h, body != NULL ? body->data : NULL, deadline);
+  int send_rc =
+      molt__proto_send_fd(fd, &h, body != NULL ? body->data : NULL, deadline, pass_fd);
   int send_errno = errno;
   /* Even if sending failed, the process may have answered before closing
    * (a refusal, say): read whatever it said. */
@@ -297,13 +300,14 @@ static size_t fallback_names(pid_t pid, char names[][108], size_t max) {
 /* One attempt on pid's primary name, then, if nothing (or an impostor)
  * listens there, on its fallback names.  The primary's error is kept when
  * no fallback answers. */
-static int call_any(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms,
-                    cli_reply *r, char *err, size_t errlen, bool *unread) {
+static int call_any(pid_t pid, unsigned op, const molt__buf *body, int pass_fd,
+                    int timeout_ms, cli_reply *r, char *err, size_t errlen, bool *unread) {
   char primary[64];
   molt__proto_socket_name(pid, NULL, primary, sizeof primary);
   bool impostor;
   int rc =
-      call_once(pid, primary, op, body, timeout_ms, r, err, errlen, unread, &impostor);
+      call_once(pid, primary, op, body, pass_fd, timeout_ms, r, err, errlen, unread,
+                &impostor);
   if (rc != MOLT_ENOTMOLT && !impostor)
     return rc;
   char names[FALLBACK_MAX][108];
@@ -313,7 +317,8 @@ static int call_any(pid_t pid, unsigned op, const molt__buf *body, int timeout_m
     bool u, imp;
     cli_reply_free(r);
     int rc2 =
-        call_once(pid, names[i], op, body, timeout_ms, r, why, sizeof why, &u, &imp);
+        call_once(pid, names[i], op, body, pass_fd, timeout_ms, r, why, sizeof why, &u,
+                  &imp);
     if (rc2 != MOLT_ENOTMOLT && !imp) {
       *unread = u;
       molt__errmsg(err, errlen, "%s", why);
@@ -325,6 +330,11 @@ static int call_any(pid_t pid, unsigned op, const molt__buf *body, int timeout_m
 
 int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_reply *r,
              char *err, size_t errlen) {
+  return cli_call_fd(pid, op, body, -1, timeout_ms, r, err, errlen);
+}
+
+int cli_call_fd(pid_t pid, unsigned op, const molt__buf *body, int pass_fd,
+                int timeout_ms, cli_reply *r, char *err, size_t errlen) {
   /* Tried again for up to a second (and within the timeout): a connection
    * the process dropped without reading our request, and a molt process
    * that nothing listens for.  Both happen while the runtime makes its
@@ -339,7 +349,7 @@ int cli_call(pid_t pid, unsigned op, const molt__buf *body, int timeout_ms, cli_
   int molt_process = -1; /* runs_libmolt(pid), once asked */
   for (;;) {
     bool unread;
-    int rc = call_any(pid, op, body, timeout_ms, r, err, errlen, &unread);
+    int rc = call_any(pid, op, body, pass_fd, timeout_ms, r, err, errlen, &unread);
     if (rc == MOLT_ENOTMOLT && molt_process < 0)
       molt_process = runs_libmolt(pid);
     bool again = unread || (rc == MOLT_ENOTMOLT && molt_process == 1);
@@ -509,8 +519,13 @@ static int report_status_error(const char *what, const cli_reply *r) {
  * 0, or the exit code after printing the failure. */
 int cli_request(const char *what, pid_t pid, unsigned op, const molt__buf *body,
                 int timeout_ms, cli_reply *r) {
+  return cli_request_fd(what, pid, op, body, -1, timeout_ms, r);
+}
+
+int cli_request_fd(const char *what, pid_t pid, unsigned op, const molt__buf *body,
+                   int pass_fd, int timeout_ms, cli_reply *r) {
   char err[1024];
-  int rc = cli_call(pid, op, body, timeout_ms, r, err, sizeof err);
+  int rc = cli_call_fd(pid, op, body, pass_fd, timeout_ms, r, err, sizeof err);
   if (rc != 0)
     return report_call_error(what, pid, rc, err);
   if (r->status != 0) {
@@ -553,7 +568,8 @@ int cli_change(const cli_args *a, const char *what, molt__request *req,
   /* A full update may take the timeout twice: once waiting for the
    * threads, once migrating (docs/full-updates.md, "The time limit"). */
   int wait_ms = req->timeout_ms * (req->op == MOLT__OP_UPDATE ? 2 : 1) + CLIENT_SLACK_MS;
-  int code = cli_request(what, a->pid, req->op, &body, wait_ms, &r);
+  int code = cli_request_fd(what, a->pid, req->op, &body, req->has_fd ? req->fd : -1,
+                            wait_ms, &r);
   molt__buf_free(&body);
   if (code != 0)
     return code;
@@ -582,20 +598,42 @@ int cli_change(const cli_args *a, const char *what, molt__request *req,
 }
 
 int cli_file_arg(const char *what, const char *arg, const char *kind,
-                 const char *built_by, char **abs) {
-  struct stat st;
-  if (stat(arg, &st) < 0)
+                 const char *built_by, char **abs, int *fd) {
+  /* Opened here, as the operator, who may name a symlink; the process gets
+   * this open file (SCM_RIGHTS) and never resolves a path itself (issue
+   * 16).  O_NONBLOCK: a FIFO at the path must not block the CLI either;
+   * the type is checked on the open file. */
+  *fd = open(arg, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (*fd < 0)
     return cli_fail(EXIT_USAGE, "%s: %s; check the path of the %s", what, strerror(errno),
                     kind);
-  if (!S_ISREG(st.st_mode))
+  struct stat st;
+  if (fstat(*fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    close(*fd);
+    *fd = -1;
     return cli_fail(EXIT_USAGE, "%s: not a regular file; give the .so file built by '%s'",
                     what, built_by);
-  *abs = realpath(arg, NULL);
-  if (*abs == NULL)
+  }
+  /* The path of the file actually opened, for messages, status and log. */
+  char proc[64], buf[PATH_MAX];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", *fd);
+  ssize_t n = readlink(proc, buf, sizeof buf - 1);
+  if (n > 0) {
+    buf[n] = '\0';
+    *abs = strdup(buf);
+  } else {
+    *abs = realpath(arg, NULL);
+  }
+  if (*abs == NULL) {
+    close(*fd);
+    *fd = -1;
     return cli_fail(EXIT_USAGE, "%s: cannot resolve the path: %s; check the path", what,
                     strerror(errno));
+  }
   if (strlen(*abs) >= sizeof((molt__request *)0)->path) {
     free(*abs);
+    close(*fd);
+    *fd = -1;
     return cli_fail(EXIT_USAGE, "%s: the file path is too long; use a shorter path",
                     what);
   }

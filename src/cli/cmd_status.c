@@ -16,10 +16,12 @@ static const cli_view patches = {
     "patch", "patches", "patches, bottom first",
     CLI_FIELDS({"position", 1, CLI_NUM}, {"id", 2, CLI_STR}, {"description", 3, CLI_STR},
                {"path", 4, CLI_STR}, {"generation", 5, CLI_NUM}, {"replaced", 7, CLI_STR},
-               {"built_from", 6, CLI_STR}, {"kept_loaded", 8, CLI_OPT}),
+               {"built_from", 6, CLI_STR}, {"kept_loaded", 8, CLI_OPT},
+               {"file", 9, CLI_STR}, {"sha256", 10, CLI_STR}),
     CLI_COLUMNS({"#", 1, CLI_AS_IS}, {"ID", 2, CLI_AS_IS}, {"GENERATION", 5, CLI_AS_IS},
                 {"REPLACED", 7, CLI_AS_IS}, {"BUILT-FROM", 6, CLI_AS_IS},
                 {"KEPT-LOADED", 8, CLI_AS_IS}, {"PATH", 4, CLI_AS_IS},
+                {"FILE", 9, CLI_AS_IS}, {"SHA256", 10, CLI_AS_IS},
                 {"DESCRIPTION", 3, CLI_AS_IS})};
 static const cli_view objects = {
     "object", "objects", "loaded patch objects",
@@ -62,9 +64,14 @@ static const cli_view refused = {
                 {"FIRST (UNIX TIME)", 3, CLI_AS_IS}, {"LAST", 4, CLI_AS_IS},
                 {"LAST-PID", 5, CLI_AS_IS})};
 /* The one "image" record, a JSON object of its own. */
-static const cli_field image[] = {{"path", 1, CLI_STR},         {"build_id", 2, CLI_STR},
-                                  {"full_updates", 3, CLI_NUM}, {"unloading", 4, CLI_OPT},
-                                  {"last_abort", 5, CLI_OPT},   {NULL, 0, 0}};
+static const cli_field image[] = {{"path", 1, CLI_STR},
+                                  {"build_id", 2, CLI_STR},
+                                  {"full_updates", 3, CLI_NUM},
+                                  {"unloading", 4, CLI_OPT},
+                                  {"last_abort", 5, CLI_OPT},
+                                  {"file", 6, CLI_STR},
+                                  {"sha256", 7, CLI_STR},
+                                  {NULL, 0, 0}};
 
 static const char *field(const molt__records *rs, const char *key, size_t i,
                          const char *dflt);

@@ -10,6 +10,7 @@
  *                      errno -> MOLT_E* (the one mapping)
  *   buf.c              growable text buffer, TSV records, error messages
  *   proc.c             names of processes and threads (/proc/.../comm)
+ *   sha256.c           SHA-256 (the identity of a loaded file)
  *   elf.c              bounds-checked ELF reader: build-ids, notes, symbols
  *   protocol.c/.h      the control protocol: the table of operations, requests,
  *                      framing, the TSV codec
@@ -67,6 +68,19 @@ MOLT__HIDDEN void molt__buf_pair(molt__buf *b, const char *key, const char *valu
 /* snprintf into a fixed buffer of an error message; never overflows. */
 MOLT__HIDDEN void molt__errmsg(char *dst, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* ---- sha256.c ------------------------------------------------------------*/
+/* SHA-256 of a byte stream: init, add any number of times, hex (once). */
+typedef struct molt__sha256 {
+  uint32_t h[8];
+  uint64_t len;
+  unsigned char buf[64];
+  size_t used;
+} molt__sha256;
+MOLT__HIDDEN void molt__sha256_init(molt__sha256 *s);
+MOLT__HIDDEN void molt__sha256_add(molt__sha256 *s, const void *data, size_t n);
+MOLT__HIDDEN void molt__sha256_final(molt__sha256 *s, unsigned char out[32]);
+MOLT__HIDDEN void molt__sha256_hex(molt__sha256 *s, char hex[65]);
 
 /* ---- lists ---------------------------------------------------------------*/
 /* An intrusive doubly linked list: the head is a pointer to the first link
@@ -133,6 +147,19 @@ MOLT__HIDDEN int molt__symtab_at(const molt__symtab *st, uintptr_t value,
  * lie within the file.  0, MOLT_ENOTPROGRAM (not ELF / not a shared object
  * of this machine), MOLT_ECORRUPT, MOLT_EIO. */
 MOLT__HIDDEN int molt__elf_check_shared_object(int fd, char *err, size_t errlen);
+/* Validates everything the dynamic loader trusts in the file behind fd
+ * before it is dlopened (elf.c, "What the dynamic loader trusts"): the
+ * checks of molt__elf_check_shared_object, plus segment types and
+ * placement, hash tables and their chains, the symbol and string tables,
+ * every relocation's type, symbol and target, version tables, notes.
+ * patch: also refuses anything that runs code of the file at dlopen or
+ * dlclose (DT_INIT, DT_INIT_ARRAY, DT_PREINIT_ARRAY, DT_FINI,
+ * DT_FINI_ARRAY; IFUNCs always).  needed_ok (may be NULL) is asked about
+ * each DT_NEEDED name.  0, MOLT_ENOTPATCH/MOLT_ENOTPROGRAM (not loadable
+ * here, or refused), MOLT_ECORRUPT, MOLT_ENOMEM, MOLT_EIO. */
+MOLT__HIDDEN int molt__elf_check_load(int fd, bool patch,
+                                      bool (*needed_ok)(const char *name, void *arg),
+                                      void *arg, char *err, size_t errlen);
 /* Build-id (hex) of the ELF64 file behind fd, read from its notes (SHT_NOTE
  * sections, else PT_NOTE segments).  0, MOLT_ENOSYM (no build-id),
  * MOLT_ECORRUPT, MOLT_ENOTSUP (not an ELF64 little-endian file), MOLT_EIO,
@@ -145,6 +172,19 @@ MOLT__HIDDEN int molt__elf_file_build_id(int fd, char *hex, size_t hexlen, char 
 MOLT__HIDDEN int molt__elf_patch_note_offset(int fd, uint64_t *desc_off,
                                              molt__patch_note *note, char *err,
                                              size_t errlen);
+
+/* The patch's digest note (MOLT__NOTE_DIGEST_TYPE): *off the file offset
+ * of its 32 bytes, stored what they hold, computed the SHA-256 of the file
+ * with them read as zeros.  0, MOLT_ENOTPATCH (no digest note: built
+ * without one), MOLT_ECORRUPT, MOLT_EIO, MOLT_ENOMEM.  Any out pointer may
+ * be NULL. */
+MOLT__HIDDEN int molt__elf_patch_digest(int fd, uint64_t *off, unsigned char stored[32],
+                                        unsigned char computed[32], char *err,
+                                        size_t errlen);
+/* Checks it: the runtime's refusal of a damaged or unsealed patch.  0,
+ * MOLT_ECORRUPT (contents do not match), MOLT_ENOTPATCH (not sealed),
+ * MOLT_EIO, MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__elf_check_digest(int fd, char *err, size_t errlen);
 
 /* The dynamic relocations of a patch (DT_RELA and DT_JMPREL) and the
  * dynamic symbols they name, read from the file behind fd with every
@@ -172,7 +212,7 @@ typedef struct molt__dynrels {
   uint64_t relro_start, relro_end; /* PT_GNU_RELRO, [0, 0) if none */
   struct {
     uint64_t start, end;
-    bool writable;
+    bool writable, executable;
   } segs[64]; /* PT_LOAD, as mapped */
   size_t nsegs;
 } molt__dynrels;

@@ -51,7 +51,8 @@
 /* ------------------------------------------------------------------------ */
 
 enum {
-  LOAD_PATCH = 1 /* host machine, ET_DYN, loadable by ld.so */
+  LOAD_PATCH = 1,  /* host machine, ET_DYN, loadable by ld.so */
+  LOAD_NO_CODE = 2 /* and runs none of its code at dlopen or dlclose */
 };
 
 typedef struct elf_file {
@@ -66,6 +67,10 @@ typedef struct elf_file {
   uint64_t shstr_size;
   char *err;
   size_t errlen;
+  int flags;                               /* LOAD_* */
+  bool (*needed_ok)(const char *, void *); /* DT_NEEDED filter, or NULL */
+  uint64_t relacount;                      /* DT_RELACOUNT, 0 if none */
+  void *needed_arg;
 } elf_file;
 
 static void elf_free(elf_file *f) {
@@ -189,6 +194,8 @@ static const char *machine_name(unsigned m) {
 
 static int load_headers(elf_file *f);
 static int check_loadable(elf_file *f);
+static int check_loader_tables(elf_file *f, const Elf64_Dyn *d, size_t nd);
+static int check_segments(elf_file *f);
 
 /*
  * Opens the ELF view of fd: identification, program headers, section headers
@@ -196,9 +203,13 @@ static int check_loadable(elf_file *f);
  * the code for "this is not a file of the kind we read" (not ELF, wrong
  * class, byte order or machine), which callers word differently.
  */
-static int elf_open(elf_file *f, int fd, int flags, int notelf, char *err,
-                    size_t errlen) {
+static int elf_open_filtered(elf_file *f, int fd, int flags, int notelf, char *err,
+                             size_t errlen, bool (*needed_ok)(const char *, void *),
+                             void *needed_arg) {
   memset(f, 0, sizeof *f);
+  f->needed_ok = needed_ok;
+  f->needed_arg = needed_arg;
+  f->flags = flags;
   f->fd = fd;
   f->err = err;
   f->errlen = errlen;
@@ -262,6 +273,22 @@ static int elf_open(elf_file *f, int fd, int flags, int notelf, char *err,
     return MOLT_ECORRUPT;
   }
 
+  if (flags & LOAD_PATCH) {
+    /* ld.so refuses these too, but by then the file is open in the loader;
+     * the message here names the byte. */
+    if ((ident[EI_OSABI] != ELFOSABI_SYSV && ident[EI_OSABI] != ELFOSABI_GNU) ||
+        ident[EI_ABIVERSION] != 0) {
+      molt__errmsg(err, errlen, "file is corrupt: ELF OS ABI %u version %u",
+                   ident[EI_OSABI], ident[EI_ABIVERSION]);
+      return MOLT_ECORRUPT;
+    }
+    for (size_t i = EI_PAD; i < EI_NIDENT; i++)
+      if (ident[i] != 0) {
+        molt__errmsg(err, errlen, "file is corrupt: ELF identification byte %zu is not 0",
+                     i);
+        return MOLT_ECORRUPT;
+      }
+  }
   rc = read_exact(f, &f->eh, 0, sizeof f->eh);
   if (rc)
     return rc;
@@ -287,8 +314,15 @@ static int elf_open(elf_file *f, int fd, int flags, int notelf, char *err,
   }
   rc = load_headers(f);
   if (rc == 0 && (flags & LOAD_PATCH))
+    rc = check_segments(f);
+  if (rc == 0 && (flags & LOAD_PATCH))
     rc = check_loadable(f);
   return rc;
+}
+
+static int elf_open(elf_file *f, int fd, int flags, int notelf, char *err,
+                    size_t errlen) {
+  return elf_open_filtered(f, fd, flags, notelf, err, errlen, NULL, NULL);
 }
 
 static int load_headers(elf_file *f) {
@@ -579,8 +613,10 @@ static int check_loadable(elf_file *f) {
                    "file is corrupt: dynamic entry %zu (tag %" PRId64 ") %s", i, tag,
                    problem);
   }
+  if (!problem)
+    rc = check_loader_tables(f, d, nd);
   free(d);
-  return problem ? MOLT_ECORRUPT : 0;
+  return problem ? MOLT_ECORRUPT : rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -811,6 +847,88 @@ int molt__elf_read_patch_note(int fd, molt__patch_note *note, char *err, size_t 
   return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Patch digest                                                              */
+/* ------------------------------------------------------------------------ */
+
+int molt__elf_patch_digest(int fd, uint64_t *off, unsigned char stored[32],
+                           unsigned char computed[32], char *err, size_t errlen) {
+  elf_file f;
+  /* Headers only: the digest is checked before anything else of the file
+   * is trusted, so that damage is reported as damage. */
+  int rc = elf_open(&f, fd, 0, MOLT_ENOTPATCH, err, errlen);
+  note_hit hit;
+  if (rc == 0)
+    rc = find_note(&f, MOLT__NOTE_NAME, MOLT__NOTE_DIGEST_TYPE, &hit);
+  if (rc == 0 && hit.count == 0) {
+    molt__errmsg(
+        err, errlen,
+        "the patch has no digest note: it was built by an older moltcc; rebuild it");
+    rc = MOLT_ENOTPATCH;
+  }
+  if (rc == 0 && (hit.count > 1 || hit.descsz != MOLT__DIGEST_SIZE)) {
+    molt__errmsg(err, errlen, "file is corrupt: malformed molt digest note");
+    rc = MOLT_ECORRUPT;
+  }
+  unsigned char have[32];
+  if (rc == 0)
+    rc = read_exact(&f, have, hit.desc_off, sizeof have);
+  if (rc == 0 && computed) {
+    molt__sha256 sha;
+    molt__sha256_init(&sha);
+    unsigned char *buf = malloc(1 << 16);
+    if (!buf) {
+      molt__errmsg(err, errlen, "out of memory reading the file");
+      rc = MOLT_ENOMEM;
+    }
+    for (uint64_t pos = 0; rc == 0 && pos < f.size;) {
+      uint64_t n = f.size - pos < (1 << 16) ? f.size - pos : (1 << 16);
+      rc = read_exact(&f, buf, pos, n);
+      if (rc)
+        break;
+      /* The digest's own bytes count as zeros. */
+      for (uint64_t i = 0; i < n; i++)
+        if (pos + i >= hit.desc_off && pos + i < hit.desc_off + MOLT__DIGEST_SIZE)
+          buf[i] = 0;
+      molt__sha256_add(&sha, buf, (size_t)n);
+      pos += n;
+    }
+    free(buf);
+    if (rc == 0)
+      molt__sha256_final(&sha, computed);
+  }
+  if (rc == 0) {
+    if (off)
+      *off = hit.desc_off;
+    if (stored)
+      memcpy(stored, have, sizeof have);
+  }
+  elf_free(&f);
+  return rc;
+}
+
+int molt__elf_check_digest(int fd, char *err, size_t errlen) {
+  unsigned char stored[32], computed[32];
+  static const unsigned char zero[32];
+  int rc = molt__elf_patch_digest(fd, NULL, stored, computed, err, errlen);
+  if (rc)
+    return rc;
+  if (memcmp(stored, zero, sizeof zero) == 0) {
+    molt__errmsg(err, errlen,
+                 "the patch is not sealed with a digest (run moltstamp PATCH.so "
+                 "PROGRAM)");
+    return MOLT_ENOTPATCH;
+  }
+  if (memcmp(stored, computed, sizeof computed) != 0) {
+    molt__errmsg(
+        err, errlen,
+        "the patch file is damaged: its contents do not match the digest moltstamp "
+        "sealed it with");
+    return MOLT_ECORRUPT;
+  }
+  return 0;
+}
+
 int molt__elf_check_shared_object(int fd, char *err, size_t errlen) {
   elf_file f;
   int rc = elf_open(&f, fd, LOAD_PATCH, MOLT_ENOTPROGRAM, err, errlen);
@@ -894,6 +1012,7 @@ static int dynrels_load(elf_file *f, molt__dynrels *dr) {
       dr->segs[nseg].start = p->p_vaddr;
       dr->segs[nseg].end = p->p_vaddr + p->p_memsz;
       dr->segs[nseg].writable = (p->p_flags & PF_W) != 0;
+      dr->segs[nseg].executable = (p->p_flags & PF_X) != 0;
       nseg++;
     }
   }
@@ -1016,6 +1135,723 @@ int molt__dynrels_place(const molt__dynrels *dr, uint64_t vaddr, uint64_t len) {
     return dr->segs[i].writable ? 1 : 0;
   }
   return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* What the dynamic loader trusts                                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * ld.so validates little of an object before it uses it: a damaged hash
+ * table makes it assert and _exit the process, a bad chain makes symbol
+ * lookup loop or read outside the mapping, a relocation writes wherever its
+ * offset says, a version entry names a library it then asserts is loaded.
+ * These checks cover everything it reads or writes through an offset or
+ * index taken from the file (glibc 2.36: dl-load.c, dl-setup_hash,
+ * do-lookup.h, dl-version.c, dl-reloc.c, x86_64 dl-machine.h, the GNU
+ * property notes), so that a file passing them can make dlopen fail at
+ * worst, never crash or stop the host.  They read the same bytes the loader
+ * maps: every table is located through the PT_LOAD segments (its virtual
+ * address), as the loader locates it, never through section headers, and
+ * each segment the loader reads in memory must sit at the file offset its
+ * header claims.
+ */
+
+#define MAX_HASH_WORDS ((uint64_t)1 << 24)
+#define MAX_DYN_SYMS ((uint64_t)1 << 22)
+
+static int corrupt(elf_file *f, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int corrupt(elf_file *f, const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  molt__errmsg(f->err, f->errlen, "file is corrupt: %s", msg);
+  return MOLT_ECORRUPT;
+}
+
+static const char *segment_type_name(uint32_t t) {
+  switch (t) {
+  case PT_NOTE:
+    return "PT_NOTE";
+  case PT_PHDR:
+    return "PT_PHDR";
+  case PT_TLS:
+    return "PT_TLS";
+  case PT_GNU_EH_FRAME:
+    return "PT_GNU_EH_FRAME";
+  case PT_GNU_PROPERTY:
+    return "PT_GNU_PROPERTY";
+  case PT_GNU_RELRO:
+    return "PT_GNU_RELRO";
+  case PT_DYNAMIC:
+    return "PT_DYNAMIC";
+  default:
+    return "segment";
+  }
+}
+
+/* Program headers beyond what check_loadable looks at: known types only,
+ * no writable and executable segment, no executable stack, and every
+ * segment the loader reads in memory (dynamic section, notes, TLS image,
+ * program headers, unwind table, RELRO) inside a loaded segment at the file
+ * offset its header says. */
+static int check_segments(elf_file *f) {
+  for (size_t i = 0; i < f->phnum; i++) {
+    const Elf64_Phdr *p = &f->ph[i];
+    switch (p->p_type) {
+    case PT_NULL:
+    case PT_INTERP:
+      break;
+    case PT_LOAD:
+      if ((p->p_flags & (PF_W | PF_X)) == (PF_W | PF_X))
+        return corrupt(f, "segment %zu (PT_LOAD) is both writable and executable", i);
+      /* ld.so reads the program headers, notes and tables in the mapped
+       * segments: an unreadable one faults it. */
+      if (!(p->p_flags & PF_R) || (p->p_flags & ~(uint32_t)(PF_R | PF_W | PF_X)))
+        return corrupt(f,
+                       "segment %zu (PT_LOAD) has flags %#" PRIx32
+                       " (loaded segments are readable)",
+                       i, p->p_flags);
+      break;
+    case PT_GNU_STACK:
+      if (p->p_flags & PF_X)
+        return corrupt(f,
+                       "segment %zu asks for an executable stack (PT_GNU_STACK "
+                       "PF_X); loading it would make every thread's stack executable",
+                       i);
+      break;
+    case PT_GNU_RELRO:
+      if (!segment_of(f, p->p_vaddr, p->p_memsz, false))
+        return corrupt(f, "segment %zu (PT_GNU_RELRO) is not inside a loaded segment", i);
+      break;
+    case PT_DYNAMIC:
+    case PT_NOTE:
+    case PT_PHDR:
+    case PT_TLS:
+    case PT_GNU_EH_FRAME:
+    case PT_GNU_PROPERTY: {
+      uint64_t off;
+      uint64_t align = p->p_align ? p->p_align : 1;
+      if (p->p_filesz > p->p_memsz || (align & (align - 1)) != 0)
+        return corrupt(f, "segment %zu (%s) has inconsistent sizes or alignment", i,
+                       segment_type_name(p->p_type));
+      if (p->p_filesz == 0 && p->p_type != PT_TLS)
+        return corrupt(f, "segment %zu (%s) is empty", i, segment_type_name(p->p_type));
+      if (p->p_filesz > 0 &&
+          (!vaddr_to_off(f, p->p_vaddr, p->p_filesz, &off) || off != p->p_offset))
+        return corrupt(f, "segment %zu (%s) is not where its loaded segment maps it", i,
+                       segment_type_name(p->p_type));
+      if (p->p_type == PT_PHDR &&
+          (p->p_offset != f->eh.e_phoff ||
+           p->p_filesz != (uint64_t)f->phnum * sizeof(Elf64_Phdr)))
+        return corrupt(f, "segment %zu (PT_PHDR) does not cover the program headers", i);
+      if (p->p_type == PT_NOTE || p->p_type == PT_GNU_PROPERTY) {
+        if (p->p_align != 4 && p->p_align != 8)
+          return corrupt(f, "segment %zu (%s) has note alignment %" PRIu64, i,
+                         segment_type_name(p->p_type), p->p_align);
+        char where[48];
+        snprintf(where, sizeof where, "segment %zu (%s)", i,
+                 segment_type_name(p->p_type));
+        note_hit hit;
+        memset(&hit, 0, sizeof hit);
+        int rc = scan_notes(f, p->p_offset, p->p_filesz, p->p_align, where, "", 0, &hit);
+        if (rc)
+          return rc;
+      }
+      break;
+    }
+    default:
+      return corrupt(f, "segment %zu has unknown type %#" PRIx32, i, p->p_type);
+    }
+  }
+  return 0;
+}
+
+/* [vaddr, vaddr+len) of a file-backed part of a segment, read into a fresh
+ * buffer; `what` names the table in messages. */
+static int read_table(elf_file *f, uint64_t vaddr, uint64_t len, uint64_t cap,
+                      const char *what, void **out) {
+  uint64_t off;
+  *out = NULL;
+  if (!vaddr_to_off(f, vaddr, len, &off))
+    return corrupt(f,
+                   "%s (%" PRIu64 " bytes at %#" PRIx64
+                   ") is not inside a loaded part of the file",
+                   what, len, vaddr);
+  return read_alloc(f, off, len, cap, what, out);
+}
+
+/* The bytes of the file-backed segment part from vaddr on (at most cap). */
+static int read_rest(elf_file *f, uint64_t vaddr, uint64_t cap, const char *what,
+                     uint32_t **out, uint64_t *len) {
+  const Elf64_Phdr *p = segment_of(f, vaddr, 1, true);
+  if (!p)
+    return corrupt(f, "%s at %#" PRIx64 " is not inside a loaded part of the file", what,
+                   vaddr);
+  uint64_t n = p->p_vaddr + p->p_filesz - vaddr;
+  if (n > cap)
+    n = cap;
+  n &= ~(uint64_t)3;
+  *len = n;
+  return read_table(f, vaddr, n ? n : 4, cap + 4, what, (void **)out);
+}
+
+/* Checks DT_HASH and returns the number of symbols it covers (nchain). */
+static int check_sysv_hash(elf_file *f, uint64_t vaddr, uint64_t *nsyms) {
+  uint32_t *h;
+  int rc = read_table(f, vaddr, 8, 8, "DT_HASH table", (void **)&h);
+  if (rc)
+    return rc;
+  uint64_t nbucket = h[0], nchain = h[1];
+  free(h);
+  if (nbucket == 0 || nbucket > MAX_HASH_WORDS || nchain > MAX_DYN_SYMS)
+    return corrupt(f, "DT_HASH has %" PRIu64 " buckets and %" PRIu64 " chain entries",
+                   nbucket, nchain);
+  rc = read_table(f, vaddr, (2 + nbucket + nchain) * 4, (2 + MAX_HASH_WORDS * 2) * 4,
+                  "DT_HASH table", (void **)&h);
+  if (rc)
+    return rc;
+  const uint32_t *bucket = h + 2, *chain = h + 2 + nbucket;
+  /* Chains must end (STN_UNDEF) without a cycle: lookup walks them
+   * unbounded.  seen[i] is the bucket+1 whose walk passed i first; meeting
+   * our own mark is a cycle, an earlier walk's mark a checked tail. */
+  uint32_t *seen = nchain ? calloc((size_t)nchain, sizeof *seen) : NULL;
+  if (nchain && !seen) {
+    free(h);
+    molt__errmsg(f->err, f->errlen, "out of memory reading the file");
+    return MOLT_ENOMEM;
+  }
+  rc = 0;
+  for (uint64_t b = 0; b < nbucket && !rc; b++) {
+    for (uint64_t i = bucket[b]; i != STN_UNDEF; i = chain[i]) {
+      if (i >= nchain) {
+        rc = corrupt(f, "DT_HASH names symbol %" PRIu64 " of %" PRIu64, i, nchain);
+        break;
+      }
+      if (seen[i] == b + 1) {
+        rc = corrupt(f, "DT_HASH chain of bucket %" PRIu64 " loops", b);
+        break;
+      }
+      if (seen[i])
+        break;
+      seen[i] = (uint32_t)(b + 1);
+    }
+  }
+  free(seen);
+  free(h);
+  *nsyms = nchain;
+  return rc;
+}
+
+/* Checks DT_GNU_HASH and returns the number of symbols it covers. */
+static int check_gnu_hash(elf_file *f, uint64_t vaddr, uint64_t *nsyms) {
+  uint32_t *h;
+  int rc = read_table(f, vaddr, 16, 16, "DT_GNU_HASH table", (void **)&h);
+  if (rc)
+    return rc;
+  uint64_t nbuckets = h[0], symbias = h[1], nwords = h[2], shift = h[3];
+  free(h);
+  /* ld.so divides by nbuckets and masks with nwords - 1. */
+  if (nbuckets == 0 || nbuckets > MAX_HASH_WORDS || nwords == 0 ||
+      nwords > MAX_HASH_WORDS || (nwords & (nwords - 1)) != 0 || shift >= 64 ||
+      symbias > MAX_DYN_SYMS)
+    return corrupt(f,
+                   "DT_GNU_HASH header (%" PRIu64 " buckets, symbol offset %" PRIu64
+                   ", %" PRIu64 " bloom words, shift %" PRIu64 ")",
+                   nbuckets, symbias, nwords, shift);
+  uint64_t head = 16 + nwords * 8 + nbuckets * 4;
+  uint32_t *buckets;
+  rc = read_table(f, vaddr + 16 + nwords * 8, nbuckets * 4, MAX_HASH_WORDS * 4,
+                  "DT_GNU_HASH buckets", (void **)&buckets);
+  if (rc)
+    return rc;
+  /* The chains run from the end of the buckets up to the end of the
+   * segment at most; each ends at a word with bit 0 set. */
+  uint32_t *chain = NULL;
+  uint64_t clen = 0;
+  uint64_t n = symbias;
+  bool any = false;
+  for (uint64_t b = 0; b < nbuckets && !rc; b++)
+    any |= buckets[b] != 0;
+  if (any)
+    rc =
+        read_rest(f, vaddr + head, MAX_DYN_SYMS * 4, "DT_GNU_HASH chains", &chain, &clen);
+  uint64_t cwords = clen / 4;
+  for (uint64_t b = 0; b < nbuckets && !rc; b++) {
+    uint64_t i = buckets[b];
+    if (i == 0)
+      continue;
+    if (i < symbias) {
+      rc = corrupt(f,
+                   "DT_GNU_HASH bucket %" PRIu64 " names symbol %" PRIu64
+                   " below the hashed ones (%" PRIu64 ")",
+                   b, i, symbias);
+      break;
+    }
+    for (;; i++) {
+      if (i - symbias >= cwords || i >= MAX_DYN_SYMS) {
+        rc = corrupt(f, "DT_GNU_HASH chain of bucket %" PRIu64 " does not end", b);
+        break;
+      }
+      if (chain[i - symbias] & 1)
+        break;
+    }
+    if (!rc && i + 1 > n)
+      n = i + 1;
+  }
+  free(chain);
+  free(buckets);
+  *nsyms = n;
+  return rc;
+}
+
+/* Version tables (dl-version.c): the loader walks verneed/verdef by their
+ * next offsets, asserts that every verneed file is a loaded dependency,
+ * and indexes its version array with versym values. */
+static int check_versions(elf_file *f, const Elf64_Dyn *d, size_t nd, const char *str,
+                          uint64_t strsz, uint64_t nsyms) {
+  uint64_t vaddr, count = 0, max_ndx = 1;
+  int rc;
+  if (dyn_value(d, nd, DT_VERNEED, &vaddr)) {
+    dyn_value(d, nd, DT_VERNEEDNUM, &count);
+    if (count == 0 || count > 4096)
+      return corrupt(f, "DT_VERNEEDNUM is %" PRIu64, count);
+    for (uint64_t k = 0;; k++) {
+      Elf64_Verneed *vn;
+      if ((rc = read_table(f, vaddr, sizeof *vn, sizeof *vn, "DT_VERNEED entry",
+                           (void **)&vn)))
+        return rc;
+      Elf64_Verneed e = *vn;
+      free(vn);
+      if (e.vn_version != 1 || e.vn_file >= strsz || e.vn_cnt == 0 || e.vn_cnt > 4096)
+        return corrupt(f, "DT_VERNEED entry %" PRIu64 " is malformed", k);
+      bool needed = false;
+      for (size_t i = 0; i < nd; i++)
+        needed |= d[i].d_tag == DT_NEEDED && d[i].d_un.d_val < strsz &&
+                  strcmp(str + d[i].d_un.d_val, str + e.vn_file) == 0;
+      if (!needed)
+        return corrupt(f,
+                       "DT_VERNEED entry %" PRIu64 " names a library that is not "
+                       "DT_NEEDED",
+                       k);
+      uint64_t a = vaddr + e.vn_aux;
+      for (uint64_t j = 0; j < e.vn_cnt; j++) {
+        Elf64_Vernaux *ax;
+        if (a < vaddr || (rc = read_table(f, a, sizeof *ax, sizeof *ax,
+                                          "DT_VERNEED version", (void **)&ax)))
+          return a < vaddr ? corrupt(f, "DT_VERNEED version out of range") : rc;
+        Elf64_Vernaux x = *ax;
+        free(ax);
+        if (x.vna_name >= strsz)
+          return corrupt(f, "DT_VERNEED version name outside the string table");
+        if ((x.vna_other & 0x7fff) > max_ndx)
+          max_ndx = x.vna_other & 0x7fff;
+        if ((x.vna_next == 0) != (j + 1 == e.vn_cnt))
+          return corrupt(f, "DT_VERNEED entry %" PRIu64 " has a wrong version count", k);
+        a += x.vna_next;
+      }
+      if ((e.vn_next == 0) != (k + 1 == count))
+        return corrupt(f, "DT_VERNEED has a wrong entry count");
+      if (e.vn_next == 0)
+        break;
+      vaddr += e.vn_next;
+    }
+  }
+  if (dyn_value(d, nd, DT_VERDEF, &vaddr)) {
+    count = 0;
+    dyn_value(d, nd, DT_VERDEFNUM, &count);
+    if (count == 0 || count > 4096)
+      return corrupt(f, "DT_VERDEFNUM is %" PRIu64, count);
+    for (uint64_t k = 0;; k++) {
+      Elf64_Verdef *vd;
+      if ((rc = read_table(f, vaddr, sizeof *vd, sizeof *vd, "DT_VERDEF entry",
+                           (void **)&vd)))
+        return rc;
+      Elf64_Verdef e = *vd;
+      free(vd);
+      Elf64_Verdaux *ax;
+      if (e.vd_version != 1 || e.vd_cnt == 0 ||
+          (rc = read_table(f, vaddr + e.vd_aux, sizeof *ax, sizeof *ax, "DT_VERDEF name",
+                           (void **)&ax)))
+        return rc ? rc : corrupt(f, "DT_VERDEF entry %" PRIu64 " is malformed", k);
+      uint32_t name = ax->vda_name;
+      free(ax);
+      if (name >= strsz)
+        return corrupt(f, "DT_VERDEF name outside the string table");
+      if ((e.vd_ndx & 0x7fff) > max_ndx)
+        max_ndx = e.vd_ndx & 0x7fff;
+      if ((e.vd_next == 0) != (k + 1 == count))
+        return corrupt(f, "DT_VERDEF has a wrong entry count");
+      if (e.vd_next == 0)
+        break;
+      vaddr += e.vd_next;
+    }
+  }
+  if (dyn_value(d, nd, DT_VERSYM, &vaddr)) {
+    uint16_t *vs;
+    if ((rc = read_table(f, vaddr, nsyms * 2, MAX_DYN_SYMS * 2, "DT_VERSYM table",
+                         (void **)&vs)))
+      return rc;
+    for (uint64_t i = 0; i < nsyms && !rc; i++)
+      if ((vs[i] & 0x7fff) > max_ndx)
+        rc = corrupt(f, "DT_VERSYM entry %" PRIu64 " names version %u of %" PRIu64, i,
+                     vs[i] & 0x7fff, max_ndx);
+    free(vs);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* Relocation types molt lets ld.so apply for an x86-64 object and how many
+ * bytes each writes: not COPY (copies from another object by a size the
+ * file gives); IRELATIVE (calls a resolver of the object) in program
+ * images only, whose code is the program's own. */
+static unsigned reloc_width(uint32_t type) {
+#if defined(__x86_64__)
+  switch (type) {
+  case R_X86_64_NONE:
+    return 0;
+  case R_X86_64_64:
+  case R_X86_64_GLOB_DAT:
+  case R_X86_64_JUMP_SLOT:
+  case R_X86_64_RELATIVE:
+  case R_X86_64_DTPMOD64:
+  case R_X86_64_DTPOFF64:
+  case R_X86_64_TPOFF64:
+    return 8;
+  case R_X86_64_TLSDESC:
+    return 16;
+  case R_X86_64_IRELATIVE: /* calls a resolver: images only (check_relocs) */
+    return 8;
+  default:
+    return ~0u;
+  }
+#else
+  (void)type;
+  return 8;
+#endif
+}
+
+static bool in_writable_segment(const elf_file *f, uint64_t vaddr, uint64_t len) {
+  const Elf64_Phdr *p = segment_of(f, vaddr, len, false);
+  return p && (p->p_flags & PF_W);
+}
+
+/* With syms NULL only raises *nsyms to cover every symbol a relocation
+ * names (the loader reads those too, hashed or not); then checks each
+ * relocation against the symbols. */
+static int check_relocs(elf_file *f, uint64_t vaddr, uint64_t size, const char *what,
+                        const Elf64_Sym *syms, uint64_t *nsyms_io) {
+  uint64_t nsyms = *nsyms_io;
+  if (size == 0)
+    return 0;
+  if (size % sizeof(Elf64_Rela))
+    return corrupt(f, "%s has a partial entry", what);
+  Elf64_Rela *r;
+  int rc = read_table(f, vaddr, size, MAX_RELOC_BYTES, what, (void **)&r);
+  if (rc)
+    return rc;
+  size_t n = (size_t)(size / sizeof(Elf64_Rela));
+  if (!syms) {
+    for (size_t i = 0; i < n; i++)
+      if (ELF64_R_SYM(r[i].r_info) >= *nsyms_io)
+        *nsyms_io = ELF64_R_SYM(r[i].r_info) + 1;
+    free(r);
+    if (*nsyms_io > MAX_DYN_SYMS)
+      return corrupt(f, "%s names symbol %" PRIu64, what, *nsyms_io - 1);
+    return 0;
+  }
+  /* ld.so applies the first DT_RELACOUNT entries as RELATIVE ones and
+   * asserts that they are. */
+  uint64_t relative = 0;
+  if (strcmp(what, "DT_RELA table") == 0 && f->relacount) {
+    relative = f->relacount;
+    if (relative > n) {
+      free(r);
+      return corrupt(f, "DT_RELACOUNT %" PRIu64 " exceeds the %zu relocations", relative,
+                     n);
+    }
+  }
+  for (size_t i = 0; i < n && !rc; i++) {
+    uint32_t type = (uint32_t)ELF64_R_TYPE(r[i].r_info);
+    uint64_t sym = ELF64_R_SYM(r[i].r_info);
+    unsigned w = reloc_width(type);
+#if defined(__x86_64__)
+    if (i < relative && type != R_X86_64_RELATIVE) {
+      rc = corrupt(f, "%s entry %zu is not RELATIVE, but DT_RELACOUNT says it is", what,
+                   i);
+      break;
+    }
+#endif
+    if (w == ~0u)
+      rc = corrupt(f,
+                   "%s entry %zu has relocation type %" PRIu32
+                   ", which molt does not let the loader apply",
+                   what, i, type);
+    else if (sym >= nsyms)
+      rc = corrupt(f, "%s entry %zu names symbol %" PRIu64 " of %" PRIu64, what, i, sym,
+                   nsyms);
+    else if (w && !in_writable_segment(f, r[i].r_offset, w))
+      rc =
+          corrupt(f, "%s entry %zu writes at %#" PRIx64 ", outside the writable segments",
+                  what, i, (uint64_t)r[i].r_offset);
+#if defined(__x86_64__)
+    else if ((f->flags & LOAD_NO_CODE) && type == R_X86_64_IRELATIVE)
+      rc = corrupt(f,
+                   "%s entry %zu is an IRELATIVE relocation (its resolver would run "
+                   "inside dlopen)",
+                   what, i);
+#endif
+    else if ((f->flags & LOAD_NO_CODE) && sym &&
+             ELF64_ST_TYPE(syms[sym].st_info) == STT_GNU_IFUNC)
+      rc = corrupt(f,
+                   "%s entry %zu refers to an IFUNC symbol (its resolver would run "
+                   "inside dlopen)",
+                   what, i);
+  }
+  free(r);
+  return rc;
+}
+
+/* Dynamic tags ld.so must not see in a patch or image: relocation kinds
+ * this machine does not use, text relocations, and objects it would load
+ * besides the file (auditors, filtees). */
+static const char *forbidden_tag(int64_t tag) {
+  switch (tag) {
+  case DT_REL:
+  case DT_RELSZ:
+  case DT_RELENT:
+    return "DT_REL relocations (this machine uses DT_RELA)";
+  case DT_RELR:
+  case DT_RELRSZ:
+  case DT_RELRENT:
+    return "packed relative relocations (DT_RELR; link without -z pack-relative-relocs)";
+  case DT_TEXTREL:
+    return "text relocations (DT_TEXTREL; compile with -fPIC)";
+  case DT_AUXILIARY:
+  case DT_FILTER:
+    return "a filter entry (the loader would load another object)";
+  case DT_AUDIT:
+  case DT_DEPAUDIT:
+    return "an audit entry (the loader would load an auditor)";
+  default:
+    return NULL;
+  }
+}
+
+/* The tags a patch or image may have: those ld.so reads benignly once the
+ * tables they name are checked.  Anything else -- a tag a damaged byte
+ * made up, or one of the ranges ld.so indexes (DT_ADDRRNG, DT_VALRNG) that
+ * molt does not check -- is refused. */
+static bool known_tag(int64_t tag) {
+  switch (tag) {
+  case DT_NEEDED:
+  case DT_PLTRELSZ:
+  case DT_PLTGOT:
+  case DT_HASH:
+  case DT_STRTAB:
+  case DT_SYMTAB:
+  case DT_RELA:
+  case DT_RELASZ:
+  case DT_RELAENT:
+  case DT_STRSZ:
+  case DT_SYMENT:
+  case DT_INIT:
+  case DT_FINI:
+  case DT_SONAME:
+  case DT_RPATH:
+  case DT_SYMBOLIC:
+  case DT_DEBUG:
+  case DT_JMPREL:
+  case DT_BIND_NOW:
+  case DT_INIT_ARRAY:
+  case DT_FINI_ARRAY:
+  case DT_INIT_ARRAYSZ:
+  case DT_FINI_ARRAYSZ:
+  case DT_RUNPATH:
+  case DT_FLAGS:
+  case DT_PREINIT_ARRAY:
+  case DT_PREINIT_ARRAYSZ:
+  case DT_PLTREL:
+  case DT_GNU_HASH:
+  case DT_VERSYM:
+  case DT_RELACOUNT:
+  case DT_FLAGS_1:
+  case DT_VERDEF:
+  case DT_VERDEFNUM:
+  case DT_VERNEED:
+  case DT_VERNEEDNUM:
+    return true;
+  default:
+    return false;
+  }
+}
+
+static const char *code_tag(int64_t tag) {
+  switch (tag) {
+  case DT_INIT:
+    return "DT_INIT (an _init function)";
+  case DT_INIT_ARRAY:
+  case DT_INIT_ARRAYSZ:
+    return "DT_INIT_ARRAY (constructors)";
+  case DT_PREINIT_ARRAY:
+  case DT_PREINIT_ARRAYSZ:
+    return "DT_PREINIT_ARRAY (pre-initializers)";
+  case DT_FINI:
+    return "DT_FINI (an _fini function)";
+  case DT_FINI_ARRAY:
+  case DT_FINI_ARRAYSZ:
+    return "DT_FINI_ARRAY (destructors)";
+  default:
+    return NULL;
+  }
+}
+
+static int check_loader_tables(elf_file *f, const Elf64_Dyn *d, size_t nd) {
+  /* One entry per tag: ld.so keeps the last of duplicates, molt's readers
+   * the first, and the two must see the same table. */
+  for (size_t i = 0; i < nd; i++) {
+    int64_t tag = d[i].d_tag;
+    const char *why = forbidden_tag(tag);
+    if (why)
+      return corrupt(f, "dynamic entry %zu: %s", i, why);
+    if ((f->flags & LOAD_NO_CODE) && (why = code_tag(tag)) != NULL) {
+      molt__errmsg(f->err, f->errlen,
+                   "the patch has %s: a patch must not run code when it is loaded or "
+                   "unloaded (remove constructors/destructors; build it with moltcc)",
+                   why);
+      return MOLT_ENOTPATCH;
+    }
+    if (!known_tag(tag))
+      return corrupt(f,
+                     "dynamic entry %zu has tag %#" PRIx64 ", which molt does not know",
+                     i, (uint64_t)tag);
+    if (tag == DT_NEEDED)
+      continue;
+    for (size_t j = i + 1; j < nd; j++)
+      if (d[j].d_tag == tag)
+        return corrupt(f, "dynamic entries %zu and %zu have the same tag %" PRId64, i, j,
+                       tag);
+  }
+  uint64_t v, strtab, strsz = 0, symtab, nsyms = 0;
+  if (dyn_value(d, nd, DT_PLTREL, &v) && v != DT_RELA)
+    return corrupt(f, "DT_PLTREL is %" PRIu64 ", not DT_RELA", v);
+  /* ld.so dereferences the companion entries without looking. */
+  if (dyn_value(d, nd, DT_RELA, &v) &&
+      (!dyn_value(d, nd, DT_RELAENT, &v) || v != sizeof(Elf64_Rela) ||
+       !dyn_value(d, nd, DT_RELASZ, &v)))
+    return corrupt(f, "DT_RELA without DT_RELASZ or a valid DT_RELAENT");
+  int plt = dyn_value(d, nd, DT_JMPREL, &v) + dyn_value(d, nd, DT_PLTRELSZ, &v) +
+            dyn_value(d, nd, DT_PLTREL, &v);
+  if (plt != 0 && plt != 3)
+    return corrupt(f, "DT_JMPREL, DT_PLTRELSZ and DT_PLTREL do not come together");
+  if (dyn_value(d, nd, DT_RELACOUNT, &v) && !dyn_value(d, nd, DT_RELA, &v))
+    return corrupt(f, "DT_RELACOUNT without DT_RELA");
+  if ((dyn_value(d, nd, DT_INIT_ARRAY, &v) && !dyn_value(d, nd, DT_INIT_ARRAYSZ, &v)) ||
+      (dyn_value(d, nd, DT_FINI_ARRAY, &v) && !dyn_value(d, nd, DT_FINI_ARRAYSZ, &v)) ||
+      (dyn_value(d, nd, DT_PREINIT_ARRAY, &v) &&
+       !dyn_value(d, nd, DT_PREINIT_ARRAYSZ, &v)))
+    return corrupt(f, "a constructor or destructor array without its size");
+  if (dyn_value(d, nd, DT_FLAGS, &v) && (v & DF_TEXTREL))
+    return corrupt(f, "DT_FLAGS asks for text relocations");
+  if (dyn_value(d, nd, DT_PLTGOT, &v) && !in_writable_segment(f, v, 3 * 8))
+    return corrupt(f, "DT_PLTGOT is outside the writable segments");
+  if (!dyn_value(d, nd, DT_STRTAB, &strtab) || !dyn_value(d, nd, DT_STRSZ, &strsz) ||
+      strsz == 0 || !dyn_value(d, nd, DT_SYMTAB, &symtab))
+    return corrupt(f, "no dynamic string or symbol table");
+  char *str;
+  int rc = read_table(f, strtab, strsz, MAX_STRTAB_BYTES, "dynamic string table",
+                      (void **)&str);
+  if (rc)
+    return rc;
+  Elf64_Sym *syms = NULL;
+  /* Every string ends inside the table: the loader strcmp()s them. */
+  if (str[strsz - 1] != '\0') {
+    rc = corrupt(f, "the dynamic string table does not end with NUL");
+    goto out;
+  }
+  uint64_t hash;
+  bool have_gnu = dyn_value(d, nd, DT_GNU_HASH, &hash);
+  if (have_gnu && (rc = check_gnu_hash(f, hash, &nsyms)))
+    goto out;
+  if (dyn_value(d, nd, DT_HASH, &hash)) {
+    uint64_t n = 0;
+    if ((rc = check_sysv_hash(f, hash, &n)))
+      goto out;
+    if (!have_gnu || n > nsyms)
+      nsyms = n;
+  } else if (!have_gnu) {
+    rc = corrupt(f, "no symbol hash table (DT_GNU_HASH or DT_HASH)");
+    goto out;
+  }
+  f->relacount = 0;
+  dyn_value(d, nd, DT_RELACOUNT, &f->relacount);
+  /* Symbols past the hashed ones can still be named by relocations. */
+  uint64_t rela = 0, relasz = 0, jmprel = 0, pltrelsz = 0;
+  bool has_rela = dyn_value(d, nd, DT_RELA, &rela);
+  dyn_value(d, nd, DT_RELASZ, &relasz);
+  bool has_jmprel = dyn_value(d, nd, DT_JMPREL, &jmprel);
+  dyn_value(d, nd, DT_PLTRELSZ, &pltrelsz);
+  if (has_rela && (rc = check_relocs(f, rela, relasz, "DT_RELA table", NULL, &nsyms)))
+    goto out;
+  if (has_jmprel &&
+      (rc = check_relocs(f, jmprel, pltrelsz, "DT_JMPREL table", NULL, &nsyms)))
+    goto out;
+  if (nsyms == 0)
+    nsyms = 1;
+  if ((rc = read_table(f, symtab, nsyms * sizeof(Elf64_Sym), MAX_SYMTAB_BYTES,
+                       "dynamic symbol table", (void **)&syms)))
+    goto out;
+  for (uint64_t i = 0; i < nsyms && !rc; i++) {
+    const Elf64_Sym *s = &syms[i];
+    if (s->st_name >= strsz)
+      rc = corrupt(f, "dynamic symbol %" PRIu64 " has its name outside the string table",
+                   i);
+    else if ((f->flags & LOAD_NO_CODE) && ELF64_ST_TYPE(s->st_info) == STT_GNU_IFUNC &&
+             s->st_shndx != SHN_UNDEF)
+      rc = corrupt(f,
+                   "dynamic symbol %" PRIu64 " is an IFUNC (its resolver would run "
+                   "inside dlopen)",
+                   i);
+  }
+  if (rc)
+    goto out;
+  if (has_rela && (rc = check_relocs(f, rela, relasz, "DT_RELA table", syms, &nsyms)))
+    goto out;
+  if (has_jmprel &&
+      (rc = check_relocs(f, jmprel, pltrelsz, "DT_JMPREL table", syms, &nsyms)))
+    goto out;
+  if ((rc = check_versions(f, d, nd, str, strsz, nsyms)))
+    goto out;
+  if (f->needed_ok)
+    for (size_t i = 0; i < nd && !rc; i++)
+      if (d[i].d_tag == DT_NEEDED &&
+          !f->needed_ok(str + d[i].d_un.d_val, f->needed_arg)) {
+        char name[64];
+        molt__errmsg(f->err, f->errlen,
+                     "the patch needs library %s, which the process has not loaded (a "
+                     "patch may only use libraries the program already uses)",
+                     printable(str + d[i].d_un.d_val, name, sizeof name));
+        rc = MOLT_ENOTPATCH;
+      }
+out:
+  free(syms);
+  free(str);
+  return rc;
+}
+
+int molt__elf_check_load(int fd, bool patch, bool (*needed_ok)(const char *, void *),
+                         void *arg, char *err, size_t errlen) {
+  elf_file f;
+  int rc = elf_open_filtered(&f, fd, LOAD_PATCH | (patch ? LOAD_NO_CODE : 0),
+                             patch ? MOLT_ENOTPATCH : MOLT_ENOTPROGRAM, err, errlen,
+                             needed_ok, arg);
+  elf_free(&f);
+  return rc;
 }
 
 static int by_offset(const void *a, const void *b) {

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- operations ------------------------------------------------------------ */
 
@@ -472,6 +473,42 @@ static bool guard_ok(const molt__io_guard *g) {
   return false;
 }
 
+/* What it takes and closes: protocol.h. */
+ssize_t molt__proto_recv_passing(int fd, void *buf, size_t n, int *passed, bool *extra) {
+  if (passed == NULL)
+    return recv(fd, buf, n, MSG_DONTWAIT);
+  union {
+    struct cmsghdr h;
+    char space[CMSG_SPACE(4 * sizeof(int))];
+  } ctl;
+  struct iovec iov = {.iov_base = buf, .iov_len = n};
+  struct msghdr m = {.msg_iov = &iov,
+                     .msg_iovlen = 1,
+                     .msg_control = ctl.space,
+                     .msg_controllen = sizeof ctl.space};
+  ssize_t k = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (k < 0)
+    return k;
+  if (m.msg_flags & MSG_CTRUNC)
+    *extra = true; /* the kernel closed what did not fit */
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+      continue;
+    size_t nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < nfds; i++) {
+      int got;
+      memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+      if (*passed < 0) {
+        *passed = got;
+      } else {
+        close(got);
+        *extra = true;
+      }
+    }
+  }
+  return k;
+}
+
 static int read_full(int fd, void *buf, size_t n, uint64_t deadline_ns, size_t *got,
                      const molt__io_guard *guard) {
   size_t done = 0;
@@ -540,9 +577,40 @@ int molt__proto_write_full(int fd, const void *buf, size_t n, uint64_t deadline_
 
 int molt__proto_send(int fd, const molt__frame_hdr *h, const void *payload,
                      uint64_t deadline_ns) {
+  return molt__proto_send_fd(fd, h, payload, deadline_ns, -1);
+}
+
+int molt__proto_send_fd(int fd, const molt__frame_hdr *h, const void *payload,
+                        uint64_t deadline_ns, int pass) {
   unsigned char hdr[MOLT__PROTO_HDR_SIZE];
   molt__proto_encode_hdr(h, hdr);
-  int rc = molt__proto_write_full(fd, hdr, sizeof hdr, deadline_ns);
+  size_t sent = 0;
+  if (pass >= 0) {
+    /* The descriptor rides on the header's first byte(s) (SCM_RIGHTS). */
+    union {
+      struct cmsghdr h;
+      char space[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = hdr, .iov_len = sizeof hdr};
+    struct msghdr m = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = ctl.space,
+                       .msg_controllen = sizeof ctl.space};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &pass, sizeof pass);
+    ssize_t k;
+    do
+      k = sendmsg(fd, &m, MSG_NOSIGNAL);
+    while (k < 0 && errno == EINTR);
+    if (k < 0)
+      return errno == EAGAIN || errno == EWOULDBLOCK ? MOLT_ETIMEDOUT : MOLT_EIO;
+    sent = (size_t)k;
+  }
+  int rc = molt__proto_write_full(fd, hdr + sent, sizeof hdr - sent, deadline_ns);
   if (rc == 0 && h->length > 0)
     rc = molt__proto_write_full(fd, payload, h->length, deadline_ns);
   return rc;
@@ -553,14 +621,30 @@ int molt__proto_recv(int fd, molt__frame_type type, molt__frame_hdr *h, char **p
   return molt__proto_recv_guarded(fd, type, h, payload, deadline_ns, err, errlen, NULL);
 }
 
+static int recv_frame(int fd, molt__frame_type type, molt__frame_hdr *h, char **payload,
+                      uint64_t deadline_ns, char *err, size_t errlen,
+                      const molt__io_guard *guard);
+
 int molt__proto_recv_guarded(int fd, molt__frame_type type, molt__frame_hdr *h,
                              char **payload, uint64_t deadline_ns, char *err,
                              size_t errlen, const molt__io_guard *guard) {
+  int rc = recv_frame(fd, type, h, payload, deadline_ns, err, errlen, guard);
+  if (rc != 0) {
+    free(*payload);
+    *payload = NULL;
+  }
+  return rc;
+}
+
+static int recv_frame(int fd, molt__frame_type type, molt__frame_hdr *h, char **payload,
+                      uint64_t deadline_ns, char *err, size_t errlen,
+                      const molt__io_guard *guard) {
   unsigned char hdr[MOLT__PROTO_HDR_SIZE];
   size_t got = 0;
   *payload = NULL;
   memset(h, 0, sizeof *h);
-  int rc = read_full(fd, hdr, sizeof hdr, deadline_ns, &got, guard);
+  int rc =
+      read_full(fd, hdr, sizeof hdr, deadline_ns, &got, guard);
   if (rc == MOLT_EPROTO) {
     if (got == 0) {
       molt__errmsg(err, errlen, "connection closed before a message arrived");

@@ -118,6 +118,13 @@ typedef struct molt__request {
   int timeout_ms;      /* < 0: MOLT__DEFAULT_TIMEOUT_MS */
   bool check_interior; /* update: refuse interior pointers into objects */
   char path[4096];     /* absolute; "" for operations without a file */
+  /* The open file of an apply or update (issue 16): received with the
+   * request (SCM_RIGHTS) or opened by the calling thread (molt_apply); the
+   * runtime reads only this, never `path` (kept for messages).  Owned by
+   * whoever built the request, who closes it; has_fd false: none. */
+  bool has_fd;
+  int fd;
+  int open_errno; /* !has_fd: why the caller could not open path (0: no try) */
 } molt__request;
 
 /* "immediate", "local", "global", or NULL for anything else. */
@@ -254,6 +261,11 @@ MOLT__HIDDEN int molt__proto_write_full_guarded(int fd, const void *buf, size_t 
 /* Sends header + payload. */
 MOLT__HIDDEN int molt__proto_send(int fd, const molt__frame_hdr *h, const void *payload,
                                   uint64_t deadline_ns);
+/* The same with the open descriptor `pass` attached to the header
+ * (SCM_RIGHTS; -1: none): how the CLI hands over the file of an apply or
+ * update (docs/protocol.md). */
+MOLT__HIDDEN int molt__proto_send_fd(int fd, const molt__frame_hdr *h,
+                                     const void *payload, uint64_t deadline_ns, int pass);
 /*
  * Reads and validates one message: header, then its payload into a malloc'd
  * buffer (*payload, NUL-terminated for convenience; NULL when empty).
@@ -269,6 +281,15 @@ MOLT__HIDDEN int molt__proto_recv_guarded(int fd, molt__frame_type type,
                                           molt__frame_hdr *h, char **payload,
                                           uint64_t deadline_ns, char *err, size_t errlen,
                                           const molt__io_guard *guard);
+
+/* One recv (MSG_DONTWAIT) that also takes the descriptors the peer sent
+ * with SCM_RIGHTS (recvmsg, MSG_CMSG_CLOEXEC: a received descriptor never
+ * leaks into a child the host execs): the first goes to *passed if it is
+ * still -1; any other is closed at once and *extra set, as is *extra when
+ * the kernel had to drop some (MSG_CTRUNC).  passed NULL: a plain recv.
+ * The control server reads every request with it (control.c). */
+MOLT__HIDDEN ssize_t molt__proto_recv_passing(int fd, void *buf, size_t n, int *passed,
+                                              bool *extra);
 
 /* ---- addressing -------------------------------------------------------- */
 

@@ -228,7 +228,10 @@ def test_apply_relative_path_and_rollback(fake, patch_file, tmp_path):
     assert s["patches"] == [{"position": 1, "id": "fix1",
                              "description": 'patch\t"fix1"',
                              "path": os.path.realpath(p), "generation": 1,
-                             "replaced": "", "built_from": "", "kept_loaded": None}]
+                             "replaced": "", "built_from": "", "kept_loaded": None,
+                             # the CLI opened the file and passed it (SCM_RIGHTS)
+                             "file": "%d:%d" % (os.stat(p).st_dev, os.stat(p).st_ino),
+                             "sha256": ""}]
     assert s["objects"][0]["refs"] == 1
     assert s["functions"][0]["version"] == "fix1"
 

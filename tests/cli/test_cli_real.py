@@ -6,6 +6,7 @@ Environment (set by tests/cli/tests.cmake):
   TEST_RUNTIME  the test program
   PATCH_DIR     its patches (patch_a.so tag 1, patch_b.so tag 2, bad ones)
 """
+import hashlib
 import json
 import os
 import shutil
@@ -123,9 +124,18 @@ def test_status_shows_replaced_provenance_and_pinned(served):
     assert "patch_pinned.c:17: a string literal is stored in stored_msg" in table
     entries = json.loads(molt("log", served.pid, "--json", check=0).stdout)
     loads = [e["message"] for e in entries if e["event"] == "load"]
-    assert any("(1 function; built from diff fix.patch sha256:0123abcd; files: target.c; "
+    assert any("; 1 function; built from diff fix.patch sha256:0123abcd; files: target.c; "
                "kept loaded: patch_pinned.c:17" in m for m in loads), loads
-    assert any("patch_a.so (4 functions)" in m for m in loads), loads
+    # what was loaded: the file as the CLI opened it (device:inode) and the
+    # SHA-256 of the copy, the same as the file's own
+    a_path = next(p["path"] for p in st["patches"] if p["id"] == "patch-a")
+    a_st = os.stat(a_path)
+    with open(a_path, "rb") as f:
+        a_sha = hashlib.sha256(f.read()).hexdigest()
+    assert any("patch_a.so (file %d:%d, sha256 %s; 4 functions)"
+               % (a_st.st_dev, a_st.st_ino, a_sha) in m for m in loads), loads
+    a = next(p for p in st["patches"] if p["id"] == "patch-a")
+    assert a["file"] == "%d:%d" % (a_st.st_dev, a_st.st_ino) and a["sha256"] == a_sha
 
 
 @pytest.mark.parametrize("name,needle", [
@@ -215,3 +225,110 @@ def test_killing_the_cli_mid_apply_leaves_all_or_nothing(served):
     # the request (if not, the timing above needs adjusting, not the check).
     print("R6: %d moved, %d stayed (apply takes %.1f ms)" % (moved, stayed, span * 1e3))
     assert moved > 0 and stayed > 0, (moved, stayed, span)
+
+
+# ---- files opened safely (issue 16) ---------------------------------------------
+
+APPLY_OP = 2    # MOLT__OP_APPLY (common/protocol.h)
+
+
+def raw_apply(pid, path, fds):
+    """An apply request as the CLI sends it, by hand: `path` in the record,
+    the descriptors `fds` attached (SCM_RIGHTS).  (status, response text)."""
+    import socket
+    import struct
+    body = ("path\t%s\npolicy\timmediate\n" % path).encode()
+    hdr = struct.pack("<IHHiI", 0x544c4f4d, 1, APPLY_OP, 0, len(body))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.settimeout(10)
+        c.connect("\0molt.%d" % pid)
+        if fds:
+            socket.send_fds(c, [hdr], fds)
+        else:
+            c.sendall(hdr)
+        c.sendall(body)
+        h = b""
+        while len(h) < 16:
+            h += c.recv(16 - len(h))
+        _, _, _, st, n = struct.unpack("<IHHiI", h)
+        data = b""
+        while len(data) < n:
+            data += c.recv(n - len(data))
+    return st, data.decode(errors="replace")
+
+
+def fd_count(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def test_symlink_swap_loads_what_was_opened(served, tmp_path):
+    """The CLI opened patch_a through a symlink; the link then points at
+    patch_b: the process loads the file that was opened, and says so."""
+    a, b = tmp_path / "a.so", tmp_path / "b.so"
+    shutil.copy(patch("patch_a.so"), a)
+    shutil.copy(patch("patch_b.so"), b)
+    link = tmp_path / "fix.so"
+    link.symlink_to(a)
+    fd = os.open(link, os.O_RDONLY)
+    try:
+        link.unlink()
+        link.symlink_to(b)              # swapped after the open
+        st, text = raw_apply(served.pid, str(link), [fd])
+    finally:
+        os.close(fd)
+    assert st == 0, text
+    served.wait_tag(1)                  # patch a's tag, not b's
+    p = status(served.pid)["patches"][-1]
+    with open(a, "rb") as f:
+        assert p["sha256"] == hashlib.sha256(f.read()).hexdigest()
+    assert p["file"] == "%d:%d" % (os.stat(a).st_dev, os.stat(a).st_ino)
+
+
+def test_request_without_descriptor_is_refused(served, tmp_path):
+    """An old CLI (a path, no descriptor): refused, nothing opened."""
+    before = fd_count(served.pid)
+    st, text = raw_apply(served.pid, patch("patch_a.so"), [])
+    assert st != 0 and "brought no open patch file" in text, text
+    assert status(served.pid)["generation"] == 0
+    assert fd_count(served.pid) == before
+
+
+def test_fifo_refused_by_the_cli_without_blocking(served, tmp_path):
+    fifo = tmp_path / "fix.so"
+    os.mkfifo(fifo)
+    t0 = time.time()
+    r = molt("apply", served.pid, str(fifo), timeout=10)
+    assert r.rc != 0 and "not a regular file" in r.err, r
+    assert time.time() - t0 < 5
+    assert status(served.pid)["generation"] == 0
+
+
+def test_passed_descriptors_are_never_leaked(served, tmp_path):
+    """Every path closes what came with a request: applied, refused (a
+    writable descriptor, two descriptors, a descriptor with a malformed
+    request), and the CLI's own applies."""
+    before = fd_count(served.pid)
+    fd = os.open(patch("patch_a.so"), os.O_RDONLY)
+    wfd = os.open(tmp_path / "w.so", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        st, text = raw_apply(served.pid, patch("patch_a.so"), [wfd])
+        assert st != 0 and "open for writing" in text, text
+        st, text = raw_apply(served.pid, patch("patch_a.so"), [fd, fd])
+        assert st != 0 and "more than one file descriptor" in text, text
+        st, text = raw_apply(served.pid, "relative.so", [fd])
+        assert st != 0, text
+        st, text = raw_apply(served.pid, patch("patch_a.so"), [fd])
+        assert st == 0, text
+        served.wait_tag(1)
+    finally:
+        os.close(fd)
+        os.close(wfd)
+    for _ in range(5):
+        molt("apply", served.pid, patch("patch_b.so"), check=0)
+        molt("rollback", served.pid, check=0)
+    # the runtime keeps one sealed copy per patch it may roll back to
+    deadline = time.time() + 5
+    while fd_count(served.pid) > before + 3 and time.time() < deadline:
+        time.sleep(0.05)
+    assert fd_count(served.pid) <= before + 3, (before, fd_count(served.pid))
+    served.wait_tag(1)

@@ -94,6 +94,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (rc == 0 && rc2 != 0)
     fail("patch_note_offset rejects what read_patch_note accepts", rc2, err);
 
+  /* The loader check (issue 16): every table ld.so trusts, both ways it is
+   * called (hot patch: no code at load; image).  Never a crash, a one-line
+   * error; what it accepts, the note reader accepts too (a subset). */
+  for (int patch = 0; patch < 2; patch++) {
+    int rc3 = molt__elf_check_load(fd, patch, NULL, NULL, err, sizeof err);
+    check_err("check_load", rc3, err, sizeof err);
+    if (rc3 != 0 && rc3 != MOLT_ENOTPATCH && rc3 != MOLT_ENOTPROGRAM &&
+        rc3 != MOLT_ECORRUPT && rc3 != MOLT_ENOMEM)
+      fail("check_load", rc3, err);
+  }
+
   char hex[MOLT__BUILD_ID_HEX_MAX + 1];
   rc = molt__elf_file_build_id(fd, hex, sizeof hex, err, sizeof err);
   check_err("file_build_id", rc, err, sizeof err);

@@ -1002,11 +1002,19 @@ static void test_stamp(char *moltstamp, const char *patch_path, char *target_pat
   CHECK(strcmp(note.target_build_id, target_hex) == 0, "stamped %s, want %s",
         note.target_build_id, target_hex);
 
-  /* Only the target_build_id field and the import symbols' binding
-   * (now weak) changed. */
+  /* Only the target_build_id field, the import symbols' binding (now
+   * weak) and the digest changed; the digest is the file's SHA-256 with
+   * its own bytes as zeros, and the file passes the runtime's check. */
   bytes now = read_file(copy);
   uint64_t f0 = note_desc_off(orig) + offsetof(molt__patch_note, target_build_id);
   uint64_t f1 = f0 + sizeof note.target_build_id;
+  uint64_t d0 = 0;
+  unsigned char stored[32], computed[32];
+  fd = open(copy, O_RDONLY);
+  CHECK_RC(molt__elf_patch_digest(fd, &d0, stored, computed, err, sizeof err), 0, err);
+  CHECK(memcmp(stored, computed, 32) == 0, "the stamped digest does not match");
+  CHECK_RC(molt__elf_check_digest(fd, err, sizeof err), 0, err);
+  close(fd);
   size_t diffs = 0;
   for (size_t i = 0; i < now.n && i < orig.n; i++) {
     bool info = false;
@@ -1014,9 +1022,31 @@ static void test_stamp(char *moltstamp, const char *patch_path, char *target_pat
       info |= i == info_off[k];
     if (info)
       CHECK(ELF64_ST_BIND(now.p[i]) == STB_WEAK, "import symbol at %zu is not weak", i);
-    else if (now.p[i] != orig.p[i] && (i < f0 || i >= f1))
+    else if (now.p[i] != orig.p[i] && (i < f0 || i >= f1) && (i < d0 || i >= d0 + 32))
       diffs++;
   }
+  /* The digest against a SHA-256 of our own (this one reads the file
+   * whole): the same bytes. */
+  molt__sha256 sha;
+  molt__sha256_init(&sha);
+  unsigned char zero[32] = {0};
+  molt__sha256_add(&sha, now.p, (size_t)d0);
+  molt__sha256_add(&sha, zero, 32);
+  molt__sha256_add(&sha, now.p + d0 + 32, now.n - (size_t)d0 - 32);
+  unsigned char whole[32];
+  molt__sha256_final(&sha, whole);
+  CHECK(memcmp(whole, stored, 32) == 0, "digest differs from the SHA-256 of the file");
+  /* One damaged byte anywhere is refused as damage. */
+  now.p[now.n / 2] ^= 0x40;
+  char damaged[4200];
+  snprintf(damaged, sizeof damaged, "%s.damaged", copy);
+  int dfd = open(damaged, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  CHECK(dfd >= 0 && write(dfd, now.p, now.n) == (ssize_t)now.n, "write %s", damaged);
+  CHECK_RC(molt__elf_check_digest(dfd, err, sizeof err), MOLT_ECORRUPT, err);
+  CHECK(strstr(err, "damaged") != NULL, "message: %s", err);
+  close(dfd);
+  unlink(damaged);
+  now.p[now.n / 2] ^= 0x40;
   CHECK(now.n == orig.n && diffs == 0, "%zu bytes changed outside the field", diffs);
   free(now.p);
 

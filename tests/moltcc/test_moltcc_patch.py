@@ -321,3 +321,26 @@ MOLT_UPDATABLE int f(int x) { return SQ(x) + f(0) * 0; }
     assert "never defined" not in r.err
     e = Elf(tool.path("p.so"))
     assert {(i["name"], i["tu"]) for i in e.imports()} == {("sq", "m.c"), ("f", "m.c")} - {("f", "m.c")} | {("f", None)}
+
+
+def test_patch_runs_no_code_at_load(prog):
+    """Issue 16: nothing of a patch runs inside dlopen or dlclose.  A
+    constructor in an object of the link is an error naming the function
+    and the object; a patch that builds has no DT_INIT*/DT_FINI* at all."""
+    t = prog
+    t.write("ctor.c", "#include <stdio.h>\n"
+                      "__attribute__((constructor)) static void say_hello(void) "
+                      "{ puts(\"hello from a patch\"); }\n"
+                      "int unused_ctor_helper(int x) { return x; }\n")
+    t.cc("-c", "-fPIC", "ctor.c", "-o", "ctor.o").ok()
+    r = t.moltcc("--molt-patch", "--molt-target", "./prog", "-o", "c.so", "v2/main.c", "ctor.o")
+    assert r.rc == 1 and "moltcc: error: ctor.o: function say_hello is a constructor" in r.err, r
+    assert not os.path.exists(t.path("c.so"))
+    t.write("dtor.c", "__attribute__((destructor)) void bye(void) {}\n")
+    t.cc("-c", "-fPIC", "dtor.c", "-o", "dtor.o").ok()
+    r = t.moltcc("--molt-patch", "--molt-target", "./prog", "-o", "c.so", "v2/main.c", "dtor.o")
+    assert r.rc == 1 and "function bye is a destructor" in r.err, r
+    t.moltcc("--molt-patch", "--molt-target", "./prog", "-o", "ok.so", "v2/main.c").ok()
+    dyn = t.run(["readelf", "-dW", "ok.so"]).ok().out
+    for tag in ("(INIT)", "(FINI)", "(INIT_ARRAY)", "(FINI_ARRAY)", "(PREINIT_ARRAY)"):
+        assert tag not in dyn, dyn

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -110,6 +111,7 @@ static unsigned log_count(molt__event ev) {
 
 typedef struct patch {
   char id[64], path[4096];
+  char file[48]; /* device:inode of the descriptor the request brought */
   uint64_t gen;
 } patch;
 
@@ -149,7 +151,8 @@ static void fake_status(molt__buf *out) {
     snprintf(buf[3], 64, "%llu", (unsigned long long)stack[i].gen);
     char desc[128];
     snprintf(desc, sizeof desc, "patch\t\"%.60s\"", stack[i].id);
-    rec(out, 6, "patch", buf[2], stack[i].id, desc, stack[i].path, buf[3]);
+    rec(out, 11, "patch", buf[2], stack[i].id, desc, stack[i].path, buf[3], "", "", "",
+        stack[i].file, "");
     rec(out, 5, "object", stack[i].id, stack[i].path, buf[3], "1");
   }
   rec(out, 5, "live", buf[1], "0", "current", "2");
@@ -248,6 +251,13 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
     patch *p = &stack[depth++];
     snprintf(p->id, sizeof p->id, "%.*s", (int)strcspn(base, "."), base);
     snprintf(p->path, sizeof p->path, "%s", req->path);
+    /* What the CLI passed (SCM_RIGHTS), as the real runtime reads it. */
+    struct stat st;
+    if (req->has_fd && fstat(req->fd, &st) == 0)
+      snprintf(p->file, sizeof p->file, "%ju:%ju", (uintmax_t)st.st_dev,
+               (uintmax_t)st.st_ino);
+    else
+      snprintf(p->file, sizeof p->file, "none");
     p->gen = ++generation;
     molt__log(MOLT__EV_LOAD, generation, p->id, "loaded %s", p->path);
     molt__log(MOLT__EV_SWITCH, generation, p->id, "generation %llu (%s)",

@@ -1258,6 +1258,223 @@ static void case_serve(void) {
   }
 }
 
+/* ---- damage: every byte of a real patch damaged, applied live (issue 16) -*/
+
+/* From the common layer (src/common/elf.c), linked in for the test: what
+ * moltstamp seals a patch with. */
+int molt__elf_patch_digest(int fd, uint64_t *off, unsigned char stored[32],
+                           unsigned char computed[32], char *err, size_t errlen);
+
+/* Applies the damaged file at `path`: it must be refused with a one-line
+ * message, or be loaded and then rolled back; the host (this process) must
+ * survive either way and keep serving. */
+static void damage_try(const char *path, const char *what, long *loaded, long *refused) {
+  char err[1024] = "";
+  static int trace = -1;
+  if (trace < 0)
+    trace = getenv("MOLT_DAMAGE_TRACE") != NULL;
+  if (trace)
+    fprintf(stderr, "%s\n", what); /* the last line names a damage that crashed */
+  int rc = molt_apply(path, MOLT_POLICY_IMMEDIATE, -1, err, sizeof err);
+  if (trace)
+    fprintf(stderr, "  -> %d %s\n", rc, err);
+  if (rc == 0) {
+    (*loaded)++;
+    CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0,
+          "%s: rollback: %s", what, err);
+  } else {
+    (*refused)++;
+    CHECK(err[0] && !strchr(err, '\n'), "%s: refusal without a one-line message (%d)",
+          what, rc);
+  }
+}
+
+/* One sweep over the file open on fd (a copy of orig): every `every`th
+ * position damaged (xor 0xff; 0x00 and 0x7f at every `stride`th), then random
+ * multi-byte damage (fixed seed).  reseal: the damaged file gets a correct
+ * digest again (as if moltstamp had sealed a damaged build), so that the
+ * checks behind the digest -- everything ld.so and molt trust -- meet
+ * every damage; the damaged patch's functions are then never called, since
+ * a damaged machine instruction is undetectable without the digest. */
+static void damage_sweep(int fd, const char *path, const unsigned char *orig, size_t size,
+                         uint64_t digest_off, bool reseal, size_t every, size_t stride,
+                         int rounds, long *loaded, long *refused) {
+  static const int modes[] = {-1, 0x00, 0x7f};
+  char what[96];
+  unsigned seed = 16;
+  for (long k = 0; k < (long)size * 3 + rounds && failures <= 20; k++) {
+    size_t at[8];
+    unsigned char val[8];
+    int n = 0;
+    if (k < (long)size * 3) {
+      size_t pos = (size_t)(k / 3), m = (size_t)(k % 3);
+      if (pos % every != 0 || (m > 0 && pos % stride != 0))
+        continue;
+      at[0] = pos;
+      val[0] = modes[m] < 0 ? (unsigned char)(orig[pos] ^ 0xff) : (unsigned char)modes[m];
+      if (val[0] == orig[pos])
+        continue;
+      n = 1;
+      snprintf(what, sizeof what, "%sbyte %zu = %#x", reseal ? "resealed " : "", pos,
+               val[0]);
+    } else {
+      n = 2 + (int)(rand_r(&seed) % 7);
+      for (int i = 0; i < n; i++) {
+        at[i] = (size_t)rand_r(&seed) % size;
+        val[i] = (unsigned char)rand_r(&seed);
+      }
+      snprintf(what, sizeof what, "%srandom round %ld", reseal ? "resealed " : "",
+               k - (long)size * 3);
+    }
+    for (int i = 0; i < n; i++)
+      if (pwrite(fd, &val[i], 1, (off_t)at[i]) != 1)
+        CHECK(0, "pwrite");
+    if (reseal) {
+      uint64_t off;
+      unsigned char d[32];
+      char err[256];
+      /* A damage that hides the digest note leaves nothing to reseal. */
+      if (molt__elf_patch_digest(fd, &off, NULL, d, err, sizeof err) == 0 &&
+          pwrite(fd, d, sizeof d, (off_t)off) != (ssize_t)sizeof d)
+        CHECK(0, "pwrite");
+    }
+    damage_try(path, what, loaded, refused);
+    for (int i = 0; i < n; i++)
+      if (pwrite(fd, &orig[at[i]], 1, (off_t)at[i]) != 1)
+        CHECK(0, "pwrite");
+    if (reseal && pwrite(fd, orig + digest_off, 32, (off_t)digest_off) != 32)
+      CHECK(0, "pwrite");
+  }
+}
+
+/* damage PATCH_DIR [EVERY]: every EVERYth byte position (1: all of them,
+ * the default); 0: all positions with all three values and 20,000 random
+ * rounds per sweep (minutes, not for CI). */
+static void case_damage(int every_arg) {
+  bool full = every_arg == 0;
+  size_t every = every_arg > 1 ? (size_t)every_arg : 1;
+  const char *src = patch("patch_b.so");
+  int in = open(src, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  CHECK(in >= 0 && fstat(in, &st) == 0, "open %s", src);
+  if (in < 0)
+    return;
+  size_t size = (size_t)st.st_size;
+  unsigned char *orig = malloc(size);
+  CHECK(orig && read(in, orig, size) == (ssize_t)size, "read %s", src);
+  uint64_t digest_off = 0;
+  char err[1024] = "";
+  CHECK(molt__elf_patch_digest(in, &digest_off, NULL, NULL, err, sizeof err) == 0,
+        "digest of %s: %s", src, err);
+  close(in);
+  char tmpl[] = "/tmp/molt-damage-XXXXXX";
+  CHECK(mkdtemp(tmpl) != NULL, "mkdtemp");
+  char path[4200];
+  snprintf(path, sizeof path, "%s/patch.so", tmpl);
+  int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  CHECK(fd >= 0 && pwrite(fd, orig, size, 0) == (ssize_t)size, "write %s", path);
+  long loaded = 0, refused = 0;
+  /* The undamaged patch loads (the sweeps would prove nothing otherwise). */
+  damage_try(path, "undamaged", &loaded, &refused);
+  CHECK(loaded == 1, "the undamaged patch was refused");
+  /* As a disk or a copy damages it: every damage is refused (the digest). */
+  long raw_loaded = 0, raw_refused = 0;
+  damage_sweep(fd, path, orig, size, digest_off, false, every, full ? 1 : 16,
+               full ? 20000 : 500, &raw_loaded, &raw_refused);
+  CHECK(raw_loaded == 0, "%ld damaged copies were loaded", raw_loaded);
+  /* Resealed: refused by the format checks, or loaded; never a crash. */
+  long sealed_loaded = 0, sealed_refused = 0;
+  damage_sweep(fd, path, orig, size, digest_off, true, every, full ? 1 : 16,
+               full ? 20000 : 500, &sealed_loaded, &sealed_refused);
+  /* Still serving: the undamaged patch applies and works. */
+  CHECK(molt_apply(path, MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0,
+        "final apply: %s", err);
+  CHECK(version_tag(5) == 2005, "the final patch does not work: %d", version_tag(5));
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s",
+        err);
+  CHECK(version_tag(5) == 5, "rolled back: %d", version_tag(5));
+  printf("damage: %zu bytes; damaged: %ld refused; damaged and resealed: %ld loaded, %ld "
+         "refused\n",
+         size, raw_refused, sealed_loaded, sealed_refused);
+  close(fd);
+  unlink(path);
+  rmdir(tmpl);
+  free(orig);
+}
+
+/* ---- fifo: a FIFO named as the patch is refused without blocking --------*/
+
+static void *fifo_apply(void *arg) {
+  char *err = arg;
+  int rc = molt_apply(err, MOLT_POLICY_IMMEDIATE, -1, err, 1024);
+  return (void *)(intptr_t)rc;
+}
+
+static void case_fifo(void) {
+  char tmpl[] = "/tmp/molt-fifo-XXXXXX";
+  CHECK(mkdtemp(tmpl) != NULL, "mkdtemp");
+  static char buf[1024];
+  snprintf(buf, sizeof buf, "%s/patch.so", tmpl);
+  char path[1024];
+  snprintf(path, sizeof path, "%s", buf);
+  CHECK(mkfifo(path, 0600) == 0, "mkfifo");
+  pthread_t t;
+  pthread_create(&t, NULL, fifo_apply, buf);
+  /* Nobody ever opens the other end: a blocking open would never return. */
+  bool done = false;
+  for (int ms = 0; ms < 5000 && !done; ms += 10) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 10 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    void *ret;
+    if (pthread_timedjoin_np(t, &ret, &ts) == 0) {
+      done = true;
+      CHECK((intptr_t)ret == MOLT_EINVAL && strstr(buf, "not a regular file"),
+            "FIFO: got %d \"%s\"", (int)(intptr_t)ret, buf);
+    }
+  }
+  CHECK(done, "applying a FIFO blocked the runtime for 5 s");
+  if (!done) {
+    int w = open(path, O_WRONLY | O_NONBLOCK); /* unblocks it, to exit cleanly */
+    (void)w;
+    pthread_join(t, NULL);
+  }
+  /* The runtime still serves. */
+  char err[1024] = "";
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "apply after the FIFO: %s", err);
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s",
+        err);
+  unlink(path);
+  rmdir(tmpl);
+}
+
+/* ---- ctor: a patch with code that runs at load or unload is refused -----*/
+
+static void case_ctor(void) {
+  static const struct {
+    const char *file, *what;
+  } bad[] = {{"patch_ctor.so", "DT_INIT_ARRAY"}, {"patch_dtor.so", "DT_FINI_ARRAY"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char err[1024] = "";
+    /* Had the loader run it, the process would have ended (exit 42/43). */
+    int rc = apply(bad[i].file, err, sizeof err);
+    CHECK(rc == MOLT_ENOTPATCH && strstr(err, bad[i].what) &&
+              strstr(err, "must not run code") && !strchr(err, '\n'),
+          "%s: got %d \"%s\"", bad[i].file, rc, err);
+    CHECK(maps_count(bad[i].file) == 0, "%s is mapped", bad[i].file);
+  }
+  CHECK(version_tag(1) == 1, "the program changed: %d", version_tag(1));
+  char err[1024] = "";
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "apply after the refusals: %s", err);
+  CHECK(version_tag(1) == 1001, "patch a: %d", version_tag(1));
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s",
+        err);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr,
@@ -1307,6 +1524,12 @@ int main(int argc, char **argv) {
     case_forklocks();
   else if (!strcmp(c, "pinned"))
     case_pinned();
+  else if (!strcmp(c, "ctor"))
+    case_ctor();
+  else if (!strcmp(c, "fifo"))
+    case_fifo();
+  else if (!strcmp(c, "damage"))
+    case_damage(argc > 3 ? rounds : 1);
   else {
     fprintf(stderr, "unknown case %s\n", c);
     return 2;

@@ -5,7 +5,11 @@ set(RT_OUT ${CMAKE_CURRENT_BINARY_DIR}/runtime)
 file(MAKE_DIRECTORY ${RT_OUT})
 
 add_executable(test_runtime ${RT}/test_runtime.c ${RT}/target.c)
-target_link_libraries(test_runtime PRIVATE molt pthread)
+# The common layer's archive (not the target: its usage requirements are
+# for the library's own sources): the damage case reseals damaged patches
+# as moltstamp does.
+target_link_libraries(test_runtime PRIVATE molt $<TARGET_FILE:molt_common> pthread)
+add_dependencies(test_runtime molt_common)
 target_include_directories(test_runtime PRIVATE ${RT})
 
 add_executable(other_program ${RT}/other_program.c)
@@ -19,6 +23,12 @@ function(molt_runtime_patch name src stamp)
   add_library(${name}_obj SHARED ${src})
   set_target_properties(${name}_obj PROPERTIES PREFIX "" OUTPUT_NAME ${name}.unstamped
     LIBRARY_OUTPUT_DIRECTORY ${RT_OUT}/unstamped)
+  # Built as moltcc builds patches: no code runs at load or unload (no start
+  # files; without ASan/TSan's per-object constructors -- moltcc drops those
+  # from instrumented objects, a hand-built patch is simply not instrumented).
+  target_compile_options(${name}_obj PRIVATE -fno-sanitize=address,thread)
+  target_compile_definitions(${name}_obj PRIVATE MOLT__NO_AUTO_REGISTER)
+  target_link_options(${name}_obj PRIVATE -nostartfiles)
   set(out ${RT_OUT}/${name}.so)
   if(stamp)
     set(step COMMAND moltstamp ${out} $<TARGET_FILE:${stamp}>)
@@ -41,6 +51,10 @@ target_link_options(patch_table_obj PRIVATE -Wl,-z,now -Wl,-z,relro)
 molt_runtime_patch(patch_unlisted ${RT}/patch_unlisted.c test_runtime)
 molt_runtime_patch(patch_pinned ${RT}/patch_pinned.c test_runtime)
 molt_runtime_patch(patch_pinned_nofunc ${RT}/patch_pinned_nofunc.c test_runtime)
+molt_runtime_patch(patch_ctor ${RT}/patch_ctor.c test_runtime)
+target_compile_definitions(patch_ctor_obj PRIVATE CTOR)
+molt_runtime_patch(patch_dtor ${RT}/patch_ctor.c test_runtime)
+target_compile_definitions(patch_dtor_obj PRIVATE DTOR)
 molt_runtime_patch(patch_foreign ${RT}/patch_b.c other_program)
 molt_runtime_patch(patch_unstamped ${RT}/patch_b.c "")
 
@@ -68,7 +82,7 @@ molt_runtime_patch(fdhost_b ${RT}/patch_b.c fdhost)
 add_custom_target(runtime_test_files ALL DEPENDS ${RT_PATCH_FILES} plain_lib abi_other)
 
 foreach(case entry stress inflight static maps refuse socket locks atomic wakeup cancel verdict
-             selfglobal imports pinned forkglobal forklocks)
+             selfglobal imports pinned forkglobal forklocks fifo ctor)
   add_test(NAME runtime_${case} COMMAND test_runtime ${case} ${RT_OUT})
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 endforeach()
@@ -76,6 +90,18 @@ endforeach()
 # which TSan refuses by default (die_after_fork).
 set_tests_properties(runtime_forkglobal runtime_forklocks PROPERTIES
   ENVIRONMENT "TSAN_OPTIONS=die_after_fork=0")
+
+# Issue 16: every byte of a real patch damaged (and random multi-byte damage,
+# fixed seed), each applied to this live process through molt_apply: refused
+# with a one-line message or loaded and rolled back, never a crash.
+# Every position in the plain build; every 3rd under the sanitizers (time).
+if(MOLT_SANITIZE)
+  set(damage_every 3)
+else()
+  set(damage_every 1)
+endif()
+add_test(NAME runtime_damage COMMAND test_runtime damage ${RT_OUT} ${damage_every})
+set_tests_properties(runtime_damage PROPERTIES TIMEOUT 900 LABELS "runtime;fuzz")
 
 molt_pytest(runtime_abi ${RT}/test_abi.py TIMEOUT 300 LABELS runtime cli
   ENV ABI_HOST=$<TARGET_FILE:abi_host> ABI_OTHER=$<TARGET_FILE:abi_other>

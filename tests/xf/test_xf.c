@@ -43,7 +43,7 @@ static const char *img(const char *name) {
 static molt__image *open_ok(const char *name) {
   char err[512] = "";
   molt__image *im = NULL;
-  int rc = molt__image_open(img(name), &im, err, sizeof err);
+  int rc = molt__image_open(img(name), -1, &im, err, sizeof err);
   REQUIRE(rc == 0 && im, "open %s: %s (%s)", name, molt_err_name(rc), err);
   return im;
 }
@@ -107,7 +107,7 @@ static void expect_refused(const char *what, const char *path, int want,
                            const char *msg_part) {
   char err[512] = "";
   molt__image *im = (molt__image *)1;
-  int rc = molt__image_open(path, &im, err, sizeof err);
+  int rc = molt__image_open(path, -1, &im, err, sizeof err);
   CHECK(rc == want, "%s: got %s (%s), expected %s", what, molt_err_name(rc), err,
         molt_err_name(want));
   CHECK(im == NULL, "%s: *out not cleared", what);

@@ -279,6 +279,24 @@ MOLT__HIDDEN void molt__fd_load_name_shown(const char *name);
  * err set. */
 MOLT__HIDDEN int molt__file_open_checked(const char *path, size_t max_bytes,
                                          molt__fd *out, char *err, size_t errlen);
+/* What was loaded, for status and the log: the file's device and inode as
+ * checked, and the SHA-256 of the copy (hex). */
+typedef struct molt__file_identity {
+  dev_t dev;
+  ino_t ino;
+  char sha256[65];
+} molt__file_identity;
+/* The same checks on a descriptor opened by someone else (received with a
+ * request, or opened by molt_apply's caller), which stays the caller's
+ * (not closed): regular file, owner, mode, open read-only; then the sealed
+ * copy in *out and, if id, what it is. */
+MOLT__HIDDEN int molt__file_copy_checked(int fd, const char *name, size_t max_bytes,
+                                         molt__fd *out, molt__file_identity *id,
+                                         char *err, size_t errlen);
+/* open(path) as the runtime's callers may (never the runtime thread for a
+ * client): O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, no read. */
+MOLT__HIDDEN int molt__file_open_path(const char *path, int *fd, char *err,
+                                      size_t errlen);
 
 /* ---- state.c --------------------------------------------------------------*/
 /* molt__rt_lock: the runtime state (modules, generations, entries, objects). */

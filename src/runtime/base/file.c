@@ -56,7 +56,8 @@ static int check_file(int fd, const char *path, char *err, size_t errlen) {
  * close them meanwhile (base.h): each read and write checks its
  * descriptor first. */
 static int private_copy(const molt__fd *f, const char *path, size_t max_bytes,
-                        molt__fd *out, char *err, size_t errlen) {
+                        molt__fd *out, molt__file_identity *id, char *err,
+                        size_t errlen) {
   struct stat st;
   if (!molt__fd_ours(f) || fstat(f->fd, &st) != 0) {
     molt__errmsg(err, errlen, "cannot copy %s: the process closed the descriptor", path);
@@ -77,6 +78,8 @@ static int private_copy(const molt__fd *f, const char *path, size_t max_bytes,
   }
   char buf[65536];
   off_t off = 0;
+  molt__sha256 sha;
+  molt__sha256_init(&sha);
   for (;;) {
     if (!molt__fd_ours(f) || !molt__fd_ours(&m)) {
       molt__errmsg(err, errlen, "cannot copy %s: the process closed the descriptor",
@@ -95,6 +98,12 @@ static int private_copy(const molt__fd *f, const char *path, size_t max_bytes,
       molt__fd_close(&m);
       return MOLT_EIO;
     }
+    molt__sha256_add(&sha, buf, (size_t)n);
+  }
+  if (id) {
+    id->dev = st.st_dev;
+    id->ino = st.st_ino;
+    molt__sha256_hex(&sha, id->sha256);
   }
   if (!molt__fd_ours(&m) ||
       fcntl(m.fd, F_ADD_SEALS,
@@ -110,33 +119,78 @@ static int private_copy(const molt__fd *f, const char *path, size_t max_bytes,
   return rc;
 }
 
-int molt__file_open_checked(const char *path, size_t max_bytes, molt__fd *out, char *err,
+/* R7 on a descriptor that someone else opened (the CLI, or the calling
+ * thread of molt_apply): besides check_file, opened for reading only -- a
+ * descriptor that could write proves its sender may change the file. */
+static int check_descriptor(const molt__fd *f, const char *name, char *err,
                             size_t errlen) {
+  if (!molt__fd_ours(f)) {
+    molt__errmsg(err, errlen, "cannot check %s: the process closed the descriptor", name);
+    return MOLT_EIO;
+  }
+  int rc = check_file(f->fd, name, err, errlen);
+  if (rc < 0)
+    return rc;
+  int fl = fcntl(f->fd, F_GETFL);
+  if (fl < 0 || (fl & O_ACCMODE) != O_RDONLY) {
+    molt__errmsg(err, errlen,
+                 "%s was passed open for writing; an update file is passed read-only",
+                 name);
+    return MOLT_EUNSAFE;
+  }
+  return 0;
+}
+
+int molt__file_copy_checked(int fd, const char *name, size_t max_bytes, molt__fd *out,
+                            molt__file_identity *id, char *err, size_t errlen) {
   *out = (molt__fd)MOLT__FD_NONE;
+  if (!name || !*name)
+    name = "the update file";
+  molt__fd f; /* the caller's: checked and read, never closed here */
+  int rc = molt__fd_take(&f, fd);
+  if (rc < 0) {
+    molt__errmsg(err, errlen, "cannot read %s: the descriptor is not open", name);
+    return rc;
+  }
+  rc = check_descriptor(&f, name, err, errlen);
+  if (rc == 0)
+    rc = private_copy(&f, name, max_bytes, out, id, err, errlen);
+  return rc;
+}
+
+int molt__file_open_path(const char *path, int *fd, char *err, size_t errlen) {
+  *fd = -1;
   if (!path || !*path) {
     molt__errmsg(err, errlen, "no file name given");
     return MOLT_EINVAL;
   }
-  int ffd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO (or a device) must not block (issue 16);
+   * its type is checked on the open file before anything is read. */
+  int ffd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (ffd < 0) {
     int e = errno;
     molt__errmsg(err, errlen, "cannot open %s: %s", path, strerror(e));
+    errno = e; /* for callers that pass the reason on */
     return molt__from_errno(e);
   }
+  *fd = ffd;
+  return 0;
+}
+
+int molt__file_open_checked(const char *path, size_t max_bytes, molt__fd *out, char *err,
+                            size_t errlen) {
+  *out = (molt__fd)MOLT__FD_NONE;
+  int ffd;
+  int rc = molt__file_open_path(path, &ffd, err, errlen);
+  if (rc < 0)
+    return rc;
   molt__fd f; /* for a moment: stays where the kernel put it */
-  int rc = molt__fd_take(&f, ffd);
+  rc = molt__fd_take(&f, ffd);
   if (rc < 0) {
     molt__errmsg(err, errlen, "cannot open %s: %s", path, molt_strerror(rc));
     return rc;
   }
-  if (molt__fd_ours(&f)) {
-    rc = check_file(f.fd, path, err, errlen);
-  } else {
-    molt__errmsg(err, errlen, "cannot check %s: the process closed the descriptor", path);
-    rc = MOLT_EIO;
-  }
-  if (rc == 0)
-    rc = private_copy(&f, path, max_bytes, out, err, errlen);
+  rc = molt__file_copy_checked(f.fd, path, max_bytes, out, NULL, err, errlen);
   molt__fd_close(&f);
   return rc;
 }

@@ -28,6 +28,7 @@ typedef struct molt__image {
   uintptr_t base;       /* load bias */
   molt__symtab *symtab; /* its file symbol table (statics included) */
   char build_id[MOLT__BUILD_ID_HEX_MAX + 1];
+  molt__file_identity ident;      /* the file it was copied from, the copy's hash */
   const molt__program_info *info; /* its molt__program */
   int (*main)(int, char **, char **);
   /* Mapped PT_LOAD segments, absolute addresses, sorted; prot = PF_* bits. */
@@ -38,9 +39,12 @@ typedef struct molt__image {
   size_t nranges;
 } molt__image;
 
-/* Opens, checks and dlopens (RTLD_NOW | RTLD_LOCAL) a program image.
- * MOLT_ENOTPROGRAM if it has no molt__program / main of its own. */
-MOLT__HIDDEN int molt__image_open(const char *path, molt__image **out, char *err,
+/* Checks and dlopens (RTLD_NOW | RTLD_LOCAL) a sealed copy of a program
+ * image: the file open on fd (a request's, not closed here), or with fd -1
+ * the one at path, opened by the calling thread (molt run: the process's
+ * own argument).  MOLT_ENOTPROGRAM if it has no molt__program / main of
+ * its own. */
+MOLT__HIDDEN int molt__image_open(const char *path, int fd, molt__image **out, char *err,
                                   size_t errlen);
 MOLT__HIDDEN void molt__image_close(molt__image *im); /* dlclose + free */
 /* Absolute address of symbol (name, tu) of the image, or NULL. */

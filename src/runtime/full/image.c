@@ -104,9 +104,12 @@ static int load_copy(molt__image *im, molt__fd *file, char *err, size_t errlen) 
     molt__errmsg(err, errlen, lost, path);
     return MOLT_EIO;
   }
-  /* Headers, segments and dynamic tables are checked before ld.so sees
-   * the file, so a malformed one is refused instead of faulting in dlopen. */
-  int rc = molt__elf_check_shared_object(file->fd, e2, sizeof e2);
+  /* Everything ld.so trusts (headers, segments, dynamic, hash, symbol,
+   * version and relocation tables, notes) is checked on this sealed copy
+   * before ld.so sees it, so a malformed one is refused instead of faulting
+   * or asserting in dlopen.  An image is a whole program: its constructors
+   * (libmolt's module registration among them) are its own to run. */
+  int rc = molt__elf_check_load(file->fd, false, NULL, NULL, e2, sizeof e2);
   if (rc < 0) {
     molt__errmsg(err, errlen, "%s: %s%s", path, e2,
                  rc == MOLT_ENOTPROGRAM ? " (a program image is a shared object built "
@@ -202,12 +205,21 @@ static int load_copy(molt__image *im, molt__fd *file, char *err, size_t errlen) 
   return 0;
 }
 
-int molt__image_open(const char *path, molt__image **out, char *err, size_t errlen) {
+int molt__image_open(const char *path, int fd, molt__image **out, char *err,
+                     size_t errlen) {
   if (!out)
     return MOLT_EINVAL;
   *out = NULL;
   molt__fd file;
-  int rc = molt__file_open_checked(path, MAX_IMAGE_BYTES, &file, err, errlen);
+  molt__file_identity ident;
+  int own = -1;
+  int rc = fd >= 0 ? 0 : molt__file_open_path(path, &own, err, errlen);
+  if (rc < 0)
+    return rc;
+  rc = molt__file_copy_checked(fd >= 0 ? fd : own, path, MAX_IMAGE_BYTES, &file, &ident,
+                               err, errlen);
+  if (own >= 0)
+    close(own);
   if (rc < 0)
     return rc;
   molt__image *im = calloc(1, sizeof *im);
@@ -217,6 +229,7 @@ int molt__image_open(const char *path, molt__image **out, char *err, size_t errl
     molt__errmsg(err, errlen, "out of memory");
     return MOLT_ENOMEM;
   }
+  im->ident = ident;
   rc = load_copy(im, &file, err, errlen);
   /* Not kept: the loader mapped what it needs, nothing reads the copy
    * again, and a descriptor the runtime does not hold cannot be lost. */

@@ -358,7 +358,7 @@ int molt__program_run(const char *path, int argc, char **argv, int *status, char
   molt__start_if_needed();
   char why[1024] = "";
   molt__image *im = NULL;
-  int rc = molt__image_open(path, &im, why, sizeof why);
+  int rc = molt__image_open(path, -1, &im, why, sizeof why);
   if (rc < 0)
     return cannot_run(path, rc, err, errlen, "%s", why[0] ? why : molt_strerror(rc));
   molt__pthread *t = calloc(1, sizeof *t);
@@ -781,7 +781,7 @@ static int parked_step(void *arg, char *err, size_t errlen) {
 
 /* The full update (runtime thread, op_lock held): docs/full-updates.md.
  * Logs its own outcome (refused before the barrier, aborted after). */
-static int program_update(const char *path, int timeout_ms, bool check_interior,
+static int program_update(const char *path, int fd, int timeout_ms, bool check_interior,
                           molt__buf *out, char *err, size_t errlen) {
   uint64_t gen = molt__gen_number_now();
   if (!program_active()) {
@@ -802,7 +802,11 @@ static int program_update(const char *path, int timeout_ms, bool check_interior,
   molt__lock_release(&prog_lock);
 
   uint64_t t_start = molt__now_ns();
-  int rc = molt__image_open(path, &u.new, err, errlen);
+  int rc = fd >= 0 ? molt__image_open(path, fd, &u.new, err, errlen) : MOLT_EPROTO;
+  if (fd < 0) /* issue 16: never a path a client names */
+    molt__errmsg(err, errlen,
+                 "the request brought no open program image; this molt CLI is older than "
+                 "the runtime (it must pass the file with SCM_RIGHTS: docs/protocol.md)");
   if (rc < 0) {
     molt__log(MOLT__EV_REFUSE, gen, NULL, "update %s refused: %s", path, err);
     return rc;
@@ -864,10 +868,12 @@ static int program_update(const char *path, int timeout_ms, bool check_interior,
   double pause_ms = (double)u.pause_ns / 1e6;
   double total_ms = (double)(molt__now_ns() - t_start) / 1e6;
   molt__log(MOLT__EV_UPDATE, u.gen, NULL,
-            "updated to %s (build-id %s) from %s: %zu threads restarted, %" PRIu64
-            " objects migrated (%" PRIu64 " bytes), pause %.3f ms, total %.3f ms",
-            u.new->path, u.new->build_id, u.old->path, u.nthreads, u.objects, u.bytes,
-            pause_ms, total_ms);
+            "updated to %s (build-id %s, file %ju:%ju, sha256 %s) from %s: %zu threads "
+            "restarted, %" PRIu64 " objects migrated (%" PRIu64
+            " bytes), pause %.3f ms, total %.3f ms",
+            u.new->path, u.new->build_id, (uintmax_t)u.new->ident.dev,
+            (uintmax_t)u.new->ident.ino, u.new->ident.sha256, u.old->path, u.nthreads,
+            u.objects, u.bytes, pause_ms, total_ms);
   char num[24], msg[768];
   snprintf(num, sizeof num, "%" PRIu64, u.gen);
   molt__buf_pair(out, "generation", num);
@@ -909,13 +915,18 @@ static void full_status(molt__buf *out) {
   molt__lock_acquire(&prog_lock);
   if (current) {
     snprintf(num, sizeof num, "%" PRIu64, nupdates);
+    char file[48];
+    snprintf(file, sizeof file, "%ju:%ju", (uintmax_t)current->ident.dev,
+             (uintmax_t)current->ident.ino);
     const char *f[] = {"image",
                        current->path,
                        current->build_id,
                        num,
                        retired ? retired->path : "",
-                       last_abort ? last_abort : ""};
-    molt__buf_record(out, 6, f);
+                       last_abort ? last_abort : "",
+                       file,
+                       current->ident.sha256};
+    molt__buf_record(out, 8, f);
   }
   /* Oldest first: the list is pushed at the front. */
   molt__link *last = threads;
@@ -966,8 +977,8 @@ static void full_fork_child(void) {
 
 /* The update operation (runtime thread, op_lock held). */
 static int op_update(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
-  return program_update(req->path, req->timeout_ms, req->check_interior, out, err,
-                        errlen);
+  return program_update(req->path, req->has_fd ? req->fd : -1, req->timeout_ms,
+                        req->check_interior, out, err, errlen);
 }
 
 /* A process that runs a program image is replaced as a whole: a hot patch

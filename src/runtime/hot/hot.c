@@ -100,7 +100,19 @@ static int op_apply(const molt__request *req, molt__buf *out, char *err, size_t 
   if (rc < 0)
     return refused(req, rc, err);
   molt__object *obj;
-  rc = molt__patch_open(req->path, &obj, err, errlen);
+  if (!req->has_fd && req->open_errno) { /* molt_apply could not open it */
+    molt__errmsg(err, errlen, "cannot open %s: %s", req->path, strerror(req->open_errno));
+    return refused(req, molt__from_errno(req->open_errno), err);
+  }
+  if (!req->has_fd) {
+    /* Issue 16: the runtime never opens a path a client names (a FIFO or a
+     * swapped symlink there would be the runtime's problem). */
+    molt__errmsg(err, errlen,
+                 "the request brought no open patch file; this molt CLI is older than "
+                 "the runtime (it must pass the file with SCM_RIGHTS: docs/protocol.md)");
+    return refused(req, MOLT_EPROTO, err);
+  }
+  rc = molt__patch_open(req->path, req->fd, &obj, err, errlen);
   if (rc < 0)
     return refused(req, rc, err);
   molt__rt_lock_acquire();
@@ -209,11 +221,21 @@ static void hot_status(molt__buf *out) {
     molt__object *o = history[i];
     snprintf(num, sizeof num, "%zu", i + 1);
     snprintf(num2, sizeof num2, "%" PRIu64, o->gen);
-    const char *f[] = {
-        "patch",        num,         o->id,
-        o->description, o->path,     num2,
-        o->provenance,  o->replaced, o->pinned ? molt__object_kept_reason(o) : ""};
-    molt__buf_record(out, 9, f);
+    char file[48];
+    snprintf(file, sizeof file, "%ju:%ju", (uintmax_t)o->ident.dev,
+             (uintmax_t)o->ident.ino);
+    const char *f[] = {"patch",
+                       num,
+                       o->id,
+                       o->description,
+                       o->path,
+                       num2,
+                       o->provenance,
+                       o->replaced,
+                       o->pinned ? molt__object_kept_reason(o) : "",
+                       file,
+                       o->ident.sha256};
+    molt__buf_record(out, 11, f);
   }
   for (molt__object *o = molt__objects_first(); o; o = molt__objects_next(o)) {
     if (!o->handle)

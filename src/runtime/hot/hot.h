@@ -23,15 +23,16 @@ struct molt__object {
   void *handle;                  /* dlopen handle; NULL while not loaded */
   const molt__patch_header *hdr; /* inside the loaded object */
   char *id, *description, *path;
-  char *provenance;     /* what it was built from ("" if not known) */
-  char *replaced;       /* "f, g (a.c)": what it replaces (status) */
-  bool pinned;          /* never unloaded once published (patch header flag) */
-  bool kept_logged;     /* the log said why it stays */
-  char *pinned_reasons; /* first reason after molt__object_kept_reason */
-  molt__fd file;        /* its sealed copy, made once (R7); kept for reload */
-  size_t module;        /* index of the program module it patches */
-  uint64_t gen;         /* generation its apply created */
-  bool in_history;      /* on the rollback stack */
+  char *provenance;          /* what it was built from ("" if not known) */
+  char *replaced;            /* "f, g (a.c)": what it replaces (status) */
+  bool pinned;               /* never unloaded once published (patch header flag) */
+  bool kept_logged;          /* the log said why it stays */
+  char *pinned_reasons;      /* first reason after molt__object_kept_reason */
+  molt__fd file;             /* its sealed copy, made once (R7); kept for reload */
+  molt__file_identity ident; /* the file it was copied from, and the copy's hash */
+  size_t module;             /* index of the program module it patches */
+  uint64_t gen;              /* generation its apply created */
+  bool in_history;           /* on the rollback stack */
   /* What this patch replaced, for rollback: entry index and the object that
    * supplied the previous version (NULL = the program's version 0).  Each
    * named object has prev_refs counted, so it outlives this record. */
@@ -66,9 +67,10 @@ MOLT__HIDDEN void molt__debug_patch_unloading(molt__object *obj, void *handle);
 /* The object behind a generation owner, or NULL if o is not a patch
  * object (an owner of another mode). */
 MOLT__HIDDEN molt__object *molt__object_of(molt__owner *o);
-/* Opens and checks a patch file and loads it (op_lock held, no
- * molt__rt_lock).  On failure nothing is loaded. */
-MOLT__HIDDEN int molt__patch_open(const char *path, molt__object **out, char *err,
+/* Checks the patch file open on fd (the request's: not closed here), loads
+ * a sealed copy of it (op_lock held, no molt__rt_lock).  path names it in
+ * messages and status only.  On failure nothing is loaded. */
+MOLT__HIDDEN int molt__patch_open(const char *path, int fd, molt__object **out, char *err,
                                   size_t errlen);
 /* dlopens obj's file again (rollback to an unloaded object). */
 MOLT__HIDDEN int molt__patch_reload(molt__object *obj, char *err, size_t errlen);

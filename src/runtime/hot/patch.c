@@ -328,6 +328,88 @@ static void free_record(molt__object *obj) {
   free(obj);
 }
 
+/* Whether the process has already loaded the library a patch names in
+ * DT_NEEDED: RTLD_NOLOAD maps nothing and runs nothing, it only finds an
+ * object that is there (by name or soname).  A patch may not bring a new
+ * library, whose constructors would run inside the host. */
+static bool needed_is_loaded(const char *name, void *arg) {
+  (void)arg;
+  void *h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+  if (!h)
+    return false;
+  dlclose(h); /* drops the reference RTLD_NOLOAD took, unloads nothing */
+  return true;
+}
+
+/* The patch's own memory as the loader mapped it (its PT_LOAD segments at
+ * the load base): every pointer in its header and records must point
+ * there, since a damaged relocation or data word can make one point
+ * anywhere (issue 16).  Strings must end inside their segment. */
+typedef struct object_map {
+  uintptr_t base;
+  molt__dynrels dr;
+} object_map;
+
+static bool in_object(const object_map *m, const void *p, size_t len, bool code) {
+  uintptr_t a = (uintptr_t)p, end;
+  if (a < m->base || __builtin_add_overflow(a, len, &end))
+    return false;
+  for (size_t i = 0; i < m->dr.nsegs; i++) {
+    uintptr_t s = m->base + m->dr.segs[i].start, e = m->base + m->dr.segs[i].end;
+    if (a >= s && end <= e && (!code || m->dr.segs[i].executable))
+      return true;
+  }
+  return false;
+}
+
+/* A NUL-terminated string of at most `max` bytes inside the object. */
+static bool object_string(const object_map *m, const char *s, size_t max) {
+  if (!in_object(m, s, 1, false))
+    return false;
+  for (size_t i = 0; i < m->dr.nsegs; i++) {
+    uintptr_t st = m->base + m->dr.segs[i].start, e = m->base + m->dr.segs[i].end;
+    if ((uintptr_t)s >= st && (uintptr_t)s < e) {
+      size_t room = e - (uintptr_t)s;
+      return memchr(s, '\0', room < max ? room : max) != NULL;
+    }
+  }
+  return false;
+}
+
+/* Every pointer of hdr (and of its function and import records) points
+ * into the object; strings end there.  The records are only read after
+ * their own range is known to be inside. */
+static bool header_inside(const object_map *m, const molt__patch_header *hdr) {
+  if (!in_object(m, hdr, sizeof *hdr, false))
+    return false;
+  if ((hdr->id && !object_string(m, hdr->id, 4096)) ||
+      (hdr->description && !object_string(m, hdr->description, 4096)) ||
+      (hdr->provenance && !object_string(m, hdr->provenance, 1 << 16)) ||
+      (hdr->pinned_reasons && !object_string(m, hdr->pinned_reasons, 1 << 16)))
+    return false;
+  if (hdr->fns > hdr->fns_end || hdr->imports > hdr->imports_end)
+    return false;
+  size_t nf = (size_t)(hdr->fns_end - hdr->fns),
+         ni = (size_t)(hdr->imports_end - hdr->imports);
+  if (nf > MAX_RECORDS || ni > MAX_RECORDS ||
+      (nf && !in_object(m, hdr->fns, nf * sizeof *hdr->fns, false)) ||
+      (ni && !in_object(m, hdr->imports, ni * sizeof *hdr->imports, false)))
+    return false;
+  for (size_t i = 0; i < nf; i++) {
+    const molt__patch_fn *f = &hdr->fns[i];
+    if (!object_string(m, f->name, 4096) || (f->tu && !object_string(m, f->tu, 4096)) ||
+        !in_object(m, (const void *)f->impl, 1, true))
+      return false;
+  }
+  for (size_t i = 0; i < ni; i++) {
+    const molt__import *im = &hdr->imports[i];
+    if (!object_string(m, im->symbol, 4096) || !object_string(m, im->name, 4096) ||
+        (im->tu && !object_string(m, im->tu, 4096)))
+      return false;
+  }
+  return true;
+}
+
 /* dlopens obj->file and validates the header.  No molt__rt_lock held. */
 static int load_handle(molt__object *obj, char *err, size_t errlen) {
   char p[64];
@@ -348,11 +430,32 @@ static int load_handle(molt__object *obj, char *err, size_t errlen) {
   struct link_map *lm = NULL;
   Dl_info info;
   int rc = 0;
-  if (!hdr || dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || !dladdr(hdr, &info) ||
+  object_map map = {0};
+  char e2[256] = "";
+  int map_rc = MOLT_EIO; /* the copy was lost (the host closed it) */
+  if (hdr && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && molt__fd_ours(&obj->file)) {
+    map.base = lm->l_addr;
+    map_rc = molt__elf_read_dynrels(obj->file.fd, &map.dr, e2, sizeof e2);
+  }
+  bool have_map = map_rc == 0;
+  if (!hdr || !lm || !dladdr(hdr, &info) ||
       (uintptr_t)info.dli_fbase != (uintptr_t)lm->l_addr) {
     molt__errmsg(err, errlen, "%s has no molt_patch_header of its own: not a molt patch",
                  obj->path);
     rc = MOLT_ENOTPATCH;
+  } else if (!have_map) {
+    molt__errmsg(err, errlen, "%s: %s", obj->path,
+                 e2[0] ? e2 : "the process closed molt's copy while it was loaded");
+    rc = map_rc;
+  } else if (!in_object(&map, hdr, sizeof *hdr, false)) {
+    molt__errmsg(err, errlen, "%s: corrupt patch header (outside the patch)", obj->path);
+    rc = MOLT_ECORRUPT;
+  } else if (hdr->magic == MOLT__PATCH_MAGIC && hdr->abi == MOLT__ABI &&
+             hdr->version == MOLT__PATCH_HEADER_VERSION && !header_inside(&map, hdr)) {
+    molt__errmsg(err, errlen,
+                 "%s: corrupt patch header (a pointer or string outside the patch)",
+                 obj->path);
+    rc = MOLT_ECORRUPT;
   } else if (hdr->magic != MOLT__PATCH_MAGIC) {
     molt__errmsg(err, errlen, "%s: bad patch header magic", obj->path);
     rc = MOLT_ENOTPATCH;
@@ -383,6 +486,7 @@ static int load_handle(molt__object *obj, char *err, size_t errlen) {
     molt__errmsg(err, errlen, "%s replaces no function", obj->path);
     rc = MOLT_ENOTPATCH;
   }
+  molt__elf_free_dynrels(&map.dr);
   if (rc < 0) {
     dlclose(h);
     return rc;
@@ -424,16 +528,42 @@ static char *replaced_list(const molt__patch_header *h) {
   return b.data;
 }
 
-int molt__patch_open(const char *path, molt__object **out, char *err, size_t errlen) {
-  /* R7: opened once and checked; everything after this (note, dlopen,
-   * rollback reloads) reads the sealed private copy (file.c). */
+int molt__patch_open(const char *path, int fd, molt__object **out, char *err,
+                     size_t errlen) {
+  /* R7: the descriptor the request brought is checked; everything after
+   * this (note, loader checks, dlopen, rollback reloads) reads the sealed
+   * private copy (file.c).  No path is opened here (issue 16). */
   molt__fd file;
-  int rc = molt__file_open_checked(path, MAX_PATCH_BYTES, &file, err, errlen);
+  molt__file_identity ident;
+  int rc = molt__file_copy_checked(fd, path, MAX_PATCH_BYTES, &file, &ident, err, errlen);
   if (rc < 0)
     return rc;
   molt__patch_note note;
+  /* Damage first (the digest moltstamp sealed the file with): a damaged
+   * byte anywhere, in code too, is refused as what it is.  A file without
+   * a digest or not sealed is first asked what it is (not ELF, not a
+   * patch, not stamped: the note reader's words), then refused for that. */
+  char e2[400] = "";
+  int digest_rc = molt__elf_check_digest(file.fd, e2, sizeof e2);
+  if (digest_rc == MOLT_ECORRUPT || digest_rc == MOLT_EIO || digest_rc == MOLT_ENOMEM) {
+    molt__errmsg(err, errlen, "%s: %s", path, e2);
+    rc = digest_rc;
+  }
   if (rc == 0)
     rc = molt__elf_read_patch_note(file.fd, &note, err, errlen);
+  if (rc == 0 && digest_rc < 0) {
+    molt__errmsg(err, errlen, "%s: %s", path, e2);
+    rc = digest_rc;
+  }
+  /* Deliver 2 and 3 of issue 16: nothing in the file reaches ld.so
+   * unchecked, and nothing of it runs inside dlopen or dlclose.  Checked on
+   * the sealed copy that is dlopened below: it cannot change in between. */
+  if (rc == 0) {
+    char e2[400] = "";
+    rc = molt__elf_check_load(file.fd, true, needed_is_loaded, NULL, e2, sizeof e2);
+    if (rc < 0)
+      molt__errmsg(err, errlen, "%s: %s", path, e2);
+  }
   size_t module = 0;
   if (rc == 0)
     rc = find_target(&note, &module, err, errlen);
@@ -449,6 +579,7 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
     } else {
       obj->path = p;
       obj->file = file;
+      obj->ident = ident;
       obj->module = module;
     }
   }
@@ -490,8 +621,10 @@ int molt__patch_open(const char *path, molt__object **out, char *err, size_t err
   molt__rt_lock_acquire();
   molt__list_push(&objects, &obj->all);
   size_t nfns = (size_t)(obj->hdr->fns_end - obj->hdr->fns);
-  molt__log(MOLT__EV_LOAD, now, obj->id, "loaded %s (%zu function%s%s%s%s%s)", obj->path,
-            nfns, nfns == 1 ? "" : "s", obj->provenance[0] ? "; built from " : "",
+  molt__log(MOLT__EV_LOAD, now, obj->id,
+            "loaded %s (file %ju:%ju, sha256 %s; %zu function%s%s%s%s%s)", obj->path,
+            (uintmax_t)obj->ident.dev, (uintmax_t)obj->ident.ino, obj->ident.sha256, nfns,
+            nfns == 1 ? "" : "s", obj->provenance[0] ? "; built from " : "",
             obj->provenance, obj->pinned ? "; kept loaded: " : "",
             obj->pinned ? molt__object_kept_reason(obj) : "");
   molt__rt_lock_release();

@@ -187,6 +187,12 @@ typedef enum { SLOT_FREE, SLOT_READING, SLOT_WRITING } slot_state;
 typedef struct slot {
   slot_state state;
   molt__fd fd;
+  /* The file of an apply or update comes open with the request
+   * (SCM_RIGHTS): the runtime never resolves a path a client names.  Kept
+   * like any runtime descriptor (fd.c) from its arrival; closed by
+   * slot_free on every path. */
+  molt__fd file;
+  bool extra_fds; /* more than one descriptor came (each extra one closed) */
   pid_t pid;
   uid_t uid;
   uint64_t order;    /* how many clients were admitted before it: eviction order */
@@ -216,6 +222,7 @@ static void slot_free(slot *s) {
   molt__buf_init(&s->body);
   molt__buf_free(&b);
   molt__fd_close(&s->fd);
+  molt__fd_close(&s->file);
   s->state = SLOT_FREE;
 }
 
@@ -240,7 +247,16 @@ static int read_frame(slot *s, char *err, size_t errlen) {
       molt__errmsg(err, errlen, "the process closed the connection's descriptor");
       return MOLT_EIO;
     }
-    ssize_t n = recv(s->fd.fd, dst, want, MSG_DONTWAIT);
+    int passed = -1;
+    ssize_t n = molt__proto_recv_passing(s->fd.fd, dst, want, &passed, &s->extra_fds);
+    if (passed >= 0) {
+      if (molt__fd_ours(&s->file)) {
+        close(passed); /* a second descriptor, in a later piece */
+        s->extra_fds = true;
+      } else if (molt__fd_keep(&s->file, passed) < 0) {
+        s->extra_fds = true; /* cannot keep it: refused below like a bad request */
+      }
+    }
     if (n < 0) {
       if (errno == EINTR)
         continue;
@@ -281,6 +297,10 @@ static int read_frame(slot *s, char *err, size_t errlen) {
     if (s->got >= MOLT__PROTO_HDR_SIZE && s->got == MOLT__PROTO_HDR_SIZE + s->h.length) {
       if (s->payload)
         s->payload[s->h.length] = '\0';
+      if (s->extra_fds) {
+        molt__errmsg(err, errlen, "more than one file descriptor came with the request");
+        return MOLT_EPROTO;
+      }
       return 0;
     }
   }
@@ -361,6 +381,10 @@ static void serve(slot *s) {
   }
   rc = molt__request_decode(s->h.kind, &recs, req, err, sizeof err);
   molt__tsv_free(&recs);
+  if (rc == 0 && molt__fd_ours(&s->file)) {
+    req->has_fd = true;
+    req->fd = s->file.fd;
+  }
   if (rc != 0) {
     free(req);
     respond(s, rc, err, NULL);
@@ -664,6 +688,7 @@ static void accept_clients(const molt__fd *listener, uint64_t now) {
     }
     *s = (slot){.state = SLOT_READING,
                 .fd = client,
+                .file = MOLT__FD_NONE,
                 .pid = cred.pid,
                 .uid = cred.uid,
                 .order = admitted++,

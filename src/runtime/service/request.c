@@ -22,8 +22,10 @@
  * is taken while it is held. */
 #include "service/service.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- dispatch ------------------------------------------------------------------*/
 
@@ -229,7 +231,23 @@ int molt_apply(const char *path, molt_policy_t policy, int timeout_ms, char *err
     return MOLT_EINVAL;
   }
   strcpy(req.path, path);
-  return run_public(&req, err_msg, err_len);
+  /* Opened here, on the calling thread (the program's own request, its
+   * own path), O_NONBLOCK: the runtime thread only ever gets a descriptor
+   * (issue 16). */
+  char err[1024];
+  int fd;
+  int rc = molt__file_open_path(path, &fd, err, sizeof err);
+  if (rc < 0) {
+    /* Still a request: the runtime refuses it in its order (a refusing
+     * runtime says so first) and logs it. */
+    req.open_errno = errno ? errno : EIO;
+    return run_public(&req, err_msg, err_len);
+  }
+  req.has_fd = true;
+  req.fd = fd;
+  rc = run_public(&req, err_msg, err_len);
+  close(fd);
+  return rc;
 }
 
 int molt_rollback(molt_policy_t policy, int timeout_ms, char *err_msg, size_t err_len) {

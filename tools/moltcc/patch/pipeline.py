@@ -57,6 +57,7 @@ from ..unit import CK, SC
 from ..weave import VERSION_PATCH
 from .plan import PatchPlan, assign_roles
 from .weave import IMPORT_PREFIX, ImportTable, PatchWeaver, WeaveError, patch_header_source
+from . import ctors
 from . import source as fixsource
 
 COMPARE_FLAGS = ["-ffunction-sections", "-fdata-sections", "-g"]
@@ -855,11 +856,16 @@ class Pipeline:
         ver = s.work.file("molt_patch.ver")
         with open(ver, "w") as f:
             f.write("%s { };\n" % VERSION_PATCH)
-        rc, _ = s.tools.run(cc + ["-shared", "-o", out] + objects + [hobj] + self.extra_objects
+        # No code of the patch runs at load or unload (ctors.py): no start
+        # files, no constructors of the user's, the sanitizers' dropped.
+        inputs = ctors.link_inputs(objects + [hobj] + self.extra_objects,
+                                   os.path.dirname(hobj))
+        rc, _ = s.tools.run(cc + ["-shared", "-nostartfiles", "-o", out] + inputs
                             + layout.san_flags() + ["-Wl,--build-id", "-Wl,-z,now",
                                                     "-Wl,--version-script=" + ver])
         if rc != 0:
             return rc
+        ctors.check_linked(out)
         # gdb, addr2line and perf name a new version `f`: its DWARF name and
         # its symbol (nothing reads the patch's symbol table by the
         # generated name; the runtime finds new versions through molt_pfns).
