@@ -11,20 +11,19 @@ set(PROTO_CODEC ${PROTO_SRC}/protocol.c ${PROTO_SRC}/buf.c ${PROTO_SRC}/errors.c
 add_executable(protocol_test_protocol ${PROTO_T}/test_protocol.c)
 target_link_libraries(protocol_test_protocol PRIVATE molt_common)
 
-add_executable(protocol_test_control ${PROTO_T}/test_control.c
+# The real control server and what it needs of the runtime's base layer,
+# linked into the tests that drive it against a scripted runtime.
+set(PROTO_SERVER_SOURCES
   ${PROJECT_SOURCE_DIR}/src/runtime/service/control.c
   ${PROJECT_SOURCE_DIR}/src/runtime/base/fd.c
   ${PROJECT_SOURCE_DIR}/src/runtime/base/lock.c
   ${PROJECT_SOURCE_DIR}/src/runtime/base/platform.c)
+
+add_executable(protocol_test_control ${PROTO_T}/test_control.c ${PROTO_SERVER_SOURCES})
 target_link_libraries(protocol_test_control PRIVATE molt_common pthread)
 
-# The mutation loop also runs the real control server (against a scripted
-# runtime) with hostile clients.
-add_executable(protocol_fuzz ${PROTO_T}/fuzz_protocol.c
-  ${PROJECT_SOURCE_DIR}/src/runtime/service/control.c
-  ${PROJECT_SOURCE_DIR}/src/runtime/base/fd.c
-  ${PROJECT_SOURCE_DIR}/src/runtime/base/lock.c
-  ${PROJECT_SOURCE_DIR}/src/runtime/base/platform.c)
+# The mutation loop also runs the real control server with hostile clients.
+add_executable(protocol_fuzz ${PROTO_T}/fuzz_protocol.c ${PROTO_SERVER_SOURCES})
 target_link_libraries(protocol_fuzz PRIVATE molt_common pthread)
 
 add_test(NAME protocol_codec COMMAND protocol_test_protocol)
