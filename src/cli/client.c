@@ -301,13 +301,13 @@ static size_t fallback_names(pid_t pid, char names[][108], size_t max) {
  * listens there, on its fallback names.  The primary's error is kept when
  * no fallback answers. */
 static int call_any(pid_t pid, unsigned op, const molt__buf *body, int pass_fd,
-                    int timeout_ms, cli_reply *r, char *err, size_t errlen, bool *unread) {
+                    int timeout_ms, cli_reply *r, char *err, size_t errlen,
+                    bool *unread) {
   char primary[64];
   molt__proto_socket_name(pid, NULL, primary, sizeof primary);
   bool impostor;
-  int rc =
-      call_once(pid, primary, op, body, pass_fd, timeout_ms, r, err, errlen, unread,
-                &impostor);
+  int rc = call_once(pid, primary, op, body, pass_fd, timeout_ms, r, err, errlen, unread,
+                     &impostor);
   if (rc != MOLT_ENOTMOLT && !impostor)
     return rc;
   char names[FALLBACK_MAX][108];
@@ -316,9 +316,8 @@ static int call_any(pid_t pid, unsigned op, const molt__buf *body, int pass_fd,
     char why[512];
     bool u, imp;
     cli_reply_free(r);
-    int rc2 =
-        call_once(pid, names[i], op, body, pass_fd, timeout_ms, r, why, sizeof why, &u,
-                  &imp);
+    int rc2 = call_once(pid, names[i], op, body, pass_fd, timeout_ms, r, why, sizeof why,
+                        &u, &imp);
     if (rc2 != MOLT_ENOTMOLT && !imp) {
       *unread = u;
       molt__errmsg(err, errlen, "%s", why);

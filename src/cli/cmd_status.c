@@ -64,14 +64,10 @@ static const cli_view refused = {
                 {"FIRST (UNIX TIME)", 3, CLI_AS_IS}, {"LAST", 4, CLI_AS_IS},
                 {"LAST-PID", 5, CLI_AS_IS})};
 /* The one "image" record, a JSON object of its own. */
-static const cli_field image[] = {{"path", 1, CLI_STR},
-                                  {"build_id", 2, CLI_STR},
-                                  {"full_updates", 3, CLI_NUM},
-                                  {"unloading", 4, CLI_OPT},
-                                  {"last_abort", 5, CLI_OPT},
-                                  {"file", 6, CLI_STR},
-                                  {"sha256", 7, CLI_STR},
-                                  {NULL, 0, 0}};
+static const cli_field image[] = {{"path", 1, CLI_STR},         {"build_id", 2, CLI_STR},
+                                  {"full_updates", 3, CLI_NUM}, {"unloading", 4, CLI_OPT},
+                                  {"last_abort", 5, CLI_OPT},   {"file", 6, CLI_STR},
+                                  {"sha256", 7, CLI_STR},       {NULL, 0, 0}};
 
 static const char *field(const molt__records *rs, const char *key, size_t i,
                          const char *dflt);

@@ -643,8 +643,7 @@ static int recv_frame(int fd, molt__frame_type type, molt__frame_hdr *h, char **
   size_t got = 0;
   *payload = NULL;
   memset(h, 0, sizeof *h);
-  int rc =
-      read_full(fd, hdr, sizeof hdr, deadline_ns, &got, guard);
+  int rc = read_full(fd, hdr, sizeof hdr, deadline_ns, &got, guard);
   if (rc == MOLT_EPROTO) {
     if (got == 0) {
       molt__errmsg(err, errlen, "connection closed before a message arrived");
