@@ -11,6 +11,7 @@
 
 #include <dlfcn.h>
 #include <elf.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -514,9 +515,9 @@ static void case_socket(void) {
 static void put_header(unsigned char *h, unsigned magic, unsigned version, unsigned kind,
                        unsigned len);
 
-/* This process's own status records, fetched over its control socket as the
- * CLI would (the runtime thread serves them). */
-static char *own_status(void) {
+/* This process's own report of a kind (1 STATUS, 4 LOG), fetched over its
+ * control socket as the CLI would (the runtime thread serves it). */
+static char *own_report(unsigned kind) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "molt.%d", (int)getpid());
@@ -526,7 +527,7 @@ static char *own_status(void) {
     return NULL;
   }
   unsigned char h[16];
-  put_header(h, 0x544c4f4d, 1, 1 /* STATUS */, 0);
+  put_header(h, 0x544c4f4d, 1, kind, 0);
   char *body = NULL;
   unsigned len = 0;
   if (write(fd, h, 16) == 16 && recv(fd, h, 16, MSG_WAITALL) == 16) {
@@ -539,6 +540,20 @@ static char *own_status(void) {
   }
   close(fd);
   return body;
+}
+
+static char *own_status(void) { return own_report(1 /* STATUS */); }
+static char *own_log(void) { return own_report(4 /* LOG */); }
+
+/* How many descriptors this process has open. */
+static int open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  while (d && readdir(d))
+    n++;
+  if (d)
+    closedir(d);
+  return n;
 }
 
 /* The "follows" field of thread tid's status record, e.g. "generation 3". */
@@ -1233,6 +1248,29 @@ static void case_pinned(void) {
   /* and it can be applied again over itself */
   CHECK(apply("patch_pinned.so", err, sizeof err) == 0, "%s", err);
   CHECK(version_tag(1) == 3001, "pinned patch applied again");
+  /* Applied again after its rollback, the same file takes up the copy that
+   * stayed loaded: rounds of rollback and apply add no mapping, no
+   * descriptor and no second object (each used to load another copy). */
+  int maps_before = maps_count("patch_pinned.so"), fds_before = open_fds();
+  for (int i = 0; i < 5; i++) {
+    CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+    CHECK(version_tag(1) == 1, "round %d: rolled back to the program", i);
+    CHECK(apply("patch_pinned.so", err, sizeof err) == 0, "%s", err);
+    CHECK(version_tag(1) == 3001, "round %d: pinned patch applied again", i);
+  }
+  sleep_ms(200);
+  CHECK(maps_count("patch_pinned.so") == maps_before,
+        "mappings of the pinned patch: %d -> %d", maps_before,
+        maps_count("patch_pinned.so"));
+  CHECK(open_fds() == fds_before, "descriptors: %d -> %d", fds_before, open_fds());
+  st = own_status();
+  const char *first = st ? strstr(st, "object\tpatch-pinned\t") : NULL;
+  CHECK(first && !strstr(first + 1, "object\tpatch-pinned\t"),
+        "the pinned patch is one loaded object");
+  free(st);
+  char *log = own_log();
+  CHECK(log && strstr(log, "took up"), "the log says the kept copy was taken up");
+  free(log);
 }
 
 /* ---- a long-running program for the CLI tests --------------------------------*/

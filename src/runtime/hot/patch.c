@@ -528,6 +528,45 @@ static char *replaced_list(const molt__patch_header *h) {
   return b.data;
 }
 
+/* A pinned patch stays mapped after it left the rollback stack
+ * (object_release).  Applying a file with the same contents again takes
+ * that object up again instead of loading a second copy: a copy per round
+ * would cost a descriptor and its mappings each time (the soak ran out of
+ * descriptors), and would give the program two instances of the patch's
+ * data, one of them still reached through the pointers that pinned it.
+ * The patch's own variables therefore keep their values (design §6).
+ * molt__rt_lock held; op_lock keeps the list and the history stable. */
+static molt__object *kept_copy(const molt__file_identity *ident) {
+  for (molt__object *o = object_at(objects); o; o = object_at(o->all.next))
+    if (o->handle && o->pinned && o->gen != 0 && !o->in_history &&
+        molt__fd_ours(&o->file) && strcmp(o->ident.sha256, ident->sha256) == 0)
+      return o;
+  return NULL;
+}
+
+/* Takes up the kept object o for a new apply of the file at path. */
+static int take_up(molt__object *o, const char *path, const molt__file_identity *ident,
+                   molt__object **out, char *err, size_t errlen) {
+  char *p = strdup(path);
+  if (p == NULL) {
+    molt__errmsg(err, errlen, "out of memory");
+    return MOLT_ENOMEM;
+  }
+  uint64_t now = molt__gen_number_now(); /* takes molt__rt_lock itself */
+  molt__rt_lock_acquire();
+  free(o->path);
+  o->path = p;
+  o->ident = *ident;
+  molt__log(MOLT__EV_LOAD, now, o->id,
+            "took up %s again (file %ju:%ju, sha256 %s): the same patch, kept loaded "
+            "since its rollback (%s); its variables keep their values",
+            o->path, (uintmax_t)ident->dev, (uintmax_t)ident->ino, ident->sha256,
+            molt__object_kept_reason(o));
+  molt__rt_lock_release();
+  *out = o;
+  return 0;
+}
+
 int molt__patch_open(const char *path, int fd, molt__object **out, char *err,
                      size_t errlen) {
   /* R7: the descriptor the request brought is checked; everything after
@@ -538,6 +577,13 @@ int molt__patch_open(const char *path, int fd, molt__object **out, char *err,
   int rc = molt__file_copy_checked(fd, path, MAX_PATCH_BYTES, &file, &ident, err, errlen);
   if (rc < 0)
     return rc;
+  molt__rt_lock_acquire();
+  molt__object *kept = kept_copy(&ident);
+  molt__rt_lock_release();
+  if (kept != NULL) {
+    molt__fd_close(&file); /* the kept object has its own sealed copy */
+    return take_up(kept, path, &ident, out, err, errlen);
+  }
   molt__patch_note note;
   /* Damage first (the digest moltstamp sealed the file with): a damaged
    * byte anywhere, in code too, is refused as what it is.  A file without
