@@ -125,9 +125,18 @@ set_tests_properties(runtime_lock_order PROPERTIES TIMEOUT 60 LABELS "runtime;co
 # while every descriptor is closed again and again (concurrency: TSan), and
 # real hosts driven through the CLI (test_fds.py).
 add_test(NAME runtime_fd_rollback COMMAND fdhost rollback ${RT_OUT})
-add_test(NAME runtime_fd_stress COMMAND fdhost stress ${RT_OUT} 300)
 set_tests_properties(runtime_fd_rollback PROPERTIES TIMEOUT 120 LABELS "runtime")
-set_tests_properties(runtime_fd_stress PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
+# Not under ThreadSanitizer: the storm closes descriptors with close_range
+# and closefrom, which TSan does not see, while molt_apply opens the patch
+# on the application's threads (issue 16): TSan's record of descriptors goes
+# stale, it reports races on reused numbers, and when it starts its
+# symbolizer for them the storm closes the symbolizer's pipes and TSan
+# itself crashes ("nested bug", about 1 run in 25).  The plain and the
+# AddressSanitizer builds run it.
+if(NOT MOLT_SANITIZE STREQUAL "thread")
+  add_test(NAME runtime_fd_stress COMMAND fdhost stress ${RT_OUT} 300)
+  set_tests_properties(runtime_fd_stress PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
+endif()
 molt_pytest(runtime_fds ${RT}/test_fds.py TIMEOUT 600 LABELS runtime cli
   ENV FDHOST=$<TARGET_FILE:fdhost> PATCH_DIR=${RT_OUT})
 # Another local user against the control channel: slow connections, a flood
