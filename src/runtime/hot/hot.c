@@ -128,7 +128,8 @@ static int run_callback(molt__object *obj, struct molt__object_callback *cb,
     /* Its code is running: the object must stay mapped (object_release). */
     obj->stuck = cb == &obj->pre ? "pre-update callback still running"
                                  : "post-update callback still running";
-    molt__callback_release(obj->stuck_run); /* an earlier one (a kept copy's) */
+    /* (none yet: a stuck object is never applied again) */
+    molt__callback_release(obj->stuck_run);
     obj->stuck_run = running;
     molt__errmsg(err, errlen,
                  "%s callback %s of patch %s timed out after %u ms (still running; the "
