@@ -19,6 +19,7 @@ SERVER_C = r"""
 
 int cb_state;   /* what the patch's callbacks did */
 int cb_mode;    /* what they are to do (set from stdin) */
+static volatile int post_runs;   /* a static: the post callback counts here */
 
 MOLT_UPDATABLE int answer(void) { return 1; }
 
@@ -33,8 +34,8 @@ int main(void)
             __atomic_store_n(&cb_mode, m, __ATOMIC_SEQ_CST);
             printf("mode %d\n", m);
         } else {
-            printf("answer=%d state=%d\n", answer(),
-                   __atomic_load_n(&cb_state, __ATOMIC_SEQ_CST));
+            printf("answer=%d state=%d runs=%d\n", answer(),
+                   __atomic_load_n(&cb_state, __ATOMIC_SEQ_CST), post_runs);
         }
         fflush(stdout);
     }
@@ -52,6 +53,7 @@ CALLBACKS_C = r"""
 #include <molt.h>
 
 extern int cb_state, cb_mode;   /* the program's: imported */
+MOLT_IMPORT_STATIC(volatile int, post_runs, "server.c");
 
 static int before(void)
 {
@@ -70,6 +72,7 @@ static int after(void)
     if (__atomic_load_n(&cb_mode, __ATOMIC_SEQ_CST) == 4)
         return 7;
     __atomic_add_fetch(&cb_state, 1, __ATOMIC_SEQ_CST);
+    MOLT_REF(post_runs)++;
     return 0;
 }
 MOLT_PATCH_POST(after);
@@ -150,6 +153,8 @@ def test_callbacks_run_around_the_switch(server):
         r = molt("apply", p.pid, fix)
         assert r.rc == 0 and "warning" not in r.err, r
         assert ask(p) == ("2", "11")
+        p.send("?")
+        assert p.expect(r"runs=(\d+)").group(1) == "1"     # the program's static
         s = status(p.pid)
         assert [x["callbacks"] for x in s["patches"]] == ["pre=before post=after"]
         table = molt("status", p.pid).out
@@ -223,7 +228,10 @@ def test_callbacks_refused_at_build(tool, needs_stamp):
         assert r.rc == 1 and want in r.err, r
     # and stamps a sound one
     t.write("hand_ok.c", HAND_PATCH_C + CALLBACKS_C.replace("#include <molt.h>\n", "")
-            .replace("extern int cb_state, cb_mode;", "int cb_state, cb_mode;"))
+            .replace("extern int cb_state, cb_mode;", "int cb_state, cb_mode;")
+            .replace('MOLT_IMPORT_STATIC(volatile int, post_runs, "server.c");',
+                     "static int post_runs_of_mine;")
+            .replace("MOLT_REF(post_runs)++;", "post_runs_of_mine++;"))
     t.cc("-I" + INCLUDE, "-fPIC", "-shared", "-nostartfiles", "-DMOLT__NO_AUTO_REGISTER",
          "hand_ok.c", "-o", "hand_ok.so").ok()
     t.run([stamp, "hand_ok.so", "./server"]).ok()
