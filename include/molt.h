@@ -79,14 +79,15 @@ extern "C" {
   XX(EINTERNAL,    -25, "internal error")                                    \
   XX(ENOTPROGRAM,  -26, "not a molt program image (build it with moltcc --molt-program)") \
   XX(ENOPROGRAM,   -27, "process does not run a program image (start it with molt run)") \
-  XX(EXFORM,       -28, "state transformation failed; the update was aborted")
+  XX(EXFORM,       -28, "state transformation failed; the update was aborted") \
+  XX(ECALLBACK,    -29, "the patch's pre-update callback refused it")
 /* clang-format on */
 
 typedef enum {
 #define MOLT__ERR_ENUM(name, val, msg) MOLT_##name = (val),
   MOLT_ERRNO_MAP(MOLT__ERR_ENUM)
 #undef MOLT__ERR_ENUM
-      MOLT__ERRNO_MIN = -28
+      MOLT__ERRNO_MIN = -29
 } molt_errno_t;
 
 /* Message for a code ("unknown error" for anything else); never NULL. */
@@ -401,8 +402,39 @@ MOLT_EXTERN size_t molt_shadow_total(void);
  * MOLT_PATCH_PINNED(id, description, reasons) is MOLT_PATCH for a patch
  * whose code or data the program keeps pointers to (a callback, a string
  * it stores): the runtime never unloads it, and `molt status` shows the
- * reasons.  A patch must not have constructors that use imports: they run
- * inside dlopen, before the imports are bound.
+ * reasons.  A patch has no constructors (moltcc and the runtime refuse
+ * them: nothing of a patch runs when it is loaded); its callbacks are the
+ * one way to run code at apply:
+ *
+ *     static int check_ready(void) { return MOLT_REF(counter) < 0; }
+ *     MOLT_PATCH_PRE(check_ready);      // 0: go on; anything else refuses
+ *     static int announce(void) { MOLT_REF(hits) = 0; return 0; }
+ *     MOLT_PATCH_POST(announce);        // nonzero: a warning, stays applied
+ *
+ * Both take no argument and return int; at most one of each per patch.
+ * They run inside the process on a short-lived thread of their own (not
+ * the runtime thread), while molt waits at most the callback timeout
+ * (`molt apply --callback-timeout SEC`, default 5 s):
+ *   pre   after the patch is loaded, checked and its imports are bound,
+ *         before anything is published.  Nonzero, or no return within the
+ *         timeout, refuses the apply and nothing changes: the patch is
+ *         unloaded -- unless pre is still running, then it stays loaded
+ *         (never published; `molt status`: "pre-update callback still
+ *         running").
+ *   post  after the new generation is published (policy immediate: new
+ *         calls already run the patch).  Nonzero or a timeout is a warning;
+ *         a post still running keeps the patch loaded for good.
+ * Rollback runs no callback.  A callback may call the program's functions
+ * (updatable ones through their current version: pre still sees the old
+ * one), read and write through MOLT_REF, and use molt_shadow_* (unlike
+ * code on the runtime thread).  It must not call molt_apply or
+ * molt_rollback (they wait for the apply that runs the callback), fork(),
+ * nor wait for a thread that does, nor for anything that needs an update
+ * to finish: the runtime holds its operation lock meanwhile, and such a
+ * callback only times out.  The macros are for patch sources (compiled
+ * with -DMOLT__NO_AUTO_REGISTER, as every patch is): a hand-written patch,
+ * or the file moltcc takes with --molt-callbacks FILE.c for a patch built
+ * from a fix; in a program they are a compile-time error.
  */
 
 #define MOLT_FUNCTION(ret, name, params, args)                                           \
@@ -422,6 +454,20 @@ MOLT_EXTERN size_t molt_shadow_total(void);
   MOLT__PATCH_FUNCTION(ret, name, params, NULL)
 #define MOLT_PATCH_STATIC_FUNCTION(ret, name, params, tu)                                \
   MOLT__PATCH_FUNCTION(ret, name, params, tu)
+
+#ifdef MOLT__NO_AUTO_REGISTER
+#define MOLT_PATCH_PRE(fn) MOLT__PATCH_CALLBACK(1, pre, fn)
+#define MOLT_PATCH_POST(fn) MOLT__PATCH_CALLBACK(2, post, fn)
+#else
+#define MOLT_PATCH_PRE(fn)                                                               \
+  _Static_assert(0, "MOLT_PATCH_PRE(" #fn ") belongs in a patch source (a hand-written " \
+                    "patch, or moltcc --molt-patch --molt-callbacks FILE.c), not in a "  \
+                    "program")
+#define MOLT_PATCH_POST(fn)                                                              \
+  _Static_assert(0, "MOLT_PATCH_POST(" #fn ") belongs in a patch source (a "             \
+                    "hand-written patch, or moltcc --molt-patch --molt-callbacks "       \
+                    "FILE.c), not in a program")
+#endif
 
 #define MOLT_IMPORT(type, name) MOLT__IMPORT(type, name, NULL)
 #define MOLT_IMPORT_STATIC(type, name, tu) MOLT__IMPORT(type, name, tu)

@@ -166,6 +166,11 @@ static int stamp(const char *patch, const char *target) {
     return 1;
   uint64_t desc_off;
   rc = molt__elf_patch_note_offset(pfd, &desc_off, NULL, err, sizeof err);
+  /* A callback declared twice or outside the code is refused here, where a
+   * hand-written patch is made, as the runtime would refuse it. */
+  molt__patch_callbacks cbs;
+  if (rc == 0)
+    rc = molt__elf_read_callbacks(pfd, &cbs, err, sizeof err);
   if (rc) {
     close(pfd);
     return fail(patch, err);

@@ -180,6 +180,29 @@ typedef struct molt__patch_note {
   char target_build_id[MOLT__BUILD_ID_HEX_MAX + 8]; /* hex, NUL-terminated */
 } molt__patch_note;
 
+/*
+ * A pre- or post-update callback of a patch (molt.h MOLT_PATCH_PRE/POST):
+ * one ELF note each (owner "molt", this type, in section
+ * .note.molt.callback), so that the runtime learns where the callbacks are
+ * from the file, before dlopen and without running anything of it.  The
+ * descriptor: kind, 0, the callback's address minus the address of the
+ * `target` field itself (a link-time constant: the note is position
+ * independent and needs no relocation), then the callback's name,
+ * NUL-terminated (at most MOLT__CALLBACK_NAME_MAX bytes with the NUL).
+ * At most one note of each kind; the target must lie in an executable
+ * PT_LOAD segment of the patch (common/elf.c refuses anything else).
+ */
+#define MOLT__NOTE_CALLBACK_TYPE 0x4d43u /* "MC" */
+#define MOLT__CALLBACK_PRE 1u
+#define MOLT__CALLBACK_POST 2u
+#define MOLT__CALLBACK_NAME_MAX 128
+typedef struct molt__callback_note {
+  uint32_t kind; /* MOLT__CALLBACK_PRE or MOLT__CALLBACK_POST */
+  uint32_t reserved;
+  int64_t target; /* callback address - address of this field */
+  /* char name[]: follows, NUL-terminated */
+} molt__callback_note;
+
 MOLT_EXTERN extern molt__gen molt__gens[MOLT__SLOTS];
 MOLT_EXTERN extern MOLT__ATOMIC(molt__gen *) molt__current;
 MOLT_EXTERN extern __thread molt__thread molt__self
@@ -393,6 +416,27 @@ static __inline__ __attribute__((always_inline)) void molt__leave(molt__gen *g) 
   } molt__note = {                                                                       \
       5, sizeof(molt__patch_note), MOLT__NOTE_TYPE,        "molt", {MOLT__ABI, 0, {0}},  \
       5, MOLT__DIGEST_SIZE,        MOLT__NOTE_DIGEST_TYPE, "molt", {0}}
+
+/* A callback of kind `kind` (1 pre, 2 post): a hidden wrapper
+ * molt__patch_<k>_<fn> (which also checks that fn is int (void)) and its
+ * note, whose target is the wrapper (hidden: `wrapper - .` is resolved by
+ * the static linker, whatever fn's visibility). */
+#define MOLT__PATCH_CALLBACK(kind, k, fn)                                                \
+  __attribute__((used, visibility("hidden"))) int molt__patch_##k##_##fn(void);          \
+  int molt__patch_##k##_##fn(void) { return fn(); }                                      \
+  __asm__(".pushsection .note.molt.callback,\"a\",@note\n"                               \
+          "\t.balign 4\n"                                                                \
+          "\t.long 5\n"                                                                  \
+          "\t.long 2f - 1f\n"                                                            \
+          "\t.long 0x4d43\n" /* MOLT__NOTE_CALLBACK_TYPE */                              \
+          "\t.asciz \"molt\"\n"                                                          \
+          "\t.balign 4\n"                                                                \
+          "1:\t.long " #kind "\n"                                                        \
+          "\t.long 0\n"                                                                  \
+          "\t.quad molt__patch_" #k "_" #fn " - .\n"                                     \
+          "\t.asciz \"" #fn "\"\n"                                                       \
+          "2:\t.balign 4\n"                                                              \
+          "\t.popsection")
 
 #define MOLT__PATCH_FUNCTION(ret, name, params, tu)                                      \
   static ret name##__molt_p params;                                                      \

@@ -41,8 +41,9 @@ typedef struct cli_args {
   const char *pos[3];
   int npos;
   bool json;
-  const char *policy; /* NULL: not given */
-  int timeout_ms;     /* -1: not given */
+  const char *policy;      /* NULL: not given */
+  int timeout_ms;          /* -1: not given */
+  int callback_timeout_ms; /* -1: not given */
   bool check_interior;
   pid_t pid; /* pos[0], for commands that take one */
   int argc;  /* the whole command line (molt run) */

@@ -493,6 +493,9 @@ static const char *advice(int status) {
   case MOLT_ENOPROGRAM:
     return "start the program with 'molt run <image.so>' to update it as a "
            "whole";
+  case MOLT_ECALLBACK:
+    return "nothing changed; the patch's pre-update callback said no ('molt log' "
+           "has its outcomes)";
   case MOLT_EXFORM:
     return "the old version goes on unchanged; fix the migration rules (.xf) "
            "and rebuild the new image";
@@ -551,6 +554,7 @@ int cli_change(const cli_args *a, const char *what, molt__request *req,
                     what, a->policy);
   req->timeout_ms = a->timeout_ms >= 0 ? a->timeout_ms : MOLT__DEFAULT_TIMEOUT_MS;
   req->check_interior = a->check_interior;
+  req->callback_timeout_ms = a->callback_timeout_ms > 0 ? a->callback_timeout_ms : 0;
   molt__buf body;
   molt__buf_init(&body);
   molt__request_encode(req, &body);
@@ -567,6 +571,16 @@ int cli_change(const cli_args *a, const char *what, molt__request *req,
   /* A full update may take the timeout twice: once waiting for the
    * threads, once migrating (docs/full-updates.md, "The time limit"). */
   int wait_ms = req->timeout_ms * (req->op == MOLT__OP_UPDATE ? 2 : 1) + CLIENT_SLACK_MS;
+  /* An apply also waits for the patch's pre- and post-update callbacks,
+   * each up to its timeout: read from the file the runtime gets. */
+  molt__patch_callbacks cbs;
+  char ignored[256];
+  const molt__op_info *oi = molt__op_find(req->op);
+  if (oi && (oi->flags & MOLT__OPF_CALLBACKS) && req->has_fd &&
+      molt__elf_read_callbacks(req->fd, &cbs, ignored, sizeof ignored) == 0)
+    wait_ms += (cbs.pre.present + cbs.post.present) *
+               (req->callback_timeout_ms > 0 ? req->callback_timeout_ms
+                                             : MOLT__DEFAULT_CALLBACK_TIMEOUT_MS);
   int code = cli_request_fd(what, a->pid, req->op, &body, req->has_fd ? req->fd : -1,
                             wait_ms, &r);
   molt__buf_free(&body);

@@ -17,18 +17,20 @@ static const cli_view patches = {
     CLI_FIELDS({"position", 1, CLI_NUM}, {"id", 2, CLI_STR}, {"description", 3, CLI_STR},
                {"path", 4, CLI_STR}, {"generation", 5, CLI_NUM}, {"replaced", 7, CLI_STR},
                {"built_from", 6, CLI_STR}, {"kept_loaded", 8, CLI_OPT},
-               {"file", 9, CLI_STR}, {"sha256", 10, CLI_STR}),
+               {"file", 9, CLI_STR}, {"sha256", 10, CLI_STR}, {"callbacks", 11, CLI_OPT}),
     CLI_COLUMNS({"#", 1, CLI_AS_IS}, {"ID", 2, CLI_AS_IS}, {"GENERATION", 5, CLI_AS_IS},
                 {"REPLACED", 7, CLI_AS_IS}, {"BUILT-FROM", 6, CLI_AS_IS},
-                {"KEPT-LOADED", 8, CLI_AS_IS}, {"PATH", 4, CLI_AS_IS},
-                {"FILE", 9, CLI_AS_IS}, {"SHA256", 10, CLI_AS_IS},
+                {"KEPT-LOADED", 8, CLI_AS_IS}, {"CALLBACKS", 11, CLI_AS_IS},
+                {"PATH", 4, CLI_AS_IS}, {"FILE", 9, CLI_AS_IS}, {"SHA256", 10, CLI_AS_IS},
                 {"DESCRIPTION", 3, CLI_AS_IS})};
 static const cli_view objects = {
     "object", "objects", "loaded patch objects",
     CLI_FIELDS({"id", 1, CLI_STR}, {"path", 2, CLI_STR}, {"generation", 3, CLI_NUM},
-               {"refs", 4, CLI_NUM}, {"kept_loaded", 5, CLI_OPT}),
+               {"refs", 4, CLI_NUM}, {"kept_loaded", 5, CLI_OPT},
+               {"callbacks", 6, CLI_OPT}),
     CLI_COLUMNS({"ID", 1, CLI_AS_IS}, {"LOADED-IN", 3, CLI_AS_IS}, {"REFS", 4, CLI_AS_IS},
-                {"KEPT-LOADED", 5, CLI_AS_IS}, {"PATH", 2, CLI_AS_IS})};
+                {"KEPT-LOADED", 5, CLI_AS_IS}, {"CALLBACKS", 6, CLI_AS_IS},
+                {"PATH", 2, CLI_AS_IS})};
 static const cli_view lives = {
     "live", "live_generations", "live generations",
     CLI_FIELDS({"generation", 1, CLI_NUM}, {"slot", 2, CLI_NUM}, {"state", 3, CLI_STR},

@@ -65,6 +65,8 @@ static void synopsis(const command *c, char *buf, size_t len) {
            c->flags & MOLT__OPF_TIMEOUT ? " [--timeout SEC]" : "");
   if (c->flags & MOLT__OPF_INTERIOR)
     snprintf(buf + strlen(buf), len - strlen(buf), " [--check-interior]");
+  if (c->flags & MOLT__OPF_CALLBACKS)
+    snprintf(buf + strlen(buf), len - strlen(buf), " [--callback-timeout SEC]");
 }
 
 /* Words of text, wrapped before column 80, every line indented by col. */
@@ -109,6 +111,8 @@ void cli_usage(FILE *out) {
         "                                   (default: immediate)\n"
         "  --timeout SEC                    how long to wait for threads to reach\n"
         "                                   update points (default: 10 s)\n"
+        "  --callback-timeout SEC           how long apply waits for each callback of\n"
+        "                                   the patch (default: 5 s)\n"
         "  --json                           the report as JSON\n"
         "  --check-interior                 refuse an update whose old state has\n"
         "                                   pointers into the interior of objects\n"
@@ -175,6 +179,7 @@ static int parse_args(int argc, char **argv, cli_args *o) {
       size_t klen = strcspn(a, "=");
       bool want_val = strncmp(a, "--policy", klen) == 0 && klen == 8;
       want_val |= strncmp(a, "--timeout", klen) == 0 && klen == 9;
+      want_val |= strncmp(a, "--callback-timeout", klen) == 0 && klen == 18;
       if (want_val) {
         if (a[klen] == '=')
           val = a + klen + 1;
@@ -202,6 +207,14 @@ static int parse_args(int argc, char **argv, cli_args *o) {
               EXIT_USAGE,
               "%s: invalid timeout '%s'; give a number of seconds greater than "
               "0 and at most 86400",
+              o->cmd, val);
+      } else if (klen == 18 && strncmp(a, "--callback-timeout", 18) == 0) {
+        o->callback_timeout_ms = parse_timeout(val);
+        if (o->callback_timeout_ms < 0)
+          return cli_fail(
+              EXIT_USAGE,
+              "%s: invalid callback timeout '%s'; give a number of seconds greater "
+              "than 0 and at most 86400",
               o->cmd, val);
       } else {
         return cli_fail(EXIT_USAGE, "%s: unknown option '%s'; see 'molt help'", o->cmd,
@@ -235,6 +248,12 @@ static int check_args(const command *c, const cli_args *o) {
                     "%s: --policy does not apply to %s (it always waits at the update "
                     "points); see 'molt help'",
                     o->cmd, o->cmd);
+  if (o->callback_timeout_ms >= 0 && !(c->flags & MOLT__OPF_CALLBACKS)) {
+    takers(MOLT__OPF_CALLBACKS, list, sizeof list);
+    return cli_fail(EXIT_USAGE,
+                    "%s: --callback-timeout applies only to %s; see 'molt help'", o->cmd,
+                    list);
+  }
   if (o->check_interior && !(c->flags & MOLT__OPF_INTERIOR)) {
     takers(MOLT__OPF_INTERIOR, list, sizeof list);
     return cli_fail(EXIT_USAGE,
@@ -264,7 +283,11 @@ static const command *find(const char *name) {
 int main(int argc, char **argv) {
   if (argc < 2)
     return cli_fail(EXIT_USAGE, "no command given; run 'molt help' for usage");
-  cli_args o = {.cmd = argv[1], .timeout_ms = -1, .argc = argc, .argv = argv};
+  cli_args o = {.cmd = argv[1],
+                .timeout_ms = -1,
+                .callback_timeout_ms = -1,
+                .argc = argc,
+                .argv = argv};
   const command *c = find(argv[1]);
   if (!c) {
     for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)

@@ -160,6 +160,21 @@ MOLT__HIDDEN int molt__elf_check_shared_object(int fd, char *err, size_t errlen)
 MOLT__HIDDEN int molt__elf_check_load(int fd, bool patch,
                                       bool (*needed_ok)(const char *name, void *arg),
                                       void *arg, char *err, size_t errlen);
+/* The pre- and post-update callbacks a patch declares (its callback
+ * notes, molt/abi.h): link-time addresses (add the load base) and names.
+ * Refused (MOLT_ECORRUPT, one line): a malformed note, two of a kind, a
+ * target outside the executable PT_LOAD segments.  Also MOLT_ENOTPATCH,
+ * MOLT_EIO, MOLT_ENOMEM.  molt__elf_check_load(patch) checks the same. */
+typedef struct molt__patch_callback {
+  bool present;
+  uint64_t vaddr;
+  char name[MOLT__CALLBACK_NAME_MAX];
+} molt__patch_callback;
+typedef struct molt__patch_callbacks {
+  molt__patch_callback pre, post;
+} molt__patch_callbacks;
+MOLT__HIDDEN int molt__elf_read_callbacks(int fd, molt__patch_callbacks *out, char *err,
+                                          size_t errlen);
 /* Build-id (hex) of the ELF64 file behind fd, read from its notes (SHT_NOTE
  * sections, else PT_NOTE segments).  0, MOLT_ENOSYM (no build-id),
  * MOLT_ECORRUPT, MOLT_ENOTSUP (not an ELF64 little-endian file), MOLT_EIO,

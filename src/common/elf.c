@@ -627,6 +627,10 @@ typedef struct note_hit {
   uint64_t desc_off; /* file offset of the descriptor */
   uint32_t descsz;
   size_t count; /* distinct notes found */
+  /* If set, called on every matching note (then desc_off is the last). */
+  int (*visit)(elf_file *f, uint64_t desc_off, uint32_t descsz, void *arg);
+  void *arg;
+  bool visit_failed; /* the error came from visit: the file, not a linker quirk */
 } note_hit;
 
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
@@ -675,6 +679,10 @@ static int scan_notes(elf_file *f, uint64_t off, uint64_t size, uint64_t align,
         hit->count++;
         hit->desc_off = abs;
         hit->descsz = hdr[1];
+        if (hit->visit && (rc = hit->visit(f, abs, hdr[1], hit->arg)) != 0) {
+          hit->visit_failed = true;
+          break;
+        }
       }
     }
     pos = align_up(desc_end, a);
@@ -688,8 +696,14 @@ static int scan_notes(elf_file *f, uint64_t off, uint64_t size, uint64_t align,
  * sections, a segment that does not parse is skipped rather than fatal:
  * some linkers put notes of mixed alignment into one PT_NOTE, which cannot
  * be walked with a single alignment. */
+static int find_note_visit(elf_file *f, const char *owner, uint32_t type, note_hit *hit);
 static int find_note(elf_file *f, const char *owner, uint32_t type, note_hit *hit) {
   memset(hit, 0, sizeof *hit);
+  return find_note_visit(f, owner, type, hit);
+}
+
+/* find_note with hit's visitor set (and the rest of *hit zero). */
+static int find_note_visit(elf_file *f, const char *owner, uint32_t type, note_hit *hit) {
   char where[96], name[48];
   int rc;
   for (size_t i = 1; i < f->shnum; i++) {
@@ -711,7 +725,7 @@ static int find_note(elf_file *f, const char *owner, uint32_t type, note_hit *hi
       continue;
     snprintf(where, sizeof where, "segment %zu (PT_NOTE)", i);
     rc = scan_notes(f, p->p_offset, p->p_filesz, p->p_align, where, owner, type, hit);
-    if (rc == MOLT_ECORRUPT && f->shnum > 0) {
+    if (rc == MOLT_ECORRUPT && f->shnum > 0 && !hit->visit_failed) {
       /* The sections parsed and are authoritative. */
       if (f->err && f->errlen)
         f->err[0] = '\0';
@@ -803,6 +817,92 @@ int molt__elf_patch_note_offset(int fd, uint64_t *desc_off, molt__patch_note *no
   elf_free(&f);
   if (rc == 0 && desc_off)
     *desc_off = off;
+  return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Callback notes (MOLT_PATCH_PRE / MOLT_PATCH_POST)                         */
+/* ------------------------------------------------------------------------ */
+
+/* One callback note: well formed, the first of its kind, its target inside
+ * an executable PT_LOAD segment.  The note itself must be loaded (its
+ * target is relative to its own address). */
+static int visit_callback(elf_file *f, uint64_t desc_off, uint32_t descsz, void *arg) {
+  molt__patch_callbacks *cbs = arg;
+  unsigned char buf[sizeof(molt__callback_note) + MOLT__CALLBACK_NAME_MAX];
+  molt__callback_note n;
+  if (descsz <= sizeof n || descsz > sizeof buf) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: callback note of %" PRIu32 " bytes (a callback "
+                 "name is 1 to %d characters)",
+                 descsz, MOLT__CALLBACK_NAME_MAX - 1);
+    return MOLT_ECORRUPT;
+  }
+  int rc = read_exact(f, buf, desc_off, descsz);
+  if (rc)
+    return rc;
+  memcpy(&n, buf, sizeof n);
+  const char *name = (const char *)buf + sizeof n;
+  size_t namemax = descsz - sizeof n;
+  const char *nul = memchr(name, '\0', namemax);
+  bool ident = nul && nul != name;
+  for (const char *c = name; ident && c < nul; c++)
+    ident = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+            (*c >= '0' && *c <= '9') || *c == '_';
+  if (!ident || (n.kind != MOLT__CALLBACK_PRE && n.kind != MOLT__CALLBACK_POST) ||
+      n.reserved != 0) {
+    molt__errmsg(f->err, f->errlen,
+                 "file is corrupt: malformed callback note (kind %" PRIu32 ")", n.kind);
+    return MOLT_ECORRUPT;
+  }
+  const char *what = n.kind == MOLT__CALLBACK_PRE ? "pre-update" : "post-update";
+  molt__patch_callback *cb = n.kind == MOLT__CALLBACK_PRE ? &cbs->pre : &cbs->post;
+  if (cb->present) {
+    molt__errmsg(f->err, f->errlen,
+                 "the patch declares two %s callbacks (%s and %s); a patch has at most "
+                 "one",
+                 what, cb->name, name);
+    return MOLT_ECORRUPT;
+  }
+  /* The address of the target field: its file offset in a PT_LOAD. */
+  uint64_t field_off = desc_off + offsetof(molt__callback_note, target), field = 0;
+  bool loaded = false;
+  for (size_t i = 0; i < f->phnum && !loaded; i++) {
+    const Elf64_Phdr *p = &f->ph[i];
+    if (p->p_type == PT_LOAD && field_off >= p->p_offset &&
+        field_off - p->p_offset < p->p_filesz &&
+        p->p_filesz - (field_off - p->p_offset) >= 8) {
+      field = p->p_vaddr + (field_off - p->p_offset);
+      loaded = true;
+    }
+  }
+  uint64_t target = field + (uint64_t)n.target; /* wraps: checked below */
+  const Elf64_Phdr *seg = loaded ? segment_of(f, target, 1, true) : NULL;
+  if (!seg || !(seg->p_flags & PF_X)) {
+    molt__errmsg(f->err, f->errlen, "file is corrupt: %s callback %s %s", what, name,
+                 loaded ? "points outside the patch's code"
+                        : "has a note that is not loaded");
+    return MOLT_ECORRUPT;
+  }
+  cb->present = true;
+  cb->vaddr = target;
+  snprintf(cb->name, sizeof cb->name, "%s", name);
+  return 0;
+}
+
+static int read_callbacks(elf_file *f, molt__patch_callbacks *out) {
+  memset(out, 0, sizeof *out);
+  note_hit hit = {.visit = visit_callback, .arg = out};
+  return find_note_visit(f, MOLT__NOTE_NAME, MOLT__NOTE_CALLBACK_TYPE, &hit);
+}
+
+int molt__elf_read_callbacks(int fd, molt__patch_callbacks *out, char *err,
+                             size_t errlen) {
+  elf_file f;
+  int rc = elf_open(&f, fd, LOAD_PATCH, MOLT_ENOTPATCH, err, errlen);
+  if (rc == 0)
+    rc = read_callbacks(&f, out);
+  elf_free(&f);
   return rc;
 }
 
@@ -1850,6 +1950,11 @@ int molt__elf_check_load(int fd, bool patch, bool (*needed_ok)(const char *, voi
   int rc = elf_open_filtered(&f, fd, LOAD_PATCH | (patch ? LOAD_NO_CODE : 0),
                              patch ? MOLT_ENOTPATCH : MOLT_ENOTPROGRAM, err, errlen,
                              needed_ok, arg);
+  /* The only code of a patch the runtime runs on purpose: its declared
+   * callbacks, whose notes must be sound before anything is loaded. */
+  molt__patch_callbacks cbs;
+  if (rc == 0 && patch)
+    rc = read_callbacks(&f, &cbs);
   elf_free(&f);
   return rc;
 }

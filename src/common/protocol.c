@@ -83,6 +83,11 @@ void molt__request_encode(const molt__request *req, molt__buf *out) {
     snprintf(t, sizeof t, "%d", req->timeout_ms < 0 ? -1 : req->timeout_ms);
     molt__buf_pair(out, "timeout_ms", t);
   }
+  if ((oi->flags & MOLT__OPF_CALLBACKS) && req->callback_timeout_ms > 0) {
+    char t[16];
+    snprintf(t, sizeof t, "%d", req->callback_timeout_ms);
+    molt__buf_pair(out, "callback_timeout_ms", t);
+  }
 }
 
 /* Parses a decimal int field (optional leading '-').  false if it is not
@@ -137,6 +142,17 @@ int molt__request_decode(unsigned op, const molt__records *recs, molt__request *
       return MOLT_EPROTO;
     }
     req->timeout_ms = t < 0 ? -1 : t;
+  }
+  r = oi->flags & MOLT__OPF_CALLBACKS ? molt__tsv_find(recs, "callback_timeout_ms")
+                                      : NULL;
+  if (r != NULL) {
+    int t;
+    if (!parse_int(molt__tsv_field(r, 1), &t)) {
+      molt__errmsg(err, errlen, "callback_timeout_ms '%.40s' is not an integer",
+                   molt__tsv_field(r, 1));
+      return MOLT_EPROTO;
+    }
+    req->callback_timeout_ms = t > 0 ? t : 0;
   }
   r = oi->flags & MOLT__OPF_INTERIOR ? molt__tsv_find(recs, "check_interior") : NULL;
   if (r != NULL) {

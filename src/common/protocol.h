@@ -41,6 +41,7 @@
 #define MOLT__OPF_POLICY 4u   /* request record "policy" (immediate, ...)    */
 #define MOLT__OPF_TIMEOUT 8u  /* request record "timeout_ms"                 */
 #define MOLT__OPF_INTERIOR 16u /* request record "check_interior" (0 or 1)   */
+#define MOLT__OPF_CALLBACKS 32u /* request record "callback_timeout_ms"      */
 /* clang-format on */
 
 /*
@@ -63,7 +64,8 @@
 #define MOLT__OPS(XX)                                                          \
   XX(STATUS, status, 1, MOLT__OPF_REPORT, MOLT__MODES_ANY, NULL,               \
      "generation, patches, functions, threads")                               \
-  XX(APPLY, apply, 2, MOLT__OPF_CHANGES | MOLT__OPF_POLICY | MOLT__OPF_TIMEOUT, \
+  XX(APPLY, apply, 2, MOLT__OPF_CHANGES | MOLT__OPF_POLICY | MOLT__OPF_TIMEOUT | \
+     MOLT__OPF_CALLBACKS,                                                     \
      MOLT__MODE_HOT, "patch", "apply a hot patch (default: immediate, 10 s)")  \
   XX(ROLLBACK, rollback, 3, MOLT__OPF_CHANGES | MOLT__OPF_POLICY | MOLT__OPF_TIMEOUT, \
      MOLT__MODE_HOT, NULL, "return to the previous generation")               \
@@ -110,14 +112,17 @@ MOLT__HIDDEN const molt__op_info *molt__op_all(size_t *n);
 /* ---- requests ------------------------------------------------------------- */
 
 #define MOLT__DEFAULT_TIMEOUT_MS 10000
+/* How long an apply waits for each callback of the patch (molt.h). */
+#define MOLT__DEFAULT_CALLBACK_TIMEOUT_MS 5000
 
 /* One operation with its arguments, as the runtime carries it out. */
 typedef struct molt__request {
   molt__op op;
   molt_policy_t policy;
-  int timeout_ms;      /* < 0: MOLT__DEFAULT_TIMEOUT_MS */
-  bool check_interior; /* update: refuse interior pointers into objects */
-  char path[4096];     /* absolute; "" for operations without a file */
+  int timeout_ms;          /* < 0: MOLT__DEFAULT_TIMEOUT_MS */
+  int callback_timeout_ms; /* <= 0: MOLT__DEFAULT_CALLBACK_TIMEOUT_MS */
+  bool check_interior;     /* update: refuse interior pointers into objects */
+  char path[4096];         /* absolute; "" for operations without a file */
   /* The open file of an apply or update (issue 16): received with the
    * request (SCM_RIGHTS) or opened by the calling thread (molt_apply); the
    * runtime reads only this, never `path` (kept for messages).  Owned by
@@ -132,7 +137,7 @@ MOLT__HIDDEN const char *molt__policy_name(molt_policy_t p);
 /* The policy named s; false if s names none. */
 MOLT__HIDDEN bool molt__policy_parse(const char *s, molt_policy_t *out);
 /* Appends the request records of req, as its operation's flags say (path,
- * policy or check_interior, timeout_ms). */
+ * policy or check_interior, timeout_ms, callback_timeout_ms). */
 MOLT__HIDDEN void molt__request_encode(const molt__request *req, molt__buf *out);
 struct molt__records; /* the parsed TSV payload, below */
 /* Builds *req from the records of a request for operation `op` (already

@@ -231,7 +231,7 @@ def test_apply_relative_path_and_rollback(fake, patch_file, tmp_path):
                              "replaced": "", "built_from": "", "kept_loaded": None,
                              # the CLI opened the file and passed it (SCM_RIGHTS)
                              "file": "%d:%d" % (os.stat(p).st_dev, os.stat(p).st_ino),
-                             "sha256": ""}]
+                             "sha256": "", "callbacks": None}]
     assert s["objects"][0]["refs"] == 1
     assert s["functions"][0]["version"] == "fix1"
 

@@ -11,6 +11,9 @@ int (*stored_fp)(int);
 const char *stored_msg; /* a pinned patch stores its literal here */
 volatile int block_hold;
 volatile int block_entered;
+int cb_pre_mode, cb_post_mode; /* what patch_cb's callbacks do */
+int cb_pre_seen, cb_post_seen; /* version_tag(0) + 1 as they saw it */
+volatile int cb_hold;          /* mode 2 loops while set */
 
 MOLT_FUNCTION(int, version_tag, (int x), (x)) { return 0 * 1000 + x; }
 

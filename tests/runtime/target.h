@@ -14,4 +14,9 @@ extern int (*stored_fp)(int);  /* &version_tag, taken at start */
 extern const char *stored_msg; /* set by patch_pinned */
 extern volatile int block_hold;
 extern volatile int block_entered;
+/* patch_cb's callbacks: mode 0 returns 0, 2 loops while cb_hold is set,
+ * any other is returned; each records version_tag(0) + 1 as it saw it. */
+extern int cb_pre_mode, cb_post_mode;
+extern int cb_pre_seen, cb_post_seen;
+extern volatile int cb_hold;
 #endif

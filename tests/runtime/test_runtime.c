@@ -1273,6 +1273,199 @@ static void case_pinned(void) {
   free(log);
 }
 
+/* ---- callbacks: a patch's pre- and post-update callbacks (molt.h) -----------*/
+
+/* From the common layer (src/common/elf.c), linked in for the test: what
+ * moltstamp seals a patch with (also used by the damage case below). */
+int molt__elf_patch_digest(int fd, uint64_t *off, unsigned char stored[32],
+                           unsigned char computed[32], char *err, size_t errlen);
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The file offset of the descriptor of callback note number `which` (0, 1)
+ * in the bytes b of a patch, or 0. */
+static size_t callback_note(const unsigned char *b, size_t n, int which) {
+  static const unsigned char type[4] = {0x43, 0x4d, 0, 0}; /* MOLT__NOTE_CALLBACK_TYPE */
+  for (size_t i = 0; i + 20 + 16 <= n; i += 4)
+    if (b[i] == 5 && !b[i + 1] && !b[i + 2] && !b[i + 3] && !memcmp(b + i + 8, type, 4) &&
+        !memcmp(b + i + 12, "molt\0\0\0", 8) && which-- == 0)
+      return i + 20;
+  return 0;
+}
+
+/* Writes b with one change (len bytes at off) to path, sealed again as
+ * moltstamp would: the runtime's own check of the notes must refuse it. */
+static void write_resealed(const char *path, const unsigned char *b, size_t n, size_t off,
+                           const void *val, size_t len) {
+  int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  CHECK(fd >= 0 && pwrite(fd, b, n, 0) == (ssize_t)n, "write %s", path);
+  CHECK(pwrite(fd, val, len, (off_t)off) == (ssize_t)len, "pwrite");
+  uint64_t doff;
+  unsigned char d[32];
+  char err[256];
+  CHECK(molt__elf_patch_digest(fd, &doff, NULL, d, err, sizeof err) == 0 &&
+            pwrite(fd, d, sizeof d, (off_t)doff) == (ssize_t)sizeof d,
+        "reseal: %s", err);
+  close(fd);
+}
+
+static void case_callbacks(void) {
+  char err[1024] = "";
+  /* pre and post return 0: pre ran before the patch was published (it saw
+   * version 0), post after (it saw the patch). */
+  CHECK(apply("patch_cb.so", err, sizeof err) == 0, "apply: %s", err);
+  CHECK(version_tag(1) == 4001, "patch_cb runs: %d", version_tag(1));
+  CHECK(cb_pre_seen == 0 + 1, "pre saw version_tag(0) = %d, not the old 0",
+        cb_pre_seen - 1);
+  CHECK(cb_post_seen == 4000 + 1, "post saw version_tag(0) = %d, not the patch's 4000",
+        cb_post_seen - 1);
+  char *st = own_status();
+  CHECK(st && strstr(st, "\tpre=pre_check post=post_announce"),
+        "status shows the callbacks");
+  free(st);
+  char *log = own_log();
+  CHECK(log && strstr(log, "pre-update callback pre_check of patch-cb ran: returned 0"),
+        "log: pre ran");
+  CHECK(log &&
+            strstr(log, "post-update callback post_announce of patch-cb ran: returned 0"),
+        "log: post ran");
+  free(log);
+  /* Rollback runs no callback. */
+  cb_pre_seen = cb_post_seen = 0;
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s",
+        err);
+  CHECK(version_tag(1) == 1 && cb_pre_seen == 0 && cb_post_seen == 0,
+        "rollback: tag %d, callbacks ran (%d, %d)", version_tag(1), cb_pre_seen,
+        cb_post_seen);
+  CHECK(wait_unmapped("patch_cb.so", 3000), "rolled-back patch_cb still mapped");
+
+  /* pre fails: refused, nothing changed, the patch unloaded; post never ran. */
+  cb_pre_mode = 3;
+  uint64_t g = molt_generation();
+  int rc = apply("patch_cb.so", err, sizeof err);
+  CHECK(rc == MOLT_ECALLBACK && strstr(err, "pre-update callback pre_check") &&
+            strstr(err, "returned 3") && !strchr(err, '\n'),
+        "pre fails: got %s \"%s\"", molt_err_name(rc), err);
+  CHECK(molt_generation() == g && version_tag(1) == 1,
+        "pre failed, yet the process changed");
+  CHECK(cb_pre_seen == 1 && cb_post_seen == 0, "pre ran (%d), post did not (%d)",
+        cb_pre_seen, cb_post_seen);
+  CHECK(maps_count("patch_cb.so") == 0, "refused by pre, yet still mapped");
+  log = own_log();
+  CHECK(log && strstr(log, "pre_check of patch-cb failed: returned 3"),
+        "log: pre failed");
+  free(log);
+
+  /* post fails: applied all the same (a warning; logged). */
+  cb_pre_mode = 0;
+  cb_post_mode = 5;
+  CHECK(apply("patch_cb.so", err, sizeof err) == 0, "post fails: %s", err);
+  CHECK(version_tag(1) == 4001, "post failed: the patch must stay applied");
+  log = own_log();
+  CHECK(log && strstr(log, "post_announce of patch-cb failed: returned 5"),
+        "log: post failed");
+  free(log);
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s",
+        err);
+  CHECK(wait_unmapped("patch_cb.so", 3000), "rolled-back patch_cb still mapped");
+  cb_post_mode = 0;
+
+  /* pre loops: refused after the callback timeout (5 s by default), the
+   * program serving all along; the patch stays loaded, since its code is
+   * running, and status says why. */
+  cb_hold = 1;
+  cb_pre_mode = 2;
+  g = molt_generation();
+  double t0 = now_s();
+  rc = apply("patch_cb.so", err, sizeof err);
+  double took = now_s() - t0;
+  CHECK(rc == MOLT_ETIMEDOUT && strstr(err, "pre-update callback pre_check") &&
+            strstr(err, "timed out"),
+        "pre loops: got %s \"%s\"", molt_err_name(rc), err);
+  CHECK(took >= 4.9 && took < 60, "pre loops: apply returned after %.1f s", took);
+  CHECK(molt_generation() == g && version_tag(1) == 1,
+        "pre timed out, yet the process changed");
+  CHECK(maps_count("patch_cb.so") > 0, "the patch of a running callback was unmapped");
+  st = own_status();
+  CHECK(st && strstr(st, "object\tpatch-cb\t") &&
+            strstr(st, "\tpre-update callback still running\t"),
+        "status: the patch is kept loaded for its running callback");
+  free(st);
+  log = own_log();
+  CHECK(log && strstr(log, "pre_check of patch-cb timed out after"),
+        "log: pre timed out");
+  free(log);
+  /* The runtime goes on serving: the next patch applies. */
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "apply after the timeout: %s", err);
+  CHECK(version_tag(1) == 1001, "patch a: %d", version_tag(1));
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "rollback: %s",
+        err);
+  /* Let it go: status says it returned late; the patch stays loaded. */
+  __atomic_store_n(&cb_hold, 0, __ATOMIC_SEQ_CST);
+  bool late = false;
+  for (int i = 0; i < 200 && !late; i++) {
+    st = own_status();
+    late = st && strstr(st, "pre-update callback returned after its timeout");
+    free(st);
+    if (!late)
+      sleep_ms(10);
+  }
+  CHECK(late, "status does not say the callback returned late");
+  CHECK(maps_count("patch_cb.so") > 0, "the kept patch was unmapped");
+  cb_pre_mode = 0;
+
+  /* Damaged notes, sealed again: the runtime's own check refuses them. */
+  int in = open(patch("patch_cb.so"), O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  CHECK(in >= 0 && fstat(in, &sb) == 0, "open patch_cb.so");
+  if (in < 0)
+    return;
+  size_t n = (size_t)sb.st_size;
+  unsigned char *b = malloc(n);
+  CHECK(b && read(in, b, n) == (ssize_t)n, "read patch_cb.so");
+  close(in);
+  size_t pre = callback_note(b, n, 0), post = callback_note(b, n, 1);
+  CHECK(pre && post, "callback notes not found (%zu, %zu)", pre, post);
+  char tmpl[] = "/tmp/molt-cb-XXXXXX";
+  CHECK(mkdtemp(tmpl) != NULL, "mkdtemp");
+  char path[4200];
+  snprintf(path, sizeof path, "%s/patch.so", tmpl);
+  struct {
+    const char *what, *want;
+    size_t off;
+    int64_t val;
+    size_t len;
+  } bad[] = {
+      {"two pre callbacks", "two pre-update callbacks (pre_check and post_announce)",
+       post, 1, 4},
+      {"callback outside the file", "points outside the patch's code", pre + 8, 1 << 30,
+       8},
+      {"callback on its own note (not code)", "points outside the patch's code", pre + 8,
+       0, 8},
+      {"unknown kind", "malformed callback note", pre, 7, 4},
+  };
+  for (size_t i = 0; pre && post && i < sizeof bad / sizeof bad[0]; i++) {
+    write_resealed(path, b, n, bad[i].off, &bad[i].val, bad[i].len);
+    g = molt_generation();
+    err[0] = '\0';
+    cb_pre_seen = 0;
+    rc = molt_apply(path, MOLT_POLICY_IMMEDIATE, -1, err, sizeof err);
+    CHECK(rc == MOLT_ECORRUPT && strstr(err, bad[i].want) && !strchr(err, '\n'),
+          "%s: got %s \"%s\"", bad[i].what, molt_err_name(rc), err);
+    CHECK(molt_generation() == g && cb_pre_seen == 0 && maps_count("/patch.so") == 0,
+          "%s: the process changed", bad[i].what);
+    printf("refused %s: %s\n", bad[i].what, err);
+  }
+  unlink(path);
+  rmdir(tmpl);
+  free(b);
+  CHECK(version_tag(1) == 1, "the program changed: %d", version_tag(1));
+}
+
 /* ---- a long-running program for the CLI tests --------------------------------*/
 
 static void case_serve(void) {
@@ -1297,11 +1490,6 @@ static void case_serve(void) {
 }
 
 /* ---- damage: every byte of a real patch damaged, applied live (issue 16) -*/
-
-/* From the common layer (src/common/elf.c), linked in for the test: what
- * moltstamp seals a patch with. */
-int molt__elf_patch_digest(int fd, uint64_t *off, unsigned char stored[32],
-                           unsigned char computed[32], char *err, size_t errlen);
 
 /* Applies the damaged file at `path`: it must be refused with a one-line
  * message, or be loaded and then rolled back; the host (this process) must
@@ -1518,7 +1706,7 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: %s "
             "stress|inflight|static|maps|refuse|socket|locks|atomic|wakeup|cancel|"
-            "verdict|selfglobal|imports|pinned|serve PATCH_DIR [ROUNDS]\n",
+            "verdict|selfglobal|imports|pinned|ctor|callbacks|serve PATCH_DIR [ROUNDS]\n",
             argv[0]);
     return 2;
   }
@@ -1564,6 +1752,8 @@ int main(int argc, char **argv) {
     case_pinned();
   else if (!strcmp(c, "ctor"))
     case_ctor();
+  else if (!strcmp(c, "callbacks"))
+    case_callbacks();
   else if (!strcmp(c, "fifo"))
     case_fifo();
   else if (!strcmp(c, "damage"))

@@ -49,6 +49,7 @@ MOLT_OPTIONS = {
     "--molt-source": ("source", VALUE),     # where the sources PROG was built from are now
     "--molt-orig": ("orig", VALUE),         # a fix as OLD tree + new files/tree (inputs)
     "--molt-report": ("report", VALUE),     # the patch build's report as JSON
+    "--molt-callbacks": ("callbacks", VALUE),  # the fix's pre/post-update callbacks (a C file)
     "--molt-show-build": ("show_build", VALUE),
 }
 # From the CMake-generated launcher (moltcc.cmake): where molt is
@@ -62,7 +63,8 @@ INTERNAL_OPTIONS = {
 
 # Options that belong to one mode only.
 PATCH_ONLY = ("--molt-target", "--molt-patch-id", "--molt-description", "--molt-diff",
-              "--molt-strip", "--molt-source", "--molt-orig", "--molt-report")
+              "--molt-strip", "--molt-source", "--molt-orig", "--molt-report",
+              "--molt-callbacks")
 PROGRAM_ONLY = ("--molt-from", "--molt-xf")
 NOT_WITH_PROGRAM = PATCH_ONLY + ("--molt-funcs", "--molt-updatable")
 

@@ -173,7 +173,8 @@ MOLT__HIDDEN unsigned molt__lock_violations(void);
   XX(FAIL, "fail")         /* internal failure: refusing state        */      \
   XX(INFO, "info")                                                             \
   XX(UPDATE, "update")     /* a full update committed                 */      \
-  XX(ABORT, "abort")       /* a full update aborted after the barrier */
+  XX(ABORT, "abort")       /* a full update aborted after the barrier */ \
+  XX(CALLBACK, "callback") /* a patch's pre/post-update callback ran  */
 /* clang-format on */
 
 typedef enum {

@@ -95,6 +95,60 @@ static void warn_old_code(molt__object *obj, molt__buf *out) {
   }
 }
 
+/* Runs obj's callback cb ("pre-update" or "post-update") under the
+ * request's callback timeout, on a thread of its own (callback.c): the
+ * runtime thread keeps op_lock and takes no other lock meanwhile.  Logs the
+ * outcome.  0: it returned 0.  MOLT_ECALLBACK: it returned something else.
+ * MOLT_ETIMEDOUT: it is still running, and obj is marked stuck (never
+ * unloaded).  err says which, in one line. */
+static int run_callback(molt__object *obj, struct molt__object_callback *cb,
+                        const char *kind, const molt__request *req, char *err,
+                        size_t errlen) {
+  int timeout = req->callback_timeout_ms > 0 ? req->callback_timeout_ms
+                                             : MOLT__DEFAULT_CALLBACK_TIMEOUT_MS;
+  int result = 0;
+  unsigned ms = 0;
+  molt__callback_thread *running = NULL;
+  char why[256] = "";
+  int rc = molt__callback_run(cb->fn, timeout, &result, &ms, &running, why, sizeof why);
+  uint64_t gen = molt__gen_number_now();
+  molt__rt_lock_acquire();
+  if (rc == 0 && result == 0) {
+    molt__log(MOLT__EV_CALLBACK, gen, obj->id,
+              "%s callback %s of %s ran: returned 0 in %u ms", kind, cb->name, obj->id,
+              ms);
+  } else if (rc == 0) {
+    rc = MOLT_ECALLBACK;
+    molt__errmsg(err, errlen, "%s callback %s of patch %s returned %d", kind, cb->name,
+                 obj->id, result);
+    molt__log(MOLT__EV_CALLBACK, gen, obj->id,
+              "%s callback %s of %s failed: returned %d in %u ms", kind, cb->name,
+              obj->id, result, ms);
+  } else if (rc == MOLT_ETIMEDOUT) {
+    /* Its code is running: the object must stay mapped (object_release). */
+    obj->stuck = cb == &obj->pre ? "pre-update callback still running"
+                                 : "post-update callback still running";
+    /* (none yet: a stuck object is never applied again) */
+    molt__callback_release(obj->stuck_run);
+    obj->stuck_run = running;
+    molt__errmsg(err, errlen,
+                 "%s callback %s of patch %s timed out after %u ms (still running; the "
+                 "patch stays loaded)",
+                 kind, cb->name, obj->id, ms);
+    molt__log(MOLT__EV_CALLBACK, gen, obj->id,
+              "%s callback %s of %s timed out after %u ms: still running, %s stays "
+              "loaded",
+              kind, cb->name, obj->id, ms, obj->path);
+  } else {
+    molt__errmsg(err, errlen, "%s callback %s of patch %s could not run: %s", kind,
+                 cb->name, obj->id, why);
+    molt__log(MOLT__EV_CALLBACK, gen, obj->id, "%s callback %s of %s could not run: %s",
+              kind, cb->name, obj->id, why);
+  }
+  molt__rt_lock_release();
+  return rc;
+}
+
 static int op_apply(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
   int rc = check_policy(req->policy, err, errlen);
   if (rc < 0)
@@ -115,10 +169,17 @@ static int op_apply(const molt__request *req, molt__buf *out, char *err, size_t 
   rc = molt__patch_open(req->path, req->fd, &obj, err, errlen);
   if (rc < 0)
     return refused(req, rc, err);
-  molt__rt_lock_acquire();
+  /* The patch is loaded, checked and bound; nothing is published yet.  Its
+   * pre-update callback may still refuse it (then it goes as it came,
+   * unless the callback is still running: obj->stuck keeps it loaded). */
+  if (obj->pre.fn)
+    rc = run_callback(obj, &obj->pre, "pre-update", req, err, errlen);
   molt__gen *g = NULL;
-  rc = molt__patch_build_gen(obj, molt__gen_current(), &g, err, errlen);
-  molt__rt_lock_release();
+  if (rc == 0) {
+    molt__rt_lock_acquire();
+    rc = molt__patch_build_gen(obj, molt__gen_current(), &g, err, errlen);
+    molt__rt_lock_release();
+  }
   if (rc == 0)
     rc = switch_or_discard(g, req, err, errlen);
   if (rc < 0) {
@@ -143,6 +204,11 @@ static int op_apply(const molt__request *req, molt__buf *out, char *err, size_t 
            obj->id, obj->gen, policy_name(req->policy));
   molt__buf_pair(out, "message", msg);
   warn_old_code(obj, out);
+  /* Published: whatever post does, the patch stays applied. */
+  char why[512];
+  if (obj->post.fn &&
+      run_callback(obj, &obj->post, "post-update", req, why, sizeof why) < 0)
+    molt__buf_pair(out, "warning", why);
   return 0;
 }
 
@@ -224,6 +290,8 @@ static void hot_status(molt__buf *out) {
     char file[48];
     snprintf(file, sizeof file, "%ju:%ju", (uintmax_t)o->ident.dev,
              (uintmax_t)o->ident.ino);
+    char cbs[2 * MOLT__CALLBACK_NAME_MAX + 16];
+    molt__object_callbacks(o, cbs, sizeof cbs);
     const char *f[] = {"patch",
                        num,
                        o->id,
@@ -232,19 +300,24 @@ static void hot_status(molt__buf *out) {
                        num2,
                        o->provenance,
                        o->replaced,
-                       o->pinned ? molt__object_kept_reason(o) : "",
+                       o->pinned || o->stuck ? molt__object_kept_reason(o) : "",
                        file,
-                       o->ident.sha256};
-    molt__buf_record(out, 11, f);
+                       o->ident.sha256,
+                       cbs};
+    molt__buf_record(out, 12, f);
   }
   for (molt__object *o = molt__objects_first(); o; o = molt__objects_next(o)) {
     if (!o->handle)
       continue;
     snprintf(num, sizeof num, "%" PRIu64, o->gen);
     snprintf(num2, sizeof num2, "%zu", o->owner.gen_refs);
-    const char *f[] = {"object", o->id, o->path,
-                       num,      num2,  o->pinned ? molt__object_kept_reason(o) : ""};
-    molt__buf_record(out, 6, f);
+    char cbs[2 * MOLT__CALLBACK_NAME_MAX + 16];
+    molt__object_callbacks(o, cbs, sizeof cbs);
+    const char *f[] = {"object", o->id,
+                       o->path,  num,
+                       num2,     o->pinned || o->stuck ? molt__object_kept_reason(o) : "",
+                       cbs};
+    molt__buf_record(out, 7, f);
   }
   molt__rt_lock_release();
 }

@@ -9,6 +9,8 @@
  *            imports (H6), building its generation, the object lifecycle
  *   hot.c    the operations, the rollback history, status, the mode
  *   debug.c  a loaded patch's name in the link map, for debuggers
+ *   callback.c  a patch's pre/post-update callbacks, each on a thread of
+ *            its own with a deadline
  */
 #ifndef MOLT_HOT_H
 #define MOLT_HOT_H
@@ -18,6 +20,7 @@
 /* A loaded patch.  Everything here is protected by molt__rt_lock, except
  * what only the runtime thread touches under op_lock (loading). */
 typedef struct molt__object molt__object;
+typedef struct molt__callback_thread molt__callback_thread;
 struct molt__object {
   molt__owner owner;             /* generations point into it (owner.id == id) */
   void *handle;                  /* dlopen handle; NULL while not loaded */
@@ -56,7 +59,34 @@ struct molt__object {
    * (debug.c).  NULL when the loader's name stays. */
   char *debug_name;
   char *loader_name;
+  /* Its callbacks (MOLT_PATCH_PRE/POST), from the file's notes: names ("" =
+   * none), link-time addresses, and while loaded the callable address. */
+  struct molt__object_callback {
+    char name[MOLT__CALLBACK_NAME_MAX];
+    uint64_t vaddr;
+    int (*fn)(void);
+  } pre, post;
+  /* A callback that did not return in time is still running code of the
+   * patch: it is never unloaded.  stuck names why (status, log); run is the
+   * callback's record (finished or not).  NULL: none. */
+  const char *stuck;
+  molt__callback_thread *stuck_run;
 };
+
+/* callback.c: runs fn on a new thread and waits at most timeout_ms.
+ * 0: it returned *result after *elapsed_ms.  MOLT_ETIMEDOUT: it is still
+ * running; *still_running is a reference to its record (release it with
+ * molt__callback_release).  Else the thread could not be started.  No
+ * lock held or taken. */
+MOLT__HIDDEN int molt__callback_run(int (*fn)(void), int timeout_ms, int *result,
+                                    unsigned *elapsed_ms,
+                                    molt__callback_thread **still_running, char *err,
+                                    size_t errlen);
+/* Whether a callback that timed out has returned since. */
+MOLT__HIDDEN bool molt__callback_finished(molt__callback_thread *r);
+MOLT__HIDDEN void molt__callback_release(molt__callback_thread *r);
+/* "pre=f post=g", "pre=f", "" (status). */
+MOLT__HIDDEN void molt__object_callbacks(const molt__object *obj, char *buf, size_t len);
 
 /* debug.c: after obj's file was loaded as `handle`, debuggers and
  * dladdr see it under its file's path; before it is closed, the loader's

@@ -317,6 +317,7 @@ out:
 
 /* Frees an object's record and what it owns (not its handle or file). */
 static void free_record(molt__object *obj) {
+  molt__callback_release(obj->stuck_run);
   free(obj->by_index);
   free(obj->prev);
   free(obj->id);
@@ -410,6 +411,30 @@ static bool header_inside(const object_map *m, const molt__patch_header *hdr) {
   return true;
 }
 
+/* Sets the callable addresses of obj's callbacks at the load base: each in
+ * an executable segment as mapped (elf.c checked the file's headers; this
+ * is the same check against what the loader did). */
+static bool callbacks_inside(const object_map *m, molt__object *obj) {
+  struct molt__object_callback *cbs[] = {&obj->pre, &obj->post};
+  for (size_t i = 0; i < 2; i++) {
+    struct molt__object_callback *cb = cbs[i];
+    cb->fn = NULL;
+    if (!cb->name[0])
+      continue;
+    uintptr_t a = m->base + (uintptr_t)cb->vaddr;
+    if (!in_object(m, (const void *)a, 1, true))
+      return false;
+    cb->fn = (int (*)(void))a;
+  }
+  return true;
+}
+
+void molt__object_callbacks(const molt__object *obj, char *buf, size_t len) {
+  snprintf(buf, len, "%s%s%s%s%s", obj->pre.name[0] ? "pre=" : "", obj->pre.name,
+           obj->pre.name[0] && obj->post.name[0] ? " " : "",
+           obj->post.name[0] ? "post=" : "", obj->post.name);
+}
+
 /* dlopens obj->file and validates the header.  No molt__rt_lock held. */
 static int load_handle(molt__object *obj, char *err, size_t errlen) {
   char p[64];
@@ -485,6 +510,10 @@ static int load_handle(molt__object *obj, char *err, size_t errlen) {
   } else if (hdr->fns == hdr->fns_end) {
     molt__errmsg(err, errlen, "%s replaces no function", obj->path);
     rc = MOLT_ENOTPATCH;
+  } else if (!callbacks_inside(&map, obj)) {
+    molt__errmsg(err, errlen, "%s: corrupt patch (a callback outside its code)",
+                 obj->path);
+    rc = MOLT_ECORRUPT;
   }
   molt__elf_free_dynrels(&map.dr);
   if (rc < 0) {
@@ -538,7 +567,7 @@ static char *replaced_list(const molt__patch_header *h) {
  * molt__rt_lock held; op_lock keeps the list and the history stable. */
 static molt__object *kept_copy(const molt__file_identity *ident) {
   for (molt__object *o = object_at(objects); o; o = object_at(o->all.next))
-    if (o->handle && o->pinned && o->gen != 0 && !o->in_history &&
+    if (o->handle && o->pinned && o->gen != 0 && !o->in_history && !o->stuck &&
         molt__fd_ours(&o->file) && strcmp(o->ident.sha256, ident->sha256) == 0)
       return o;
   return NULL;
@@ -604,9 +633,12 @@ int molt__patch_open(const char *path, int fd, molt__object **out, char *err,
   /* Deliver 2 and 3 of issue 16: nothing in the file reaches ld.so
    * unchecked, and nothing of it runs inside dlopen or dlclose.  Checked on
    * the sealed copy that is dlopened below: it cannot change in between. */
+  molt__patch_callbacks cbs;
   if (rc == 0) {
     char e2[400] = "";
     rc = molt__elf_check_load(file.fd, true, needed_is_loaded, NULL, e2, sizeof e2);
+    if (rc == 0)
+      rc = molt__elf_read_callbacks(file.fd, &cbs, e2, sizeof e2);
     if (rc < 0)
       molt__errmsg(err, errlen, "%s: %s", path, e2);
   }
@@ -627,6 +659,14 @@ int molt__patch_open(const char *path, int fd, molt__object **out, char *err,
       obj->file = file;
       obj->ident = ident;
       obj->module = module;
+      if (cbs.pre.present) {
+        snprintf(obj->pre.name, sizeof obj->pre.name, "%s", cbs.pre.name);
+        obj->pre.vaddr = cbs.pre.vaddr;
+      }
+      if (cbs.post.present) {
+        snprintf(obj->post.name, sizeof obj->post.name, "%s", cbs.post.name);
+        obj->post.vaddr = cbs.post.vaddr;
+      }
     }
   }
   if (rc == 0)
@@ -667,12 +707,15 @@ int molt__patch_open(const char *path, int fd, molt__object **out, char *err,
   molt__rt_lock_acquire();
   molt__list_push(&objects, &obj->all);
   size_t nfns = (size_t)(obj->hdr->fns_end - obj->hdr->fns);
+  char cbs_text[2 * MOLT__CALLBACK_NAME_MAX + 16];
+  molt__object_callbacks(obj, cbs_text, sizeof cbs_text);
   molt__log(MOLT__EV_LOAD, now, obj->id,
-            "loaded %s (file %ju:%ju, sha256 %s; %zu function%s%s%s%s%s)", obj->path,
+            "loaded %s (file %ju:%ju, sha256 %s; %zu function%s%s%s%s%s%s%s)", obj->path,
             (uintmax_t)obj->ident.dev, (uintmax_t)obj->ident.ino, obj->ident.sha256, nfns,
             nfns == 1 ? "" : "s", obj->provenance[0] ? "; built from " : "",
             obj->provenance, obj->pinned ? "; kept loaded: " : "",
-            obj->pinned ? molt__object_kept_reason(obj) : "");
+            obj->pinned ? molt__object_kept_reason(obj) : "",
+            cbs_text[0] ? "; callbacks " : "", cbs_text);
   molt__rt_lock_release();
   *out = obj;
   return 0;
@@ -804,6 +847,15 @@ void molt__object_leave_history(molt__object *obj) {
 }
 
 const char *molt__object_kept_reason(molt__object *obj) {
+  if (obj->stuck) {
+    bool pre = strncmp(obj->stuck, "pre", 3) == 0;
+    if (obj->stuck_run && molt__callback_finished(obj->stuck_run))
+      return pre ? "pre-update callback returned after its timeout"
+                 : "post-update callback returned after its timeout";
+    return obj->stuck;
+  }
+  if (obj->stuck)
+    return obj->stuck;
   /* The first line of the reasons (the status shows one), cut in place
    * once: the full text is in the patch header. */
   char *nl = strchr(obj->pinned_reasons, '\n');
@@ -827,6 +879,17 @@ static void object_release(molt__owner *owner) {
   molt__object *o = MOLT__CONTAINER(owner, molt__object, owner);
   if (!o->handle)
     return;
+  if (o->stuck) {
+    /* A callback of it is (or was, past its deadline) running its code:
+     * nobody can tell when that code is left for good. */
+    if (!o->kept_logged) {
+      o->kept_logged = true;
+      molt__rt_lock_acquire();
+      molt__log(MOLT__EV_INFO, o->gen, o->id, "kept %s loaded: %s", o->path, o->stuck);
+      molt__rt_lock_release();
+    }
+    return;
+  }
   if (o->pinned && o->gen != 0) {
     /* Once published (gen != 0), the program may hold pointers into it
      * (pinned_reasons): it stays mapped, and known, for the life of the

@@ -103,6 +103,10 @@ def build_patch_from_fix(s):
     for x in others:
         if x.lang not in ("object",):
             raise Fatal("%s: only C sources, objects and archives can go into a patch" % x.path)
+    if opts.callbacks:
+        if not os.path.isfile(opts.callbacks):
+            raise Fatal("--molt-callbacks %s: no such file" % opts.callbacks)
+        opts.callbacks = os.path.abspath(opts.callbacks)
     symtab = read_target(target)
     try:
         prog, fix, builds = prepare_fix(s)

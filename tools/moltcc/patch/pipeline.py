@@ -57,7 +57,7 @@ from ..unit import CK, SC
 from ..weave import VERSION_PATCH
 from .plan import PatchPlan, assign_roles
 from .weave import IMPORT_PREFIX, ImportTable, PatchWeaver, WeaveError, patch_header_source
-from . import ctors
+from . import callbacks, ctors
 from . import source as fixsource
 
 COMPARE_FLAGS = ["-ffunction-sections", "-fdata-sections", "-g"]
@@ -221,6 +221,8 @@ class Pipeline:
         self.address_taken = []
         self.times = {}
         self.remapped = None                # remap_tree(), made once for every stage
+        self.callbacks_object = None        # --molt-callbacks FILE.c, compiled
+        self.callbacks = []                 # [(kind, name)] of the linked patch
         self.unbuilt = []                   # TUs not built: the fix was refused first
 
     # -- paths ------------------------------------------------------------------
@@ -724,6 +726,12 @@ class Pipeline:
             raise Fatal("internal error: the generated patch source of %s does not compile, but "
                         "the source does; please report this (sources kept in %s)"
                         % (t.rel, self.s.work.path))
+        if self.opts.callbacks:
+            comp = shipping[0].b.new
+            self.callbacks_object = callbacks.compile_callbacks(
+                s, comp, self.opts.callbacks, s.work.file("molt_callbacks.o"), _argv, _run,
+                ["-I" + self.layout.include] + self.layout.san_flags() + PATCH_CFLAGS
+                + color_flags(self.s.cmd))
         self.times["patch_compile"] = time.time() - t0
         for t in shipping:
             self.note_private_statics(t)
@@ -803,19 +811,21 @@ class Pipeline:
                                "the patch uses its own copy with the same initial value"
                                % (t.given or t.rel, line, name, self.opts.target))
 
-    def used_imports(self, objects):
+    def used_imports(self, objects, own_records=()):
         """The imports the compiled patch objects refer to: the asm-labelled
         statics of the weaver's table, and the program's globals (functions
-        and variables) that are undefined symbols of the objects."""
+        and variables) that are undefined symbols of the objects.  The
+        objects of own_records (the callbacks file) list their own
+        MOLT_IMPORT symbols in their molt_imports records."""
         from elftools.elf.elffile import ELFFile
         out, seen = [], set()
-        for path in objects:
+        for path in list(objects) + list(own_records):
             with open(path, "rb") as f:
                 symtab = ELFFile(f).get_section_by_name(".symtab")
                 syms = [(sym.name, sym["st_info"]["type"]) for sym in symtab.iter_symbols()
                         if sym["st_shndx"] == "SHN_UNDEF" and sym.name] if symtab else []
             for name, typ in syms:
-                if name in seen:
+                if name in seen or (path in own_records and name.startswith(IMPORT_PREFIX)):
                     continue
                 imp = self.import_table.by_symbol.get(name)
                 if imp is None and name.startswith(IMPORT_PREFIX):
@@ -841,11 +851,12 @@ class Pipeline:
         cc = self.tus[0].b.record.compiler
         opts = self.opts
         patch_id = opts.patch_id or re.sub(r"\.so$", "", os.path.basename(out))
+        own = [self.callbacks_object] if self.callbacks_object else []
         hdr = s.work.file("molt_patch_header.c")
         with open(hdr, "w") as f:
             f.write(patch_header_source(patch_id, opts.description or "", self.fix.provenance(),
                                         [str(e) for e in self.pinned],
-                                        self.used_imports(objects)))
+                                        self.used_imports(objects, own)))
         hobj = hdr[:-2] + ".o"
         inc = ["-I" + layout.include] + layout.san_flags()
         rc, _ = s.tools.run(cc + ["-fPIC", "-DMOLT__NO_AUTO_REGISTER", "-c", hdr, "-o", hobj] + inc)
@@ -858,7 +869,7 @@ class Pipeline:
             f.write("%s { };\n" % VERSION_PATCH)
         # No code of the patch runs at load or unload (ctors.py): no start
         # files, no constructors of the user's, the sanitizers' dropped.
-        inputs = ctors.link_inputs(objects + [hobj] + self.extra_objects,
+        inputs = ctors.link_inputs(objects + own + [hobj] + self.extra_objects,
                                    os.path.dirname(hobj))
         rc, _ = s.tools.run(cc + ["-shared", "-nostartfiles", "-o", out] + inputs
                             + layout.san_flags() + ["-Wl,--build-id", "-Wl,-z,now",
@@ -866,6 +877,9 @@ class Pipeline:
         if rc != 0:
             return rc
         ctors.check_linked(out)
+        # At most one callback of each kind, in the patch's code (the
+        # runtime and moltstamp refuse anything else; this names the file).
+        self.callbacks = callbacks.check_linked(out, opts.callbacks or out)
         # gdb, addr2line and perf name a new version `f`: its DWARF name and
         # its symbol (nothing reads the patch's symbol table by the
         # generated name; the runtime finds new versions through molt_pfns).
@@ -966,6 +980,9 @@ class Pipeline:
         if taken:
             lines.append("  new functions whose address is taken: %s" % ", ".join(
                 w.split("'")[1] for w in taken))
+        if self.callbacks:
+            lines.append("  callbacks: %s (%s)" % (", ".join(
+                "%s %s" % kn for kn in self.callbacks), self.opts.callbacks))
         for n in self.notes(with_fix=False):
             lines.append("  note: %s" % n)
         sys.stderr.write("\n".join(lines) + "\n")
@@ -986,6 +1003,7 @@ class Pipeline:
                        "comparison": t.comparison.to_dict() if t.comparison else None}
                       for t in self.tus],
             "pinned_reasons": [e.to_dict() for e in self.pinned],
+            "callbacks": [{"kind": k, "name": n} for k, n in self.callbacks],
             "address_taken": [e.to_dict() for e in self.address_taken],
             "refusals": ["%s: %s" % r for r in self.refusals],
             "notes": self.notes(),
