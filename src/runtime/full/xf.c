@@ -1056,9 +1056,43 @@ static inline void push_work(molt__xf_ctx *cx, const void *in, void *out,
   VPUSH(cx, &cx->work, work_item, {in, out, t, count, in_place});
 }
 
+/* A variable of the new image that the compiler placed in read-only memory
+ * (.rodata, or .data.rel.ro that the loader protects after relocation):
+ * gcc does that with a static it sees never written, although DWARF does
+ * not call it const, so writing its old value would fault.  The new
+ * version never writes it, so its initializer is all it ever holds: it is
+ * kept -- when the old version never wrote its copy either (read-only
+ * there too).  An old copy that was writable may hold state the new
+ * version cannot take: the update is refused, naming the variable. */
+static bool readonly_var(molt__xf_ctx *cx, const void *in, void *out,
+                         const molt__xf_type *t, size_t count) {
+  size_t nsize = (t->new_size ? t->new_size : 1) * count;
+  if (molt__image_writable(cx->new, (uintptr_t)out, nsize) ||
+      !molt__image_prot_at(cx->new, (uintptr_t)out))
+    return false;
+  const char *name = "?", *tu = NULL;
+  molt__image_sym_at(cx->new, (uintptr_t)out, &name, &tu, NULL, NULL, NULL);
+  size_t osize = (t->old_size ? t->old_size : 1) * count;
+  if (molt__image_writable(cx->old, (uintptr_t)in, osize))
+    fail(cx, MOLT_EXFORM,
+         "variable %s%s%s%s (%s) is read-only in the new version (the compiler placed it "
+         "in read-only memory: the new version never writes it) but writable in the old "
+         "one, whose value cannot be carried over; make it const in both versions, or "
+         "mark it MOLT_NO_MIGRATE",
+         name, tu ? " (" : "", tu ? tu : "", tu ? ")" : "", tname(t));
+  molt__log(
+      MOLT__EV_INFO, 0, NULL,
+      "full update: variable %s%s%s%s is read-only in both versions (never written): "
+      "it keeps the new version's initializer",
+      name, tu ? " (" : "", tu ? tu : "", tu ? ")" : "");
+  return true;
+}
+
 void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out, const molt__xf_type *t,
                   size_t count) {
   molt__xf_map_var(cx, in, out, t, count); /* checks the deadline */
+  if (readonly_var(cx, in, out, t, count))
+    return;
   if (!(t->flags & MOLT__XF_CHANGED)) {
     if (t->old_size != t->new_size)
       fail(cx, MOLT_EINVAL, "type %s is marked unchanged but its size changed", tname(t));

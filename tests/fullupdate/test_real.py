@@ -1,0 +1,43 @@
+"""Defects found making a real server (memcached from Debian, on libevent)
+a program image (issue 17): each forced on purpose in a small program.
+After a refused or failed update the old version serves on with its state;
+a successful one leaves the process working."""
+
+from harness.proc import molt
+
+from fuprogs import Prog, assert_clean_stderr, build, build_raw
+
+
+def log_text(p):
+    return molt("log", p.pid, check=0).stdout
+
+
+def test_never_written_static_in_rodata_keeps_its_initializer():
+    # gcc places `static int table[4] = {...}` that nothing writes in
+    # .rodata (DWARF still says int[4]): writing the old value faulted
+    v1 = build("rodata", "v1")
+    v2 = build("rodata", "v2", frm=v1)
+    with Prog(v1) as p:
+        assert p.cmd("inc") == "ok"
+        assert p.dump() == {"version": "1", "counter": "1", "elem": "20", "name": "two"}
+        p.update_ok(v2)
+        assert p.dump() == {"version": "2", "counter": "1", "elem": "20", "name": "two"}
+        log = log_text(p)
+        assert "table" in log and "read-only" in log, log
+        assert p.quit() == 0
+        assert_clean_stderr(p)
+
+
+def test_written_static_that_became_readonly_is_refused_by_name():
+    v1 = build("rodata", "v1w")
+    v2 = build("rodata", "v2", frm=v1, out_name="rodata-v2-from-v1w.so")
+    with Prog(v1) as p:
+        assert p.cmd("set") == "ok"
+        before = p.cmd("dump")
+        r = p.update(v2)
+        assert r.returncode != 0, "the update succeeded and lost the written table"
+        assert "table" in r.stdout and "read-only" in r.stdout, r.stdout
+        assert "SIGSEGV" not in r.stdout, r.stdout
+        assert p.alive() and p.cmd("dump") == before
+        assert p.quit() == 0
+        assert_clean_stderr(p)
