@@ -41,3 +41,39 @@ def test_written_static_that_became_readonly_is_refused_by_name():
         assert p.alive() and p.cmd("dump") == before
         assert p.quit() == 0
         assert_clean_stderr(p)
+
+
+def test_unreadable_pointers_are_not_followed_and_named():
+    # an uninitialised (non-canonical) and a dangling pointer of a type
+    # that is visited: before, every update faulted ("SIGSEGV at 0x0")
+    v1 = build("wildptr", "v1")
+    v2 = build("wildptr", "v2", frm=v1)
+    with Prog(v1) as p:
+        for c in ("good", "wild", "dangling", "good"):
+            assert p.cmd(c) == "ok"
+        assert p.dump() == {"version": "1", "conns": "4", "data": "hello"}
+        p.update_ok(v2)
+        assert p.dump() == {"version": "2", "conns": "4", "data": "hello"}
+        log = log_text(p)
+        assert "2 pointer(s) to no readable memory" in log, log
+        assert "field struct conn.rbuf" in log, log
+        assert p.quit() == 0
+        assert_clean_stderr(p)
+
+
+def test_general_protection_fault_is_named_not_reported_at_zero():
+    v1 = build("wildptr", "v1")
+    bad = build("wildptr", "v2", frm=v1, xf="v2gp.xf", out_name="wildptr-v2gp.so")
+    with Prog(v1) as p:
+        assert p.cmd("good") == "ok"
+        before = p.cmd("dump")
+        r = p.update(bad)
+        assert r.returncode != 0
+        out = r.stdout
+        assert "non-canonical" in out, out
+        assert "at 0x0)" not in out, out
+        # the object and the field that reached it
+        assert "struct buf at 0x" in out and "struct conn.rbuf" in out, out
+        assert p.alive() and p.cmd("dump") == before
+        assert p.quit() == 0
+        assert_clean_stderr(p)

@@ -95,7 +95,8 @@ typedef struct work_item {
   void *out;
   const molt__xf_type *t;
   size_t count;
-  bool in_place; /* old memory fixed in place: setp writes are undo-logged */
+  bool in_place;   /* old memory fixed in place: setp writes are undo-logged */
+  const char *via; /* the field that reached it ("struct conn.next"), or NULL */
 } work_item;
 
 typedef struct undo_ent {
@@ -144,6 +145,7 @@ struct molt__xf_ctx {
   vec freeold;            /* uintptr_t: molt__xf_free_old requests */
 
   vec heap;                   /* heap_span: [heap] and anonymous private mappings */
+  vec readable;               /* span: every readable mapping, merged, sorted */
   size_t heap_last;           /* index of the span that answered last */
   uintptr_t heap_lo, heap_hi; /* hull of the heap spans */
   uint64_t *kbits;            /* one bit per 16-byte heap granule holding a key */
@@ -161,6 +163,13 @@ struct molt__xf_ctx {
   /* The work item being run (for setp and for messages). */
   const molt__xf_type *cur_t;
   bool cur_in_place;
+  const void *cur_in;  /* the old object (element) being transformed */
+  const char *cur_via; /* the field through which it was reached, or NULL */
+
+  /* Pointers not followed because they point to no readable memory (a
+   * dangling or uninitialised pointer): how many, and the first one. */
+  uint64_t bad_ptrs;
+  char bad_first[300];
 
   /* Memory the rule bodies allocated (molt__xf_malloc and friends): freed
    * on abort, handed to the new version on commit.  ralloc is the list
@@ -183,6 +192,7 @@ struct molt__xf_ctx {
   char err[512];
   sigjmp_buf jb;
   int fault_sig;
+  int fault_code; /* si_code: SI_KERNEL for a general protection fault */
   uintptr_t fault_addr;
 };
 
@@ -491,6 +501,7 @@ static void guard_handler(int sig, siginfo_t *si, void *uc) {
     guard_armed = 0;
     guard_cx->fault_sig = sig;
     guard_cx->fault_addr = (uintptr_t)si->si_addr;
+    guard_cx->fault_code = si->si_code;
     /* Restores the signal mask saved by sigsetjmp (the signal is unblocked
      * again) and leaves the alternate stack. */
     siglongjmp(guard_cx->jb, 1);
@@ -1053,7 +1064,65 @@ void molt__xf_map_var(molt__xf_ctx *cx, const void *in, void *out, const molt__x
 
 static inline void push_work(molt__xf_ctx *cx, const void *in, void *out,
                              const molt__xf_type *t, size_t count, bool in_place) {
-  VPUSH(cx, &cx->work, work_item, {in, out, t, count, in_place});
+  VPUSH(cx, &cx->work, work_item, {in, out, t, count, in_place, NULL});
+}
+
+/* Whether [p, p + size) lies in readable memory of the process (old
+ * objects all exist before the migration starts, when the mappings were
+ * read).  The heap answers most questions without a search. */
+static bool readable(molt__xf_ctx *cx, uintptr_t p, size_t size) {
+  uintptr_t end = p + (size ? size : 1);
+  if (end < p)
+    return false;
+  const heap_span *h = heap_find(cx, p);
+  if (h && end <= h->hi)
+    return true;
+  const span *r = cx->readable.p;
+  size_t lo = 0, hi = cx->readable.n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (r[mid].lo <= p)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo > 0 && end <= r[lo - 1].hi;
+}
+
+/* x86-64 and AArch64 user addresses have their top 17 (16) bits clear; a
+ * pointer with them set is no address at all (the kernel reports a fault
+ * on one as a general protection fault at address 0). */
+static bool canonical(uintptr_t p) { return (p >> 47) == 0; }
+
+/* Where the current work item's object is, for messages: "variable X
+ * (file.c)" when it is a variable of the old image, else "<type> at 0x..";
+ * plus the field that reached it. */
+static void describe_cur(molt__xf_ctx *cx, char *buf, size_t len) {
+  const char *name = NULL, *tu = NULL;
+  uintptr_t in = (uintptr_t)cx->cur_in;
+  if (in && molt__image_sym_at(cx->old, in, &name, &tu, NULL, NULL, NULL) && name)
+    snprintf(buf, len, "variable %s%s%s%s", name, tu ? " (" : "", tu ? tu : "",
+             tu ? ")" : "");
+  else if (in)
+    snprintf(buf, len, "%s at 0x%lx%s%s", tname(cx->cur_t), (unsigned long)in,
+             cx->cur_via ? " reached through " : "", cx->cur_via ? cx->cur_via : "");
+  else
+    snprintf(buf, len, "the migration code");
+}
+
+/* p (to count objects of t) points to no readable memory: it cannot be a
+ * live object (the old version would fault on it too), so it is kept as it
+ * is and not followed; the update goes on, and the first such pointer is
+ * logged with its field. */
+static void bad_pointer(molt__xf_ctx *cx, uintptr_t p, const molt__xf_type *t,
+                        const char *field) {
+  if (cx->bad_ptrs++)
+    return;
+  char where[200];
+  describe_cur(cx, where, sizeof where);
+  snprintf(cx->bad_first, sizeof cx->bad_first, "%s%s = 0x%lx (%s, to %s) in %s",
+           field ? "field " : "pointer", field ? field : "", (unsigned long)p,
+           canonical(p) ? "unmapped" : "non-canonical", tname(t), where);
 }
 
 /* A variable of the new image that the compiler placed in read-only memory
@@ -1109,6 +1178,11 @@ void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out, const molt__xf_ty
 
 void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
                    size_t count) {
+  return molt__xf_fptr(cx, old, t, count, NULL);
+}
+
+void *molt__xf_fptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
+                    size_t count, const char *field) {
   deadline_check(cx);
   if (!old)
     return NULL;
@@ -1172,6 +1246,11 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
 
   if (!t)
     return (void *)old;
+  if (((t->flags & MOLT__XF_CHANGED) || ((t->flags & MOLT__XF_TRAVERSE) && t->fn)) &&
+      !readable(cx, p, (t->old_size ? t->old_size : 1) * count)) {
+    bad_pointer(cx, p, t, field);
+    return (void *)old;
+  }
   if (t->flags & MOLT__XF_CHANGED) {
   changed:;
     void *n = calloc(count, t->new_size ? t->new_size : 1);
@@ -1185,6 +1264,7 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
       /* The old object is read when its item runs; start fetching it. */
       __builtin_prefetch(old);
       push_work(cx, old, n, t, count, false);
+      ((work_item *)cx->work.p)[cx->work.n - 1].via = field;
     }
     if (cx->check_interior)
       VPUSH(cx, &cx->objs, span, {p, p + t->old_size * count, t->name});
@@ -1193,6 +1273,7 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
   if ((t->flags & MOLT__XF_TRAVERSE) && t->fn) {
     map_put(cx, e, p, (void *)old, t, count);
     push_work(cx, old, (void *)old, t, count, true);
+    ((work_item *)cx->work.p)[cx->work.n - 1].via = field;
     if (cx->check_interior)
       VPUSH(cx, &cx->objs, span, {p, p + t->old_size * count, t->name});
   }
@@ -1218,12 +1299,15 @@ void molt__xf_run(molt__xf_ctx *cx) {
    * current item. */
   const molt__xf_type *saved_t = cx->cur_t;
   bool saved_in_place = cx->cur_in_place;
+  const void *saved_in = cx->cur_in;
+  const char *saved_via = cx->cur_via;
   while (cx->work.n) {
     deadline_check(cx); /* before the item is taken off the list */
     work_item w = ((work_item *)cx->work.p)[--cx->work.n];
     const molt__xf_type *t = w.t;
     cx->cur_t = t;
     cx->cur_in_place = w.in_place;
+    cx->cur_via = w.via;
     const char *in = w.in;
     char *out = w.out;
     molt__xf_fn fn = t->fn;
@@ -1245,17 +1329,22 @@ void molt__xf_run(molt__xf_ctx *cx) {
           if (q)
             __builtin_prefetch(&cx->map[hash_ptr(cx, q)]);
         }
+        cx->cur_in = in + i * os;
         fn(cx, in + i * os, out + i * ns);
       }
     } else {
-      for (size_t i = 0; i < w.count; i++)
+      for (size_t i = 0; i < w.count; i++) {
+        cx->cur_in = in + i * os;
         fn(cx, in + i * os, out + i * ns);
+      }
     }
     cx->objects += w.count;
     cx->bytes += t->new_size * w.count;
   }
   cx->cur_t = saved_t;
   cx->cur_in_place = saved_in_place;
+  cx->cur_in = saved_in;
+  cx->cur_via = saved_via;
 }
 
 typedef struct local_args {
@@ -1413,6 +1502,17 @@ static int read_heap_maps(molt__xf_ctx *cx) {
     for (size_t i = 0; keep && i < nsps; i++)
       if (sps[i] >= lo && sps[i] < hi)
         keep = false;
+    if (perms[0] == 'r') {
+      span *r = cx->readable.p;
+      if (cx->readable.n && r[cx->readable.n - 1].hi == lo) {
+        r[cx->readable.n - 1].hi = hi; /* adjacent: one span */
+      } else if (!vec_reserve(&cx->readable, sizeof(span), 1)) {
+        rc = MOLT_ENOMEM;
+        break;
+      } else {
+        ((span *)cx->readable.p)[cx->readable.n++] = (span){lo, hi, NULL};
+      }
+    }
     if (keep) {
       if (!vec_reserve(&cx->heap, sizeof(heap_span), 1)) {
         rc = MOLT_ENOMEM;
@@ -1479,6 +1579,7 @@ int molt__xf_begin(molt__image *old, molt__image *new, bool check_interior,
   if (rc < 0) {
     big_free(cx->kbits, cx->kbits_bytes);
     vec_free(&cx->heap, sizeof(heap_span));
+    vec_free(&cx->readable, sizeof(span));
     free(cx);
     return rc;
   }
@@ -1677,18 +1778,26 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
     cx->err_code = MOLT_ETIMEDOUT;
     rc = MOLT_ETIMEDOUT;
   } else if (jumped == 1) {
-    /* A fault: guard_handler jumped here (the guard is already disarmed). */
+    /* A fault: guard_handler jumped here (the guard is already disarmed).
+     * A general protection fault (a non-canonical address on x86-64) is
+     * reported by the kernel with si_code SI_KERNEL and address 0: the
+     * address is not known then, and 0 would be a lie. */
+    char addr[80], where[240];
+    if (cx->fault_code == SI_KERNEL)
+      snprintf(addr, sizeof addr, "a non-canonical address (general protection fault)");
+    else
+      snprintf(addr, sizeof addr, "0x%lx", (unsigned long)cx->fault_addr);
+    describe_cur(cx, where, sizeof where);
     if (cx->cur_t)
       molt__errmsg(cx->err, sizeof cx->err,
-                   "transformer for %s faulted (%s at 0x%lx); update aborted, "
+                   "transformer for %s faulted (%s at %s) migrating %s; update aborted, "
                    "the old version continues",
-                   tname(cx->cur_t), sig_name(cx->fault_sig),
-                   (unsigned long)cx->fault_addr);
+                   tname(cx->cur_t), sig_name(cx->fault_sig), addr, where);
     else
       molt__errmsg(cx->err, sizeof cx->err,
-                   "the migration code of %s faulted (%s at 0x%lx); update "
+                   "the migration code of %s faulted (%s at %s); update "
                    "aborted, the old version continues",
-                   cx->new->path, sig_name(cx->fault_sig), (unsigned long)cx->fault_addr);
+                   cx->new->path, sig_name(cx->fault_sig), addr);
     cx->err_code = MOLT_EXFORM;
     rc = MOLT_EXFORM;
   } else {
@@ -1699,6 +1808,8 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
   guard_remove(&g);
   cx->cur_t = NULL;
   cx->cur_in_place = false;
+  cx->cur_in = NULL;
+  cx->cur_via = NULL;
   cx->ns += molt__now_ns() - t0;
   if (rc < 0) {
     restore_old(cx);
@@ -1713,6 +1824,11 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
     return rc;
   }
   cx->migrated = true;
+  if (cx->bad_ptrs)
+    molt__log(MOLT__EV_INFO, 0, NULL,
+              "full update: %llu pointer(s) to no readable memory kept as they are, not "
+              "followed (dangling or uninitialised); the first: %s",
+              (unsigned long long)cx->bad_ptrs, cx->bad_first);
   return 0;
 }
 
@@ -2044,6 +2160,7 @@ void molt__xf_end(molt__xf_ctx *cx, bool commit) {
   vec_free(&cx->vars, sizeof(var_range));
   vec_free(&cx->locals, sizeof(molt__saved_local *));
   vec_free(&cx->heap, sizeof(heap_span));
+  vec_free(&cx->readable, sizeof(span));
   vec_free(&cx->objs, sizeof(span));
   vec_free(&cx->targets, sizeof(uintptr_t));
   vec_free(&cx->ralloc, sizeof(uintptr_t)); /* the blocks are the new version's */

@@ -1245,8 +1245,11 @@ class Generator:
         if p.kind == "opaque":
             return ["memcpy(&%s, &%s, sizeof %s);" % (dst, src, dst)] if fresh else []
         if p.kind == "pointer":
+            field = None
+            if parent is not None and mo is not None and mo.name:
+                field = "%s.%s" % (parent.old.name, mo.name)
             return self._ptr_store(src, dst, p.old, p.new, anns, parent.binding if parent else (),
-                                   parent, fresh)
+                                   parent, fresh, field=field)
         if p.kind in ("struct", "union", "rule"):
             if p.changed or p.kind == "rule":
                 return ["%s(cx, &%s, &%s);" % (p.fn_name, src, dst)]
@@ -1272,7 +1275,7 @@ class Generator:
                 ["    " + s for s in inner] + ["}"]
         return ["/* %s: not converted */" % p.name]
 
-    def _ptr_store(self, src, dst, to, tn, anns, binding, parent, fresh, slot=None):
+    def _ptr_store(self, src, dst, to, tn, anns, binding, parent, fresh, slot=None, field=None):
         pp, count, opaque = self.pointee(to, tn, anns, binding)
         fnptr = (to.strip().target or VOID).strip().kind == "func"
         if opaque:
@@ -1288,7 +1291,11 @@ class Generator:
             else:
                 cnt = "1"
         t = "&%s" % pp.c_name if pp is not None else "NULL"
-        val = "molt__xf_ptr(cx, molt_xf_ld(&%s), %s, %s)" % (src, t, cnt)
+        if field is not None:
+            # the field is named in messages about a pointer that is not followed
+            val = "molt__xf_fptr(cx, molt_xf_ld(&%s), %s, %s, \"%s\")" % (src, t, cnt, _cstr(field))
+        else:
+            val = "molt__xf_ptr(cx, molt_xf_ld(&%s), %s, %s)" % (src, t, cnt)
         if fresh:
             return ["molt_xf_st(&%s, %s);" % (dst, val)]
         target = slot if slot is not None else "&%s" % dst
