@@ -77,3 +77,26 @@ def test_general_protection_fault_is_named_not_reported_at_zero():
         assert p.alive() and p.cmd("dump") == before
         assert p.quit() == 0
         assert_clean_stderr(p)
+
+
+def test_function_pointers_in_unions_are_redirected():
+    v1 = build("unionfn", "v1")
+    v2 = build("unionfn", "v2", frm=v1)
+    with Prog(v1) as p:
+        assert p.dump() == {"version": "1", "read": "105", "close": "207", "mixed": "103",
+                            "key": "42"}
+        p.update_ok(v2)
+        # the old image is gone: a callback left pointing into it would crash
+        assert p.wait_unmapped("unionfn-v1.so"), "the old image stays mapped"
+        assert p.dump() == {"version": "2", "read": "1005", "close": "2007", "mixed": "1003",
+                            "key": "42"}
+        assert p.quit() == 0
+        assert_clean_stderr(p)
+
+
+def test_union_pointer_to_changed_type_is_refused_by_name():
+    v1 = build("unionfn", "v1")
+    r, out = build_raw("unionfn", "v2refuse", frm=v1)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert not out.exists()
+    assert "member 'it'" in r.stderr and "struct item" in r.stderr, r.stderr

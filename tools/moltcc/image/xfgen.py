@@ -678,6 +678,74 @@ class Generator:
                 out[m.name] = m
         return out
 
+    def _ptr_slots(self, t, off, path, out, depth=0):
+        """Appends (offset, pointer type, member path) for every pointer
+        held at a fixed offset in a value of type t (through structs, unions
+        and arrays; bit-fields hold none)."""
+        t = t.strip()
+        if depth > 16 or len(out) > 1024:
+            return
+        if t.kind == "pointer":
+            out.append((off, t, path))
+        elif t.kind in ("struct", "union") and t.complete:
+            for m in t.members:
+                if not m.is_bitfield:
+                    self._ptr_slots(m.type, off + (m.offset or 0),
+                                    path + "." + (m.name or "?"), out, depth + 1)
+        elif t.kind == "array":
+            e = t.element()
+            es = e.size or 0
+            sub = []
+            self._ptr_slots(e, 0, path + "[]", sub, depth + 1)
+            if sub and es:
+                for i in range(min(t.count() or 0, 256)):
+                    for o, pt, pp in sub:
+                        out.append((off + i * es + o, pt, pp))
+
+    def _union_slots(self, u):
+        """The pointer-sized words of union u that hold a pointer in some
+        member: [(offset, [(member path, pointer type)])], sorted."""
+        cache = getattr(self, "_uslots", None)
+        if cache is None:
+            cache = self._uslots = {}
+        if id(u) in cache:
+            return cache[id(u)]
+        cache[id(u)] = []      # a union that contains itself through a pointer
+        found = []
+        self._ptr_slots(u, 0, "", found)
+        by_off = {}
+        for off, pt, path in found:
+            if off % 8 == 0 and off + 8 <= (u.size or 0):
+                by_off.setdefault(off, []).append((path.lstrip("."), pt))
+        out = sorted(by_off.items())
+        cache[id(u)] = out
+        return out
+
+    def _union_problems(self, p):
+        """Union members that point to a type whose representation
+        changed: the pointer cannot be migrated without knowing that it is
+        the live member, so the build is refused, naming it."""
+        errs = []
+        for off, members in self._union_slots(p.old):
+            for path, pt in members:
+                po = (pt.target or VOID).strip()
+                if po.kind not in ("struct", "union") or not po.name or "{" in po.name:
+                    continue
+                pn = self.new.lookup_type(po.name)
+                if pn is None:
+                    continue
+                pn = pn.strip()
+                if pn.kind != po.kind or not pn.complete or not po.complete:
+                    continue
+                q = self.pair(po, pn)
+                if q.changed and p.rule is None:
+                    errs.append("%s: member '%s' points to %s, which changed; which member of "
+                                "the union is live cannot be decided: add a rule '%s -> %s: "
+                                "{ ... }' that migrates it" % (
+                                    describe(p.old), path, describe(po), p.old.name,
+                                    p.new.name))
+        return errs
+
     def _analyse_struct(self, p):
         ro, rn = p.old, p.new
         om = self._members(ro)
@@ -721,7 +789,14 @@ class Generator:
         if p.kind == "union" and changed and not p.diffs:
             p.diffs.append("layout changed")
         p.changed = changed
-        p.traverse = traverse if p.kind == "struct" else False
+        if p.kind == "struct":
+            p.traverse = traverse
+        else:
+            # A union with a pointer in some member: which member is live is
+            # unknown, so the words that hold a pointer in any member are
+            # redirected untyped (functions and variables of the old image
+            # by name, migrated objects through the map), see _union_slots.
+            p.traverse = bool(self._union_slots(ro))
 
     def _member_pair(self, so, mo, sn, mn, binding):
         anns = self.oa.field(so.name, mo.name) if mo.name else []
@@ -857,6 +932,11 @@ class Generator:
                     if pp is not None:
                         self.expand(pp, seen, found)
                 else:
+                    self.expand(mp, seen, found)
+        elif p.kind == "union":
+            self.errors.extend(self._union_problems(p))
+            for mo, mn, mp, key in p.entries:
+                if mp is not None and mp.kind != "pointer":
                     self.expand(mp, seen, found)
         elif p.kind == "array":
             self.expand(p.elem, seen, found)
@@ -1187,6 +1267,16 @@ class Generator:
                 n = min(p.old.size or 0, p.new.size or 0)
                 out.append("/* a union is copied as bytes (the active member is unknown) */")
                 out.append("memcpy(out, in, %d);" % n)
+            new_offs = {off for off, _ in self._union_slots(p.new)}
+            for off, members in self._union_slots(p.old):
+                if p.changed and off not in new_offs:
+                    continue
+                field = "%s.%s" % (p.old.name, "|".join(sorted({m for m, _ in members})))
+                out.append("/* +%d: a pointer in %s: redirected untyped (function pointers "
+                           "by name) */" % (off, ", ".join(sorted({m for m, _ in members}))))
+                out.append("molt_xf_store(cx, in_, out_, (char *)out + %d, molt__xf_fptr(cx, "
+                           "molt_xf_ld((const char *)in + %d), NULL, 1, \"%s\"));" % (
+                               off, off, _cstr(field)))
             return out
         fresh = p.changed
         for mo, mn, mp, key in p.entries:
