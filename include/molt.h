@@ -206,8 +206,12 @@ MOLT_EXTERN int molt_migrate_local(const char *func, const char *name, void *add
  *   struct list  { void *val MOLT_VAR(t); struct list *next MOLT_INST(t); } MOLT_FORALL(t);
  *   struct list *users MOLT_INST(struct user);      // a list of struct user
  *
- * MOLT_PTRARRAY(n): the pointer addresses n elements; n is an integer or a
- *   field of the same struct.  Pointers default to one element.
+ * MOLT_PTRARRAY(n): the pointer addresses n elements; n is an integer or an
+ *   expression over fields of the same struct and variables of the program
+ *   (MOLT_PTRARRAY(rows * cols), MOLT_PTRARRAY(1 << hashpower),
+ *   MOLT_PTRARRAY(settings.maxconns)), evaluated in the old version.
+ *   Pointers default to one element; a pointer to pointers to a struct that
+ *   changed needs it (the build refuses it otherwise: it may be an array).
  * MOLT_OPAQUE: the pointer value is kept as it is and not followed.
  * MOLT_FORALL(t) / MOLT_VAR(t) / MOLT_INST(type): a struct generic in type
  *   variable t, a void * field holding a t *, and an instantiation.

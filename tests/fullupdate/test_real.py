@@ -100,3 +100,25 @@ def test_union_pointer_to_changed_type_is_refused_by_name():
     assert r.returncode == 1, r.stdout + r.stderr
     assert not out.exists()
     assert "member 'it'" in r.stderr and "struct item" in r.stderr, r.stderr
+
+
+def test_ptrarray_count_is_an_expression_over_fields_and_variables():
+    v1 = build("ptrexpr", "v1")
+    v2 = build("ptrexpr", "v2", frm=v1)
+    with Prog(v1) as p:
+        assert p.dump() == {"version": "1", "sum": "21", "ssum": "100", "extra": "0"}
+        p.update_ok(v2)
+        # every element transformed (6 cells, 4 slots: each gets extra = 1),
+        # not only the first one
+        assert p.dump() == {"version": "2", "sum": "21", "ssum": "100", "extra": "10"}
+        assert p.quit() == 0
+        assert_clean_stderr(p)
+
+
+def test_pointer_to_pointers_of_changed_type_without_extent_is_refused():
+    v1 = build("ptrexpr", "v1bare")
+    r, out = build_raw("ptrexpr", "v2bare", frm=v1)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert not out.exists()
+    assert "variable 'slots'" in r.stderr and "MOLT_PTRARRAY" in r.stderr, r.stderr
+

@@ -702,6 +702,49 @@ class Generator:
                     for o, pt, pp in sub:
                         out.append((off + i * es + o, pt, pp))
 
+    _COUNT_TOK = re.compile(r"\s+|(?P<id>[A-Za-z_]\w*)|(?P<num>0[xX][0-9a-fA-F]+[uUlL]*|\d+[uUlL]*)"
+                            r"|(?P<op><<|>>|->|[-+*/%()&|^~.?:])")
+
+    def count_expr(self, count, struct, what):
+        """The C expression (size_t) of MOLT_PTRARRAY(count) on `what`:
+        an integer, or an expression over fields of the struct holding the
+        pointer (struct: its old type, or None for a variable), variables
+        of the old version (members of a struct variable too: 'settings.n')
+        and integer literals.  (expr, None) or (None, error)."""
+        count = str(count).strip()
+        if count.isdigit():
+            return count, None
+        members = {m.name for m in struct.members if m.name} if struct is not None else set()
+        out, pos, prev = [], 0, None
+        while pos < len(count):
+            m = self._COUNT_TOK.match(count, pos)
+            if m is None:
+                return None, "MOLT_PTRARRAY(%s) on %s: cannot read '%s'" % (count, what, count[pos:])
+            pos = m.end()
+            tok = m.group(0)
+            if m.group("id"):
+                if prev in (".", "->"):
+                    out.append(tok)             # a member of what came before
+                elif tok in members:
+                    out.append("in->" + tok)
+                else:
+                    vs = self.old.find_var(tok)
+                    if len(vs) != 1:
+                        return None, ("MOLT_PTRARRAY(%s) on %s: '%s' is %s" % (
+                            count, what, tok, "ambiguous (statics of several files)" if vs else
+                            ("neither a field of %s nor a variable of the old version" % describe(struct)
+                             if struct is not None else "no variable of the old version")))
+                    v = vs[0]
+                    self.od.need(v.type)
+                    out.append("(*(%s)%s)" % (self.od.cast_ptr(v.type, True), self._sym("old", v)))
+                prev = "id"
+            elif m.group("num") or m.group("op"):
+                out.append(tok)
+                prev = tok if m.group("op") else "num"
+        if not out:
+            return None, "MOLT_PTRARRAY() on %s: no count" % what
+        return "(size_t)(%s)" % " ".join(out), None
+
     def _union_slots(self, u):
         """The pointer-sized words of union u that hold a pointer in some
         member: [(offset, [(member path, pointer type)])], sorted."""
@@ -925,10 +968,13 @@ class Generator:
                     if not anns and mn.name:
                         anns = self.na.field(p.new.name, mn.name)
                     pp, count, _ = self.pointee(mo.type, mn.type, anns, p.binding)
-                    if isinstance(count, str) and not count.isdigit() and \
-                            not any(m.name == count for m in p.old.members):
-                        self.errors.append("MOLT_PTRARRAY(%s) on %s.%s: %s has no field '%s'" % (
-                            count, p.old.name, mo.name, p.old.name, count))
+                    what = "%s.%s" % (p.old.name, mo.name)
+                    if count is not None:
+                        _, err = self.count_expr(count, p.old, what)
+                        if err:
+                            self.errors.append(err)
+                    else:
+                        self._check_extent(mo.type, pp, anns, what)
                     if pp is not None:
                         self.expand(pp, seen, found)
                 else:
@@ -944,6 +990,28 @@ class Generator:
             pp, _, _ = self.pointee(p.old, p.new, list(var_ann or []) + self._ptr_ann_list(p), p.binding)
             if pp is not None:
                 self.expand(pp, seen, found)
+
+    def _check_extent(self, t, pp, anns, what):
+        """A pointer to pointers to a type whose representation changed,
+        without MOLT_PTRARRAY: if it addresses an array (a hash table's
+        buckets, a table of connections), only its first element would be
+        migrated and the rest left pointing to old objects that are freed.
+        Its extent is unknown, so the build is refused, naming it."""
+        if pp is None or pp.kind != "pointer" or _ann_get(anns, "molt_opaque"):
+            return
+        inner = (pp.old.target or VOID).strip()
+        inner_n = (pp.new.target or VOID).strip()
+        if inner.kind not in ("struct", "union") or inner_n.kind != inner.kind:
+            return
+        if not inner.complete or not inner_n.complete:
+            return
+        q = self.pair(inner, inner_n)
+        if q.changed:
+            self.errors.append(
+                "%s (%s) points to pointers to %s, which changed, and its extent is unknown: "
+                "if it is an array only its first element would be migrated; annotate it "
+                "MOLT_PTRARRAY(count) (an expression over fields and variables), or "
+                "MOLT_PTRARRAY(1) for a single pointer" % (what, describe(t), describe(inner)))
 
     def _ptr_ann_list(self, p):
         out = []
@@ -1008,6 +1076,10 @@ class Generator:
             if rule is not None and rule[0].body is not None:
                 roots.append((vn, vo, p, count, ("var",) + rule[:2]))
                 continue
+            if p.kind == "pointer" and _ann_get(anns_o, "molt_ptrarray") is None:
+                pp, _, _ = self.pointee(p.old, p.new, list(anns_o or []) + self._ptr_ann_list(p),
+                                        p.binding)
+                self._check_extent(vo.type, pp, anns_o, "variable '%s'" % vo.name)
             seen, found = set(), []
             self.expand(p, seen, found, anns_o)
             lines = []
@@ -1031,8 +1103,10 @@ class Generator:
             return None
         c = _ann_get(anns, "molt_ptrarray")
         if c is not None and c is not True and not str(c).isdigit():
-            self.errors.append("MOLT_PTRARRAY(%s) on a variable: the count must be an integer" % c)
-            c = None
+            _, err = self.count_expr(c, None, "a variable")
+            if err:
+                self.errors.append(err)
+                c = None
         inst = _ann_get(anns, "molt_inst")
         return (bool(_ann_get(anns, "molt_opaque")), c if c is not True else None,
                 inst if inst is not True else None)
@@ -1374,12 +1448,12 @@ class Generator:
             return []
         cnt = "1"
         if count is not None:
-            if str(count).isdigit():
-                cnt = str(count)
-            elif parent is not None and any(m.name == count for m in parent.old.members):
-                cnt = "(size_t)in->%s" % count
+            expr, err = self.count_expr(count, parent.old if parent is not None else None,
+                                        field or "a variable")
+            if err:
+                self.code_errors.append("moltcc: error: " + err)
             else:
-                cnt = "1"
+                cnt = expr
         t = "&%s" % pp.c_name if pp is not None else "NULL"
         if field is not None:
             # the field is named in messages about a pointer that is not followed
