@@ -122,3 +122,29 @@ def test_pointer_to_pointers_of_changed_type_without_extent_is_refused():
     assert not out.exists()
     assert "variable 'slots'" in r.stderr and "MOLT_PTRARRAY" in r.stderr, r.stderr
 
+
+def test_hook_fixes_pointers_a_library_keeps_into_the_program():
+    v1 = build("libptr", "v1")
+    v2 = build("libptr", "v2", frm=v1)
+    with Prog(v1) as p:
+        assert p.dump() == {"version": "1", "first": "10", "found": "2", "score": "20", "level": "-"}
+        p.update_ok(v2)
+        # the tree's keys are the new users (the old ones are freed)
+        assert p.dump() == {"version": "2", "first": "10", "found": "2", "score": "20", "level": "7"}
+        assert p.quit() == 0
+        assert_clean_stderr(p)
+
+
+def test_hook_that_refuses_aborts_and_its_stores_are_undone():
+    v1 = build("libptr", "v1")
+    v2 = build("libptr", "v2", frm=v1)
+    with Prog(v1) as p:
+        assert p.cmd("refuse") == "ok"
+        before = p.cmd("dump")
+        r = p.update(v2)
+        assert r.returncode != 0
+        assert "molt_on_migrated" in r.stdout and "asked to refuse" in r.stdout, r.stdout
+        # the tree points to the old users again (the stores were undone)
+        assert p.alive() and p.cmd("dump") == before
+        assert p.quit() == 0
+        assert_clean_stderr(p)

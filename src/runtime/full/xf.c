@@ -204,6 +204,12 @@ static vec kept_pool;
 
 static void fail(molt__xf_ctx *cx, int code, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
+static void run_hook(molt__xf_ctx *cx);
+/* The migration whose hook (run_hook) is running, NULL otherwise.  Read by
+ * molt_migrated and molt_migrated_store, which act only on the migrating
+ * thread (guard_tid, set before the hook runs and read on the same thread:
+ * program order); on any other thread they do nothing special. */
+static molt__xf_ctx *hook_cx;
 
 /* ------------------------------------------------------------------------ */
 /* Memory for big tables                                                     */
@@ -1759,6 +1765,7 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
     deadline_start(cx);
     migrate(cx);
     molt__xf_run(cx); /* whatever migrate() queued after its last run */
+    run_hook(cx);
     if (cx->check_interior)
       check_interior(cx);
     /* Finished, but late: the deadline bounds the whole migration. */
@@ -1804,6 +1811,7 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
     rc = cx->err_code ? cx->err_code : MOLT_EXFORM;
   }
   cx->migrating = false;
+  hook_cx = NULL; /* a jump out of the hook */
   deadline_stop();
   guard_remove(&g);
   cx->cur_t = NULL;
@@ -1830,6 +1838,66 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
               "followed (dangling or uninitialised); the first: %s",
               (unsigned long long)cx->bad_ptrs, cx->bad_first);
   return 0;
+}
+
+/* ---- the new version's hook (molt.h, molt_on_migrated) ---------------------- */
+
+static bool in_hook(void) {
+  return hook_cx &&
+         atomic_load_explicit(&guard_tid, memory_order_relaxed) == molt__gettid();
+}
+
+/* Pointers that libraries keep into the program (libevent's events, a
+ * tsearch tree's keys, an allocator's callbacks) are invisible to the
+ * typed traversal.  The new version may define
+ *   int molt_on_migrated(char *why, size_t len)
+ * which runs here, once the state is migrated and before the update
+ * commits, still under the fault guard and the deadline: it fixes them
+ * with molt_migrated() and molt_migrated_store() (undone if the update
+ * aborts), or returns nonzero with a reason to abort the update. */
+static void run_hook(molt__xf_ctx *cx) {
+  uintptr_t a = (uintptr_t)molt__image_sym(cx->new, "molt_on_migrated", NULL);
+  if (!a || !(molt__image_prot_at(cx->new, a) & PF_X))
+    return;
+  int (*hook)(char *, size_t);
+  memcpy(&hook, &a, sizeof hook);
+  char why[300] = "";
+  cx->cur_t = NULL;
+  cx->cur_in = NULL;
+  hook_cx = cx;
+  int r = hook(why, sizeof why);
+  hook_cx = NULL;
+  molt__xf_run(cx); /* what molt_migrated queued */
+  if (r != 0) {
+    why[sizeof why - 1] = '\0';
+    for (char *c = why; *c; c++)
+      if (*c == '\n' || *c == '\r')
+        *c = ' ';
+    fail(cx, MOLT_EXFORM, "molt_on_migrated of the new version refused the update: %s",
+         why[0] ? why : "(no reason given)");
+  }
+}
+
+void *molt_migrated(const void *old) {
+  if (!in_hook())
+    return (void *)old;
+  deadline_check(hook_cx);
+  return molt__xf_redirect(hook_cx, (void *)old);
+}
+
+void molt_migrated_store(void *slot, void *value) {
+  if (!slot)
+    return;
+  if (!in_hook()) {
+    memcpy(slot, &value, sizeof value);
+    return;
+  }
+  deadline_check(hook_cx);
+  void *prev;
+  memcpy(&prev, slot, sizeof prev);
+  if (prev != value)
+    VPUSH(hook_cx, &hook_cx->undo, undo_ent, {slot, prev});
+  memcpy(slot, &value, sizeof value);
 }
 
 void *molt__xf_redirect(molt__xf_ctx *cx, void *old) {
