@@ -5,6 +5,7 @@ a successful one leaves the process working."""
 
 from harness.proc import molt
 
+from fuprogs import PROGS as PROGS_DIR
 from fuprogs import Prog, assert_clean_stderr, build, build_raw
 
 
@@ -146,5 +147,39 @@ def test_hook_that_refuses_aborts_and_its_stores_are_undone():
         assert "molt_on_migrated" in r.stdout and "asked to refuse" in r.stdout, r.stdout
         # the tree points to the old users again (the stores were undone)
         assert p.alive() and p.cmd("dump") == before
+        assert p.quit() == 0
+        assert_clean_stderr(p)
+
+
+def make_image(version, ldflags=""):
+    """progs/makebuild/<version> built by its Makefile with
+    CC="moltcc --molt-program", as a user's make would; returns the image."""
+    import shutil
+    import subprocess
+    from fuprogs import PROGS, WORK
+    from harness.moltcc import make_env, moltcc_cmd
+    src = PROGS / "makebuild" / version
+    d = WORK / "makebuild" / version
+    if d.exists():
+        shutil.rmtree(d)
+    shutil.copytree(src, d)
+    cc = " ".join(str(w) for w in moltcc_cmd()) + " --molt-program"
+    r = subprocess.run(["make", "-C", str(d), "CC=" + cc, "CPPFLAGS=-I" + str(PROGS),
+                        "LDFLAGS=" + ldflags], env=make_env(), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (d / "main.d").is_file(), "the dependency file make asked for was not written"
+    return d / "prog.so"
+
+
+def test_make_cc_moltcc_program_builds_images_from_objects():
+    v1 = make_image("v1")
+    v2 = make_image("v2", "--molt-from %s --molt-xf %s" % (
+        v1, PROGS_DIR / "makebuild" / "v2.xf"))
+    with Prog(v1) as p:
+        assert p.dump() == {"version": "1", "sum": "15", "extra": "0"}
+        p.update_ok(v2)
+        # MOLT_PTRARRAY(n) was read from table.o: all 5 cells migrated
+        assert p.dump() == {"version": "2", "sum": "15", "extra": "5"}
         assert p.quit() == 0
         assert_clean_stderr(p)
