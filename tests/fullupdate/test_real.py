@@ -183,3 +183,27 @@ def test_make_cc_moltcc_program_builds_images_from_objects():
         assert p.dump() == {"version": "2", "sum": "15", "extra": "5"}
         assert p.quit() == 0
         assert_clean_stderr(p)
+
+
+def test_migration_blocked_in_a_lock_answers_and_aborts():
+    import time
+    v1 = build("stuck", "v1")
+    v2 = build("stuck", "v2", frm=v1)
+    with Prog(v1) as p:
+        p.wait_for(lambda d: d["loops"] == "1")   # the helper runs
+        before = p.cmd("dump")
+        t0 = time.monotonic()
+        r = p.update(v2, timeout=1)
+        took = time.monotonic() - t0
+        assert r.returncode != 0, "the update succeeded: " + r.stdout
+        assert "blocked in a system call" in r.stdout and "molt_on_migrated" in r.stdout, \
+            r.stdout
+        # the client waits 2 x timeout + slack: the runtime answered before
+        assert took < 8, "molt update --timeout 1 took %.1f s" % took
+        assert p.alive()
+        assert p.cmd("dump") == before
+        n = int(p.cmd("loops"))
+        time.sleep(0.2)
+        assert int(p.cmd("loops")) > n, "the helper thread does not run any more"
+        assert p.quit() == 0
+        assert_clean_stderr(p)

@@ -655,6 +655,9 @@ static void guard_remove(guard_state *g) {
  */
 #define DEADLINE_SIG (SIGRTMAX - 3)
 #define DEADLINE_TICK_MS 1
+/* How long past the deadline a migration blocked in a system call outside
+ * the images is waited for before it is escaped from (deadline_handler). */
+#define DEADLINE_STUCK_MS 1000u
 
 static volatile sig_atomic_t deadline_armed; /* a deadline is being timed */
 static volatile sig_atomic_t deadline_hit;   /* it passed: fail at the next check */
@@ -682,6 +685,27 @@ static uintptr_t interrupted_pc(const void *uc) {
 #endif
 }
 
+/* Whether the signal interrupted a blocking system call (which returns
+ * EINTR: our handler has no SA_RESTART): the instruction before the PC is
+ * the system call instruction and its result register holds -EINTR.  A
+ * lock's futex wait in libc is such a call, retried by libc for ever. */
+static bool interrupted_syscall(const void *uc, uintptr_t pc) {
+#if defined(__x86_64__)
+  const unsigned char *ins = (const unsigned char *)pc - 2;
+  return pc > 2 && ins[0] == 0x0f && ins[1] == 0x05 &&
+         ((const ucontext_t *)uc)->uc_mcontext.gregs[REG_RAX] == -EINTR;
+#elif defined(__aarch64__)
+  uint32_t ins;
+  memcpy(&ins, (const void *)(pc - 4), sizeof ins);
+  return pc > 4 && ins == 0xd4000001u /* svc #0 */ &&
+         (long)((const ucontext_t *)uc)->uc_mcontext.regs[0] == -EINTR;
+#else
+  (void)uc;
+  (void)pc;
+  return false;
+#endif
+}
+
 static bool in_code_of(const molt__image *im, uintptr_t pc) {
   for (size_t i = 0; im && i < im->nranges; i++)
     if ((im->ranges[i].prot & PF_X) && pc >= im->ranges[i].lo && pc < im->ranges[i].hi)
@@ -701,11 +725,27 @@ static void deadline_handler(int sig, siginfo_t *si, void *uc) {
       return; /* a late tick of an earlier migration */
     deadline_hit = 1;
     uintptr_t pc = interrupted_pc(uc);
-    if (!pc || !(in_code_of(guard_cx->new, pc) || in_code_of(guard_cx->old, pc)))
-      return; /* not in an image: the engine's next check, or a later tick */
-    deadline_armed = 0;
-    guard_armed = 0;
-    siglongjmp(guard_cx->jb, 3);
+    if (pc && (in_code_of(guard_cx->new, pc) || in_code_of(guard_cx->old, pc))) {
+      deadline_armed = 0;
+      guard_armed = 0;
+      siglongjmp(guard_cx->jb, 3);
+    }
+    /* Outside the images.  Blocked in a system call that libc retries for
+     * ever (the futex of a lock a parked thread holds, a semaphore, a
+     * condition variable) for DEADLINE_STUCK_MS past the deadline: nothing
+     * else will ever end it, and `molt update` must answer.  Such a thread
+     * waits and holds no lock of libc's own (a mutex it waited for may be
+     * left marked contended, which costs its owner one futex wake; a
+     * condition variable it waited on may be left inconsistent): escaping
+     * is the lesser harm, and the message says so. */
+    if (pc && interrupted_syscall(uc, pc) &&
+        (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec >=
+            guard_cx->deadline_ns + DEADLINE_STUCK_MS * 1000000ull) {
+      deadline_armed = 0;
+      guard_armed = 0;
+      siglongjmp(guard_cx->jb, 4);
+    }
+    return; /* the engine's next check, or a later tick */
   }
   /* Not ours: as if we were not there. */
   if (deadline_prev.sa_flags & SA_SIGINFO) {
@@ -1782,6 +1822,20 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
                    "migration timed out after %u ms (in the migration code of %s); "
                    "update aborted, the old version continues",
                    cx->limit_ms, cx->new->path);
+    cx->err_code = MOLT_ETIMEDOUT;
+    rc = MOLT_ETIMEDOUT;
+  } else if (jumped == 4) {
+    /* deadline_handler escaped from a system call outside the images. */
+    molt__errmsg(cx->err, sizeof cx->err,
+                 "migration timed out after %u ms and stayed blocked in a system call "
+                 "outside the program for %u ms more (in %s: waiting, for example, for a "
+                 "lock that a parked thread holds); escaped from it -- a lock it waited "
+                 "for or a condition variable it waited on may be left in an odd state; "
+                 "update aborted, the old version continues",
+                 cx->limit_ms, DEADLINE_STUCK_MS,
+                 hook_cx     ? "molt_on_migrated"
+                 : cx->cur_t ? tname(cx->cur_t)
+                             : "the migration code");
     cx->err_code = MOLT_ETIMEDOUT;
     rc = MOLT_ETIMEDOUT;
   } else if (jumped == 1) {
