@@ -635,9 +635,10 @@ static void guard_remove(guard_state *g) {
  * escaped while holding it leaves it held, and so does a rule that loops
  * in a callback a library function calls (the PC is in the image, the
  * library's frames are below it: dl_iterate_phdr's callback leaves the
- * loader's lock held); a rule that never comes back from a library call
- * (blocked for ever in a system call that is restarted after a signal) is
- * not escaped, and the update stays stuck as before.  Under
+ * loader's lock held); a rule blocked for ever in a system call that libc
+ * retries after each signal (a lock's futex) is escaped only
+ * DEADLINE_STUCK_MS after the deadline, and one that spins in a library
+ * without a system call is not escaped at all.  Under
  * ThreadSanitizer, which delays asynchronous signals until the thread
  * enters its runtime, a loop that never calls anything is not escaped
  * either.
