@@ -4,6 +4,7 @@ After a refused or failed update the old version serves on with its state;
 a successful one leaves the process working."""
 
 from harness.proc import molt
+from harness.tree import build_sanitize
 
 from fuprogs import PROGS as PROGS_DIR
 from fuprogs import Prog, assert_clean_stderr, build, build_raw
@@ -185,7 +186,16 @@ def test_make_cc_moltcc_program_builds_images_from_objects():
         assert_clean_stderr(p)
 
 
-def test_migration_blocked_in_a_lock_answers_and_aborts():
+# ThreadSanitizer holds an asynchronous signal back while the thread waits in
+# its pthread_mutex_lock interceptor, so there the deadline's signal never
+# reaches a migration blocked in a lock (docs/full-updates.md, "The time
+# limit"): the TSan build does not run this one.
+if build_sanitize() != "thread":
+    def test_migration_blocked_in_a_lock_answers_and_aborts():
+        migration_blocked_in_a_lock()
+
+
+def migration_blocked_in_a_lock():
     import time
     v1 = build("stuck", "v1")
     v2 = build("stuck", "v2", frm=v1)
