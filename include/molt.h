@@ -197,6 +197,33 @@ MOLT_EXTERN int molt_migrate_local(const char *func, const char *name, void *add
   molt_migrate_local(__func__, #var, &(var), sizeof(var), __builtin_frame_address(0))
 
 /*
+ * Pointers that libraries keep into the program (libevent's events and
+ * callbacks, a tsearch tree's keys, a custom allocator's hooks) are not
+ * seen by the state migration, which follows the program's own types.  A
+ * program image may define
+ *
+ *   int molt_on_migrated(char *why, size_t len);
+ *
+ * The NEW version's molt_on_migrated runs once its state has been migrated,
+ * before it takes over, on molt's runtime thread while every program
+ * thread still waits (under the migration's fault guard and time limit).
+ * It reaches the new version's variables, and fixes the library's pointers:
+ *
+ * molt_migrated(old): the new address of an old pointer -- a migrated
+ *   object's replacement, the new version's function or variable of the
+ *   same name for an address in the old image, else old itself.
+ * molt_migrated_store(slot, value): stores a pointer into memory the old
+ *   version shares (library state); undone if the update aborts.
+ *
+ * Returning nonzero (with a reason in why) aborts the update: every store
+ * is undone and the old version goes on.  Outside the hook molt_migrated
+ * returns its argument and molt_migrated_store is a plain store.
+ */
+int molt_on_migrated(char *why, size_t len);
+MOLT_EXTERN void *molt_migrated(const void *old);
+MOLT_EXTERN void molt_migrated_store(void *slot, void *value);
+
+/*
  * Type annotations for the state traversal of full updates (Kitsune's
  * E_* annotations, guarantee F5).  moltcc reads them through libclang; a plain
  * compiler sees nothing.  Put them after the declarator:
@@ -207,8 +234,12 @@ MOLT_EXTERN int molt_migrate_local(const char *func, const char *name, void *add
  *   struct list  { void *val MOLT_VAR(t); struct list *next MOLT_INST(t); } MOLT_FORALL(t);
  *   struct list *users MOLT_INST(struct user);      // a list of struct user
  *
- * MOLT_PTRARRAY(n): the pointer addresses n elements; n is an integer or a
- *   field of the same struct.  Pointers default to one element.
+ * MOLT_PTRARRAY(n): the pointer addresses n elements; n is an integer or an
+ *   expression over fields of the same struct and variables of the program
+ *   (MOLT_PTRARRAY(rows * cols), MOLT_PTRARRAY(1 << hashpower),
+ *   MOLT_PTRARRAY(settings.maxconns)), evaluated in the old version.
+ *   Pointers default to one element; a pointer to pointers to a struct that
+ *   changed needs it (the build refuses it otherwise: it may be an array).
  * MOLT_OPAQUE: the pointer value is kept as it is and not followed.
  * MOLT_FORALL(t) / MOLT_VAR(t) / MOLT_INST(type): a struct generic in type
  *   variable t, a void * field holding a t *, and an instantiation.

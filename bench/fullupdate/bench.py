@@ -605,10 +605,11 @@ def notes(res):
             libc = sum(p for p, d, _ in prof["top"] if d.startswith("libc"))
             eng = sum(p for p, d, _ in prof["top"] if d.startswith("libmolt"))
             out.append(
-                "The profile says where: the engine's own code (`molt__xf_ptr`: "
+                "The profile says where: the engine's own code (`molt__xf_ptr` and "
+                "`molt__xf_fptr`, the same for a named field: "
                 "classifying every old pointer — each entry's `next`, `key`, `value` "
                 "and its bucket slot; `molt__xf_run`: the work loop; `molt__xf_end`: "
-                "freeing the replaced objects) %.0f%%, of which `molt__xf_ptr` %.0f%%; "
+                "freeing the replaced objects) %.0f%%, of which those two %.0f%%; "
                 "the allocator (libc: a `calloc` per new object, a `free` per old one "
                 "and the consolidation of the freed chunks) %.0f%%; the kernel (zeroing "
                 "and faulting in fresh pages for the new objects and the engine's "
@@ -623,7 +624,7 @@ def notes(res):
                 "this VM: an earlier run's profiled update took 289 ms with a third of "
                 "its samples in `clear_page_erms` (zeroing fresh pages); not verified "
                 "further." % (
-                    eng, share.get("molt__xf_ptr", 0), libc, kern))
+                    eng, share.get("molt__xf_ptr", 0) + share.get("molt__xf_fptr", 0), libc, kern))
         r2 = big.get("v1_v2_objects_per_s")
         if r2 is not None:
             out.append(

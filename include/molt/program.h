@@ -95,6 +95,13 @@ MOLT_EXTERN void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out,
  * itself runs later from the work list (no deep recursion). */
 MOLT_EXTERN void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
                                size_t count);
+/* molt__xf_ptr for the pointer in field `field` ("struct conn.next", a
+ * string that lives as long as the image): a pointer that would be
+ * followed but points to no readable memory (dangling, uninitialised,
+ * non-canonical) is kept as it is, not followed, and logged with the field;
+ * a fault in the object it reached names the field too. */
+MOLT_EXTERN void *molt__xf_fptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
+                                size_t count, const char *field);
 /* Stores a pointer into an object being fixed in place (undone on abort).
  * Generated fixers for unchanged types store every pointer this way. */
 MOLT_EXTERN void molt__xf_setp(molt__xf_ctx *cx, void *slot, void *value);

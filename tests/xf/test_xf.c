@@ -635,7 +635,8 @@ int main(int argc, char **argv) {
                "migrate writes through NULL");
   else if (strcmp(c, "abort_fault") == 0)
     abort_case(SC_NORMAL, XM_FAULT_IN_XF, MOLT_EXFORM,
-               "transformer for struct entry faulted (SIGSEGV at 0x0); update aborted",
+               "transformer for struct entry faulted (SIGSEGV at 0x0) migrating struct "
+               "entry at 0x",
                "transformer faults");
   else if (strcmp(c, "abort_stack") == 0)
     abort_case(SC_NORMAL, XM_STACK_OVERFLOW, MOLT_EXFORM,

@@ -37,6 +37,8 @@ typedef struct molt__image {
     unsigned prot;
   } * ranges;
   size_t nranges;
+  /* The PT_GNU_RELRO pages, read-only once relocated (0, 0: none). */
+  uintptr_t relro_lo, relro_hi;
 } molt__image;
 
 /* Checks and dlopens (RTLD_NOW | RTLD_LOCAL) a sealed copy of a program
@@ -58,6 +60,11 @@ MOLT__HIDDEN bool molt__image_sym_at(const molt__image *im, uintptr_t a,
 /* The segment protection (PF_R|PF_W|PF_X) of absolute address a, 0 if a is
  * not inside the image. */
 MOLT__HIDDEN unsigned molt__image_prot_at(const molt__image *im, uintptr_t a);
+/* Whether [a, a + size) lies in one writable segment of the image and
+ * outside its RELRO pages: a variable the compiler placed in .rodata or
+ * .data.rel.ro (gcc does that with a static it sees never written, whatever
+ * DWARF says about const) is not. */
+MOLT__HIDDEN bool molt__image_writable(const molt__image *im, uintptr_t a, size_t size);
 
 /* ---- xf.c --------------------------------------------------------------------*/
 /* A migrated local (MOLT_MIGRATE_LOCAL) of one thread, saved at the update

@@ -63,6 +63,18 @@ static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data) {
     k++;
   }
   qsort(r, k, sizeof *r, range_cmp);
+  /* The part the loader made read-only after relocating it (PT_GNU_RELRO,
+   * mprotect'ed from its page-aligned start up to its last whole page, as
+   * glibc's _dl_protect_relro does). */
+  long pg = sysconf(_SC_PAGESIZE);
+  uintptr_t mask = pg > 0 ? ~((uintptr_t)pg - 1) : ~(uintptr_t)4095;
+  for (size_t i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *p = &info->dlpi_phdr[i];
+    if (p->p_type == PT_GNU_RELRO && p->p_memsz) {
+      c->im->relro_lo = (info->dlpi_addr + p->p_vaddr) & mask;
+      c->im->relro_hi = (info->dlpi_addr + p->p_vaddr + p->p_memsz) & mask;
+    }
+  }
   c->im->ranges = r;
   c->im->nranges = k;
   return 1;
@@ -268,4 +280,14 @@ unsigned molt__image_prot_at(const molt__image *im, uintptr_t a) {
     if (a >= im->ranges[i].lo && a < im->ranges[i].hi)
       return im->ranges[i].prot;
   return 0;
+}
+
+bool molt__image_writable(const molt__image *im, uintptr_t a, size_t size) {
+  uintptr_t end = a + (size ? size : 1);
+  if (end < a)
+    return false;
+  for (size_t i = 0; i < im->nranges; i++)
+    if (a >= im->ranges[i].lo && end <= im->ranges[i].hi)
+      return (im->ranges[i].prot & PF_W) && (end <= im->relro_lo || a >= im->relro_hi);
+  return false;
 }

@@ -95,7 +95,8 @@ typedef struct work_item {
   void *out;
   const molt__xf_type *t;
   size_t count;
-  bool in_place; /* old memory fixed in place: setp writes are undo-logged */
+  bool in_place;   /* old memory fixed in place: setp writes are undo-logged */
+  const char *via; /* the field that reached it ("struct conn.next"), or NULL */
 } work_item;
 
 typedef struct undo_ent {
@@ -144,6 +145,7 @@ struct molt__xf_ctx {
   vec freeold;            /* uintptr_t: molt__xf_free_old requests */
 
   vec heap;                   /* heap_span: [heap] and anonymous private mappings */
+  vec readable;               /* span: every readable mapping, merged, sorted */
   size_t heap_last;           /* index of the span that answered last */
   uintptr_t heap_lo, heap_hi; /* hull of the heap spans */
   uint64_t *kbits;            /* one bit per 16-byte heap granule holding a key */
@@ -161,6 +163,13 @@ struct molt__xf_ctx {
   /* The work item being run (for setp and for messages). */
   const molt__xf_type *cur_t;
   bool cur_in_place;
+  const void *cur_in;  /* the old object (element) being transformed */
+  const char *cur_via; /* the field through which it was reached, or NULL */
+
+  /* Pointers not followed because they point to no readable memory (a
+   * dangling or uninitialised pointer): how many, and the first one. */
+  uint64_t bad_ptrs;
+  char bad_first[300];
 
   /* Memory the rule bodies allocated (molt__xf_malloc and friends): freed
    * on abort, handed to the new version on commit.  ralloc is the list
@@ -183,6 +192,7 @@ struct molt__xf_ctx {
   char err[512];
   sigjmp_buf jb;
   int fault_sig;
+  int fault_code; /* si_code: SI_KERNEL for a general protection fault */
   uintptr_t fault_addr;
 };
 
@@ -194,6 +204,12 @@ static vec kept_pool;
 
 static void fail(molt__xf_ctx *cx, int code, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
+static void run_hook(molt__xf_ctx *cx);
+/* The migration whose hook (run_hook) is running, NULL otherwise.  Read by
+ * molt_migrated and molt_migrated_store, which act only on the migrating
+ * thread (guard_tid, set before the hook runs and read on the same thread:
+ * program order); on any other thread they do nothing special. */
+static molt__xf_ctx *hook_cx;
 
 /* ------------------------------------------------------------------------ */
 /* Memory for big tables                                                     */
@@ -491,6 +507,7 @@ static void guard_handler(int sig, siginfo_t *si, void *uc) {
     guard_armed = 0;
     guard_cx->fault_sig = sig;
     guard_cx->fault_addr = (uintptr_t)si->si_addr;
+    guard_cx->fault_code = si->si_code;
     /* Restores the signal mask saved by sigsetjmp (the signal is unblocked
      * again) and leaves the alternate stack. */
     siglongjmp(guard_cx->jb, 1);
@@ -618,9 +635,10 @@ static void guard_remove(guard_state *g) {
  * escaped while holding it leaves it held, and so does a rule that loops
  * in a callback a library function calls (the PC is in the image, the
  * library's frames are below it: dl_iterate_phdr's callback leaves the
- * loader's lock held); a rule that never comes back from a library call
- * (blocked for ever in a system call that is restarted after a signal) is
- * not escaped, and the update stays stuck as before.  Under
+ * loader's lock held); a rule blocked for ever in a system call that libc
+ * retries after each signal (a lock's futex) is escaped only
+ * DEADLINE_STUCK_MS after the deadline, and one that spins in a library
+ * without a system call is not escaped at all.  Under
  * ThreadSanitizer, which delays asynchronous signals until the thread
  * enters its runtime, a loop that never calls anything is not escaped
  * either.
@@ -638,6 +656,9 @@ static void guard_remove(guard_state *g) {
  */
 #define DEADLINE_SIG (SIGRTMAX - 3)
 #define DEADLINE_TICK_MS 1
+/* How long past the deadline a migration blocked in a system call outside
+ * the images is waited for before it is escaped from (deadline_handler). */
+#define DEADLINE_STUCK_MS 1000u
 
 static volatile sig_atomic_t deadline_armed; /* a deadline is being timed */
 static volatile sig_atomic_t deadline_hit;   /* it passed: fail at the next check */
@@ -665,6 +686,27 @@ static uintptr_t interrupted_pc(const void *uc) {
 #endif
 }
 
+/* Whether the signal interrupted a blocking system call (which returns
+ * EINTR: our handler has no SA_RESTART): the instruction before the PC is
+ * the system call instruction and its result register holds -EINTR.  A
+ * lock's futex wait in libc is such a call, retried by libc for ever. */
+static bool interrupted_syscall(const void *uc, uintptr_t pc) {
+#if defined(__x86_64__)
+  const unsigned char *ins = (const unsigned char *)pc - 2;
+  return pc > 2 && ins[0] == 0x0f && ins[1] == 0x05 &&
+         ((const ucontext_t *)uc)->uc_mcontext.gregs[REG_RAX] == -EINTR;
+#elif defined(__aarch64__)
+  uint32_t ins;
+  memcpy(&ins, (const void *)(pc - 4), sizeof ins);
+  return pc > 4 && ins == 0xd4000001u /* svc #0 */ &&
+         (long)((const ucontext_t *)uc)->uc_mcontext.regs[0] == -EINTR;
+#else
+  (void)uc;
+  (void)pc;
+  return false;
+#endif
+}
+
 static bool in_code_of(const molt__image *im, uintptr_t pc) {
   for (size_t i = 0; im && i < im->nranges; i++)
     if ((im->ranges[i].prot & PF_X) && pc >= im->ranges[i].lo && pc < im->ranges[i].hi)
@@ -684,11 +726,27 @@ static void deadline_handler(int sig, siginfo_t *si, void *uc) {
       return; /* a late tick of an earlier migration */
     deadline_hit = 1;
     uintptr_t pc = interrupted_pc(uc);
-    if (!pc || !(in_code_of(guard_cx->new, pc) || in_code_of(guard_cx->old, pc)))
-      return; /* not in an image: the engine's next check, or a later tick */
-    deadline_armed = 0;
-    guard_armed = 0;
-    siglongjmp(guard_cx->jb, 3);
+    if (pc && (in_code_of(guard_cx->new, pc) || in_code_of(guard_cx->old, pc))) {
+      deadline_armed = 0;
+      guard_armed = 0;
+      siglongjmp(guard_cx->jb, 3);
+    }
+    /* Outside the images.  Blocked in a system call that libc retries for
+     * ever (the futex of a lock a parked thread holds, a semaphore, a
+     * condition variable) for DEADLINE_STUCK_MS past the deadline: nothing
+     * else will ever end it, and `molt update` must answer.  Such a thread
+     * waits and holds no lock of libc's own (a mutex it waited for may be
+     * left marked contended, which costs its owner one futex wake; a
+     * condition variable it waited on may be left inconsistent): escaping
+     * is the lesser harm, and the message says so. */
+    if (pc && interrupted_syscall(uc, pc) &&
+        (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec >=
+            guard_cx->deadline_ns + DEADLINE_STUCK_MS * 1000000ull) {
+      deadline_armed = 0;
+      guard_armed = 0;
+      siglongjmp(guard_cx->jb, 4);
+    }
+    return; /* the engine's next check, or a later tick */
   }
   /* Not ours: as if we were not there. */
   if (deadline_prev.sa_flags & SA_SIGINFO) {
@@ -1053,12 +1111,104 @@ void molt__xf_map_var(molt__xf_ctx *cx, const void *in, void *out, const molt__x
 
 static inline void push_work(molt__xf_ctx *cx, const void *in, void *out,
                              const molt__xf_type *t, size_t count, bool in_place) {
-  VPUSH(cx, &cx->work, work_item, {in, out, t, count, in_place});
+  VPUSH(cx, &cx->work, work_item, {in, out, t, count, in_place, NULL});
+}
+
+/* Whether [p, p + size) lies in readable memory of the process (old
+ * objects all exist before the migration starts, when the mappings were
+ * read).  The heap answers most questions without a search. */
+static bool readable(molt__xf_ctx *cx, uintptr_t p, size_t size) {
+  uintptr_t end = p + (size ? size : 1);
+  if (end < p)
+    return false;
+  const heap_span *h = heap_find(cx, p);
+  if (h && end <= h->hi)
+    return true;
+  const span *r = cx->readable.p;
+  size_t lo = 0, hi = cx->readable.n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (r[mid].lo <= p)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo > 0 && end <= r[lo - 1].hi;
+}
+
+/* x86-64 and AArch64 user addresses have their top 17 (16) bits clear; a
+ * pointer with them set is no address at all (the kernel reports a fault
+ * on one as a general protection fault at address 0). */
+static bool canonical(uintptr_t p) { return (p >> 47) == 0; }
+
+/* Where the current work item's object is, for messages: "variable X
+ * (file.c)" when it is a variable of the old image, else "<type> at 0x..";
+ * plus the field that reached it. */
+static void describe_cur(molt__xf_ctx *cx, char *buf, size_t len) {
+  const char *name = NULL, *tu = NULL;
+  uintptr_t in = (uintptr_t)cx->cur_in;
+  if (in && molt__image_sym_at(cx->old, in, &name, &tu, NULL, NULL, NULL) && name)
+    snprintf(buf, len, "variable %s%s%s%s", name, tu ? " (" : "", tu ? tu : "",
+             tu ? ")" : "");
+  else if (in)
+    snprintf(buf, len, "%s at 0x%lx%s%s", tname(cx->cur_t), (unsigned long)in,
+             cx->cur_via ? " reached through " : "", cx->cur_via ? cx->cur_via : "");
+  else
+    snprintf(buf, len, "the migration code");
+}
+
+/* p (to count objects of t) points to no readable memory: it cannot be a
+ * live object (the old version would fault on it too), so it is kept as it
+ * is and not followed; the update goes on, and the first such pointer is
+ * logged with its field. */
+static void bad_pointer(molt__xf_ctx *cx, uintptr_t p, const molt__xf_type *t,
+                        const char *field) {
+  if (cx->bad_ptrs++)
+    return;
+  char where[200];
+  describe_cur(cx, where, sizeof where);
+  snprintf(cx->bad_first, sizeof cx->bad_first, "%s%s = 0x%lx (%s, to %s) in %s",
+           field ? "field " : "pointer", field ? field : "", (unsigned long)p,
+           canonical(p) ? "unmapped" : "non-canonical", tname(t), where);
+}
+
+/* A variable of the new image that the compiler placed in read-only memory
+ * (.rodata, or .data.rel.ro that the loader protects after relocation):
+ * gcc does that with a static it sees never written, although DWARF does
+ * not call it const, so writing its old value would fault.  The new
+ * version never writes it, so its initializer is all it ever holds: it is
+ * kept -- when the old version never wrote its copy either (read-only
+ * there too).  An old copy that was writable may hold state the new
+ * version cannot take: the update is refused, naming the variable. */
+static bool readonly_var(molt__xf_ctx *cx, const void *in, void *out,
+                         const molt__xf_type *t, size_t count) {
+  size_t nsize = (t->new_size ? t->new_size : 1) * count;
+  if (molt__image_writable(cx->new, (uintptr_t)out, nsize) ||
+      !molt__image_prot_at(cx->new, (uintptr_t)out))
+    return false;
+  const char *name = "?", *tu = NULL;
+  molt__image_sym_at(cx->new, (uintptr_t)out, &name, &tu, NULL, NULL, NULL);
+  size_t osize = (t->old_size ? t->old_size : 1) * count;
+  if (molt__image_writable(cx->old, (uintptr_t)in, osize))
+    fail(cx, MOLT_EXFORM,
+         "variable %s%s%s%s (%s) is read-only in the new version (the compiler placed it "
+         "in read-only memory: the new version never writes it) but writable in the old "
+         "one, whose value cannot be carried over; make it const in both versions, or "
+         "mark it MOLT_NO_MIGRATE",
+         name, tu ? " (" : "", tu ? tu : "", tu ? ")" : "", tname(t));
+  molt__log(
+      MOLT__EV_INFO, 0, NULL,
+      "full update: variable %s%s%s%s is read-only in both versions (never written): "
+      "it keeps the new version's initializer",
+      name, tu ? " (" : "", tu ? tu : "", tu ? ")" : "");
+  return true;
 }
 
 void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out, const molt__xf_type *t,
                   size_t count) {
   molt__xf_map_var(cx, in, out, t, count); /* checks the deadline */
+  if (readonly_var(cx, in, out, t, count))
+    return;
   if (!(t->flags & MOLT__XF_CHANGED)) {
     if (t->old_size != t->new_size)
       fail(cx, MOLT_EINVAL, "type %s is marked unchanged but its size changed", tname(t));
@@ -1075,6 +1225,11 @@ void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out, const molt__xf_ty
 
 void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
                    size_t count) {
+  return molt__xf_fptr(cx, old, t, count, NULL);
+}
+
+void *molt__xf_fptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
+                    size_t count, const char *field) {
   deadline_check(cx);
   if (!old)
     return NULL;
@@ -1138,6 +1293,11 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
 
   if (!t)
     return (void *)old;
+  if (((t->flags & MOLT__XF_CHANGED) || ((t->flags & MOLT__XF_TRAVERSE) && t->fn)) &&
+      !readable(cx, p, (t->old_size ? t->old_size : 1) * count)) {
+    bad_pointer(cx, p, t, field);
+    return (void *)old;
+  }
   if (t->flags & MOLT__XF_CHANGED) {
   changed:;
     void *n = calloc(count, t->new_size ? t->new_size : 1);
@@ -1151,6 +1311,7 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
       /* The old object is read when its item runs; start fetching it. */
       __builtin_prefetch(old);
       push_work(cx, old, n, t, count, false);
+      ((work_item *)cx->work.p)[cx->work.n - 1].via = field;
     }
     if (cx->check_interior)
       VPUSH(cx, &cx->objs, span, {p, p + t->old_size * count, t->name});
@@ -1159,6 +1320,7 @@ void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
   if ((t->flags & MOLT__XF_TRAVERSE) && t->fn) {
     map_put(cx, e, p, (void *)old, t, count);
     push_work(cx, old, (void *)old, t, count, true);
+    ((work_item *)cx->work.p)[cx->work.n - 1].via = field;
     if (cx->check_interior)
       VPUSH(cx, &cx->objs, span, {p, p + t->old_size * count, t->name});
   }
@@ -1184,12 +1346,15 @@ void molt__xf_run(molt__xf_ctx *cx) {
    * current item. */
   const molt__xf_type *saved_t = cx->cur_t;
   bool saved_in_place = cx->cur_in_place;
+  const void *saved_in = cx->cur_in;
+  const char *saved_via = cx->cur_via;
   while (cx->work.n) {
     deadline_check(cx); /* before the item is taken off the list */
     work_item w = ((work_item *)cx->work.p)[--cx->work.n];
     const molt__xf_type *t = w.t;
     cx->cur_t = t;
     cx->cur_in_place = w.in_place;
+    cx->cur_via = w.via;
     const char *in = w.in;
     char *out = w.out;
     molt__xf_fn fn = t->fn;
@@ -1211,17 +1376,22 @@ void molt__xf_run(molt__xf_ctx *cx) {
           if (q)
             __builtin_prefetch(&cx->map[hash_ptr(cx, q)]);
         }
+        cx->cur_in = in + i * os;
         fn(cx, in + i * os, out + i * ns);
       }
     } else {
-      for (size_t i = 0; i < w.count; i++)
+      for (size_t i = 0; i < w.count; i++) {
+        cx->cur_in = in + i * os;
         fn(cx, in + i * os, out + i * ns);
+      }
     }
     cx->objects += w.count;
     cx->bytes += t->new_size * w.count;
   }
   cx->cur_t = saved_t;
   cx->cur_in_place = saved_in_place;
+  cx->cur_in = saved_in;
+  cx->cur_via = saved_via;
 }
 
 typedef struct local_args {
@@ -1379,6 +1549,17 @@ static int read_heap_maps(molt__xf_ctx *cx) {
     for (size_t i = 0; keep && i < nsps; i++)
       if (sps[i] >= lo && sps[i] < hi)
         keep = false;
+    if (perms[0] == 'r') {
+      span *r = cx->readable.p;
+      if (cx->readable.n && r[cx->readable.n - 1].hi == lo) {
+        r[cx->readable.n - 1].hi = hi; /* adjacent: one span */
+      } else if (!vec_reserve(&cx->readable, sizeof(span), 1)) {
+        rc = MOLT_ENOMEM;
+        break;
+      } else {
+        ((span *)cx->readable.p)[cx->readable.n++] = (span){lo, hi, NULL};
+      }
+    }
     if (keep) {
       if (!vec_reserve(&cx->heap, sizeof(heap_span), 1)) {
         rc = MOLT_ENOMEM;
@@ -1445,6 +1626,7 @@ int molt__xf_begin(molt__image *old, molt__image *new, bool check_interior,
   if (rc < 0) {
     big_free(cx->kbits, cx->kbits_bytes);
     vec_free(&cx->heap, sizeof(heap_span));
+    vec_free(&cx->readable, sizeof(span));
     free(cx);
     return rc;
   }
@@ -1624,6 +1806,7 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
     deadline_start(cx);
     migrate(cx);
     molt__xf_run(cx); /* whatever migrate() queued after its last run */
+    run_hook(cx);
     if (cx->check_interior)
       check_interior(cx);
     /* Finished, but late: the deadline bounds the whole migration. */
@@ -1642,29 +1825,54 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
                    cx->limit_ms, cx->new->path);
     cx->err_code = MOLT_ETIMEDOUT;
     rc = MOLT_ETIMEDOUT;
+  } else if (jumped == 4) {
+    /* deadline_handler escaped from a system call outside the images. */
+    molt__errmsg(cx->err, sizeof cx->err,
+                 "migration timed out after %u ms and stayed blocked in a system call "
+                 "outside the program for %u ms more (in %s: waiting, for example, for a "
+                 "lock that a parked thread holds); escaped from it -- a lock it waited "
+                 "for or a condition variable it waited on may be left in an odd state; "
+                 "update aborted, the old version continues",
+                 cx->limit_ms, DEADLINE_STUCK_MS,
+                 hook_cx     ? "molt_on_migrated"
+                 : cx->cur_t ? tname(cx->cur_t)
+                             : "the migration code");
+    cx->err_code = MOLT_ETIMEDOUT;
+    rc = MOLT_ETIMEDOUT;
   } else if (jumped == 1) {
-    /* A fault: guard_handler jumped here (the guard is already disarmed). */
+    /* A fault: guard_handler jumped here (the guard is already disarmed).
+     * A general protection fault (a non-canonical address on x86-64) is
+     * reported by the kernel with si_code SI_KERNEL and address 0: the
+     * address is not known then, and 0 would be a lie. */
+    char addr[80], where[240];
+    if (cx->fault_code == SI_KERNEL)
+      snprintf(addr, sizeof addr, "a non-canonical address (general protection fault)");
+    else
+      snprintf(addr, sizeof addr, "0x%lx", (unsigned long)cx->fault_addr);
+    describe_cur(cx, where, sizeof where);
     if (cx->cur_t)
       molt__errmsg(cx->err, sizeof cx->err,
-                   "transformer for %s faulted (%s at 0x%lx); update aborted, "
+                   "transformer for %s faulted (%s at %s) migrating %s; update aborted, "
                    "the old version continues",
-                   tname(cx->cur_t), sig_name(cx->fault_sig),
-                   (unsigned long)cx->fault_addr);
+                   tname(cx->cur_t), sig_name(cx->fault_sig), addr, where);
     else
       molt__errmsg(cx->err, sizeof cx->err,
-                   "the migration code of %s faulted (%s at 0x%lx); update "
+                   "the migration code of %s faulted (%s at %s); update "
                    "aborted, the old version continues",
-                   cx->new->path, sig_name(cx->fault_sig), (unsigned long)cx->fault_addr);
+                   cx->new->path, sig_name(cx->fault_sig), addr);
     cx->err_code = MOLT_EXFORM;
     rc = MOLT_EXFORM;
   } else {
     rc = cx->err_code ? cx->err_code : MOLT_EXFORM;
   }
   cx->migrating = false;
+  hook_cx = NULL; /* a jump out of the hook */
   deadline_stop();
   guard_remove(&g);
   cx->cur_t = NULL;
   cx->cur_in_place = false;
+  cx->cur_in = NULL;
+  cx->cur_via = NULL;
   cx->ns += molt__now_ns() - t0;
   if (rc < 0) {
     restore_old(cx);
@@ -1679,7 +1887,72 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
     return rc;
   }
   cx->migrated = true;
+  if (cx->bad_ptrs)
+    molt__log(MOLT__EV_INFO, 0, NULL,
+              "full update: %llu pointer(s) to no readable memory kept as they are, not "
+              "followed (dangling or uninitialised); the first: %s",
+              (unsigned long long)cx->bad_ptrs, cx->bad_first);
   return 0;
+}
+
+/* ---- the new version's hook (molt.h, molt_on_migrated) ---------------------- */
+
+static bool in_hook(void) {
+  return hook_cx &&
+         atomic_load_explicit(&guard_tid, memory_order_relaxed) == molt__gettid();
+}
+
+/* Pointers that libraries keep into the program (libevent's events, a
+ * tsearch tree's keys, an allocator's callbacks) are invisible to the
+ * typed traversal.  The new version may define
+ *   int molt_on_migrated(char *why, size_t len)
+ * which runs here, once the state is migrated and before the update
+ * commits, still under the fault guard and the deadline: it fixes them
+ * with molt_migrated() and molt_migrated_store() (undone if the update
+ * aborts), or returns nonzero with a reason to abort the update. */
+static void run_hook(molt__xf_ctx *cx) {
+  uintptr_t a = (uintptr_t)molt__image_sym(cx->new, "molt_on_migrated", NULL);
+  if (!a || !(molt__image_prot_at(cx->new, a) & PF_X))
+    return;
+  int (*hook)(char *, size_t);
+  memcpy(&hook, &a, sizeof hook);
+  char why[300] = "";
+  cx->cur_t = NULL;
+  cx->cur_in = NULL;
+  hook_cx = cx;
+  int r = hook(why, sizeof why);
+  hook_cx = NULL;
+  molt__xf_run(cx); /* what molt_migrated queued */
+  if (r != 0) {
+    why[sizeof why - 1] = '\0';
+    for (char *c = why; *c; c++)
+      if (*c == '\n' || *c == '\r')
+        *c = ' ';
+    fail(cx, MOLT_EXFORM, "molt_on_migrated of the new version refused the update: %s",
+         why[0] ? why : "(no reason given)");
+  }
+}
+
+void *molt_migrated(const void *old) {
+  if (!in_hook())
+    return (void *)old;
+  deadline_check(hook_cx);
+  return molt__xf_redirect(hook_cx, (void *)old);
+}
+
+void molt_migrated_store(void *slot, void *value) {
+  if (!slot)
+    return;
+  if (!in_hook()) {
+    memcpy(slot, &value, sizeof value);
+    return;
+  }
+  deadline_check(hook_cx);
+  void *prev;
+  memcpy(&prev, slot, sizeof prev);
+  if (prev != value)
+    VPUSH(hook_cx, &hook_cx->undo, undo_ent, {slot, prev});
+  memcpy(slot, &value, sizeof value);
 }
 
 void *molt__xf_redirect(molt__xf_ctx *cx, void *old) {
@@ -2010,6 +2283,7 @@ void molt__xf_end(molt__xf_ctx *cx, bool commit) {
   vec_free(&cx->vars, sizeof(var_range));
   vec_free(&cx->locals, sizeof(molt__saved_local *));
   vec_free(&cx->heap, sizeof(heap_span));
+  vec_free(&cx->readable, sizeof(span));
   vec_free(&cx->objs, sizeof(span));
   vec_free(&cx->targets, sizeof(uintptr_t));
   vec_free(&cx->ralloc, sizeof(uintptr_t)); /* the blocks are the new version's */

@@ -4,6 +4,12 @@ updates (docs/full-updates.md).
     moltcc --molt-program -o prog.so SOURCES [cflags] [ldflags]
     moltcc --molt-program --molt-from prog.so --molt-xf v2.xf -o prog2.so SOURCES ...
 
+or in steps, as a Makefile does (make CC="moltcc --molt-program"):
+
+    moltcc --molt-program -c a.c -o a.o      # an object for an image, with
+                                             # a.c's annotations in .molt_ann
+    moltcc --molt-program -o prog.so a.o b.o [--molt-from ...]
+
 Every source is compiled with the user's flags plus -g -fPIC
 -fno-omit-frame-pointer, the objects are linked -shared with
 --wrap=pthread_create, -Bsymbolic and a build-id against libmolt, together
@@ -14,6 +20,7 @@ code (xfgen.py), generated from the DWARF of the old image and of the
 new one (linked once without it first: the types and variables do not
 depend on it).
 """
+import json
 import os
 import sys
 
@@ -81,26 +88,142 @@ def split_args(cmd):
     return comp, link
 
 
+# Objects compiled with --molt-program -c carry their source's annotations
+# (JSON, NUL-terminated) in this non-allocated section; the image's link
+# reads them back.
+ANN_SECTION = ".molt_ann"
+
+
+def merge_annotations(anns):
+    """One annotations dict (collect_annotations' form) from several."""
+    out = {"version": 1, "types": {}, "fields": {}, "vars": [], "locals": []}
+    seen_vars, seen_locals = set(), set()
+    for a in anns:
+        for k, v in a.get("types", {}).items():
+            cur = out["types"].setdefault(k, [])
+            cur += [x for x in v if x not in cur]
+        for k, v in a.get("fields", {}).items():
+            cur = out["fields"].setdefault(k, {})
+            for f, l in v.items():
+                c = cur.setdefault(f, [])
+                c += [x for x in l if x not in c]
+        for v in a.get("vars", []):
+            key = (v.get("name"), v.get("tu"), v.get("file"))
+            if key not in seen_vars:
+                seen_vars.add(key)
+                out["vars"].append(v)
+        for l in a.get("locals", []):
+            key = (l.get("func"), l.get("var"), l.get("file"))
+            if key not in seen_locals:
+                seen_locals.add(key)
+                out["locals"].append(l)
+    return out
+
+
+def object_annotations(path):
+    """The annotations an object compiled with --molt-program -c carries,
+    or None if it has none (compiled otherwise)."""
+    from elftools.elf.elffile import ELFFile
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                return None
+            f.seek(0)
+            sec = ELFFile(f).get_section_by_name(ANN_SECTION)
+            if sec is None:
+                return None
+            data = sec.data()
+    except Exception as e:          # a malformed object: the linker will say more
+        raise Fatal("%s: cannot read its %s section: %s" % (path, ANN_SECTION, e))
+    anns = []
+    for chunk in data.split(b"\0"):
+        if chunk.strip():
+            try:
+                anns.append(json.loads(chunk.decode("utf-8")))
+            except ValueError:
+                raise Fatal("%s: its %s section is not moltcc's" % (path, ANN_SECTION))
+    return merge_annotations(anns)
+
+
+def compile_objects(s):
+    """--molt-program -c: compiles each C source as a part of an image (the
+    image's code generation flags) and records its annotations in the
+    object, so that a later `moltcc --molt-program -o prog.so *.o` has them.
+    Dependency options (-MD -MF ...) are passed on, as make expects."""
+    cmd, layout, tools, work = s.cmd, s.layout, s.tools, s.work
+    layout.check_include()
+    sources = [x for x in cmd.inputs if x.lang == "c"]
+    if not sources or len(sources) != len(cmd.inputs):
+        raise Fatal("--molt-program -c compiles C sources only")
+    missing = [x.path for x in sources if not os.path.isfile(x.path)]
+    if missing:
+        raise Fatal("%s: no such file" % missing[0])
+    if cmd.output and len(sources) > 1:
+        raise Fatal("-o with -c and several sources")
+    comp, _ = split_args(cmd)
+    deps = [w for x in gccargs.split(cmd.args) if x.kind == gccargs.DEPS for w in x.words]
+    san = layout.san_flags()
+    inc = ["-I" + layout.include] + san
+    dbg = ["-g", "-fPIC", "-fno-omit-frame-pointer"]
+    try:
+        for x in sources:
+            obj = cmd.output or os.path.splitext(os.path.basename(x.path))[0] + ".o"
+            args = tools.cc + dbg + strip_lto(comp, x.path) + deps + \
+                (["-x", x.lang] if x.explicit else []) + ["-c", x.path, "-o", obj] + inc + \
+                color_flags(cmd)
+            rc, _ = tools.run(args)
+            if rc != 0:
+                return rc
+            ann = collect_annotations([os.path.abspath(x.path)], s.clang_args())
+            jf = os.path.join(work.subdir(), "ann.json")
+            with open(jf, "wb") as f:
+                f.write(annotations_json(ann).encode("utf-8") + b"\0")
+            rc, err = tools.run(["objcopy", "--add-section", "%s=%s" % (ANN_SECTION, jf), obj],
+                                capture=True)
+            if rc != 0:
+                sys.stderr.buffer.write(err)
+                raise Fatal("objcopy could not add the annotations to %s" % obj)
+        return 0
+    finally:
+        work.finish()
+
+
 def build_image(s):
     cmd, layout = s.cmd, s.layout
     layout.check_include()
+    if cmd.mode == "passthrough":
+        # configure and make ask the compiler questions (-E, -M, --version)
+        rc, _ = s.tools.run(s.tools.cc + cmd.args + ["-I" + layout.include])
+        return rc
+    if cmd.has("-c") and not cmd.has("-S", "-E"):
+        return compile_objects(s)
     out = cmd.output
     if not out:
         raise Fatal("--molt-program needs -o IMAGE.so")
     if cmd.mode != "link" or cmd.has("-c", "-S", "-E"):
-        raise Fatal("--molt-program builds and links a whole image; it cannot be combined with -c, -S or -E")
+        raise Fatal("--molt-program builds and links a whole image, or compiles its objects "
+                    "with -c; it cannot be combined with -S or -E")
     missing = [x.path for x in cmd.inputs if x.lang == "c" and not os.path.isfile(x.path)]
     if missing:
         raise Fatal("%s: no such file" % missing[0])
     sources = [x for x in cmd.inputs if x.lang == "c"]
     others = [x for x in cmd.inputs if x.lang != "c"]
+    obj_anns = []
     for x in others:
         if x.lang != "object":
             raise Fatal("%s: only C sources, objects and archives can go into a program image" % x.path)
         if not os.path.isfile(x.path):
             raise Fatal("%s: no such file" % x.path)
-    if not sources:
-        raise Fatal("--molt-program needs the C sources of the program")
+        if x.path.endswith(".o"):
+            a = object_annotations(x.path)
+            if a is None:
+                raise Fatal("%s was not compiled with moltcc --molt-program -c (its annotations "
+                            "and code generation are not an image's)" % x.path)
+            obj_anns.append(a)
+    if not sources and not obj_anns:
+        raise Fatal("--molt-program needs the C sources of the program, or objects compiled "
+                    "with moltcc --molt-program -c")
+    s.object_annotations = obj_anns
     names = [os.path.basename(x.path) for x in sources]
     dups = sorted({n for n in names if names.count(n) > 1})
     if dups:
@@ -151,7 +274,10 @@ def _compile_and_link(s, sources, others, old, rules):
         if rc != 0:
             return rc
         objs.append(obj)
-    ann = collect_annotations([os.path.abspath(x.path) for x in sources], s.clang_args())
+    ann = collect_annotations([os.path.abspath(x.path) for x in sources], s.clang_args()) \
+        if sources else {"version": 1, "types": {}, "fields": {}, "vars": [], "locals": []}
+    if getattr(s, "object_annotations", None):
+        ann = merge_annotations([ann] + s.object_annotations)
 
     link_tail = [x.path for x in others] + link + san + [
         "-L" + layout.libdir, "-lmolt", "-Wl,-rpath," + layout.libdir, "-pthread",

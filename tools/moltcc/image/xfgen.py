@@ -678,6 +678,117 @@ class Generator:
                 out[m.name] = m
         return out
 
+    def _ptr_slots(self, t, off, path, out, depth=0):
+        """Appends (offset, pointer type, member path) for every pointer
+        held at a fixed offset in a value of type t (through structs, unions
+        and arrays; bit-fields hold none)."""
+        t = t.strip()
+        if depth > 16 or len(out) > 1024:
+            return
+        if t.kind == "pointer":
+            out.append((off, t, path))
+        elif t.kind in ("struct", "union") and t.complete:
+            for m in t.members:
+                if not m.is_bitfield:
+                    self._ptr_slots(m.type, off + (m.offset or 0),
+                                    path + "." + (m.name or "?"), out, depth + 1)
+        elif t.kind == "array":
+            e = t.element()
+            es = e.size or 0
+            sub = []
+            self._ptr_slots(e, 0, path + "[]", sub, depth + 1)
+            if sub and es:
+                for i in range(min(t.count() or 0, 256)):
+                    for o, pt, pp in sub:
+                        out.append((off + i * es + o, pt, pp))
+
+    _COUNT_TOK = re.compile(r"\s+|(?P<id>[A-Za-z_]\w*)|(?P<num>0[xX][0-9a-fA-F]+[uUlL]*|\d+[uUlL]*)"
+                            r"|(?P<op><<|>>|->|[-+*/%()&|^~.?:])")
+
+    def count_expr(self, count, struct, what):
+        """The C expression (size_t) of MOLT_PTRARRAY(count) on `what`:
+        an integer, or an expression over fields of the struct holding the
+        pointer (struct: its old type, or None for a variable), variables
+        of the old version (members of a struct variable too: 'settings.n')
+        and integer literals.  (expr, None) or (None, error)."""
+        count = str(count).strip()
+        if count.isdigit():
+            return count, None
+        members = {m.name for m in struct.members if m.name} if struct is not None else set()
+        out, pos, prev = [], 0, None
+        while pos < len(count):
+            m = self._COUNT_TOK.match(count, pos)
+            if m is None:
+                return None, "MOLT_PTRARRAY(%s) on %s: cannot read '%s'" % (count, what, count[pos:])
+            pos = m.end()
+            tok = m.group(0)
+            if m.group("id"):
+                if prev in (".", "->"):
+                    out.append(tok)             # a member of what came before
+                elif tok in members:
+                    out.append("in->" + tok)
+                else:
+                    vs = self.old.find_var(tok)
+                    if len(vs) != 1:
+                        return None, ("MOLT_PTRARRAY(%s) on %s: '%s' is %s" % (
+                            count, what, tok, "ambiguous (statics of several files)" if vs else
+                            ("neither a field of %s nor a variable of the old version" % describe(struct)
+                             if struct is not None else "no variable of the old version")))
+                    v = vs[0]
+                    self.od.need(v.type)
+                    out.append("(*(%s)%s)" % (self.od.cast_ptr(v.type, True), self._sym("old", v)))
+                prev = "id"
+            elif m.group("num") or m.group("op"):
+                out.append(tok)
+                prev = tok if m.group("op") else "num"
+        if not out:
+            return None, "MOLT_PTRARRAY() on %s: no count" % what
+        return "(size_t)(%s)" % " ".join(out), None
+
+    def _union_slots(self, u):
+        """The pointer-sized words of union u that hold a pointer in some
+        member: [(offset, [(member path, pointer type)])], sorted."""
+        cache = getattr(self, "_uslots", None)
+        if cache is None:
+            cache = self._uslots = {}
+        if id(u) in cache:
+            return cache[id(u)]
+        cache[id(u)] = []      # a union that contains itself through a pointer
+        found = []
+        self._ptr_slots(u, 0, "", found)
+        by_off = {}
+        for off, pt, path in found:
+            if off % 8 == 0 and off + 8 <= (u.size or 0):
+                by_off.setdefault(off, []).append((path.lstrip("."), pt))
+        out = sorted(by_off.items())
+        cache[id(u)] = out
+        return out
+
+    def _union_problems(self, p):
+        """Union members that point to a type whose representation
+        changed: the pointer cannot be migrated without knowing that it is
+        the live member, so the build is refused, naming it."""
+        errs = []
+        for off, members in self._union_slots(p.old):
+            for path, pt in members:
+                po = (pt.target or VOID).strip()
+                if po.kind not in ("struct", "union") or not po.name or "{" in po.name:
+                    continue
+                pn = self.new.lookup_type(po.name)
+                if pn is None:
+                    continue
+                pn = pn.strip()
+                if pn.kind != po.kind or not pn.complete or not po.complete:
+                    continue
+                q = self.pair(po, pn)
+                if q.changed and p.rule is None:
+                    errs.append("%s: member '%s' points to %s, which changed; which member of "
+                                "the union is live cannot be decided: add a rule '%s -> %s: "
+                                "{ ... }' that migrates it" % (
+                                    describe(p.old), path, describe(po), p.old.name,
+                                    p.new.name))
+        return errs
+
     def _analyse_struct(self, p):
         ro, rn = p.old, p.new
         om = self._members(ro)
@@ -721,7 +832,14 @@ class Generator:
         if p.kind == "union" and changed and not p.diffs:
             p.diffs.append("layout changed")
         p.changed = changed
-        p.traverse = traverse if p.kind == "struct" else False
+        if p.kind == "struct":
+            p.traverse = traverse
+        else:
+            # A union with a pointer in some member: which member is live is
+            # unknown, so the words that hold a pointer in any member are
+            # redirected untyped (functions and variables of the old image
+            # by name, migrated objects through the map), see _union_slots.
+            p.traverse = bool(self._union_slots(ro))
 
     def _member_pair(self, so, mo, sn, mn, binding):
         anns = self.oa.field(so.name, mo.name) if mo.name else []
@@ -850,13 +968,21 @@ class Generator:
                     if not anns and mn.name:
                         anns = self.na.field(p.new.name, mn.name)
                     pp, count, _ = self.pointee(mo.type, mn.type, anns, p.binding)
-                    if isinstance(count, str) and not count.isdigit() and \
-                            not any(m.name == count for m in p.old.members):
-                        self.errors.append("MOLT_PTRARRAY(%s) on %s.%s: %s has no field '%s'" % (
-                            count, p.old.name, mo.name, p.old.name, count))
+                    what = "%s.%s" % (p.old.name, mo.name)
+                    if count is not None:
+                        _, err = self.count_expr(count, p.old, what)
+                        if err:
+                            self.errors.append(err)
+                    else:
+                        self._check_extent(mo.type, pp, anns, what)
                     if pp is not None:
                         self.expand(pp, seen, found)
                 else:
+                    self.expand(mp, seen, found)
+        elif p.kind == "union":
+            self.errors.extend(self._union_problems(p))
+            for mo, mn, mp, key in p.entries:
+                if mp is not None and mp.kind != "pointer":
                     self.expand(mp, seen, found)
         elif p.kind == "array":
             self.expand(p.elem, seen, found)
@@ -864,6 +990,28 @@ class Generator:
             pp, _, _ = self.pointee(p.old, p.new, list(var_ann or []) + self._ptr_ann_list(p), p.binding)
             if pp is not None:
                 self.expand(pp, seen, found)
+
+    def _check_extent(self, t, pp, anns, what):
+        """A pointer to pointers to a type whose representation changed,
+        without MOLT_PTRARRAY: if it addresses an array (a hash table's
+        buckets, a table of connections), only its first element would be
+        migrated and the rest left pointing to old objects that are freed.
+        Its extent is unknown, so the build is refused, naming it."""
+        if pp is None or pp.kind != "pointer" or _ann_get(anns, "molt_opaque"):
+            return
+        inner = (pp.old.target or VOID).strip()
+        inner_n = (pp.new.target or VOID).strip()
+        if inner.kind not in ("struct", "union") or inner_n.kind != inner.kind:
+            return
+        if not inner.complete or not inner_n.complete:
+            return
+        q = self.pair(inner, inner_n)
+        if q.changed:
+            self.errors.append(
+                "%s (%s) points to pointers to %s, which changed, and its extent is unknown: "
+                "if it is an array only its first element would be migrated; annotate it "
+                "MOLT_PTRARRAY(count) (an expression over fields and variables), or "
+                "MOLT_PTRARRAY(1) for a single pointer" % (what, describe(t), describe(inner)))
 
     def _ptr_ann_list(self, p):
         out = []
@@ -928,6 +1076,10 @@ class Generator:
             if rule is not None and rule[0].body is not None:
                 roots.append((vn, vo, p, count, ("var",) + rule[:2]))
                 continue
+            if p.kind == "pointer" and _ann_get(anns_o, "molt_ptrarray") is None:
+                pp, _, _ = self.pointee(p.old, p.new, list(anns_o or []) + self._ptr_ann_list(p),
+                                        p.binding)
+                self._check_extent(vo.type, pp, anns_o, "variable '%s'" % vo.name)
             seen, found = set(), []
             self.expand(p, seen, found, anns_o)
             lines = []
@@ -951,8 +1103,10 @@ class Generator:
             return None
         c = _ann_get(anns, "molt_ptrarray")
         if c is not None and c is not True and not str(c).isdigit():
-            self.errors.append("MOLT_PTRARRAY(%s) on a variable: the count must be an integer" % c)
-            c = None
+            _, err = self.count_expr(c, None, "a variable")
+            if err:
+                self.errors.append(err)
+                c = None
         inst = _ann_get(anns, "molt_inst")
         return (bool(_ann_get(anns, "molt_opaque")), c if c is not True else None,
                 inst if inst is not True else None)
@@ -1187,6 +1341,16 @@ class Generator:
                 n = min(p.old.size or 0, p.new.size or 0)
                 out.append("/* a union is copied as bytes (the active member is unknown) */")
                 out.append("memcpy(out, in, %d);" % n)
+            new_offs = {off for off, _ in self._union_slots(p.new)}
+            for off, members in self._union_slots(p.old):
+                if p.changed and off not in new_offs:
+                    continue
+                field = "%s.%s" % (p.old.name, "|".join(sorted({m for m, _ in members})))
+                out.append("/* +%d: a pointer in %s: redirected untyped (function pointers "
+                           "by name) */" % (off, ", ".join(sorted({m for m, _ in members}))))
+                out.append("molt_xf_store(cx, in_, out_, (char *)out + %d, molt__xf_fptr(cx, "
+                           "molt_xf_ld((const char *)in + %d), NULL, 1, \"%s\"));" % (
+                               off, off, _cstr(field)))
             return out
         fresh = p.changed
         for mo, mn, mp, key in p.entries:
@@ -1245,8 +1409,11 @@ class Generator:
         if p.kind == "opaque":
             return ["memcpy(&%s, &%s, sizeof %s);" % (dst, src, dst)] if fresh else []
         if p.kind == "pointer":
+            field = None
+            if parent is not None and mo is not None and mo.name:
+                field = "%s.%s" % (parent.old.name, mo.name)
             return self._ptr_store(src, dst, p.old, p.new, anns, parent.binding if parent else (),
-                                   parent, fresh)
+                                   parent, fresh, field=field)
         if p.kind in ("struct", "union", "rule"):
             if p.changed or p.kind == "rule":
                 return ["%s(cx, &%s, &%s);" % (p.fn_name, src, dst)]
@@ -1272,7 +1439,7 @@ class Generator:
                 ["    " + s for s in inner] + ["}"]
         return ["/* %s: not converted */" % p.name]
 
-    def _ptr_store(self, src, dst, to, tn, anns, binding, parent, fresh, slot=None):
+    def _ptr_store(self, src, dst, to, tn, anns, binding, parent, fresh, slot=None, field=None):
         pp, count, opaque = self.pointee(to, tn, anns, binding)
         fnptr = (to.strip().target or VOID).strip().kind == "func"
         if opaque:
@@ -1281,14 +1448,18 @@ class Generator:
             return []
         cnt = "1"
         if count is not None:
-            if str(count).isdigit():
-                cnt = str(count)
-            elif parent is not None and any(m.name == count for m in parent.old.members):
-                cnt = "(size_t)in->%s" % count
+            expr, err = self.count_expr(count, parent.old if parent is not None else None,
+                                        field or "a variable")
+            if err:
+                self.code_errors.append("moltcc: error: " + err)
             else:
-                cnt = "1"
+                cnt = expr
         t = "&%s" % pp.c_name if pp is not None else "NULL"
-        val = "molt__xf_ptr(cx, molt_xf_ld(&%s), %s, %s)" % (src, t, cnt)
+        if field is not None:
+            # the field is named in messages about a pointer that is not followed
+            val = "molt__xf_fptr(cx, molt_xf_ld(&%s), %s, %s, \"%s\")" % (src, t, cnt, _cstr(field))
+        else:
+            val = "molt__xf_ptr(cx, molt_xf_ld(&%s), %s, %s)" % (src, t, cnt)
         if fresh:
             return ["molt_xf_st(&%s, %s);" % (dst, val)]
         target = slot if slot is not None else "&%s" % dst
