@@ -382,9 +382,10 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
 
 /* ---- the stop ------------------------------------------------------------------- */
 
-/* A thread of s whose ip lies inside the rewritten bytes of a function
- * (after the first: a thread about to run the first instruction runs the
- * jump): its index and the function's, or -1. */
+/* A thread of s whose ip lies inside the rewritten bytes of a function:
+ * its index and the function's, or -1.  The first byte counts too: a
+ * thread interrupted in a long first instruction (rep movs) has its ip
+ * there with registers already changed, and must finish it. */
 static int in_the_way(const attach_stop *s, const molt__attach_state *st, size_t *fi) {
   for (size_t i = 0; i < s->n; i++) {
     uint64_t ip = molt__arch_ip(&s->t[i].regs);
@@ -394,7 +395,7 @@ static int in_the_way(const attach_stop *s, const molt__attach_state *st, size_t
     for (size_t k = 0; k < st->nfuncs; k++) {
       const molt__attach_func *f = &st->funcs[k];
       for (int j = 0; j < 2; j++) {
-        if (ips[j] > f->at && ips[j] < f->at + f->len) {
+        if (ips[j] >= f->at && ips[j] < f->at + f->len) {
           *fi = k;
           return (int)i;
         }
@@ -453,6 +454,20 @@ static int write_jumps(pid_t pid, const molt__attach_state *st, bool to_new, cha
 
 /* ---- attach --------------------------------------------------------------------- */
 
+/* $MOLT_ATTACH_TEST_PAUSE=<point>: the tests kill molt (SIGKILL) at a
+ * named point of an attach -- prepared, staged, stopped, applied -- to
+ * check what the target is left with.  molt says where it waits on stderr
+ * and waits a minute. */
+static void test_pause(const char *point) {
+  const char *want = getenv("MOLT_ATTACH_TEST_PAUSE");
+  if (!want || strcmp(want, point) != 0)
+    return;
+  fprintf(stderr, "molt-attach-paused %s\n", point);
+  fflush(stderr);
+  struct timespec ts = {60, 0};
+  nanosleep(&ts, NULL);
+}
+
 int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
                  size_t errlen) {
   pid_t pid = o->pid;
@@ -462,6 +477,12 @@ int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
     return rc;
   molt__attach_state old;
   char ignored[256];
+  if (molt__attach_state_load(pid, &old, ignored, sizeof ignored) == 0 &&
+      strcmp(old.phase, "rolled-back") == 0) {
+    /* the code of an earlier patch, kept mapped by its rollback: try to
+     * reclaim it now */
+    molt__attach_rollback(pid, timeout_ms, &old, ignored, sizeof ignored);
+  }
   if (molt__attach_state_load(pid, &old, ignored, sizeof ignored) == 0) {
     molt__errmsg(err, errlen,
                  "process %d already has a patch attached (%s, %s); roll it back first "
@@ -512,8 +533,16 @@ int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
     st->code_start = base;
     st->code_end = base + p.size + ATTACH_PAGE;
     st->time = (long long)time(NULL);
+    /* The record comes first: killed while staging, molt leaves a
+     * mapping that a rollback finds and removes. */
+    snprintf(st->phase, sizeof st->phase, "staging");
+    rc = molt__state_save(pid, st, 0, err, errlen);
+    test_pause("prepared");
     snprintf(st->phase, sizeof st->phase, "staged");
-    rc = stage(pid, &p, base, insn, st, err, errlen);
+    if (rc == 0)
+      rc = stage(pid, &p, base, insn, st, err, errlen);
+    if (rc)
+      molt__state_remove(pid); /* stage() unmapped what it mapped */
   }
   molt__patch_close(&p);
   target_free(&t);
@@ -522,6 +551,7 @@ int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
   /* From here on the target has the staged mapping: the record says so,
    * whatever happens next. */
   rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+  test_pause("staged");
   attach_stop s;
   memset(&s, 0, sizeof s);
   int attempts = 0;
@@ -530,8 +560,11 @@ int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
   if (rc == 0) {
     snprintf(st->phase, sizeof st->phase, "applying");
     rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+    test_pause("stopped");
     if (rc == 0)
       rc = write_jumps(pid, st, true, err, errlen);
+    if (rc == 0)
+      test_pause("applied");
     if (rc) {
       /* put back whatever was written */
       char e2[64];
@@ -655,8 +688,42 @@ int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   }
   const char *why = NULL;
   int user = rc == 0 ? code_in_use(&s, st, maps, nmaps, &why) : -1;
-  bool unmapped = false;
-  if (rc == 0 && user < 0) {
+  /* The entries hold their old bytes again: nothing enters the staged code
+   * any more, and threads still in it leave it.  Look again a few times
+   * (backing off) within the timeout before keeping it mapped. */
+  uint64_t deadline = molt__os_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  for (long backoff_us = 500; rc == 0 && user >= 0 && molt__os_now_ns() < deadline;) {
+    molt__os_resume_all(&s);
+    struct timespec ts = {0, backoff_us * 1000};
+    nanosleep(&ts, NULL);
+    if (backoff_us < 100000)
+      backoff_us *= 2;
+    rc = molt__os_stop_all(pid, &s, err, errlen);
+    if (rc) {
+      free(maps);
+      return rc;
+    }
+    attempts++;
+    user = code_in_use(&s, st, maps, nmaps, &why);
+  }
+  bool unmapped = false, ours = true, any = false;
+  /* Only the staged mapping goes: a range with anything else in it (the
+   * attach was killed before it mapped there, and the program has mapped
+   * something since) is left alone. */
+  for (size_t m = 0; m < nmaps; m++) {
+    if (maps[m].end <= st->code_start || maps[m].start >= st->code_end)
+      continue;
+    any = true;
+    ours = ours && strstr(maps[m].path, "memfd:molt-attach") != NULL;
+  }
+  if (rc == 0 && user < 0 && !any) {
+    unmapped = true; /* never mapped (killed while staging) */
+  } else if (rc == 0 && user < 0 && !ours) {
+    snprintf(st->note, sizeof st->note,
+             "the staged range %#llx-%#llx holds other mappings; left alone",
+             (unsigned long long)st->code_start, (unsigned long long)st->code_end);
+    unmapped = true;
+  } else if (rc == 0 && user < 0) {
     long r;
     char e2[200];
     unmapped = rsys(&s.t[0], insn, SYS_munmap, st->code_start,
