@@ -2,4 +2,4 @@
 # patched under a checking load, rolled back, refused, molt killed half way.
 # Needs ptrace of a child process (root in CI).  Not under ThreadSanitizer:
 # the code under test is the CLI, whose threads are none.
-molt_pytest(attach ${CMAKE_CURRENT_LIST_DIR}/test_attach.py TIMEOUT 600 LABELS attach)
+molt_pytest(attach ${CMAKE_CURRENT_LIST_DIR}/test_attach.py TIMEOUT 600 LABELS attach cli moltcc)
