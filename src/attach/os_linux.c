@@ -391,11 +391,46 @@ static int wait_stop(attach_stop *s, attach_thread *t, char *err, size_t errlen)
 
 /* Seizes and interrupts thread tid (not yet in s).  0, 1 if gone, or a
  * MOLT_E* code. */
+/* Thread tid's tracer and state letter (/proc/PID/task/TID/status);
+ * false if it is gone. */
+static bool thread_status(pid_t pid, pid_t tid, int *tracer, char *state) {
+  char path[96], line[256];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)tid);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return false;
+  *tracer = -1;
+  *state = '?';
+  while (fgets(line, sizeof line, f)) {
+    sscanf(line, "State: %c", state);
+    sscanf(line, "TracerPid: %d", tracer);
+  }
+  fclose(f);
+  return true;
+}
+
 static int seize(attach_stop *s, pid_t tid, char *err, size_t errlen) {
   if (ptrace(PTRACE_SEIZE, tid, 0, (void *)(long)PTRACE_O_TRACECLONE) != 0) {
-    if (errno == ESRCH)
+    int e = errno, tracer;
+    char state;
+    if (e == ESRCH)
       return 1;
-    ptrace_refused(s->pid, errno, err, errlen);
+    if (e == EPERM && s->n > 0) {
+      /* Another thread may be exiting (the kernel refuses to seize a
+       * zombie), or be one the kernel traced for us already: a thread
+       * created by a seized one (PTRACE_O_TRACECLONE) before its creator's
+       * clone event is read. */
+      if (!thread_status(s->pid, tid, &tracer, &state) || state == 'Z' || state == 'X')
+        return 1;
+      if (tracer == (int)getpid()) {
+        attach_thread *t = add_thread(s, tid);
+        if (!t)
+          return MOLT_ENOMEM;
+        t->sig = -1; /* it reports its own stop */
+        return 0;
+      }
+    }
+    ptrace_refused(s->pid, e, err, errlen);
     return MOLT_EPERM;
   }
   attach_thread *t = add_thread(s, tid);

@@ -1,7 +1,8 @@
 /* A plainly built multi-threaded server for the attach tests (gcc -O2, no
  * molt, nothing preloaded).
  *
- *   server [WORKERS]   prints "port N" and serves 127.0.0.1:N: each line
+ *   server [WORKERS [SPINNERS [CHURNERS]]]
+ *                      prints "port N" and serves 127.0.0.1:N: each line
  *                      "N" is answered by "<answer(N)>\n"; the line "stats"
  *                      by the counters of the watcher threads below.
  *
@@ -177,6 +178,24 @@ static void *spinner(void *arg) {
   return NULL;
 }
 
+/* Threads that come and go: each calls answer() once and exits, so
+ * attaches meet threads created and ending while the others are stopped. */
+static atomic_long churn_bad;
+static void *short_lived(void *arg) {
+  long a = answer(5);
+  if (a != 10 && a != 15)
+    atomic_fetch_add(&churn_bad, 1);
+  return NULL;
+}
+static void *churner(void *arg) {
+  for (;;) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, short_lived, NULL) == 0)
+      pthread_join(t, NULL);
+  }
+  return NULL;
+}
+
 static void serve(int c) {
   FILE *in = fdopen(c, "r");
   char line[128];
@@ -185,10 +204,10 @@ static void serve(int c) {
     if (strncmp(line, "stats", 5) == 0)
       snprintf(out, sizeof out,
                "eintr %ld early %ld spin %ld bad %ld new %ld branchy %ld "
-               "tiny %ld\n",
+               "tiny %ld churnbad %ld\n",
                atomic_load(&eintr_count), atomic_load(&early_count),
                atomic_load(&spin_calls), atomic_load(&spin_bad), atomic_load(&spin_new),
-               branchy(3), tiny());
+               branchy(3), tiny(), atomic_load(&churn_bad));
     else
       snprintf(out, sizeof out, "%ld\n", answer(strtol(line, NULL, 10)));
     size_t len = strlen(out), off = 0;
@@ -225,6 +244,7 @@ static void *worker(void *arg) {
 int main(int argc, char **argv) {
   int workers = argc > 1 ? atoi(argv[1]) : 8;
   int spinners = argc > 2 ? atoi(argv[2]) : 0;
+  int churners = argc > 3 ? atoi(argv[3]) : 0;
   if (getenv("SERVER_MULTIPLIER"))
     multiplier = atol(getenv("SERVER_MULTIPLIER"));
   listen_fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -243,6 +263,8 @@ int main(int argc, char **argv) {
     pthread_create(&t, NULL, spinner, NULL);
   for (int i = 0; i < workers; i++)
     pthread_create(&t, NULL, worker, NULL);
+  for (int i = 0; i < churners; i++)
+    pthread_create(&t, NULL, churner, NULL);
   printf("port %d\n", ntohs(a.sin_port));
   fflush(stdout);
   pause();

@@ -66,9 +66,9 @@ def built(tmp_path_factory):
 class Server:
     """server.c running; q() sends request lines on a fresh connection."""
 
-    def __init__(self, exe, workers=8, spinners=0):
-        self.p = subprocess.Popen([exe, str(workers), str(spinners)], stdout=subprocess.PIPE,
-                                  text=True)
+    def __init__(self, exe, workers=8, spinners=0, churners=0):
+        self.p = subprocess.Popen([exe, str(workers), str(spinners), str(churners)],
+                                  stdout=subprocess.PIPE, text=True)
         line = self.p.stdout.readline()
         assert line.startswith("port "), line
         self.port = int(line.split()[1])
@@ -121,7 +121,7 @@ def threads_free(pid):
     for tid in os.listdir("/proc/%d/task" % pid):
         try:
             st = open("/proc/%d/task/%s/status" % (pid, tid)).read()
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # a thread ending
             continue
         tracer = re.search(r"TracerPid:\s*(\d+)", st).group(1)
         state = re.search(r"State:\s*(\S)", st).group(1)
@@ -270,6 +270,23 @@ def test_spinning_thread_retried_never_corrupted(built, server):
     assert st["bad"] == 0, st
     assert st["spin"] > 0
     assert max(attempts) > 1, "no attach had to retry: %s" % attempts
+
+
+def test_threads_created_during_the_stop(built, server):
+    # two threads create and join short-lived threads without pause: every
+    # attach meets threads that appear or end while it seizes the others
+    srv = server(workers=2, churners=2)
+    for _ in range(20):
+        r = molt("attach", srv.pid, built["fix"])
+        assert r.returncode == 0, r.stderr
+        threads_free(srv.pid)
+        assert srv.answer(3) == 9
+        r = molt("rollback", srv.pid)
+        assert r.returncode == 0, r.stderr
+        threads_free(srv.pid)
+        assert srv.answer(3) == 6
+    assert srv.stats()["churnbad"] == 0
+    assert srv.p.poll() is None
 
 
 def test_refused_before_anything_stops(built, server):
