@@ -234,20 +234,6 @@ int molt__os_find_syscall(pid_t pid, const attach_map *maps, size_t n, uint64_t 
   return MOLT_ENOTSUP;
 }
 
-int molt__os_check_traceable(pid_t pid, char *err, size_t errlen) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d", (int)pid);
-  if (access(path, F_OK) != 0) {
-    molt__errmsg(err, errlen, "no process %d", (int)pid);
-    return MOLT_ENOENT;
-  }
-  if (pid == getpid()) {
-    molt__errmsg(err, errlen, "process %d is molt itself", (int)pid);
-    return MOLT_EINVAL;
-  }
-  return 0;
-}
-
 /* Why ptrace refused: Yama's setting, else the usual reason. */
 static void ptrace_refused(pid_t pid, int e, char *err, size_t errlen) {
   int scope = -1;
@@ -270,6 +256,34 @@ static void ptrace_refused(pid_t pid, int e, char *err, size_t errlen) {
                  "ptrace of process %d refused (%s): only its owner and root may "
                  "attach, and not while another debugger traces it",
                  (int)pid, strerror(e));
+}
+
+int molt__os_check_traceable(pid_t pid, char *err, size_t errlen) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d", (int)pid);
+  if (access(path, F_OK) != 0) {
+    molt__errmsg(err, errlen, "no process %d", (int)pid);
+    return MOLT_ENOENT;
+  }
+  if (pid == getpid()) {
+    molt__errmsg(err, errlen, "process %d is molt itself", (int)pid);
+    return MOLT_EINVAL;
+  }
+  /* Opening its memory takes the permission ptrace takes (the uid, the
+   * capabilities, Yama): a refusal is told here, before anything else. */
+  snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    if (e == ENOENT || e == ESRCH) {
+      molt__errmsg(err, errlen, "no process %d", (int)pid);
+      return MOLT_ENOENT;
+    }
+    ptrace_refused(pid, e, err, errlen);
+    return MOLT_EPERM;
+  }
+  close(fd);
+  return 0;
 }
 
 /* ---- stopping threads ----------------------------------------------------------- */

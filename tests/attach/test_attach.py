@@ -311,6 +311,47 @@ def test_refused_before_anything_stops(built, server):
     assert srv.answer(4) == 8 and other.answer(4) == 9
 
 
+def test_corrupt_patch_refused(built, server, tmp_path):
+    srv = server()
+    data = open(built["fix"], "rb").read()
+    cut = tmp_path / "cut.so"
+    cut.write_bytes(data[:len(data) // 2])
+    maps = open("/proc/%d/maps" % srv.pid).read()
+    r = molt("attach", srv.pid, str(cut))
+    assert r.returncode == 1 and "corrupt attach patch" in r.stderr, r
+    assert open("/proc/%d/maps" % srv.pid).read() == maps
+    threads_free(srv.pid)
+
+
+def test_ptrace_refused_to_another_user(built, server, tmp_path):
+    # a root-owned server, molt run as nobody: one clear line, exit 3,
+    # the server untouched
+    srv = server()
+    import pathlib
+    import tempfile
+    d = pathlib.Path(tempfile.mkdtemp(prefix="molt-attach-pub-"))
+    os.chmod(str(d), 0o755)
+    patch = d / "fix.so"
+    patch.write_bytes(open(built["fix"], "rb").read())
+    os.chmod(str(patch), 0o644)
+    maps = open("/proc/%d/maps" % srv.pid).read()
+
+    def as_nobody():
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+    r = subprocess.run([MOLT, "attach", str(srv.pid), str(patch)], capture_output=True,
+                       text=True, timeout=60, preexec_fn=as_nobody)
+    assert r.returncode == 3, r
+    assert "ptrace of process %d refused" % srv.pid in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert open("/proc/%d/maps" % srv.pid).read() == maps
+    assert srv.answer(2) == 4
+    patch.unlink()
+    d.rmdir()
+
+
 def test_no_process_and_no_attach(built, server):
     r = molt("attach", "999999", built["fix"])
     assert r.returncode == 3 and "no process" in r.stderr
