@@ -62,6 +62,7 @@ static void target_free(target *t) {
     molt__symtab_close(t->libs[i].st);
   free(t->libs);
   free(t->maps);
+
   memset(t, 0, sizeof *t);
 }
 
@@ -93,6 +94,21 @@ static int load_libs(target *t) {
   return 0;
 }
 
+typedef struct got_find {
+  const char *name;
+  uint64_t slot;
+  bool found;
+} got_find;
+
+static bool got_visit(const char *name, uint64_t slot, void *arg) {
+  got_find *g = arg;
+  if (strcmp(name, g->name) != 0)
+    return false;
+  g->slot = slot;
+  g->found = true;
+  return true;
+}
+
 static int resolve(const char *name, bool weak, uint64_t *value, void *arg, char *err,
                    size_t errlen) {
   target *t = arg;
@@ -114,13 +130,27 @@ static int resolve(const char *name, bool weak, uint64_t *value, void *arg, char
       return 0;
     }
   }
+  /* An indirect function (IFUNC: strlen, memcpy, ...) has no address in a
+   * symbol table; if the program calls it, its GOT word holds what the
+   * loader chose (or, bound lazily, the program's PLT entry, which works
+   * as well). */
+  char link[64];
+  snprintf(link, sizeof link, "/proc/%d/exe", (int)t->pid);
+  got_find g = {name, 0, false};
+  uint64_t word;
+  if (molt__elf_got_slots(link, got_visit, &g) == 0 && g.found &&
+      molt__os_read(t->pid, t->bias + g.slot, &word, sizeof word) == 0 && word) {
+    *value = word;
+    return 0;
+  }
   if (weak) {
     *value = 0;
     return 0;
   }
   molt__errmsg(err, errlen,
                "the patch refers to '%s', which is neither in the target's symbol table "
-               "nor in a library it has loaded (or is an indirect function)",
+               "nor in a library it has loaded (nor, if it is an indirect function, "
+               "called by the program)",
                name);
   return MOLT_ENOSYM;
 }
@@ -143,6 +173,7 @@ static int open_target(pid_t pid, target *t, char *err, size_t errlen) {
     molt__errmsg(err, errlen, "cannot read the symbol table of %s", t->exe);
     return rc;
   }
+
   return load_libs(t);
 }
 

@@ -153,6 +153,11 @@ MOLT__HIDDEN int molt__patch_relocate(attach_patch *p, uint64_t base,
                                       attach_resolver resolve, void *arg, char *err,
                                       size_t errlen);
 MOLT__HIDDEN void molt__patch_close(attach_patch *p);
+/* The GOT slots of an ELF file (JUMP_SLOT and GLOB_DAT relocations): visit
+ * gets each symbol name and link-time slot address until it returns
+ * true.  0 or a MOLT_E* code. */
+typedef bool (*attach_got_visit)(const char *name, uint64_t slot, void *arg);
+MOLT__HIDDEN int molt__elf_got_slots(const char *path, attach_got_visit visit, void *arg);
 
 /* ---- state.c ------------------------------------------------------------------- */
 

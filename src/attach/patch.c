@@ -335,3 +335,50 @@ void molt__patch_close(attach_patch *p) {
   free(p->prot);
   memset(p, 0, sizeof *p);
 }
+
+int molt__elf_got_slots(const char *path, attach_got_visit visit, void *arg) {
+  patch_file f;
+  memset(&f, 0, sizeof f);
+  char err[128];
+  int rc = read_file(path, &f, err, sizeof err);
+  if (rc == 0 && (f.size < sizeof(Elf64_Ehdr) || memcmp(f.data, ELFMAG, SELFMAG) != 0))
+    rc = MOLT_ENOTSUP;
+  if (rc == 0) {
+    f.eh = (const Elf64_Ehdr *)f.data;
+    if (f.eh->e_shentsize != sizeof(Elf64_Shdr) || f.eh->e_shoff % 8 ||
+        !in_file(&f, f.eh->e_shoff, (uint64_t)f.eh->e_shnum * sizeof(Elf64_Shdr)))
+      rc = MOLT_ECORRUPT;
+  }
+  for (unsigned i = 0; rc == 0 && i < f.eh->e_shnum; i++) {
+    f.sh = (const Elf64_Shdr *)(f.data + f.eh->e_shoff);
+    const Elf64_Shdr *s = &f.sh[i];
+    if (s->sh_type != SHT_RELA || s->sh_entsize != sizeof(Elf64_Rela) ||
+        s->sh_offset % 8 || !in_file(&f, s->sh_offset, s->sh_size) ||
+        s->sh_link >= f.eh->e_shnum)
+      continue;
+    const Elf64_Shdr *sym = &f.sh[s->sh_link], *str;
+    if (sym->sh_type != SHT_DYNSYM || sym->sh_entsize != sizeof(Elf64_Sym) ||
+        sym->sh_offset % 8 || !in_file(&f, sym->sh_offset, sym->sh_size) ||
+        sym->sh_link >= f.eh->e_shnum)
+      continue;
+    str = &f.sh[sym->sh_link];
+    if (!in_file(&f, str->sh_offset, str->sh_size) || str->sh_size == 0)
+      continue;
+    f.dynsym = (const Elf64_Sym *)(f.data + sym->sh_offset);
+    f.ndynsym = sym->sh_size / sizeof(Elf64_Sym);
+    f.dynstr = (const char *)f.data + str->sh_offset;
+    f.dynstr_size = str->sh_size;
+    const Elf64_Rela *r = (const Elf64_Rela *)(f.data + s->sh_offset);
+    for (size_t k = 0; k < s->sh_size / sizeof *r; k++) {
+      uint32_t type = ELF64_R_TYPE(r[k].r_info), si = ELF64_R_SYM(r[k].r_info);
+      if ((type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT) || si == 0 ||
+          si >= f.ndynsym)
+        continue;
+      const char *name = sym_name(&f, &f.dynsym[si]);
+      if (name && visit(name, r[k].r_offset, arg))
+        break;
+    }
+  }
+  free(f.data);
+  return rc;
+}

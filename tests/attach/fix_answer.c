@@ -1,15 +1,19 @@
 /* The attach patch of the tests: answer() multiplies by three (reading the
- * server's static `multiplier`), spin_copy() copies with memmove and
- * returns 2. */
+ * server's static `multiplier`; strlen is one of libc's indirect
+ * functions, found through the server's GOT), spin_copy() copies byte by
+ * byte and returns 2. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 extern long multiplier; /* static in server.c */
 
 long answer(long n) {
   char buf[32];
   snprintf(buf, sizeof buf, "%ld", n * (multiplier + 1));
+  if (strlen(buf) > 30)
+    return -1;
   return strtol(buf, NULL, 10);
 }
 
