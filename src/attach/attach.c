@@ -135,7 +135,7 @@ static int resolve(const char *name, bool weak, uint64_t *value, void *arg, char
    * loader chose (or, bound lazily, the program's PLT entry, which works
    * as well). */
   char link[64];
-  snprintf(link, sizeof link, "/proc/%d/exe", (int)t->pid);
+  molt__os_path(t->pid, "exe", link, sizeof link);
   got_find g = {name, 0, false};
   uint64_t word;
   if (molt__elf_got_slots(link, got_visit, &g) == 0 && g.found &&
@@ -167,7 +167,7 @@ static int open_target(pid_t pid, target *t, char *err, size_t errlen) {
   if (rc)
     return rc;
   char link[64];
-  snprintf(link, sizeof link, "/proc/%d/exe", (int)pid);
+  molt__os_path(pid, "exe", link, sizeof link);
   rc = molt__symtab_open(link, &t->st);
   if (rc) {
     molt__errmsg(err, errlen, "cannot read the symbol table of %s", t->exe);
@@ -179,7 +179,7 @@ static int open_target(pid_t pid, target *t, char *err, size_t errlen) {
 
 static int target_build_id(pid_t pid, char *hex, size_t len, char *err, size_t errlen) {
   char link[64];
-  snprintf(link, sizeof link, "/proc/%d/exe", (int)pid);
+  molt__os_path(pid, "exe", link, sizeof link);
   int fd = open(link, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     molt__errmsg(err, errlen, "cannot open %s: %s", link, strerror(errno));
@@ -279,11 +279,13 @@ static int choose_place(const target *t, const molt__attach_state *st, size_t si
                         uint64_t *base, char *err, size_t errlen) {
   uint64_t center = st->funcs[0].at, best = 0, best_d = UINT64_MAX;
   uint64_t prev_end = 1u << 20; /* nothing below 1 MiB (mmap_min_addr) */
+  bool after_heap = false;
   for (size_t i = 0; i <= t->nmaps; i++) {
     uint64_t gap_end = i < t->nmaps ? t->maps[i].start : (1ull << 47) - (1ull << 32);
     if (gap_end > prev_end && gap_end - prev_end >= size + 2 * GUARD) {
       uint64_t cand[2] = {gap_end - GUARD - size, prev_end + GUARD};
-      for (int k = 0; k < 2; k++) {
+      /* not right above the heap: brk grows there */
+      for (int k = 0; k < (after_heap ? 1 : 2); k++) {
         uint64_t c = cand[k] & ~(uint64_t)(ATTACH_PAGE - 1);
         if (c < prev_end + GUARD || !reaches(st, c, c + size))
           continue;
@@ -294,8 +296,10 @@ static int choose_place(const target *t, const molt__attach_state *st, size_t si
         }
       }
     }
-    if (i < t->nmaps && t->maps[i].end > prev_end)
+    if (i < t->nmaps && t->maps[i].end > prev_end) {
       prev_end = t->maps[i].end;
+      after_heap = strcmp(t->maps[i].path, "[heap]") == 0;
+    }
   }
   if (!best) {
     molt__errmsg(err, errlen,
@@ -312,7 +316,8 @@ static int stop_some_thread(pid_t pid, attach_stop *s, char *err, size_t errlen)
   int rc = molt__os_stop_one(pid, pid, s, err, errlen);
   if (rc != MOLT_ENOENT)
     return rc;
-  /* the main thread has exited (pthread_exit): another one */
+  /* the main thread has exited (pthread_exit; a zombie, which cannot be
+   * seized): another one */
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
   DIR *d = opendir(path);
@@ -362,7 +367,9 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
               errlen);
   if (rc == 0) {
     char path[64];
-    snprintf(path, sizeof path, "/proc/%d/fd/%ld", (int)pid, fd);
+    char fdname[32];
+    snprintf(fdname, sizeof fdname, "fd/%ld", fd);
+    molt__os_path(pid, fdname, path, sizeof path);
     int mfd = open(path, O_RDWR | O_CLOEXEC);
     molt__buf b;
     molt__buf_init(&b);

@@ -95,6 +95,9 @@ MOLT__HIDDEN void molt__os_resume_all(attach_stop *s);
 MOLT__HIDDEN int molt__os_syscall(attach_thread *t, uint64_t insn, long nr,
                                   const uint64_t args[6], long *ret, char *err,
                                   size_t errlen);
+/* The path of the target's /proc file `what` (mem, maps, exe, fd/N)
+ * through a live thread: /proc/PID/task/TID/what. */
+MOLT__HIDDEN void molt__os_path(pid_t pid, const char *what, char *buf, size_t len);
 /* The target's memory through /proc/PID/mem (writes reach read-only
  * text).  0 or a MOLT_E* code. */
 MOLT__HIDDEN int molt__os_read(pid_t pid, uint64_t addr, void *buf, size_t n);

@@ -34,6 +34,49 @@ uint64_t molt__os_now_ns(void) {
 
 /* ---- /proc ------------------------------------------------------------------- */
 
+/* "/proc/PID/task/TID/<what>" for a thread of pid that is alive: the
+ * per-process files of a process whose main thread has exited
+ * (pthread_exit; a zombie) are empty or refuse to open, those of its
+ * other threads are the process's (memory, maps, exe, descriptors). */
+void molt__os_path(pid_t pid, const char *what, char *buf, size_t len) {
+  static pid_t cached_pid;
+  static pid_t cached_tid;
+  char path[96];
+  pid_t tid = pid;
+  snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)pid);
+  if (cached_pid == pid) {
+    tid = cached_tid;
+  } else {
+    char stat[512] = "";
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t n = read(fd, stat, sizeof stat - 1);
+      stat[n > 0 ? n : 0] = '\0';
+      close(fd);
+    }
+    const char *p = strrchr(stat, ')');
+    if (p && p[1] == ' ' && p[2] == 'Z') {
+      snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+      DIR *d = opendir(path);
+      struct dirent *e;
+      while (d && (e = readdir(d))) {
+        pid_t t = (pid_t)atoi(e->d_name);
+        if (t > 0 && t != pid) {
+          tid = t;
+          break;
+        }
+      }
+      if (d)
+        closedir(d);
+      /* the thread found may end too: look again next time */
+    } else {
+      cached_pid = pid;
+      cached_tid = pid;
+    }
+  }
+  snprintf(buf, len, "/proc/%d/task/%d/%s", (int)pid, (int)tid, what);
+}
+
 unsigned long long molt__os_start_time(pid_t pid) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -59,7 +102,7 @@ unsigned long long molt__os_start_time(pid_t pid) {
 
 int molt__os_maps(pid_t pid, attach_map **out, size_t *n) {
   char path[64];
-  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+  molt__os_path(pid, "maps", path, sizeof path);
   FILE *f = fopen(path, "re");
   if (!f)
     return errno == ENOENT ? MOLT_ENOENT : molt__from_errno(errno);
@@ -142,7 +185,7 @@ bool molt__os_bias_of(const char *path, const attach_map *maps, size_t n,
 int molt__os_exe(pid_t pid, const attach_map *maps, size_t n, char *path, size_t pathlen,
                  uint64_t *bias, char *err, size_t errlen) {
   char link[64];
-  snprintf(link, sizeof link, "/proc/%d/exe", (int)pid);
+  molt__os_path(pid, "exe", link, sizeof link);
   ssize_t k = readlink(link, path, pathlen - 1);
   if (k < 0) {
     molt__errmsg(err, errlen, "cannot read %s: %s", link, strerror(errno));
@@ -176,7 +219,7 @@ int molt__os_exe(pid_t pid, const attach_map *maps, size_t n, char *path, size_t
 
 int molt__os_read(pid_t pid, uint64_t addr, void *buf, size_t n) {
   char path[64];
-  snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
+  molt__os_path(pid, "mem", path, sizeof path);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return errno == ENOENT ? MOLT_ENOENT : molt__from_errno(errno);
@@ -187,7 +230,7 @@ int molt__os_read(pid_t pid, uint64_t addr, void *buf, size_t n) {
 
 int molt__os_write(pid_t pid, uint64_t addr, const void *buf, size_t n) {
   char path[64];
-  snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
+  molt__os_path(pid, "mem", path, sizeof path);
   int fd = open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0)
     return errno == ENOENT ? MOLT_ENOENT : molt__from_errno(errno);
@@ -271,7 +314,7 @@ int molt__os_check_traceable(pid_t pid, char *err, size_t errlen) {
   }
   /* Opening its memory takes the permission ptrace takes (the uid, the
    * capabilities, Yama): a refusal is told here, before anything else. */
-  snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
+  molt__os_path(pid, "mem", path, sizeof path);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
@@ -429,7 +472,7 @@ static int seize(attach_stop *s, pid_t tid, char *err, size_t errlen) {
     char state;
     if (e == ESRCH)
       return 1;
-    if (e == EPERM && s->n > 0) {
+    if (e == EPERM) {
       /* Another thread may be exiting (the kernel refuses to seize a
        * zombie), or be one the kernel traced for us already: a thread
        * created by a seized one (PTRACE_O_TRACECLONE) before its creator's

@@ -66,9 +66,10 @@ def built(tmp_path_factory):
 class Server:
     """server.c running; q() sends request lines on a fresh connection."""
 
-    def __init__(self, exe, workers=8, spinners=0, churners=0):
+    def __init__(self, exe, workers=8, spinners=0, churners=0, env=None):
         self.p = subprocess.Popen([exe, str(workers), str(spinners), str(churners)],
-                                  stdout=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, **(env or {})))
         line = self.p.stdout.readline()
         assert line.startswith("port "), line
         self.port = int(line.split()[1])
@@ -287,6 +288,19 @@ def test_threads_created_during_the_stop(built, server):
         assert srv.answer(3) == 6
     assert srv.stats()["churnbad"] == 0
     assert srv.p.poll() is None
+
+
+def test_main_thread_gone(built, server):
+    # main() called pthread_exit: the staging runs on another thread
+    srv = server(workers=2, env={"SERVER_MAIN_EXITS": "1"})
+    time.sleep(0.2)
+    assert "Z" in open("/proc/%d/stat" % srv.pid).read().split(")")[1].split()[0]
+    r = molt("attach", srv.pid, built["fix"])
+    assert r.returncode == 0, r.stderr
+    assert srv.answer(3) == 9
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(3) == 6
+    threads_free(srv.pid)
 
 
 def test_refused_before_anything_stops(built, server):
