@@ -24,13 +24,16 @@ LAYERS = [
     ("include", 0),              # molt.h (the API) and molt/*.h (the ABI)
     ("src/common", 1),           # errors, buf, proc, elf, protocol, arch/
     ("src/runtime/base", 2),     # locks, state, log, platform, file
-    ("src/cli", 2),              # the molt command: on common only
+    # molt attach (ptrace, decoder, patch loader): between common and the
+    # layers of rank 2, so that the CLI may use it and still not see the
+    # runtime, and it sees neither
+    ("src/attach", 1.5),
+    ("src/cli", 2),              # the molt command: on common and attach
     ("tools", 2),                # moltstamp: on common only
     ("src/runtime/core", 3),     # threads, entries, generations, modules
     ("src/runtime/switch", 4),   # points, barrier, policies, modes' hooks
     ("src/runtime/hot", 5),      # the modes, side by side
     ("src/runtime/full", 5),
-    ("src/runtime/attach", 5),
     ("src/runtime/shadow", 5),
     ("src/runtime/service", 6),  # runtime thread, requests, control, status
 ]

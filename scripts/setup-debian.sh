@@ -12,6 +12,7 @@ packages=(
   clang-format-14               # the C style (tests/style)
   binutils procps
   gdb                           # tests/debug: gdb and gcore on a patched process
+  libcapstone-dev               # molt attach: the x86-64 instruction decoder
   git diffutils                 # patch builder tests: real git diff and diff -u
   # examples/fixes (ctest -L realworld): apt-get source, and the build
   # dependencies of the servers it builds, by name (build-dep needs deb-src)

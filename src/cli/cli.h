@@ -1,6 +1,6 @@
 /*
  * The `molt` command (src/cli/), a client of the control protocol, on the
- * common layer only (common/common.h: the table of operations, requests,
+ * common layer and the attach layer only (common/common.h: the table of operations, requests,
  * the codec).  It never sees a runtime structure.
  *
  *   main.c        the command table (generated from MOLT__OPS, plus the
@@ -9,7 +9,9 @@
  *                 and exit codes; the request of a changing operation
  *   output.c      the one output module: aligned tables and JSON, both from
  *                 the same descriptions of the protocol's records
- *   cmd_*.c       one file per command
+ *   cmd_*.c       one file per command (cmd_attach.c: the attach layer's
+ *                 commands, src/attach; rollback and status of an attached
+ *                 process go there too)
  *
  * Every failure is ONE line on stderr, `molt: <what failed>: <why>; <what
  * to do>`, and an exit code below.  Whatever the outcome, the target keeps
@@ -190,6 +192,12 @@ int cli_cmd_apply(const cli_args *a);
 int cli_cmd_rollback(const cli_args *a);
 int cli_cmd_log(const cli_args *a);
 int cli_cmd_update(const cli_args *a);
+int cli_cmd_attach(const cli_args *a);
+/* cmd_attach.c: a process patched by `molt attach` (it has an attach
+ * record), and what rollback and status do for it. */
+bool cli_attached(pid_t pid);
+int cli_attach_rollback(const cli_args *a);
+int cli_attach_status(const cli_args *a);
 /* The usage text (main.c, from the command table). */
 void cli_usage(FILE *out);
 

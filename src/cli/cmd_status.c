@@ -285,6 +285,8 @@ static void status_human(pid_t pid, const molt__records *rs) {
 }
 
 int cli_cmd_status(const cli_args *a) {
+  if (cli_attached(a->pid))
+    return cli_attach_status(a);
   cli_reply r;
   int code = cli_report(a, MOLT__OP_STATUS, &r);
   if (code != 0)

@@ -1,7 +1,8 @@
 /*
  * molt -- the command-line client of the molt control protocol.
  *
- *   molt ps | status | apply | rollback | log | update | run | help | --version
+ *   molt ps | status | apply | rollback | log | update | attach | run | help |
+ *   --version
  *
  * One command table: the commands of the operations come from the table of
  * operations (MOLT__OPS, common/protocol.h) -- name, what they send,
@@ -37,9 +38,14 @@ static const command commands[] = {
    NULL,  (summary),       cli_cmd_##name, NULL},
     MOLT__OPS(MOLT__CLI_COMMAND)
 #undef MOLT__CLI_COMMAND
-        {"run", 0, 0, NULL, false, true, "molt run <image.so> [args...]",
-         "run a program image (built with 'moltcc --molt-program') in this process",
-         cli_cmd_run, NULL},
+        {"attach", 0, MOLT__OPF_TIMEOUT, "patch", true, false,
+         "molt attach <pid> <patch.so> [--timeout SEC]",
+         "hot-patch a process not built with molt (patch built with 'moltcc "
+         "--molt-attach'); rollback and status work on it too",
+         cli_cmd_attach, NULL},
+    {"run", 0, 0, NULL, false, true, "molt run <image.so> [args...]",
+     "run a program image (built with 'moltcc --molt-program') in this process",
+     cli_cmd_run, NULL},
     {"help", 0, 0, NULL, false, true, "molt help", "this text", cli_cmd_help,
      (const char *const[]){"--help", "-h", NULL}},
     {"--version", 0, 0, NULL, false, true, "molt --version",
@@ -49,7 +55,7 @@ static const command commands[] = {
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
 /* Commands of later molt versions: a clearer answer than "unknown". */
-static const char *const reserved[] = {"promote", "attach"};
+static const char *const reserved[] = {"promote"};
 
 /* ---- usage ------------------------------------------------------------------- */
 

@@ -133,6 +133,11 @@ typedef struct molt__symtab molt__symtab;
 MOLT__HIDDEN int molt__symtab_open(const char *path, molt__symtab **out);
 MOLT__HIDDEN int molt__symtab_lookup(const molt__symtab *st, const char *name,
                                      const char *tu, uintptr_t *value);
+/* The global symbol `name`, else the one local symbol of that name in any
+ * source file (a static of a program that has no two of that name).  0,
+ * MOLT_ENOSYM, MOLT_EAMBIGUOUS. */
+MOLT__HIDDEN int molt__symtab_lookup_any(const molt__symtab *st, const char *name,
+                                         uintptr_t *value);
 MOLT__HIDDEN void molt__symtab_close(molt__symtab *st);
 /* Reverse lookup: the function or object symbol whose [start, start+size)
  * holds link-time address `value` (a zero-sized symbol holds its own

@@ -2514,6 +2514,32 @@ int molt__symtab_lookup(const molt__symtab *st, const char *name, const char *tu
   return 0;
 }
 
+int molt__symtab_lookup_any(const molt__symtab *st, const char *name, uintptr_t *value) {
+  int rc = molt__symtab_lookup(st, name, NULL, value);
+  if (rc != MOLT_ENOSYM)
+    return rc;
+  size_t lo = 0, hi = st->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (strcmp(st->ents[mid].name, name) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  bool found = false;
+  uint64_t v = 0;
+  for (size_t i = lo; i < st->n && strcmp(st->ents[i].name, name) == 0; i++) {
+    if (found && st->ents[i].value != v)
+      return MOLT_EAMBIGUOUS;
+    found = true;
+    v = st->ents[i].value;
+  }
+  if (!found)
+    return MOLT_ENOSYM;
+  *value = (uintptr_t)v;
+  return 0;
+}
+
 void molt__symtab_close(molt__symtab *st) {
   if (!st)
     return;

@@ -290,6 +290,11 @@ def test_request_without_descriptor_is_refused(served, tmp_path):
     st, text = raw_apply(served.pid, patch("patch_a.so"), [])
     assert st != 0 and "brought no open patch file" in text, text
     assert status(served.pid)["generation"] == 0
+    # the control connection of that status may still be closing: wait
+    # (a leak never settles)
+    deadline = time.time() + 5
+    while fd_count(served.pid) != before and time.time() < deadline:
+        time.sleep(0.02)
     assert fd_count(served.pid) == before
 
 

@@ -61,6 +61,15 @@ def test_the_cli_may_not_see_the_runtime(tree):
     assert r.returncode == 1 and "src/cli/client.c" in r.stdout, r.stdout
 
 
+def test_attach_may_not_see_the_runtime_or_the_cli(tree):
+    # the CLI uses src/attach (its own tree passes); attach stays below both
+    add_include(tree, "src/attach/attach.c", "base/base.h")
+    add_include(tree, "src/attach/state.c", "cli/cli.h")
+    r = run(str(tree))
+    assert r.returncode == 1, r.stdout
+    assert "src/attach/attach.c" in r.stdout and "src/attach/state.c" in r.stdout, r.stdout
+
+
 def test_a_mode_may_not_name_another_mode(tree):
     add_include(tree, "src/runtime/hot/hot.c", "full/full.h")
     r = run(str(tree))

@@ -10,7 +10,7 @@ from harness.tree import TOOLS
 PKG = os.path.join(TOOLS, "moltcc")
 
 ENTRY = {"moltcc.__main__", "moltcc.driver"}
-MODES = {"moltcc.build", "moltcc.patch.build", "moltcc.image.build"}
+MODES = {"moltcc.build", "moltcc.patch.build", "moltcc.image.build", "moltcc.attach"}
 # What every mode may use, and what may use only these (never a mode, a
 # mode's own parts or the driver).
 BASE = {"moltcc", "moltcc.errors", "moltcc.gccargs", "moltcc.toolchain", "moltcc.session",

@@ -10,6 +10,8 @@ programs updatable with molt, and builds hot patches for them.
                                     # (image/)
     moltcc --molt-show-build PROG   # PROG's compile record (record.py) as
                                     # compile_commands.json
+    moltcc --molt-attach --molt-target ./server -o fix.so fix.c [cflags]
+                                    # a patch for `molt attach` (attach.py)
 
 The driver reads the command line: the --molt-* options (the real compiler
 never sees them) and the compiler's own (gccargs.Command), finds molt
@@ -34,6 +36,7 @@ LIST = "list"       # a value that may be given several times (--molt-xf)
 # option -> (MoltOptions attribute, kind)
 MOLT_OPTIONS = {
     "--molt-patch": ("patch", FLAG),
+    "--molt-attach": ("attach", FLAG),
     "--molt-program": ("program", FLAG),
     "--molt-keep": ("keep", FLAG),
     "--molt-verbose": ("verbose", FLAG),
@@ -167,6 +170,14 @@ def choose_mode(opts, rest):
         return show_build
     if opts.strip is not None and not opts.diff:
         raise Fatal("--molt-strip is only meaningful with --molt-diff")
+    if opts.attach:
+        others = sorted(k for k in opts.given if k not in
+                        ("--molt-attach", "--molt-target", "--molt-verbose", "--molt-keep")
+                        and k not in INTERNAL_OPTIONS)
+        if others:
+            raise Fatal("%s not meaningful with --molt-attach" % ", ".join(others))
+        from .attach import build_attach
+        return build_attach
     if opts.program:
         if opts.patch:
             raise Fatal("--molt-program and --molt-patch cannot be combined")
@@ -195,7 +206,7 @@ def main(argv):
         opts, rest = split_molt_options(argv)
         verbose = opts.verbose or os.environ.get("MOLT_VERBOSE", "") not in ("", "0")
         rest = take_strip_option(opts, gccargs.expand_response_files(rest))
-        if rest and not (opts.patch or opts.show_build):
+        if rest and not (opts.patch or opts.show_build or opts.attach):
             rest = rest + gccargs.env_flags()
         layout = locate(opts.internal)
         cmd = gccargs.Command(rest)

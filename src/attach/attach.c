@@ -1,0 +1,794 @@
+/* The attach operations: attach, rollback, status (attach.h).
+ *
+ * attach, in this order -- everything before step 5 while the target runs:
+ *   1. the target: traceable, not attached already, its build-id that of
+ *      the patch;
+ *   2. the functions: each found in the target's symbol table (statics
+ *      included), its entry decoded and checked (arch), its bytes kept;
+ *   3. the place: a free range within reach of a rel32 jump from every
+ *      function; the patch relocated for it in the tool, its references
+ *      resolved through the target's symbol tables;
+ *   4. staging: one thread stopped for a few system calls run on its own
+ *      registers -- memfd_create, mmap of each part, close -- the image
+ *      written into the memfd from here (/proc/PID/fd); the record
+ *      "staged" saved;
+ *   5. the stop: every thread stopped; none may be inside the bytes to be
+ *      rewritten (else resume, back off, retry until the timeout); the
+ *      record "applying", the jumps, every thread resumed;
+ *   6. the record "applied" with the stop's duration.
+ * A failure before step 5 leaves at most an unused mapping, which a
+ * rollback removes; killed during step 5, molt leaves the target
+ * stopped-then-resumed by the kernel (tracees are detached when their
+ * tracer dies) with some jumps written: the record says "applying" and
+ * rollback restores every function whose bytes are the jump. */
+#include "attach/internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define GUARD (16 * ATTACH_PAGE) /* left free between the staged code and others */
+#define REACH ((int64_t)INT32_MAX - (int64_t)(1 << 20))
+
+/* ---- resolving the patch's references ------------------------------------ */
+
+typedef struct lib_tab {
+  char path[512];
+  uint64_t bias;
+  molt__symtab *st;
+} lib_tab;
+
+typedef struct target {
+  pid_t pid;
+  char exe[512];
+  uint64_t bias;
+  molt__symtab *st;
+  attach_map *maps;
+  size_t nmaps;
+  lib_tab *libs;
+  size_t nlibs;
+} target;
+
+static void target_free(target *t) {
+  molt__symtab_close(t->st);
+  for (size_t i = 0; i < t->nlibs; i++)
+    molt__symtab_close(t->libs[i].st);
+  free(t->libs);
+  free(t->maps);
+
+  memset(t, 0, sizeof *t);
+}
+
+/* The libraries mapped in the target, in the order of their first mapping
+ * (the loader maps them in its search order). */
+static int load_libs(target *t) {
+  for (size_t i = 0; i < t->nmaps; i++) {
+    const attach_map *m = &t->maps[i];
+    if (m->path[0] != '/' || m->offset != 0 || strcmp(m->path, t->exe) == 0 ||
+        strstr(m->path, "molt-attach"))
+      continue;
+    bool seen = false;
+    for (size_t k = 0; k < t->nlibs && !seen; k++)
+      seen = strcmp(t->libs[k].path, m->path) == 0;
+    if (seen)
+      continue;
+    lib_tab *nl = realloc(t->libs, (t->nlibs + 1) * sizeof *nl);
+    if (!nl)
+      return MOLT_ENOMEM;
+    t->libs = nl;
+    lib_tab *l = &t->libs[t->nlibs];
+    memset(l, 0, sizeof *l);
+    snprintf(l->path, sizeof l->path, "%s", m->path);
+    if (!molt__os_bias_of(l->path, t->maps, t->nmaps, &l->bias) ||
+        molt__symtab_open(l->path, &l->st) != 0)
+      continue; /* not an ELF file, or unreadable: no symbols from it */
+    t->nlibs++;
+  }
+  return 0;
+}
+
+typedef struct got_find {
+  const char *name;
+  uint64_t slot;
+  bool found;
+} got_find;
+
+static bool got_visit(const char *name, uint64_t slot, void *arg) {
+  got_find *g = arg;
+  if (strcmp(name, g->name) != 0)
+    return false;
+  g->slot = slot;
+  g->found = true;
+  return true;
+}
+
+static int resolve(const char *name, bool weak, uint64_t *value, void *arg, char *err,
+                   size_t errlen) {
+  target *t = arg;
+  uintptr_t v;
+  int rc = molt__symtab_lookup_any(t->st, name, &v);
+  if (rc == 0) {
+    *value = t->bias + v;
+    return 0;
+  }
+  if (rc == MOLT_EAMBIGUOUS) {
+    molt__errmsg(err, errlen,
+                 "the patch refers to '%s', which names several statics of the target",
+                 name);
+    return rc;
+  }
+  for (size_t i = 0; i < t->nlibs; i++) {
+    if (molt__symtab_lookup(t->libs[i].st, name, NULL, &v) == 0) {
+      *value = t->libs[i].bias + v;
+      return 0;
+    }
+  }
+  /* An indirect function (IFUNC: strlen, memcpy, ...) has no address in a
+   * symbol table; if the program calls it, its GOT word holds what the
+   * loader chose (or, bound lazily, the program's PLT entry, which works
+   * as well). */
+  char link[64];
+  molt__os_path(t->pid, "exe", link, sizeof link);
+  got_find g = {name, 0, false};
+  uint64_t word;
+  if (molt__elf_got_slots(link, got_visit, &g) == 0 && g.found &&
+      molt__os_read(t->pid, t->bias + g.slot, &word, sizeof word) == 0 && word) {
+    *value = word;
+    return 0;
+  }
+  if (weak) {
+    *value = 0;
+    return 0;
+  }
+  molt__errmsg(err, errlen,
+               "the patch refers to '%s', which is neither in the target's symbol table "
+               "nor in a library it has loaded (nor, if it is an indirect function, "
+               "called by the program)",
+               name);
+  return MOLT_ENOSYM;
+}
+
+static int open_target(pid_t pid, target *t, char *err, size_t errlen) {
+  memset(t, 0, sizeof *t);
+  t->pid = pid;
+  int rc = molt__os_maps(pid, &t->maps, &t->nmaps);
+  if (rc) {
+    molt__errmsg(err, errlen, "cannot read the mappings of process %d", (int)pid);
+    return rc;
+  }
+  rc = molt__os_exe(pid, t->maps, t->nmaps, t->exe, sizeof t->exe, &t->bias, err, errlen);
+  if (rc)
+    return rc;
+  char link[64];
+  molt__os_path(pid, "exe", link, sizeof link);
+  rc = molt__symtab_open(link, &t->st);
+  if (rc) {
+    molt__errmsg(err, errlen, "cannot read the symbol table of %s", t->exe);
+    return rc;
+  }
+
+  return load_libs(t);
+}
+
+static int target_build_id(pid_t pid, char *hex, size_t len, char *err, size_t errlen) {
+  char link[64];
+  molt__os_path(pid, "exe", link, sizeof link);
+  int fd = open(link, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    molt__errmsg(err, errlen, "cannot open %s: %s", link, strerror(errno));
+    return molt__from_errno(errno);
+  }
+  int rc = molt__elf_file_build_id(fd, hex, len, err, errlen);
+  close(fd);
+  if (rc == MOLT_ENOSYM)
+    molt__errmsg(err, errlen,
+                 "the program of process %d has no build-id (link it with "
+                 "-Wl,--build-id); attach patches are matched by it",
+                 (int)pid);
+  return rc;
+}
+
+/* ---- planning --------------------------------------------------------------- */
+
+static int plan_function(target *t, const char *name, molt__attach_func *f, char *err,
+                         size_t errlen) {
+  uintptr_t v, start;
+  size_t size;
+  bool is_func;
+  int rc = molt__symtab_lookup_any(t->st, name, &v);
+  if (rc == MOLT_EAMBIGUOUS) {
+    molt__errmsg(err, errlen, "'%s' names several functions of the target", name);
+    return rc;
+  }
+  if (rc || molt__symtab_at(t->st, v, NULL, NULL, &start, &size, &is_func) != 0 ||
+      !is_func || start != v) {
+    molt__errmsg(err, errlen,
+                 "the patch defines '%s', which is not a function of the target (make "
+                 "the patch's helpers static)",
+                 name);
+    return MOLT_ENOFUNC;
+  }
+  if (size == 0 || size > (16u << 20)) {
+    molt__errmsg(err, errlen, "the size of function '%s' is unknown", name);
+    return MOLT_ENOFUNC;
+  }
+  snprintf(f->name, sizeof f->name, "%s", name);
+  f->addr = t->bias + v;
+  uint8_t *code = malloc(size);
+  if (!code)
+    return MOLT_ENOMEM;
+  rc = molt__os_read(t->pid, f->addr, code, size);
+  if (rc) {
+    molt__errmsg(err, errlen, "cannot read function '%s' in process %d", name,
+                 (int)t->pid);
+    free(code);
+    return rc;
+  }
+  attach_site site;
+  char why[300];
+  rc = molt__arch_plan(code, size, f->addr, &site, why, sizeof why);
+  free(code);
+  if (rc == 0) {
+    /* gcc's cold part of the function may branch back into it */
+    char cold[160];
+    snprintf(cold, sizeof cold, "%s.cold", name);
+    uintptr_t cv;
+    size_t csize;
+    if (molt__symtab_lookup_any(t->st, cold, &cv) == 0 &&
+        molt__symtab_at(t->st, cv, NULL, NULL, NULL, &csize, NULL) == 0 && csize &&
+        csize < (16u << 20)) {
+      uint8_t *cc = malloc(csize);
+      if (!cc)
+        return MOLT_ENOMEM;
+      rc = molt__os_read(t->pid, t->bias + cv, cc, csize);
+      if (rc == 0)
+        rc = molt__arch_check_branches(cc, csize, t->bias + cv, site.at,
+                                       site.at + site.len, why, sizeof why);
+      free(cc);
+    }
+  }
+  if (rc) {
+    molt__errmsg(err, errlen, "function '%s' cannot be replaced: %s", name, why);
+    return rc == MOLT_ENOMEM ? rc : MOLT_ENOFUNC;
+  }
+  f->at = site.at;
+  f->len = site.len;
+  return molt__os_read(t->pid, f->at, f->orig, f->len);
+}
+
+static bool reaches(const molt__attach_state *st, uint64_t lo, uint64_t hi) {
+  for (size_t i = 0; i < st->nfuncs; i++) {
+    int64_t a = (int64_t)(lo - st->funcs[i].at), b = (int64_t)(hi - st->funcs[i].at);
+    if (a < -REACH || a > REACH || b < -REACH || b > REACH)
+      return false;
+  }
+  return true;
+}
+
+/* A free range of `size` bytes within reach of every function: the
+ * candidate nearest to the functions, in a gap of the target's mappings
+ * (GUARD bytes from its neighbours). */
+static int choose_place(const target *t, const molt__attach_state *st, size_t size,
+                        uint64_t *base, char *err, size_t errlen) {
+  uint64_t center = st->funcs[0].at, best = 0, best_d = UINT64_MAX;
+  uint64_t prev_end = 1u << 20; /* nothing below 1 MiB (mmap_min_addr) */
+  bool after_heap = false;
+  for (size_t i = 0; i <= t->nmaps; i++) {
+    uint64_t gap_end = i < t->nmaps ? t->maps[i].start : (1ull << 47) - (1ull << 32);
+    if (gap_end > prev_end && gap_end - prev_end >= size + 2 * GUARD) {
+      uint64_t cand[2] = {gap_end - GUARD - size, prev_end + GUARD};
+      /* not right above the heap: brk grows there */
+      for (int k = 0; k < (after_heap ? 1 : 2); k++) {
+        uint64_t c = cand[k] & ~(uint64_t)(ATTACH_PAGE - 1);
+        if (c < prev_end + GUARD || !reaches(st, c, c + size))
+          continue;
+        uint64_t d = c > center ? c - center : center - c;
+        if (d < best_d) {
+          best_d = d;
+          best = c;
+        }
+      }
+    }
+    if (i < t->nmaps && t->maps[i].end > prev_end) {
+      prev_end = t->maps[i].end;
+      after_heap = strcmp(t->maps[i].path, "[heap]") == 0;
+    }
+  }
+  if (!best) {
+    molt__errmsg(err, errlen,
+                 "no free address range within 2 GiB of the functions to replace");
+    return MOLT_ENOMEM;
+  }
+  *base = best;
+  return 0;
+}
+
+/* ---- staging -------------------------------------------------------------------- */
+
+static int stop_some_thread(pid_t pid, attach_stop *s, char *err, size_t errlen) {
+  int rc = molt__os_stop_one(pid, pid, s, err, errlen);
+  if (rc != MOLT_ENOENT)
+    return rc;
+  /* the main thread has exited (pthread_exit; a zombie, which cannot be
+   * seized): another one */
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  struct dirent *e;
+  while (d && rc == MOLT_ENOENT && (e = readdir(d))) {
+    pid_t tid = (pid_t)atoi(e->d_name);
+    if (tid > 0 && tid != pid)
+      rc = molt__os_stop_one(pid, tid, s, err, errlen);
+  }
+  if (d)
+    closedir(d);
+  return rc;
+}
+
+static int rsys(attach_thread *th, uint64_t insn, long nr, uint64_t a0, uint64_t a1,
+                uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5, long *ret, char *err,
+                size_t errlen) {
+  const uint64_t args[6] = {a0, a1, a2, a3, a4, a5};
+  int rc = molt__os_syscall(th, insn, nr, args, ret, err, errlen);
+  if (rc == 0 && *ret < 0 && *ret > -4096) {
+    molt__errmsg(err, errlen, "system call %ld in the target failed: %s", nr,
+                 strerror((int)-*ret));
+    rc = MOLT_EIO;
+  }
+  return rc;
+}
+
+/* Maps the relocated image and the state page at base in the target. */
+static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
+                 molt__attach_state *st, char *err, size_t errlen) {
+  attach_stop s;
+  int rc = stop_some_thread(pid, &s, err, errlen);
+  if (rc)
+    return rc;
+  attach_thread *th = &s.t[0];
+  size_t total = p->size + ATTACH_PAGE;
+  static const char name[] = "molt-attach";
+  /* The name goes below the thread's stack pointer, past the red zone: memory
+   * nothing uses while the thread is stopped. */
+  uint64_t name_at = (molt__arch_sp(&th->regs) - 1024) & ~(uint64_t)15;
+  long fd = -1, r;
+  rc = molt__os_write(pid, name_at, name, sizeof name);
+  if (rc)
+    molt__errmsg(err, errlen, "cannot write into the stack of thread %d", (int)th->tid);
+  if (rc == 0)
+    rc = rsys(th, insn, SYS_memfd_create, name_at, MFD_CLOEXEC, 0, 0, 0, 0, &fd, err,
+              errlen);
+  if (rc == 0) {
+    char path[64];
+    char fdname[32];
+    snprintf(fdname, sizeof fdname, "fd/%ld", fd);
+    molt__os_path(pid, fdname, path, sizeof path);
+    int mfd = open(path, O_RDWR | O_CLOEXEC);
+    molt__buf b;
+    molt__buf_init(&b);
+    molt__state_format(st, &b);
+    uint8_t page[ATTACH_PAGE];
+    memset(page, 0, sizeof page);
+    memcpy(page, b.data, b.len < ATTACH_PAGE ? b.len : ATTACH_PAGE - 1);
+    molt__buf_free(&b);
+    if (mfd < 0 || ftruncate(mfd, (off_t)total) != 0 ||
+        pwrite(mfd, p->image, p->size, 0) != (ssize_t)p->size ||
+        pwrite(mfd, page, sizeof page, (off_t)p->size) != (ssize_t)sizeof page) {
+      molt__errmsg(err, errlen, "cannot fill the staged code (%s): %s", path,
+                   strerror(errno));
+      rc = MOLT_EIO;
+    }
+    if (mfd >= 0)
+      close(mfd);
+  }
+  /* Runs of pages with the same protection, then the state page. */
+  size_t npages = p->size / ATTACH_PAGE, mapped = 0;
+  for (size_t k = 0; rc == 0 && k <= npages;) {
+    size_t e = k + 1;
+    int prot = k < npages ? p->prot[k] : PROT_READ | PROT_WRITE;
+    while (k < npages && e < npages && p->prot[e] == p->prot[k])
+      e++;
+    if (prot == 0)
+      prot = PROT_NONE;
+    rc = rsys(th, insn, SYS_mmap, base + k * ATTACH_PAGE, (e - k) * ATTACH_PAGE,
+              (uint64_t)prot, MAP_SHARED | MAP_FIXED_NOREPLACE, (uint64_t)fd,
+              k * ATTACH_PAGE, &r, err, errlen);
+    if (rc == 0 && (uint64_t)r != base + k * ATTACH_PAGE) {
+      molt__errmsg(err, errlen, "the kernel placed the staged code elsewhere");
+      rc = MOLT_EIO;
+    }
+    if (rc == 0)
+      mapped = e;
+    k = e;
+  }
+  if (rc && mapped)
+    rsys(th, insn, SYS_munmap, base, mapped * ATTACH_PAGE, 0, 0, 0, 0, &r, err, errlen);
+  if (fd >= 0) {
+    char cerr[128];
+    rsys(th, insn, SYS_close, (uint64_t)fd, 0, 0, 0, 0, 0, &r, cerr, sizeof cerr);
+  }
+  molt__os_resume_all(&s);
+  return rc;
+}
+
+/* ---- the stop ------------------------------------------------------------------- */
+
+/* A thread of s whose ip lies inside the rewritten bytes of a function:
+ * its index and the function's, or -1.  The first byte counts too: a
+ * thread interrupted in a long first instruction (rep movs) has its ip
+ * there with registers already changed, and must finish it. */
+static int in_the_way(const attach_stop *s, const molt__attach_state *st, size_t *fi) {
+  for (size_t i = 0; i < s->n; i++) {
+    uint64_t ip = molt__arch_ip(&s->t[i].regs);
+    /* a system call the thread is restarted in runs from ip - 2 */
+    uint64_t ips[2] = {
+        ip, molt__arch_syscall_nr(&s->t[i].regs) >= 0 ? ip - ATTACH_SYSCALL_LEN : ip};
+    for (size_t k = 0; k < st->nfuncs; k++) {
+      const molt__attach_func *f = &st->funcs[k];
+      for (int j = 0; j < 2; j++) {
+        if (ips[j] >= f->at && ips[j] < f->at + f->len) {
+          *fi = k;
+          return (int)i;
+        }
+      }
+    }
+  }
+  return -1;
+}
+
+/* Stops every thread with none in the way, retrying with back-off until
+ * the deadline.  0 with s stopped, or MOLT_ETIMEDOUT naming who blocked. */
+static int stop_clear(pid_t pid, const molt__attach_state *st, int timeout_ms,
+                      attach_stop *s, int *attempts, char *err, size_t errlen) {
+  uint64_t deadline = molt__os_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  long backoff_us = 200;
+  for (*attempts = 1;; (*attempts)++) {
+    int rc = molt__os_stop_all(pid, s, err, errlen);
+    if (rc)
+      return rc;
+    size_t fi = 0;
+    int ti = st ? in_the_way(s, st, &fi) : -1;
+    if (ti < 0)
+      return 0;
+    pid_t tid = s->t[ti].tid;
+    molt__os_resume_all(s);
+    if (molt__os_now_ns() >= deadline) {
+      char comm[64];
+      molt__proc_name(pid, tid, comm, sizeof comm);
+      molt__errmsg(err, errlen,
+                   "thread %d (%s) was inside the first bytes of '%s' at each of %d "
+                   "stops in %.1f s; try again, or use a full update if it never "
+                   "leaves that function",
+                   (int)tid, comm, st->funcs[fi].name, *attempts, timeout_ms / 1000.0);
+      return MOLT_ETIMEDOUT;
+    }
+    struct timespec ts = {0, backoff_us * 1000};
+    nanosleep(&ts, NULL);
+    if (backoff_us < 50000)
+      backoff_us *= 2;
+  }
+}
+
+static int write_jumps(pid_t pid, const molt__attach_state *st, bool to_new, char *err,
+                       size_t errlen) {
+  for (size_t i = 0; i < st->nfuncs; i++) {
+    const molt__attach_func *f = &st->funcs[i];
+    int rc = molt__os_write(pid, f->at, to_new ? f->jump : f->orig, f->len);
+    if (rc) {
+      molt__errmsg(err, errlen, "cannot write the entry of '%s' in process %d", f->name,
+                   (int)pid);
+      return rc;
+    }
+  }
+  return 0;
+}
+
+/* ---- attach --------------------------------------------------------------------- */
+
+/* $MOLT_ATTACH_TEST_PAUSE=<point>: the tests kill molt (SIGKILL) at a
+ * named point of an attach -- prepared, staged, stopped, applied -- to
+ * check what the target is left with.  molt says where it waits on stderr
+ * and waits a minute. */
+static void test_pause(const char *point) {
+  const char *want = getenv("MOLT_ATTACH_TEST_PAUSE");
+  if (!want || strcmp(want, point) != 0)
+    return;
+  fprintf(stderr, "molt-attach-paused %s\n", point);
+  fflush(stderr);
+  struct timespec ts = {60, 0};
+  nanosleep(&ts, NULL);
+}
+
+int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
+                 size_t errlen) {
+  pid_t pid = o->pid;
+  int timeout_ms = o->timeout_ms < 0 ? MOLT__DEFAULT_TIMEOUT_MS : o->timeout_ms;
+  int rc = molt__os_check_traceable(pid, err, errlen);
+  if (rc)
+    return rc;
+  molt__attach_state old;
+  char ignored[256];
+  if (molt__attach_state_load(pid, &old, ignored, sizeof ignored) == 0 &&
+      strcmp(old.phase, "rolled-back") == 0) {
+    /* the code of an earlier patch, kept mapped by its rollback: try to
+     * reclaim it now */
+    molt__attach_rollback(pid, timeout_ms, &old, ignored, sizeof ignored);
+  }
+  if (molt__attach_state_load(pid, &old, ignored, sizeof ignored) == 0) {
+    molt__errmsg(err, errlen,
+                 "process %d already has a patch attached (%s, %s); roll it back first "
+                 "(molt rollback %d)",
+                 (int)pid, old.patch, old.phase, (int)pid);
+    return MOLT_EBUSY;
+  }
+  memset(st, 0, sizeof *st);
+  attach_patch p;
+  rc = molt__patch_open(o->patch, &p, err, errlen);
+  if (rc)
+    return rc;
+  target t;
+  memset(&t, 0, sizeof t);
+  if (!realpath(o->patch, st->patch))
+    snprintf(st->patch, sizeof st->patch, "%s", o->patch);
+  st->start_time = molt__os_start_time(pid);
+  rc = target_build_id(pid, st->build_id, sizeof st->build_id, err, errlen);
+  if (rc == 0 && strcmp(st->build_id, p.build_id) != 0) {
+    molt__errmsg(err, errlen,
+                 "the patch was built for build-id %s, process %d runs %s; build it "
+                 "against the running program",
+                 p.build_id, (int)pid, st->build_id);
+    rc = MOLT_EBUILDID;
+  }
+  if (rc == 0)
+    rc = open_target(pid, &t, err, errlen);
+  for (size_t i = 0; rc == 0 && i < p.nfuncs; i++)
+    rc = plan_function(&t, p.funcs[i].name, &st->funcs[i], err, errlen);
+  if (rc == 0)
+    st->nfuncs = p.nfuncs;
+  uint64_t base = 0, insn = 0;
+  if (rc == 0)
+    rc = choose_place(&t, st, p.size + ATTACH_PAGE, &base, err, errlen);
+  if (rc == 0)
+    rc = molt__patch_relocate(&p, base, resolve, &t, err, errlen);
+  for (size_t i = 0; rc == 0 && i < st->nfuncs; i++) {
+    molt__attach_func *f = &st->funcs[i];
+    f->new_addr = base + p.funcs[i].offset;
+    if (!molt__arch_jump(f->at, f->new_addr, f->jump, f->len)) {
+      molt__errmsg(err, errlen, "'%s' is out of reach of its new version", f->name);
+      rc = MOLT_EINTERNAL;
+    }
+  }
+  if (rc == 0)
+    rc = molt__os_find_syscall(pid, t.maps, t.nmaps, &insn, err, errlen);
+  if (rc == 0) {
+    st->code_start = base;
+    st->code_end = base + p.size + ATTACH_PAGE;
+    st->time = (long long)time(NULL);
+    /* The record comes first: killed while staging, molt leaves a
+     * mapping that a rollback finds and removes. */
+    snprintf(st->phase, sizeof st->phase, "staging");
+    rc = molt__state_save(pid, st, 0, err, errlen);
+    test_pause("prepared");
+    snprintf(st->phase, sizeof st->phase, "staged");
+    if (rc == 0)
+      rc = stage(pid, &p, base, insn, st, err, errlen);
+    if (rc)
+      molt__state_remove(pid); /* stage() unmapped what it mapped */
+  }
+  molt__patch_close(&p);
+  target_free(&t);
+  if (rc)
+    return rc;
+  /* From here on the target has the staged mapping: the record says so,
+   * whatever happens next. */
+  rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+  test_pause("staged");
+  attach_stop s;
+  memset(&s, 0, sizeof s);
+  int attempts = 0;
+  if (rc == 0)
+    rc = stop_clear(pid, st, timeout_ms, &s, &attempts, err, errlen);
+  if (rc == 0) {
+    snprintf(st->phase, sizeof st->phase, "applying");
+    rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+    test_pause("stopped");
+    if (rc == 0)
+      rc = write_jumps(pid, st, true, err, errlen);
+    if (rc == 0)
+      test_pause("applied");
+    if (rc) {
+      /* put back whatever was written */
+      char e2[64];
+      write_jumps(pid, st, false, e2, sizeof e2);
+    }
+    st->threads = (int)s.n;
+    molt__os_resume_all(&s);
+    st->stop_ms = s.ms;
+    st->attempts = attempts;
+  }
+  if (rc) {
+    /* The functions are untouched; the staged code is not used by
+     * anything: undo the staging. */
+    char e2[256];
+    molt__attach_state tmp;
+    if (molt__attach_state_load(pid, &tmp, e2, sizeof e2) == 0)
+      molt__attach_rollback(pid, timeout_ms, &tmp, e2, sizeof e2);
+    return rc;
+  }
+  snprintf(st->phase, sizeof st->phase, "applied");
+  st->time = (long long)time(NULL);
+  return molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+}
+
+/* ---- rollback ------------------------------------------------------------------- */
+
+int molt__attach_func_live(pid_t pid, const molt__attach_func *f) {
+  uint8_t now[MOLT__ATTACH_MAX_BYTES];
+  if (molt__os_read(pid, f->at, now, f->len) != 0)
+    return -1;
+  if (memcmp(now, f->jump, f->len) == 0)
+    return 1;
+  return memcmp(now, f->orig, f->len) == 0 ? 0 : -1;
+}
+
+static bool in_code(const molt__attach_state *st, uint64_t v) {
+  return v >= st->code_start && v < ATTACH_STATE_PAGE(st);
+}
+
+/* Whether a thread of s may still run the staged code: its ip or another
+ * register, or a word of its stack (from sp to the top of the stack's
+ * mapping: conservatively every word, return address or not) points into
+ * it.  Returns the thread's index or -1. */
+static int code_in_use(const attach_stop *s, const molt__attach_state *st,
+                       const attach_map *maps, size_t nmaps, const char **why) {
+  for (size_t i = 0; i < s->n; i++) {
+    const attach_regs *r = &s->t[i].regs;
+    const uint64_t *w = (const uint64_t *)r;
+    for (size_t k = 0; k < sizeof *r / 8; k++) {
+      if (in_code(st, w[k])) {
+        *why = molt__arch_ip(r) == w[k] ? "runs it" : "has a register pointing into it";
+        return (int)i;
+      }
+    }
+    uint64_t sp = molt__arch_sp(r);
+    for (size_t m = 0; m < nmaps; m++) {
+      if (sp < maps[m].start || sp >= maps[m].end)
+        continue;
+      size_t len = (size_t)(maps[m].end - (sp & ~(uint64_t)7));
+      uint64_t *stack = malloc(len);
+      bool hit = false;
+      if (stack && molt__os_read(s->pid, sp & ~(uint64_t)7, stack, len) == 0) {
+        for (size_t k = 0; k < len / 8 && !hit; k++)
+          hit = in_code(st, stack[k]);
+      } else {
+        hit = true; /* cannot tell: keep it */
+      }
+      free(stack);
+      if (hit) {
+        *why = "has a return address (or a pointer) into it on its stack";
+        return (int)i;
+      }
+      break;
+    }
+  }
+  return -1;
+}
+
+int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_state *st, char *err,
+                          size_t errlen) {
+  if (timeout_ms < 0)
+    timeout_ms = MOLT__DEFAULT_TIMEOUT_MS;
+  int rc = molt__os_check_traceable(pid, err, errlen);
+  if (rc == 0)
+    rc = molt__attach_state_load(pid, st, err, errlen);
+  if (rc)
+    return rc;
+  /* Every function must hold the jump or its original bytes: anything
+   * else was written by someone else since, and is left alone. */
+  for (size_t i = 0; i < st->nfuncs; i++) {
+    if (molt__attach_func_live(pid, &st->funcs[i]) < 0) {
+      molt__errmsg(err, errlen,
+                   "the entry of '%s' holds neither the attach's jump nor its original "
+                   "bytes; not touched",
+                   st->funcs[i].name);
+      return MOLT_EIO;
+    }
+  }
+  attach_map *maps = NULL;
+  size_t nmaps = 0;
+  uint64_t insn = 0;
+  rc = molt__os_maps(pid, &maps, &nmaps);
+  if (rc == 0)
+    rc = molt__os_find_syscall(pid, maps, nmaps, &insn, err, errlen);
+  attach_stop s;
+  int attempts = 0;
+  /* Restoring needs no thread out of the way: the jump is one instruction,
+   * a thread is before it or past it. */
+  if (rc == 0)
+    rc = stop_clear(pid, NULL, timeout_ms, &s, &attempts, err, errlen);
+  if (rc) {
+    free(maps);
+    return rc;
+  }
+  for (size_t i = 0; rc == 0 && i < st->nfuncs; i++) {
+    const molt__attach_func *f = &st->funcs[i];
+    if (molt__attach_func_live(pid, f) == 1)
+      rc = molt__os_write(pid, f->at, f->orig, f->len);
+    if (rc)
+      molt__errmsg(err, errlen, "cannot restore the entry of '%s'", f->name);
+  }
+  const char *why = NULL;
+  int user = rc == 0 ? code_in_use(&s, st, maps, nmaps, &why) : -1;
+  /* The entries hold their old bytes again: nothing enters the staged code
+   * any more, and threads still in it leave it.  Look again a few times
+   * (backing off) within the timeout before keeping it mapped. */
+  uint64_t deadline = molt__os_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  for (long backoff_us = 500; rc == 0 && user >= 0 && molt__os_now_ns() < deadline;) {
+    molt__os_resume_all(&s);
+    struct timespec ts = {0, backoff_us * 1000};
+    nanosleep(&ts, NULL);
+    if (backoff_us < 100000)
+      backoff_us *= 2;
+    rc = molt__os_stop_all(pid, &s, err, errlen);
+    if (rc) {
+      free(maps);
+      return rc;
+    }
+    attempts++;
+    user = code_in_use(&s, st, maps, nmaps, &why);
+  }
+  bool unmapped = false, ours = true, any = false;
+  /* Only the staged mapping goes: a range with anything else in it (the
+   * attach was killed before it mapped there, and the program has mapped
+   * something since) is left alone. */
+  for (size_t m = 0; m < nmaps; m++) {
+    if (maps[m].end <= st->code_start || maps[m].start >= st->code_end)
+      continue;
+    any = true;
+    ours = ours && strstr(maps[m].path, "memfd:molt-attach") != NULL;
+  }
+  if (rc == 0 && user < 0 && !any) {
+    unmapped = true; /* never mapped (killed while staging) */
+  } else if (rc == 0 && user < 0 && !ours) {
+    snprintf(st->note, sizeof st->note,
+             "the staged range %#llx-%#llx holds other mappings; left alone",
+             (unsigned long long)st->code_start, (unsigned long long)st->code_end);
+    unmapped = true;
+  } else if (rc == 0 && user < 0) {
+    long r;
+    char e2[200];
+    unmapped = rsys(&s.t[0], insn, SYS_munmap, st->code_start,
+                    st->code_end - st->code_start, 0, 0, 0, 0, &r, e2, sizeof e2) == 0;
+    if (!unmapped)
+      snprintf(st->note, sizeof st->note, "staged code kept mapped: %s", e2);
+  } else if (rc == 0) {
+    char comm[64];
+    molt__proc_name(pid, s.t[user].tid, comm, sizeof comm);
+    snprintf(st->note, sizeof st->note,
+             "staged code kept mapped at %#llx: thread %d (%s) %s; molt rollback %d "
+             "again unmaps it once unused",
+             (unsigned long long)st->code_start, (int)s.t[user].tid, comm, why, (int)pid);
+  }
+  st->threads = (int)s.n;
+  molt__os_resume_all(&s);
+  free(maps);
+  st->stop_ms = s.ms;
+  st->attempts = attempts;
+  st->time = (long long)time(NULL);
+  snprintf(st->phase, sizeof st->phase, "rolled-back");
+  if (rc)
+    return rc;
+  if (unmapped) {
+    st->note[0] = '\0';
+    molt__state_remove(pid);
+    return 0;
+  }
+  return molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+}

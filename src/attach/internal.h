@@ -1,0 +1,182 @@
+/*
+ * What the files of the attach layer offer each other (attach.h says who
+ * does what).  One axis per file: the architecture (arch_x86_64.c), the OS
+ * (os_linux.c), the patch file (patch.c), the state (state.c).
+ */
+#ifndef MOLT_ATTACH_INTERNAL_H
+#define MOLT_ATTACH_INTERNAL_H
+
+#include "attach/attach.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/user.h>
+
+typedef struct user_regs_struct attach_regs;
+
+/* ---- arch_x86_64.c: instructions, the jump, registers --------------------- */
+
+#define ATTACH_JUMP_LEN 5 /* jmp rel32 */
+
+/* Where and how much of a function's entry a jump replaces. */
+typedef struct attach_site {
+  uint64_t at;  /* first rewritten byte: the entry, or after its endbr64 */
+  unsigned len; /* whole instructions from `at`, >= ATTACH_JUMP_LEN */
+} attach_site;
+
+/* Decodes the entry of the function whose code (size bytes, read from the
+ * target) is at addr: the site of the jump, refusing a function too short
+ * for it, a call whose return address would fall inside the rewritten
+ * bytes, and any direct branch of the function into them.  0, MOLT_ENOFUNC
+ * (refused, err says why), MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__arch_plan(const uint8_t *code, size_t size, uint64_t addr,
+                                 attach_site *site, char *err, size_t errlen);
+/* Refuses a direct branch in [code, code+size) (at addr) whose target lies
+ * in (lo, hi): the other parts of a function (gcc's .cold).  0 or
+ * MOLT_ENOFUNC. */
+MOLT__HIDDEN int molt__arch_check_branches(const uint8_t *code, size_t size,
+                                           uint64_t addr, uint64_t lo, uint64_t hi,
+                                           char *err, size_t errlen);
+/* The jump from `from` to `to` in out[len]: the rest of the rewritten
+ * instructions is filled with int3.  false if `to` is out of reach. */
+MOLT__HIDDEN bool molt__arch_jump(uint64_t from, uint64_t to, uint8_t *out, unsigned len);
+/* The instruction that enters the kernel (syscall: 0f 05) at p. */
+MOLT__HIDDEN bool molt__arch_is_syscall(const uint8_t *p);
+#define ATTACH_SYSCALL_LEN 2
+
+/* Registers: instruction and stack pointer; a system call's number and
+ * arguments set up to run at `insn`; its result. */
+MOLT__HIDDEN uint64_t molt__arch_ip(const attach_regs *r);
+MOLT__HIDDEN uint64_t molt__arch_sp(const attach_regs *r);
+MOLT__HIDDEN void molt__arch_set_syscall(attach_regs *r, uint64_t insn, long nr,
+                                         const uint64_t args[6]);
+MOLT__HIDDEN long molt__arch_syscall_result(const attach_regs *r);
+/* A thread stopped inside a system call (the kernel restarts it on resume
+ * or it returned): its number, else -1. */
+MOLT__HIDDEN long molt__arch_syscall_nr(const attach_regs *r);
+MOLT__HIDDEN long molt__arch_syscall_ret(const attach_regs *r);
+/* Makes the thread enter system call nr again on resume (its arguments are
+ * still in their registers): ip back onto the syscall instruction. */
+MOLT__HIDDEN void molt__arch_restart_syscall(attach_regs *r, long nr);
+
+/* ---- os_linux.c: /proc, ptrace, memory ------------------------------------- */
+
+typedef struct attach_thread {
+  pid_t tid;
+  int sig;           /* a signal its stop held back, delivered on resume */
+  bool stopped;      /* seized and stopped (regs valid) */
+  attach_regs regs;  /* as stopped */
+  bool regs_changed; /* regs must be written back before resume */
+} attach_thread;
+
+typedef struct attach_stop {
+  pid_t pid;
+  attach_thread *t;
+  size_t n, cap;
+  double ms; /* from the first interrupt to the last resume */
+  uint64_t t0_ns;
+} attach_stop;
+
+/* Seizes and interrupts every thread of pid, including threads created in
+ * the meantime, until all are stopped; fixes up system calls the stop
+ * would end with EINTR.  0, MOLT_EPERM, MOLT_ENOENT, MOLT_EIO, MOLT_ENOMEM
+ * (then nothing is left stopped). */
+MOLT__HIDDEN int molt__os_stop_all(pid_t pid, attach_stop *s, char *err, size_t errlen);
+/* Seizes and interrupts one thread only (the staging step). */
+MOLT__HIDDEN int molt__os_stop_one(pid_t pid, pid_t tid, attach_stop *s, char *err,
+                                   size_t errlen);
+/* Writes back changed registers and detaches from every stopped thread;
+ * sets s->ms.  Frees s. */
+MOLT__HIDDEN void molt__os_resume_all(attach_stop *s);
+/* Runs system call nr on stopped thread t, its registers restored after.
+ * 0 with *ret (the kernel's result, -errno on failure) or MOLT_EIO. */
+MOLT__HIDDEN int molt__os_syscall(attach_thread *t, uint64_t insn, long nr,
+                                  const uint64_t args[6], long *ret, char *err,
+                                  size_t errlen);
+/* The path of the target's /proc file `what` (mem, maps, exe, fd/N)
+ * through a live thread: /proc/PID/task/TID/what. */
+MOLT__HIDDEN void molt__os_path(pid_t pid, const char *what, char *buf, size_t len);
+/* The target's memory through /proc/PID/mem (writes reach read-only
+ * text).  0 or a MOLT_E* code. */
+MOLT__HIDDEN int molt__os_read(pid_t pid, uint64_t addr, void *buf, size_t n);
+MOLT__HIDDEN int molt__os_write(pid_t pid, uint64_t addr, const void *buf, size_t n);
+/* The process's start time (/proc/PID/stat field 22); 0 if gone. */
+MOLT__HIDDEN unsigned long long molt__os_start_time(pid_t pid);
+/* A clear refusal if pid cannot be traced by us (no such process, Yama,
+ * other uid): 0, MOLT_ENOENT, MOLT_EPERM. */
+MOLT__HIDDEN int molt__os_check_traceable(pid_t pid, char *err, size_t errlen);
+MOLT__HIDDEN uint64_t molt__os_now_ns(void);
+
+/* One line of /proc/PID/maps. */
+typedef struct attach_map {
+  uint64_t start, end, offset;
+  bool r, w, x;
+  char path[512]; /* "" for anonymous mappings */
+} attach_map;
+/* 0 with *maps (malloc'ed, *n of them) or a MOLT_E* code. */
+MOLT__HIDDEN int molt__os_maps(pid_t pid, attach_map **maps, size_t *n);
+/* The executable of pid (/proc/PID/exe resolved) and its load bias. */
+MOLT__HIDDEN int molt__os_exe(pid_t pid, const attach_map *maps, size_t n, char *path,
+                              size_t pathlen, uint64_t *bias, char *err, size_t errlen);
+/* The load bias of the ELF file `path` mapped in the process: start of
+ * its mapping at file offset 0 minus the first PT_LOAD's page. */
+MOLT__HIDDEN bool molt__os_bias_of(const char *path, const attach_map *maps, size_t n,
+                                   uint64_t *bias);
+/* An existing syscall instruction in executable memory of pid (the vdso,
+ * else libc's text). */
+MOLT__HIDDEN int molt__os_find_syscall(pid_t pid, const attach_map *maps, size_t n,
+                                       uint64_t *insn, char *err, size_t errlen);
+
+/* ---- patch.c: the patch file ------------------------------------------------- */
+
+typedef struct attach_patch {
+  char build_id[81]; /* of the target it was built for */
+  uint8_t *image;    /* the relocated memory image */
+  size_t size;       /* its size, page-aligned */
+  uint8_t *prot;     /* per page: PROT_* */
+  size_t nfuncs;
+  struct {
+    char name[128];
+    uint64_t offset; /* of the new version in the image */
+  } funcs[MOLT__ATTACH_MAX_FUNCS];
+  /* what relocation needs: */
+  void *priv;
+} attach_patch;
+
+/* Reads and checks the patch file (without resolving anything). */
+MOLT__HIDDEN int molt__patch_open(const char *path, attach_patch *p, char *err,
+                                  size_t errlen);
+/* Resolves the patch's references with `resolve` and relocates its image
+ * for `base` in the target. */
+typedef int (*attach_resolver)(const char *name, bool weak, uint64_t *value, void *arg,
+                               char *err, size_t errlen);
+MOLT__HIDDEN int molt__patch_relocate(attach_patch *p, uint64_t base,
+                                      attach_resolver resolve, void *arg, char *err,
+                                      size_t errlen);
+MOLT__HIDDEN void molt__patch_close(attach_patch *p);
+/* The GOT slots of an ELF file (JUMP_SLOT and GLOB_DAT relocations): visit
+ * gets each symbol name and link-time slot address until it returns
+ * true.  0 or a MOLT_E* code. */
+typedef bool (*attach_got_visit)(const char *name, uint64_t slot, void *arg);
+MOLT__HIDDEN int molt__elf_got_slots(const char *path, attach_got_visit visit, void *arg);
+
+/* ---- state.c ------------------------------------------------------------------- */
+
+/* The record's path (/run/molt/attach/<pid>, or $MOLT_ATTACH_DIR/<pid>). */
+MOLT__HIDDEN void molt__state_path(pid_t pid, char *path, size_t len);
+/* The state as text (the record and the state page hold the same). */
+MOLT__HIDDEN void molt__state_format(const molt__attach_state *st, molt__buf *b);
+MOLT__HIDDEN int molt__state_parse(const char *text, molt__attach_state *st);
+/* Writes the record (atomically: temporary file, rename) and, when
+ * page != 0, the state page in the target.  0 or MOLT_EIO. */
+MOLT__HIDDEN int molt__state_save(pid_t pid, const molt__attach_state *st, uint64_t page,
+                                  char *err, size_t errlen);
+MOLT__HIDDEN void molt__state_remove(pid_t pid);
+
+#define ATTACH_PAGE 4096u
+/* The state page is the last page of the staged mapping. */
+#define ATTACH_STATE_PAGE(st) ((st)->code_end - ATTACH_PAGE)
+
+#endif /* MOLT_ATTACH_INTERNAL_H */

@@ -1,0 +1,659 @@
+/* The OS axis of attach, Linux: /proc (threads, maps, memory, start
+ * time), ptrace (seize and interrupt every thread; one system call run on
+ * a stopped thread) and the fix-ups that keep a stop invisible to the
+ * program.
+ *
+ * PTRACE_SEIZE + PTRACE_INTERRUPT, unlike PTRACE_ATTACH, sends no SIGSTOP:
+ * a thread blocked in a system call leaves it with -ERESTART* and the
+ * kernel restarts the call when the thread resumes (nanosleep and futex
+ * with the time that was left).  The few calls that end with EINTR on any
+ * stop (epoll_wait and its siblings, sigtimedwait, semtimedop) are entered
+ * again by putting the ip back on their `syscall` instruction, unless a
+ * real signal is pending (then the EINTR is the program's). */
+#include "attach/internal.h"
+
+#include <dirent.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t molt__os_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- /proc ------------------------------------------------------------------- */
+
+/* "/proc/PID/task/TID/<what>" for a thread of pid that is alive: the
+ * per-process files of a process whose main thread has exited
+ * (pthread_exit; a zombie) are empty or refuse to open, those of its
+ * other threads are the process's (memory, maps, exe, descriptors). */
+void molt__os_path(pid_t pid, const char *what, char *buf, size_t len) {
+  static pid_t cached_pid;
+  static pid_t cached_tid;
+  char path[96];
+  pid_t tid = pid;
+  snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)pid);
+  if (cached_pid == pid) {
+    tid = cached_tid;
+  } else {
+    char stat[512] = "";
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t n = read(fd, stat, sizeof stat - 1);
+      stat[n > 0 ? n : 0] = '\0';
+      close(fd);
+    }
+    const char *p = strrchr(stat, ')');
+    if (p && p[1] == ' ' && p[2] == 'Z') {
+      snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+      DIR *d = opendir(path);
+      struct dirent *e;
+      while (d && (e = readdir(d))) {
+        pid_t t = (pid_t)atoi(e->d_name);
+        if (t > 0 && t != pid) {
+          tid = t;
+          break;
+        }
+      }
+      if (d)
+        closedir(d);
+      /* the thread found may end too: look again next time */
+    } else {
+      cached_pid = pid;
+      cached_tid = pid;
+    }
+  }
+  snprintf(buf, len, "/proc/%d/task/%d/%s", (int)pid, (int)tid, what);
+}
+
+unsigned long long molt__os_start_time(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  /* The name may hold spaces and parentheses: fields count from the last ')'. */
+  char *p = strrchr(buf, ')');
+  if (!p)
+    return 0;
+  p++;
+  /* p is at the space before field 3 (the state); field 22 is the start
+   * time */
+  for (int field = 3; field < 22 && p; field++)
+    p = strchr(p + 1, ' ');
+  return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+int molt__os_maps(pid_t pid, attach_map **out, size_t *n) {
+  char path[64];
+  molt__os_path(pid, "maps", path, sizeof path);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return errno == ENOENT ? MOLT_ENOENT : molt__from_errno(errno);
+  attach_map *m = NULL;
+  size_t cnt = 0, cap = 0;
+  char line[1024];
+  int rc = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (cnt == cap) {
+      cap = cap ? cap * 2 : 64;
+      attach_map *nm = realloc(m, cap * sizeof *m);
+      if (!nm) {
+        rc = MOLT_ENOMEM;
+        break;
+      }
+      m = nm;
+    }
+    attach_map *e = &m[cnt];
+    char perms[8] = "";
+    unsigned long long s, en, off;
+    int pos = 0;
+    if (sscanf(line, "%llx-%llx %7s %llx %*s %*s%n", &s, &en, perms, &off, &pos) < 4)
+      continue;
+    e->start = s;
+    e->end = en;
+    e->offset = off;
+    e->r = perms[0] == 'r';
+    e->w = perms[1] == 'w';
+    e->x = perms[2] == 'x';
+    const char *p = line + pos;
+    while (*p == ' ')
+      p++;
+    snprintf(e->path, sizeof e->path, "%s", p);
+    e->path[strcspn(e->path, "\n")] = '\0';
+    cnt++;
+  }
+  fclose(f);
+  if (rc) {
+    free(m);
+    return rc;
+  }
+  *out = m;
+  *n = cnt;
+  return 0;
+}
+
+bool molt__os_bias_of(const char *path, const attach_map *maps, size_t n,
+                      uint64_t *bias) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  Elf64_Ehdr eh;
+  bool ok = pread(fd, &eh, sizeof eh, 0) == (ssize_t)sizeof eh &&
+            memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
+            eh.e_phentsize == sizeof(Elf64_Phdr);
+  uint64_t first = 0;
+  bool found = false;
+  for (unsigned i = 0; ok && i < eh.e_phnum && !found; i++) {
+    Elf64_Phdr ph;
+    if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + i * sizeof ph)) !=
+        (ssize_t)sizeof ph)
+      ok = false;
+    else if (ph.p_type == PT_LOAD) {
+      first = ph.p_vaddr & ~(uint64_t)(ATTACH_PAGE - 1);
+      found = true;
+    }
+  }
+  close(fd);
+  if (!ok || !found)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    if (maps[i].offset == 0 && strcmp(maps[i].path, path) == 0) {
+      *bias = maps[i].start - first;
+      return true;
+    }
+  }
+  return false;
+}
+
+int molt__os_exe(pid_t pid, const attach_map *maps, size_t n, char *path, size_t pathlen,
+                 uint64_t *bias, char *err, size_t errlen) {
+  char link[64];
+  molt__os_path(pid, "exe", link, sizeof link);
+  ssize_t k = readlink(link, path, pathlen - 1);
+  if (k < 0) {
+    molt__errmsg(err, errlen, "cannot read %s: %s", link, strerror(errno));
+    return errno == ENOENT ? MOLT_ENOENT : MOLT_EPERM;
+  }
+  path[k] = '\0';
+  /* The file may have been replaced or deleted since: its mapping still
+   * has the old inode; /proc/PID/exe opens that one.  The maps name the
+   * path as it was. */
+  char mapped[600];
+  snprintf(mapped, sizeof mapped, "%s", path);
+  int fd = open(link, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    molt__errmsg(err, errlen, "cannot open %s: %s", link, strerror(errno));
+    return MOLT_EPERM;
+  }
+  close(fd);
+  for (size_t i = 0; i < n; i++) {
+    if (maps[i].offset == 0 && strcmp(maps[i].path, mapped) == 0) {
+      /* the program headers of the file behind /proc/PID/exe */
+      attach_map one = maps[i];
+      snprintf(one.path, sizeof one.path, "%s", link);
+      if (molt__os_bias_of(link, &one, 1, bias))
+        return 0;
+    }
+  }
+  molt__errmsg(err, errlen, "cannot find where %s is loaded in process %d", path,
+               (int)pid);
+  return MOLT_EIO;
+}
+
+int molt__os_read(pid_t pid, uint64_t addr, void *buf, size_t n) {
+  char path[64];
+  molt__os_path(pid, "mem", path, sizeof path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? MOLT_ENOENT : molt__from_errno(errno);
+  ssize_t k = pread(fd, buf, n, (off_t)addr);
+  close(fd);
+  return k == (ssize_t)n ? 0 : MOLT_EIO;
+}
+
+int molt__os_write(pid_t pid, uint64_t addr, const void *buf, size_t n) {
+  char path[64];
+  molt__os_path(pid, "mem", path, sizeof path);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? MOLT_ENOENT : molt__from_errno(errno);
+  /* One write: the kernel copies the bytes with the tracee stopped (the
+   * callers stop every thread first); text pages are written through
+   * FOLL_FORCE, as a debugger sets a breakpoint. */
+  ssize_t k = pwrite(fd, buf, n, (off_t)addr);
+  close(fd);
+  return k == (ssize_t)n ? 0 : MOLT_EIO;
+}
+
+int molt__os_find_syscall(pid_t pid, const attach_map *maps, size_t n, uint64_t *insn,
+                          char *err, size_t errlen) {
+  /* The vdso first (its fallback paths enter the kernel), then libc's text:
+   * both are executable and stay mapped for the life of the process. */
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < n; i++) {
+      const attach_map *m = &maps[i];
+      if (!m->x || !m->r)
+        continue;
+      if (pass == 0 ? strcmp(m->path, "[vdso]") != 0 : !strstr(m->path, "/libc."))
+        continue;
+      size_t len = m->end - m->start;
+      if (len > (64u << 20))
+        len = 64u << 20;
+      uint8_t *buf = malloc(len);
+      if (!buf)
+        return MOLT_ENOMEM;
+      if (molt__os_read(pid, m->start, buf, len) == 0) {
+        for (size_t k = 0; k + ATTACH_SYSCALL_LEN <= len; k++) {
+          if (molt__arch_is_syscall(buf + k)) {
+            *insn = m->start + k;
+            free(buf);
+            return 0;
+          }
+        }
+      }
+      free(buf);
+    }
+  }
+  molt__errmsg(err, errlen,
+               "found no system call instruction in process %d (no vdso, no libc)",
+               (int)pid);
+  return MOLT_ENOTSUP;
+}
+
+/* Why ptrace refused: Yama's setting, else the usual reason. */
+static void ptrace_refused(pid_t pid, int e, char *err, size_t errlen) {
+  int scope = -1;
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
+  if (f) {
+    if (fscanf(f, "%d", &scope) != 1)
+      scope = -1;
+    fclose(f);
+  }
+  if (scope >= 1)
+    molt__errmsg(err, errlen,
+                 "ptrace of process %d refused (%s): kernel.yama.ptrace_scope is %d; "
+                 "run molt as root%s",
+                 (int)pid, strerror(e), scope,
+                 scope == 3 ? " after setting it to 1 or 0 (3 forbids ptrace until "
+                              "reboot)"
+                            : " or with CAP_SYS_PTRACE");
+  else
+    molt__errmsg(err, errlen,
+                 "ptrace of process %d refused (%s): only its owner and root may "
+                 "attach, and not while another debugger traces it",
+                 (int)pid, strerror(e));
+}
+
+int molt__os_check_traceable(pid_t pid, char *err, size_t errlen) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d", (int)pid);
+  if (access(path, F_OK) != 0) {
+    molt__errmsg(err, errlen, "no process %d", (int)pid);
+    return MOLT_ENOENT;
+  }
+  if (pid == getpid()) {
+    molt__errmsg(err, errlen, "process %d is molt itself", (int)pid);
+    return MOLT_EINVAL;
+  }
+  /* Opening its memory takes the permission ptrace takes (the uid, the
+   * capabilities, Yama): a refusal is told here, before anything else. */
+  molt__os_path(pid, "mem", path, sizeof path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    if (e == ENOENT || e == ESRCH) {
+      molt__errmsg(err, errlen, "no process %d", (int)pid);
+      return MOLT_ENOENT;
+    }
+    ptrace_refused(pid, e, err, errlen);
+    return MOLT_EPERM;
+  }
+  close(fd);
+  return 0;
+}
+
+/* ---- stopping threads ----------------------------------------------------------- */
+
+static attach_thread *find_thread(attach_stop *s, pid_t tid) {
+  for (size_t i = 0; i < s->n; i++)
+    if (s->t[i].tid == tid)
+      return &s->t[i];
+  return NULL;
+}
+
+static attach_thread *add_thread(attach_stop *s, pid_t tid) {
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 16;
+    attach_thread *t = realloc(s->t, cap * sizeof *t);
+    if (!t)
+      return NULL;
+    s->t = t;
+    s->cap = cap;
+  }
+  attach_thread *t = &s->t[s->n++];
+  memset(t, 0, sizeof *t);
+  t->tid = tid;
+  return t;
+}
+
+static void drop_thread(attach_stop *s, attach_thread *t) { *t = s->t[--s->n]; }
+
+/* The signals pending for thread tid (its own and the process's), not
+ * blocked by it. */
+static bool signal_pending(pid_t pid, pid_t tid) {
+  char path[96], line[256];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)tid);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return false;
+  unsigned long long pnd = 0, shd = 0, blk = 0;
+  while (fgets(line, sizeof line, f)) {
+    sscanf(line, "SigPnd: %llx", &pnd);
+    sscanf(line, "ShdPnd: %llx", &shd);
+    sscanf(line, "SigBlk: %llx", &blk);
+  }
+  fclose(f);
+  return ((pnd | shd) & ~blk) != 0;
+}
+
+static bool eintr_on_stop(long nr) {
+  switch (nr) {
+  case SYS_epoll_wait:
+  case SYS_epoll_pwait:
+#ifdef SYS_epoll_pwait2
+  case SYS_epoll_pwait2:
+#endif
+  case SYS_rt_sigtimedwait:
+  case SYS_semtimedop:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* A thread whose call the stop ended with EINTR enters it again. */
+static void keep_call(attach_stop *s, attach_thread *t) {
+  long nr = molt__arch_syscall_nr(&t->regs);
+  if (nr < 0 || molt__arch_syscall_ret(&t->regs) != -EINTR || !eintr_on_stop(nr) ||
+      t->sig != 0)
+    return;
+  uint8_t insn[ATTACH_SYSCALL_LEN];
+  uint64_t ip = molt__arch_ip(&t->regs);
+  if (molt__os_read(s->pid, ip - ATTACH_SYSCALL_LEN, insn, sizeof insn) != 0 ||
+      !molt__arch_is_syscall(insn) || signal_pending(s->pid, t->tid))
+    return;
+  molt__arch_restart_syscall(&t->regs, nr);
+  t->regs_changed = true;
+}
+
+/* Waits for thread t's stop.  0 stopped (regs read), 1 the thread is gone,
+ * or a MOLT_E* code. */
+static int wait_stop(attach_stop *s, attach_thread *t, char *err, size_t errlen) {
+  for (;;) {
+    int st;
+    pid_t r = waitpid(t->tid, &st, __WALL);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return 1; /* ECHILD: it exited and was reaped */
+    if (WIFEXITED(st) || WIFSIGNALED(st))
+      return 1;
+    if (!WIFSTOPPED(st))
+      continue;
+    int event = st >> 16, sig = WSTOPSIG(st);
+    if (event == PTRACE_EVENT_CLONE) {
+      unsigned long child = 0;
+      /* The new thread is traced already (PTRACE_O_TRACECLONE) and will
+       * report its own stop: wait for it like the others. */
+      if (ptrace(PTRACE_GETEVENTMSG, t->tid, 0, &child) == 0 && child &&
+          !find_thread(s, (pid_t)child)) {
+        attach_thread *c = add_thread(s, (pid_t)child);
+        if (!c)
+          return MOLT_ENOMEM;
+        c->sig = -1;           /* seized by the kernel, not yet seen stopped */
+        t = find_thread(s, r); /* add_thread may move the array */
+      }
+    } else if (event == 0) {
+      /* A signal-delivery stop: the signal reaches the thread on resume. */
+      t->sig = sig;
+    }
+    if (ptrace(PTRACE_GETREGS, t->tid, 0, &t->regs) != 0) {
+      if (errno == ESRCH)
+        return 1;
+      molt__errmsg(err, errlen, "cannot read the registers of thread %d: %s", (int)t->tid,
+                   strerror(errno));
+      return MOLT_EIO;
+    }
+    t->stopped = true;
+    return 0;
+  }
+}
+
+/* Seizes and interrupts thread tid (not yet in s).  0, 1 if gone, or a
+ * MOLT_E* code. */
+/* Thread tid's tracer and state letter (/proc/PID/task/TID/status);
+ * false if it is gone. */
+static bool thread_status(pid_t pid, pid_t tid, int *tracer, char *state) {
+  char path[96], line[256];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)tid);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return false;
+  *tracer = -1;
+  *state = '?';
+  while (fgets(line, sizeof line, f)) {
+    sscanf(line, "State: %c", state);
+    sscanf(line, "TracerPid: %d", tracer);
+  }
+  fclose(f);
+  return true;
+}
+
+static int seize(attach_stop *s, pid_t tid, char *err, size_t errlen) {
+  if (ptrace(PTRACE_SEIZE, tid, 0, (void *)(long)PTRACE_O_TRACECLONE) != 0) {
+    int e = errno, tracer;
+    char state;
+    if (e == ESRCH)
+      return 1;
+    if (e == EPERM) {
+      /* Another thread may be exiting (the kernel refuses to seize a
+       * zombie), or be one the kernel traced for us already: a thread
+       * created by a seized one (PTRACE_O_TRACECLONE) before its creator's
+       * clone event is read. */
+      if (!thread_status(s->pid, tid, &tracer, &state) || state == 'Z' || state == 'X')
+        return 1;
+      if (tracer == (int)getpid()) {
+        attach_thread *t = add_thread(s, tid);
+        if (!t)
+          return MOLT_ENOMEM;
+        t->sig = -1; /* it reports its own stop */
+        return 0;
+      }
+    }
+    ptrace_refused(s->pid, e, err, errlen);
+    return MOLT_EPERM;
+  }
+  attach_thread *t = add_thread(s, tid);
+  if (!t) {
+    ptrace(PTRACE_DETACH, tid, 0, 0);
+    return MOLT_ENOMEM;
+  }
+  if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) != 0 && errno == ESRCH)
+    return 0; /* exiting: wait_stop sees it go */
+  return 0;
+}
+
+/* Every stopped thread of s waited for; gone ones dropped. */
+static int wait_all(attach_stop *s, char *err, size_t errlen) {
+  for (size_t i = 0; i < s->n;) {
+    if (s->t[i].stopped) {
+      i++;
+      continue;
+    }
+    if (s->t[i].sig < 0)
+      s->t[i].sig = 0;
+    int rc = wait_stop(s, &s->t[i], err, errlen);
+    if (rc < 0)
+      return rc;
+    if (rc == 1)
+      drop_thread(s, &s->t[i]);
+    /* restart: the array may have grown or moved */
+    i = 0;
+  }
+  return 0;
+}
+
+static int list_and_seize(attach_stop *s, bool *added, char *err, size_t errlen) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)s->pid);
+  DIR *d = opendir(path);
+  if (!d) {
+    molt__errmsg(err, errlen, "no process %d", (int)s->pid);
+    return MOLT_ENOENT;
+  }
+  struct dirent *e;
+  int rc = 0;
+  *added = false;
+  while (rc == 0 && (e = readdir(d))) {
+    pid_t tid = (pid_t)atoi(e->d_name);
+    if (tid <= 0 || find_thread(s, tid))
+      continue;
+    rc = seize(s, tid, err, errlen);
+    if (rc == 1)
+      rc = 0;
+    else if (rc == 0)
+      *added = true;
+  }
+  closedir(d);
+  return rc;
+}
+
+int molt__os_stop_all(pid_t pid, attach_stop *s, char *err, size_t errlen) {
+  memset(s, 0, sizeof *s);
+  s->pid = pid;
+  s->t0_ns = molt__os_now_ns();
+  bool added = true;
+  int rc = 0;
+  /* Until a listing finds no thread we do not hold: a thread created
+   * before its creator was seized appears in a later listing, one created
+   * after is traced by the kernel (PTRACE_O_TRACECLONE). */
+  while (rc == 0 && added) {
+    rc = list_and_seize(s, &added, err, errlen);
+    if (rc == 0)
+      rc = wait_all(s, err, errlen);
+  }
+  if (rc == 0 && s->n == 0) {
+    molt__errmsg(err, errlen, "process %d has exited", (int)pid);
+    rc = MOLT_ENOENT;
+  }
+  if (rc) {
+    molt__os_resume_all(s);
+    return rc;
+  }
+  for (size_t i = 0; i < s->n; i++)
+    keep_call(s, &s->t[i]);
+  return 0;
+}
+
+int molt__os_stop_one(pid_t pid, pid_t tid, attach_stop *s, char *err, size_t errlen) {
+  memset(s, 0, sizeof *s);
+  s->pid = pid;
+  s->t0_ns = molt__os_now_ns();
+  int rc = seize(s, tid, err, errlen);
+  if (rc == 1) {
+    molt__errmsg(err, errlen, "thread %d of process %d has exited", (int)tid, (int)pid);
+    rc = MOLT_ENOENT;
+  }
+  if (rc == 0)
+    rc = wait_all(s, err, errlen);
+  if (rc == 0 && s->n == 0) {
+    molt__errmsg(err, errlen, "thread %d of process %d has exited", (int)tid, (int)pid);
+    rc = MOLT_ENOENT;
+  }
+  if (rc) {
+    molt__os_resume_all(s);
+    return rc;
+  }
+  keep_call(s, &s->t[0]);
+  return 0;
+}
+
+void molt__os_resume_all(attach_stop *s) {
+  for (size_t i = 0; i < s->n; i++) {
+    attach_thread *t = &s->t[i];
+    if (t->stopped && t->regs_changed)
+      ptrace(PTRACE_SETREGS, t->tid, 0, &t->regs);
+    /* Detaching resumes the thread, with the signal its stop held back.
+     * A thread seized but never seen stopped is detached by the kernel
+     * when it exits, or here once it stops. */
+    if (!t->stopped) {
+      int st;
+      if (waitpid(t->tid, &st, __WALL) < 0 || !WIFSTOPPED(st))
+        continue;
+      if ((st >> 16) == 0)
+        t->sig = WSTOPSIG(st);
+    }
+    ptrace(PTRACE_DETACH, t->tid, 0, (void *)(long)(t->sig > 0 ? t->sig : 0));
+  }
+  s->ms = (double)(molt__os_now_ns() - s->t0_ns) / 1e6;
+  free(s->t);
+  s->t = NULL;
+  s->n = s->cap = 0;
+}
+
+int molt__os_syscall(attach_thread *t, uint64_t insn, long nr, const uint64_t args[6],
+                     long *ret, char *err, size_t errlen) {
+  attach_regs r = t->regs;
+  molt__arch_set_syscall(&r, insn, nr, args);
+  if (ptrace(PTRACE_SETREGS, t->tid, 0, &r) != 0) {
+    molt__errmsg(err, errlen, "cannot set the registers of thread %d: %s", (int)t->tid,
+                 strerror(errno));
+    return MOLT_EIO;
+  }
+  int rc = MOLT_EIO;
+  for (int tries = 0; tries < 16; tries++) {
+    /* One instruction: the system call, then the single-step trap. */
+    if (ptrace(PTRACE_SINGLESTEP, t->tid, 0, 0) != 0)
+      break;
+    int st;
+    pid_t w;
+    do
+      w = waitpid(t->tid, &st, __WALL);
+    while (w < 0 && errno == EINTR);
+    if (w < 0 || !WIFSTOPPED(st))
+      break;
+    if (ptrace(PTRACE_GETREGS, t->tid, 0, &r) != 0)
+      break;
+    if (WSTOPSIG(st) != SIGTRAP && (st >> 16) == 0)
+      t->sig = WSTOPSIG(st); /* a signal came in: delivered on resume */
+    if (molt__arch_ip(&r) == insn + ATTACH_SYSCALL_LEN) {
+      *ret = molt__arch_syscall_result(&r);
+      rc = 0;
+      break;
+    }
+  }
+  /* Back to where it was: its own system call is restarted on resume if
+   * the stop interrupted one. */
+  if (ptrace(PTRACE_SETREGS, t->tid, 0, &t->regs) != 0 && rc == 0)
+    rc = MOLT_EIO;
+  if (rc)
+    molt__errmsg(err, errlen, "running a system call on thread %d failed", (int)t->tid);
+  return rc;
+}

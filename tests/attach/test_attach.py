@@ -1,0 +1,426 @@
+"""molt attach end to end: a plainly built multi-threaded server
+(server.c: gcc -O2, no molt, nothing preloaded) patched while it serves a
+checking load, rolled back, refused, and molt killed half way.
+
+Environment: MOLT_BUILD_DIR (bin/molt, bin/moltcc); ATTACH_CYCLES (attach
++ rollback cycles under load, default 50).  Runs as root (ptrace).
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from harness.tree import bin_path, skip
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MOLT = bin_path("molt")
+MOLTCC = bin_path("moltcc")
+CYCLES = int(os.environ.get("ATTACH_CYCLES", "50"))
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kw)
+
+
+def molt(*args, env=None):
+    return sh([MOLT] + [str(a) for a in args], env=env)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    if os.geteuid() != 0:
+        scope = open("/proc/sys/kernel/yama/ptrace_scope").read().strip() \
+            if os.path.exists("/proc/sys/kernel/yama/ptrace_scope") else "absent"
+        if scope not in ("0", "absent"):
+            skip("molt attach needs ptrace: run as root (yama ptrace_scope=%s)" % scope)
+    d = tmp_path_factory.mktemp("attach")
+    out = {}
+    for variant in (1, 2):
+        exe = str(d / ("server%d" % variant))
+        r = sh(["gcc", "-O2", "-pthread", "-DVARIANT=%d" % variant, "-o", exe,
+                os.path.join(HERE, "server.c")])
+        assert r.returncode == 0, r.stderr
+        out["server%d" % variant] = exe
+    sources = {
+        "fix": open(os.path.join(HERE, "fix_answer.c")).read(),
+        "branchy": "long branchy(long n) { return n; }\n",
+        "tiny": "long tiny(void) { return 1; }\n",
+        "nosuch": "long no_such_function(long n) { return n; }\n",
+    }
+    for name, text in sources.items():
+        src = d / (name + ".c")
+        src.write_text(text)
+        so = str(d / (name + ".so"))
+        r = sh([MOLTCC, "--molt-attach", "--molt-target", out["server1"], "-O2", "-o", so,
+                str(src)])
+        assert r.returncode == 0, r.stderr
+        out[name] = so
+    return out
+
+
+class Server:
+    """server.c running; q() sends request lines on a fresh connection."""
+
+    def __init__(self, exe, workers=8, spinners=0, churners=0, env=None):
+        self.p = subprocess.Popen([exe, str(workers), str(spinners), str(churners)],
+                                  stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, **(env or {})))
+        line = self.p.stdout.readline()
+        assert line.startswith("port "), line
+        self.port = int(line.split()[1])
+        self.pid = self.p.pid
+
+    def connect(self):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        return s, s.makefile("rw")
+
+    def q(self, *lines):
+        s, f = self.connect()
+        out = []
+        for l in lines:
+            f.write(l + "\n")
+            f.flush()
+            out.append(f.readline().strip())
+        s.close()
+        return out
+
+    def answer(self, n):
+        return int(self.q(str(n))[0])
+
+    def stats(self):
+        words = self.q("stats")[0].split()
+        return {words[i]: int(words[i + 1]) for i in range(0, len(words), 2)}
+
+    def close(self):
+        self.p.kill()
+        self.p.wait()
+
+
+@pytest.fixture
+def server(built):
+    servers = []
+
+    def start(exe=None, **kw):
+        s = Server(exe or built["server1"], **kw)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        if os.path.exists("/run/molt/attach/%d" % s.pid):
+            molt("rollback", s.pid)
+        s.close()
+
+
+def threads_free(pid):
+    """No thread of pid is traced or stopped."""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            st = open("/proc/%d/task/%s/status" % (pid, tid)).read()
+        except (FileNotFoundError, ProcessLookupError):  # a thread ending
+            continue
+        tracer = re.search(r"TracerPid:\s*(\d+)", st).group(1)
+        state = re.search(r"State:\s*(\S)", st).group(1)
+        assert tracer == "0", "thread %s traced by %s" % (tid, tracer)
+        assert state not in ("t", "T"), "thread %s left stopped (%s)" % (tid, state)
+
+
+def attach_maps(pid):
+    return [l for l in open("/proc/%d/maps" % pid) if "molt-attach" in l]
+
+
+def symbol_bytes(exe, pid, name, n=32):
+    """The first n bytes of function `name` of exe in process pid."""
+    nm = sh(["nm", exe]).stdout
+    value = int(re.search(r"^([0-9a-f]+) T %s$" % name, nm, re.M).group(1), 16)
+    base = None
+    real = os.path.realpath(exe)
+    for l in open("/proc/%d/maps" % pid):
+        f = l.split()
+        if len(f) >= 6 and f[5] == real and int(f[2], 16) == 0:
+            base = int(f[0].split("-")[0], 16)
+            break
+    with open("/proc/%d/mem" % pid, "rb") as m:
+        m.seek(base + value)
+        return m.read(n)
+
+
+class Load:
+    """Client threads that send requests over kept connections and check
+    each answer: 2n (original) or 3n (patched), nothing else, no error."""
+
+    def __init__(self, srv, nclients=4):
+        self.srv, self.stop, self.errors, self.count = srv, False, [], 0
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.client, args=(i,)) for i in range(nclients)]
+        for t in self.threads:
+            t.start()
+
+    def client(self, i):
+        try:
+            s, f = self.srv.connect()
+            n = i * 1000
+            while not self.stop:
+                n += 1
+                f.write("%d\n" % n)
+                f.flush()
+                got = f.readline()
+                if not got or int(got) not in (2 * n, 3 * n):
+                    with self.lock:
+                        self.errors.append("request %d: answer %r" % (n, got))
+                    return
+                with self.lock:
+                    self.count += 1
+            s.close()
+        except Exception as e:  # a refused or broken connection is a failure
+            with self.lock:
+                self.errors.append("client %d: %r" % (i, e))
+
+    def finish(self):
+        self.stop = True
+        for t in self.threads:
+            t.join(30)
+        return self.errors
+
+
+def test_attach_rollback_cycles_under_load(built, server):
+    srv = server(workers=8)
+    before = symbol_bytes(built["server1"], srv.pid, "answer")
+    assert srv.answer(7) == 14
+    load = Load(srv)
+    stops = []
+    try:
+        for cycle in range(CYCLES):
+            r = molt("attach", srv.pid, built["fix"])
+            assert r.returncode == 0, r.stderr
+            m = re.search(r"stopped for ([0-9.]+) ms", r.stdout)
+            assert m, r.stdout
+            stops.append(float(m.group(1)))
+            threads_free(srv.pid)
+            assert srv.answer(7) == 21, "the patch is not live"
+            assert symbol_bytes(built["server1"], srv.pid, "answer") != before
+            r = molt("rollback", srv.pid)
+            assert r.returncode == 0, r.stderr
+            threads_free(srv.pid)
+            assert srv.answer(7) == 14, "the rollback is not live"
+            assert symbol_bytes(built["server1"], srv.pid, "answer") == before
+    finally:
+        errors = load.finish()
+    assert errors == []
+    assert load.count > CYCLES
+    st = srv.stats()
+    assert st["eintr"] == 0 and st["early"] == 0, st
+    # the staged code is gone once nothing runs it
+    assert attach_maps(srv.pid) == []
+    assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
+    print("stops (ms): median %.3f max %.3f" % (sorted(stops)[len(stops) // 2], max(stops)))
+
+
+def test_status_of_an_attached_process(built, server):
+    srv = server()
+    assert molt("attach", srv.pid, built["fix"]).returncode == 0
+    r = molt("status", srv.pid)
+    assert r.returncode == 0, r.stderr
+    assert "patched by molt attach" in r.stdout and built["fix"] in r.stdout
+    assert re.search(r"answer\s+0x[0-9a-f]+\s+0x[0-9a-f]+\s+patched", r.stdout), r.stdout
+    import json
+    j = json.loads(molt("status", "--json", srv.pid).stdout)
+    assert j["mode"] == "attach" and j["phase"] == "applied" and j["stop_ms"] > 0
+    assert sorted(f["name"] for f in j["functions"]) == ["answer", "spin_copy"]
+    assert all(f["state"] == "patched" for f in j["functions"])
+    # the state page in the target holds the same record: without the
+    # file under /run, a second molt still finds the attach
+    rec = "/run/molt/attach/%d" % srv.pid
+    saved = open(rec).read()
+    os.unlink(rec)
+    r = molt("status", srv.pid)
+    assert "patched by molt attach" in r.stdout, r
+    open(rec, "w").write(saved)
+    r = molt("attach", srv.pid, built["fix"])
+    assert r.returncode == 1 and "already has a patch attached" in r.stderr
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(5) == 10
+
+
+def test_spinning_thread_retried_never_corrupted(built, server):
+    # spin_copy's first instruction (rep movsb) runs long: a stop often
+    # finds a spinner inside the bytes the jump replaces
+    srv = server(workers=2, spinners=2)
+    attempts = []
+    for _ in range(6):
+        r = molt("attach", "--timeout", "30", srv.pid, built["fix"])
+        assert r.returncode == 0, r.stderr
+        attempts.append(int(re.search(r"\((\d+) attempts?\)", r.stdout).group(1)))
+        threads_free(srv.pid)
+        n = srv.stats()["new"]
+        time.sleep(0.2)
+        assert srv.stats()["new"] > n, "the spinners do not run the new spin_copy"
+        for _ in range(20):
+            r = molt("rollback", srv.pid)
+            assert r.returncode == 0, r.stderr
+            if not os.path.exists("/run/molt/attach/%d" % srv.pid):
+                break
+            time.sleep(0.05)
+        threads_free(srv.pid)
+    st = srv.stats()
+    assert st["bad"] == 0, st
+    assert st["spin"] > 0
+    assert max(attempts) > 1, "no attach had to retry: %s" % attempts
+
+
+def test_threads_created_during_the_stop(built, server):
+    # two threads create and join short-lived threads without pause: every
+    # attach meets threads that appear or end while it seizes the others
+    srv = server(workers=2, churners=2)
+    for _ in range(20):
+        r = molt("attach", srv.pid, built["fix"])
+        assert r.returncode == 0, r.stderr
+        threads_free(srv.pid)
+        assert srv.answer(3) == 9
+        r = molt("rollback", srv.pid)
+        assert r.returncode == 0, r.stderr
+        threads_free(srv.pid)
+        assert srv.answer(3) == 6
+    assert srv.stats()["churnbad"] == 0
+    assert srv.p.poll() is None
+
+
+def test_main_thread_gone(built, server):
+    # main() called pthread_exit: the staging runs on another thread
+    srv = server(workers=2, env={"SERVER_MAIN_EXITS": "1"})
+    time.sleep(0.2)
+    assert "Z" in open("/proc/%d/stat" % srv.pid).read().split(")")[1].split()[0]
+    r = molt("attach", srv.pid, built["fix"])
+    assert r.returncode == 0, r.stderr
+    assert srv.answer(3) == 9
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(3) == 6
+    threads_free(srv.pid)
+
+
+def test_refused_before_anything_stops(built, server):
+    srv = server()
+    other = server(built["server2"])
+    cases = [
+        (other, built["fix"], "build-id"),
+        (srv, built["branchy"], "branches into the first bytes"),
+        (srv, built["tiny"], "too short for a jump"),
+        (srv, built["nosuch"], "not a function of the target"),
+        (srv, "/etc/hostname", "not an ELF file"),
+    ]
+    for s, patch, why in cases:
+        maps = open("/proc/%d/maps" % s.pid).read()
+        r = molt("attach", s.pid, patch)
+        assert r.returncode == 1, (patch, r)
+        assert why in r.stderr, (patch, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert open("/proc/%d/maps" % s.pid).read() == maps
+        assert not os.path.exists("/run/molt/attach/%d" % s.pid)
+        threads_free(s.pid)
+    assert srv.answer(4) == 8 and other.answer(4) == 9
+
+
+def test_corrupt_patch_refused(built, server, tmp_path):
+    srv = server()
+    data = open(built["fix"], "rb").read()
+    cut = tmp_path / "cut.so"
+    cut.write_bytes(data[:len(data) // 2])
+    maps = open("/proc/%d/maps" % srv.pid).read()
+    r = molt("attach", srv.pid, str(cut))
+    assert r.returncode == 1 and "corrupt attach patch" in r.stderr, r
+    assert open("/proc/%d/maps" % srv.pid).read() == maps
+    threads_free(srv.pid)
+
+
+def test_ptrace_refused_to_another_user(built, server, tmp_path):
+    # a root-owned server, molt run as nobody: one clear line, exit 3,
+    # the server untouched
+    srv = server()
+    import pathlib
+    import tempfile
+    d = pathlib.Path(tempfile.mkdtemp(prefix="molt-attach-pub-"))
+    os.chmod(str(d), 0o755)
+    patch = d / "fix.so"
+    patch.write_bytes(open(built["fix"], "rb").read())
+    os.chmod(str(patch), 0o644)
+    maps = open("/proc/%d/maps" % srv.pid).read()
+
+    def as_nobody():
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+    r = subprocess.run([MOLT, "attach", str(srv.pid), str(patch)], capture_output=True,
+                       text=True, timeout=60, preexec_fn=as_nobody)
+    assert r.returncode == 3, r
+    assert "ptrace of process %d refused" % srv.pid in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert open("/proc/%d/maps" % srv.pid).read() == maps
+    assert srv.answer(2) == 4
+    patch.unlink()
+    d.rmdir()
+
+
+def test_no_process_and_no_attach(built, server):
+    r = molt("attach", "999999", built["fix"])
+    assert r.returncode == 3 and "no process" in r.stderr
+    srv = server()
+    r = molt("rollback", srv.pid)
+    assert r.returncode != 0
+
+
+def test_blocked_calls_see_no_eintr(built, server):
+    srv = server(workers=2)
+    # x86-64 numbers; glibc's nanosleep is clock_nanosleep, its epoll_wait
+    # may be epoll_pwait
+    names = {0: "read", 35: "nanosleep", 230: "nanosleep", 43: "accept", 202: "futex",
+             232: "epoll_wait", 281: "epoll_wait"}
+    seen = set()
+    deadline = time.time() + 5
+    while seen != set(names.values()) and time.time() < deadline:
+        for tid in os.listdir("/proc/%d/task" % srv.pid):
+            try:
+                nr = int(open("/proc/%d/task/%s/syscall" % (srv.pid, tid)).read().split()[0])
+            except (ValueError, FileNotFoundError):
+                continue
+            if nr in names:
+                seen.add(names[nr])
+        time.sleep(0.05)
+    assert seen == set(names.values()), "threads not blocked in every call: %s" % seen
+    for _ in range(15):
+        assert molt("attach", srv.pid, built["fix"]).returncode == 0
+        assert molt("rollback", srv.pid).returncode == 0
+    time.sleep(0.2)
+    st = srv.stats()
+    assert st["eintr"] == 0, st
+    assert st["early"] == 0, st
+
+
+@pytest.mark.parametrize("point", ["prepared", "staged", "stopped", "applied"])
+def test_killed_midway(built, server, point):
+    srv = server(workers=4)
+    env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE=point)
+    p = subprocess.Popen([MOLT, "attach", str(srv.pid), built["fix"]], env=env,
+                         stderr=subprocess.PIPE, text=True)
+    line = p.stderr.readline()
+    assert line.strip() == "molt-attach-paused " + point, line
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    time.sleep(0.1)
+    threads_free(srv.pid)
+    a = srv.answer(6)
+    # patched or untouched, never in between
+    assert a == (18 if point == "applied" else 12)
+    assert srv.stats()["bad"] == 0
+    # what is left is known to the next molt, and rollback cleans it up
+    r = molt("rollback", srv.pid)
+    assert r.returncode == 0, r.stderr
+    assert srv.answer(6) == 12
+    assert attach_maps(srv.pid) == []
+    assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
+    threads_free(srv.pid)

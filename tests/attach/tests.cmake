@@ -1,0 +1,5 @@
+# molt attach end to end (issue 13): a plainly built multi-threaded server
+# patched under a checking load, rolled back, refused, molt killed half way.
+# Needs ptrace of a child process (root in CI).  Not under ThreadSanitizer:
+# the code under test is the CLI, whose threads are none.
+molt_pytest(attach ${CMAKE_CURRENT_LIST_DIR}/test_attach.py TIMEOUT 600 LABELS attach cli moltcc)
