@@ -80,14 +80,15 @@ extern "C" {
   XX(ENOTPROGRAM,  -26, "not a molt program image (build it with moltcc --molt-program)") \
   XX(ENOPROGRAM,   -27, "process does not run a program image (start it with molt run)") \
   XX(EXFORM,       -28, "state transformation failed; the update was aborted") \
-  XX(ECALLBACK,    -29, "the patch's pre-update callback refused it")
+  XX(ECALLBACK,    -29, "the patch's pre-update callback refused it")        \
+  XX(EFULL,        -30, "the process's control channel was full; the request was not carried out")
 /* clang-format on */
 
 typedef enum {
 #define MOLT__ERR_ENUM(name, val, msg) MOLT_##name = (val),
   MOLT_ERRNO_MAP(MOLT__ERR_ENUM)
 #undef MOLT__ERR_ENUM
-      MOLT__ERRNO_MIN = -29
+      MOLT__ERRNO_MIN = -30
 } molt_errno_t;
 
 /* Message for a code ("unknown error" for anything else); never NULL. */

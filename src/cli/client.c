@@ -352,7 +352,13 @@ int cli_call_fd(pid_t pid, unsigned op, const molt__buf *body, int pass_fd,
     if (rc == MOLT_ENOTMOLT && molt_process < 0)
       molt_process = runs_libmolt(pid);
     bool again = unread || (rc == MOLT_ENOTMOLT && molt_process == 1);
-    if (!again || molt__proto_deadline(0) + 50000000u > give_up)
+    /* Every slot of the control channel was taken (by other clients of
+     * the owner or root: others are refused before they take one), and
+     * the process said so without reading our request: tried again for as
+     * long as the caller's timeout allows, not only the second above. */
+    bool full = rc == 0 && r->status == MOLT_EFULL;
+    uint64_t until = full ? deadline : give_up;
+    if (!(again || full) || molt__proto_deadline(0) + 50000000u > until)
       return rc;
     cli_reply_free(r);
     struct timespec ts = {0, 50 * 1000 * 1000};
@@ -493,6 +499,9 @@ static const char *advice(int status) {
   case MOLT_ENOPROGRAM:
     return "start the program with 'molt run <image.so>' to update it as a "
            "whole";
+  case MOLT_EFULL:
+    return "other clients of the process's owner or root hold its control "
+           "channel; retry with a longer --timeout or find them with 'ss -xp'";
   case MOLT_ECALLBACK:
     return "nothing changed; the patch's pre-update callback said no ('molt log' "
            "has its outcomes)";

@@ -22,7 +22,7 @@
  * and holding it, dripping it, or nothing; and, when run as root, a child
  * of another uid (65534) doing the same.  Properties: whatever the server
  * sends is one well-formed response; a complete well-formed status request
- * is answered (or its slot evicted with MOLT_EBUSY); the other uid only
+ * is answered (or its slot evicted with MOLT_EFULL); the other uid only
  * ever gets MOLT_EPERM; and after every round the owner's status request
  * is answered at once.
  */
@@ -432,7 +432,7 @@ static void server_round(const input *pool, size_t npool, bool other_uid) {
       if (other_uid)
         REQUIRE(st == MOLT_EPERM || st == 1);
       else if (c[i].status_request)
-        REQUIRE(st == 0 || st == MOLT_EBUSY);
+        REQUIRE(st == 0 || st == MOLT_EFULL);
       else if (c[i].msg.len > 0)
         REQUIRE(st <= 0); /* every message that says anything is answered */
     } else {

@@ -777,7 +777,7 @@ static void test_slots(void) {
   molt__tsv_free(&r.recs);
   /* The oldest were evicted with a reason. */
   r = get_response(fds[0]);
-  CHECK(is_error(&r, MOLT_EBUSY, "too many control connections"));
+  CHECK(is_error(&r, MOLT_EFULL, "too many control connections"));
   molt__tsv_free(&r.recs);
   /* A holder that completes its request in time is served. */
   CHECK(send(fds[N - 1], b + 8, 8, MSG_NOSIGNAL) == 8);

@@ -465,7 +465,7 @@ static slot *slot_claim(void) {
               "control connection from pid %ld dropped before its request was "
               "complete: every one of the %d slots was taken",
               (long)oldest->pid, MOLT__CONTROL_SLOTS);
-    answer_once(&oldest->fd, MOLT_EBUSY,
+    answer_once(&oldest->fd, MOLT_EFULL,
                 "too many control connections at once; this one was the oldest "
                 "without a complete request");
     slot_free(oldest);
@@ -681,7 +681,7 @@ static void accept_clients(const molt__fd *listener, uint64_t now) {
     slot *s = slot_claim();
     if (s == NULL) {
       /* Every slot is writing a response (each bounded by its deadline). */
-      answer_once(&client, MOLT_EBUSY,
+      answer_once(&client, MOLT_EFULL,
                   "too many control connections at once; try again in a moment");
       molt__fd_close(&client);
       continue;
