@@ -71,6 +71,7 @@ typedef struct elf_file {
   bool (*needed_ok)(const char *, void *); /* DT_NEEDED filter, or NULL */
   uint64_t relacount;                      /* DT_RELACOUNT, 0 if none */
   void *needed_arg;
+  uint64_t dyn_vaddr, dyn_size; /* PT_DYNAMIC, once check_loadable found it */
 } elf_file;
 
 static void elf_free(elf_file *f) {
@@ -452,6 +453,20 @@ static const Elf64_Phdr *segment_of(const elf_file *f, uint64_t vaddr, uint64_t 
   return NULL;
 }
 
+/* Whether [vaddr, vaddr + len) meets a writable PT_LOAD segment. */
+static bool meets_writable(const elf_file *f, uint64_t vaddr, uint64_t len) {
+  uint64_t end;
+  if (__builtin_add_overflow(vaddr, len, &end))
+    return true;
+  for (size_t i = 0; i < f->phnum; i++) {
+    const Elf64_Phdr *p = &f->ph[i];
+    if (p->p_type == PT_LOAD && (p->p_flags & PF_W) && vaddr < p->p_vaddr + p->p_memsz &&
+        end > p->p_vaddr)
+      return true;
+  }
+  return false;
+}
+
 /*
  * What ld.so dereferences before it runs any code of the object: its
  * segments' file ranges, the dynamic section, and the tables that dynamic
@@ -522,6 +537,9 @@ static int check_loadable(elf_file *f) {
                  "segments");
     return MOLT_ECORRUPT;
   }
+
+  f->dyn_vaddr = dyn->p_vaddr;
+  f->dyn_size = dyn->p_memsz > dyn->p_filesz ? dyn->p_memsz : dyn->p_filesz;
 
   Elf64_Dyn *d;
   int rc = read_alloc(f, dyn->p_offset, dyn->p_filesz, MAX_DYNAMIC_BYTES,
@@ -1117,6 +1135,9 @@ static int dynrels_load(elf_file *f, molt__dynrels *dr) {
     }
   }
   dr->nsegs = nseg;
+  f->dyn_vaddr = dyn->p_vaddr;
+  f->dyn_size = dyn->p_memsz > dyn->p_filesz ? dyn->p_memsz : dyn->p_filesz;
+
   Elf64_Dyn *d;
   int rc = read_alloc(f, dyn->p_offset, dyn->p_filesz, MAX_DYNAMIC_BYTES,
                       "dynamic segment ends", (void **)&d);
@@ -1380,6 +1401,16 @@ static int read_table(elf_file *f, uint64_t vaddr, uint64_t len, uint64_t cap,
     return corrupt(f,
                    "%s (%" PRIu64 " bytes at %#" PRIx64
                    ") is not inside a loaded part of the file",
+                   what, len, vaddr);
+  /* The loader reads these tables again after it relocated the object
+   * (every dlsym walks the hash table, symbols and strings): checked here,
+   * they must stay as checked, so no relocation may reach them.  Linkers
+   * put them in the read-only segment; one in a writable segment is
+   * damage. */
+  if (meets_writable(f, vaddr, len))
+    return corrupt(f,
+                   "%s (%" PRIu64 " bytes at %#" PRIx64
+                   ") lies in a writable segment, where relocations could change it",
                    what, len, vaddr);
   return read_alloc(f, off, len, cap, what, out);
 }
@@ -1699,6 +1730,13 @@ static int check_relocs(elf_file *f, uint64_t vaddr, uint64_t size, const char *
       rc =
           corrupt(f, "%s entry %zu writes at %#" PRIx64 ", outside the writable segments",
                   what, i, (uint64_t)r[i].r_offset);
+    /* The dynamic section is writable (RELRO) but ld.so reads its table
+     * pointers on every later symbol lookup: a relocation there would turn
+     * them into whatever it writes. */
+    else if (w && r[i].r_offset < f->dyn_vaddr + f->dyn_size &&
+             r[i].r_offset + w > f->dyn_vaddr)
+      rc = corrupt(f, "%s entry %zu writes at %#" PRIx64 ", into the dynamic section",
+                   what, i, (uint64_t)r[i].r_offset);
 #if defined(__x86_64__)
     else if ((f->flags & LOAD_NO_CODE) && type == R_X86_64_IRELATIVE)
       rc = corrupt(f,

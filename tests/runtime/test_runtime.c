@@ -1576,6 +1576,78 @@ static void damage_sweep(int fd, const char *path, const unsigned char *orig, si
 /* damage PATCH_DIR [EVERY]: every EVERYth byte position (1: all of them,
  * the default); 0: all positions with all three values and 20,000 random
  * rounds per sweep (minutes, not for CI). */
+/* File offset of vaddr in the patch bytes b (through its PT_LOADs), or 0. */
+static size_t file_off(const unsigned char *b, uint64_t vaddr) {
+  const Elf64_Ehdr *eh = (const Elf64_Ehdr *)b;
+  const Elf64_Phdr *ph = (const Elf64_Phdr *)(b + eh->e_phoff);
+  for (size_t i = 0; i < eh->e_phnum; i++)
+    if (ph[i].p_type == PT_LOAD && vaddr >= ph[i].p_vaddr &&
+        vaddr < ph[i].p_vaddr + ph[i].p_filesz)
+      return (size_t)(vaddr - ph[i].p_vaddr + ph[i].p_offset);
+  return 0;
+}
+
+/* Damage aimed at what the loader reads again after relocating: a
+ * relocation that writes into the dynamic section (a later dlsym would take
+ * the pointer it wrote for the symbol table's), and the loader's tables in
+ * a writable segment.  Resealed, both are refused, the host unchanged. */
+static void damage_aimed(const unsigned char *orig, size_t size, const char *path) {
+  const Elf64_Ehdr *eh = (const Elf64_Ehdr *)orig;
+  const Elf64_Phdr *ph = (const Elf64_Phdr *)(orig + eh->e_phoff);
+  const Elf64_Phdr *dyn = NULL;
+  for (size_t i = 0; i < eh->e_phnum; i++)
+    if (ph[i].p_type == PT_DYNAMIC)
+      dyn = &ph[i];
+  CHECK(dyn != NULL, "patch_b has no PT_DYNAMIC");
+  if (!dyn)
+    return;
+  const Elf64_Dyn *d = (const Elf64_Dyn *)(orig + dyn->p_offset);
+  uint64_t rela = 0, symtab = 0, symtab_tag_at = 0;
+  for (size_t i = 0; (i + 1) * sizeof *d <= dyn->p_filesz && d[i].d_tag != DT_NULL; i++) {
+    if (d[i].d_tag == DT_RELA)
+      rela = d[i].d_un.d_ptr;
+    if (d[i].d_tag == DT_SYMTAB) {
+      symtab = d[i].d_un.d_ptr;
+      symtab_tag_at = dyn->p_vaddr + i * sizeof *d + offsetof(Elf64_Dyn, d_un);
+    }
+  }
+  size_t rela_off = file_off(orig, rela), sym_ph = eh->e_phnum;
+  for (size_t i = 0; i < eh->e_phnum; i++)
+    if (ph[i].p_type == PT_LOAD && symtab >= ph[i].p_vaddr &&
+        symtab < ph[i].p_vaddr + ph[i].p_memsz)
+      sym_ph = i;
+  CHECK(rela_off && symtab_tag_at && sym_ph < eh->e_phnum,
+        "patch_b lacks DT_RELA or DT_SYMTAB (%zu, %#lx, %zu)", rela_off,
+        (unsigned long)symtab_tag_at, sym_ph);
+  if (!rela_off || !symtab_tag_at || sym_ph == eh->e_phnum)
+    return;
+  uint32_t flags_rw = ph[sym_ph].p_flags | PF_W;
+  struct {
+    const char *what, *want;
+    size_t off;
+    const void *val;
+    size_t len;
+  } aimed[] = {
+      {"a relocation into the dynamic section", "into the dynamic section",
+       rela_off + offsetof(Elf64_Rela, r_offset), &symtab_tag_at, 8},
+      {"the symbol table in a writable segment", "lies in a writable segment",
+       eh->e_phoff + sym_ph * sizeof(Elf64_Phdr) + offsetof(Elf64_Phdr, p_flags),
+       &flags_rw, 4},
+  };
+  char err[1024];
+  for (size_t i = 0; i < sizeof aimed / sizeof aimed[0]; i++) {
+    write_resealed(path, orig, size, aimed[i].off, aimed[i].val, aimed[i].len);
+    uint64_t g = molt_generation();
+    err[0] = '\0';
+    int rc = molt_apply(path, MOLT_POLICY_IMMEDIATE, -1, err, sizeof err);
+    CHECK(rc == MOLT_ECORRUPT && strstr(err, aimed[i].want), "%s: got %s \"%s\"",
+          aimed[i].what, molt_err_name(rc), err);
+    CHECK(molt_generation() == g && maps_count("/patch.so") == 0 && version_tag(3) == 3,
+          "%s: the process changed", aimed[i].what);
+    printf("refused %s: %s\n", aimed[i].what, err);
+  }
+}
+
 static void case_damage(int every_arg) {
   bool full = every_arg == 0;
   size_t every = every_arg > 1 ? (size_t)every_arg : 1;
@@ -1603,6 +1675,8 @@ static void case_damage(int every_arg) {
   /* The undamaged patch loads (the sweeps would prove nothing otherwise). */
   damage_try(path, "undamaged", &loaded, &refused);
   CHECK(loaded == 1, "the undamaged patch was refused");
+  damage_aimed(orig, size, path);
+  CHECK(pwrite(fd, orig, size, 0) == (ssize_t)size, "restore %s", path);
   /* As a disk or a copy damages it: every damage is refused (the digest). */
   long raw_loaded = 0, raw_refused = 0;
   damage_sweep(fd, path, orig, size, digest_off, false, every, full ? 1 : 16,
