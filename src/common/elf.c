@@ -472,7 +472,7 @@ static bool meets_writable(const elf_file *f, uint64_t vaddr, uint64_t len) {
  * segments' file ranges, the dynamic section, and the tables that dynamic
  * entries point to.  A file that passes cannot make the loader read outside
  * its mappings through these; the contents of the tables (relocations, hash
- * chains) are not verified.
+ * chains, versions) are checked further down, for patches and images.
  */
 static int check_loadable(elf_file *f) {
   const Elf64_Phdr *dyn = NULL;
