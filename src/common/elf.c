@@ -2517,13 +2517,9 @@ int molt__symtab_open(const char *path, molt__symtab **out) {
   return 0;
 }
 
-int molt__symtab_lookup(const molt__symtab *st, const char *name, const char *tu,
-                        uintptr_t *value) {
-  if (!st || !name || !value)
-    return MOLT_EINVAL;
-  const char *tub = tu ? base_name(tu) : NULL;
-  if (tub && tub[0] == '\0')
-    return MOLT_ENOSYM;
+/* The index of the first entry named name in st's sorted entries (st->n if
+ * none sorts at or after it). */
+static size_t first_named(const molt__symtab *st, const char *name) {
   size_t lo = 0, hi = st->n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
@@ -2532,6 +2528,17 @@ int molt__symtab_lookup(const molt__symtab *st, const char *name, const char *tu
     else
       hi = mid;
   }
+  return lo;
+}
+
+int molt__symtab_lookup(const molt__symtab *st, const char *name, const char *tu,
+                        uintptr_t *value) {
+  if (!st || !name || !value)
+    return MOLT_EINVAL;
+  const char *tub = tu ? base_name(tu) : NULL;
+  if (tub && tub[0] == '\0')
+    return MOLT_ENOSYM;
+  size_t lo = first_named(st, name);
   bool found = false;
   uint64_t v = 0;
   for (size_t i = lo; i < st->n && strcmp(st->ents[i].name, name) == 0; i++) {
@@ -2556,14 +2563,7 @@ int molt__symtab_lookup_any(const molt__symtab *st, const char *name, uintptr_t 
   int rc = molt__symtab_lookup(st, name, NULL, value);
   if (rc != MOLT_ENOSYM)
     return rc;
-  size_t lo = 0, hi = st->n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (strcmp(st->ents[mid].name, name) < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
+  size_t lo = first_named(st, name);
   bool found = false;
   uint64_t v = 0;
   for (size_t i = lo; i < st->n && strcmp(st->ents[i].name, name) == 0; i++) {

@@ -20,6 +20,7 @@
 #include "common/common.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/types.h>
 #include <time.h>
@@ -205,6 +206,15 @@ MOLT__HIDDEN void molt__sync_core(void);
 MOLT__HIDDEN pid_t molt__gettid(void);
 MOLT__HIDDEN uint64_t molt__now_ns(void);      /* CLOCK_MONOTONIC */
 MOLT__HIDDEN uint64_t molt__realtime_ns(void); /* CLOCK_REALTIME  */
+/* The CLOCK_MONOTONIC time ms milliseconds from now (pthread_cond_timedwait
+ * with a monotonic condition, sem_clockwait). */
+MOLT__HIDDEN struct timespec molt__monotonic_after_ms(int ms);
+/* Blocks every signal but the synchronous faults (SIGSEGV, SIGBUS, SIGILL,
+ * SIGFPE, SIGTRAP) in the calling thread, the old mask in *old: for threads
+ * molt starts, which signals sent to the process must not reach, while a
+ * fault stays visible to sanitizers and debuggers instead of a silent
+ * kill.  A thread created meanwhile inherits the mask. */
+MOLT__HIDDEN void molt__block_async_signals(sigset_t *old);
 
 /* ---- descriptors the host may close (fd.c) --------------------------------
  *

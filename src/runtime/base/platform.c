@@ -2,6 +2,7 @@
 #include "base/base.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -67,3 +68,26 @@ static uint64_t clock_ns(clockid_t id) {
 
 uint64_t molt__now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 uint64_t molt__realtime_ns(void) { return clock_ns(CLOCK_REALTIME); }
+
+struct timespec molt__monotonic_after_ms(int ms) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  t.tv_sec += ms / 1000;
+  t.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (t.tv_nsec >= 1000000000L) {
+    t.tv_sec++;
+    t.tv_nsec -= 1000000000L;
+  }
+  return t;
+}
+
+void molt__block_async_signals(sigset_t *old) {
+  sigset_t all;
+  sigfillset(&all);
+  sigdelset(&all, SIGSEGV);
+  sigdelset(&all, SIGBUS);
+  sigdelset(&all, SIGILL);
+  sigdelset(&all, SIGFPE);
+  sigdelset(&all, SIGTRAP);
+  pthread_sigmask(SIG_SETMASK, &all, old);
+}

@@ -79,14 +79,8 @@ int molt__callback_run(int (*fn)(void), int timeout_ms, int *result, unsigned *e
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   /* As the runtime thread: signals sent to the process go to the
    * application's threads; synchronous faults stay deliverable. */
-  sigset_t all, old;
-  sigfillset(&all);
-  sigdelset(&all, SIGSEGV);
-  sigdelset(&all, SIGBUS);
-  sigdelset(&all, SIGILL);
-  sigdelset(&all, SIGFPE);
-  sigdelset(&all, SIGTRAP);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
+  sigset_t old;
+  molt__block_async_signals(&old);
   pthread_t t;
   uint64_t start = now_ms();
   int prc = pthread_create(&t, &attr, callback_main, r);
@@ -100,14 +94,7 @@ int molt__callback_run(int (*fn)(void), int timeout_ms, int *result, unsigned *e
     return molt__from_errno(prc);
   }
   pthread_setname_np(t, "molt-callback");
-  struct timespec deadline;
-  clock_gettime(CLOCK_MONOTONIC, &deadline);
-  deadline.tv_sec += timeout_ms / 1000;
-  deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (deadline.tv_nsec >= 1000000000L) {
-    deadline.tv_sec++;
-    deadline.tv_nsec -= 1000000000L;
-  }
+  struct timespec deadline = molt__monotonic_after_ms(timeout_ms);
   int rc;
   while ((rc = sem_clockwait(&r->done, CLOCK_MONOTONIC, &deadline)) != 0 &&
          errno == EINTR)

@@ -195,16 +195,8 @@ static void start_runtime_thread(void) {
   }
   /* The runtime thread blocks every signal: signals sent to the process
    * must reach the application's threads, never ours. */
-  sigset_t all, old;
-  sigfillset(&all);
-  /* Synchronous faults stay deliverable: blocking them would turn a fault
-   * into a silent kill and hide it from sanitizers and debuggers. */
-  sigdelset(&all, SIGSEGV);
-  sigdelset(&all, SIGBUS);
-  sigdelset(&all, SIGILL);
-  sigdelset(&all, SIGFPE);
-  sigdelset(&all, SIGTRAP);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
+  sigset_t old;
+  molt__block_async_signals(&old);
   molt__requests_open(); /* requests wait for the thread from now on */
   bool started = pthread_create(&rt_thread, NULL, runtime_main, NULL) == 0;
   pthread_sigmask(SIG_SETMASK, &old, NULL);

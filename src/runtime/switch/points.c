@@ -420,14 +420,7 @@ int molt__barrier(int timeout_ms,
   init_once();
   if (timeout_ms < 0)
     timeout_ms = MOLT__DEFAULT_TIMEOUT_MS;
-  struct timespec deadline;
-  clock_gettime(CLOCK_MONOTONIC, &deadline);
-  deadline.tv_sec += timeout_ms / 1000;
-  deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (deadline.tv_nsec >= 1000000000L) {
-    deadline.tv_sec++;
-    deadline.tv_nsec -= 1000000000L;
-  }
+  struct timespec deadline = molt__monotonic_after_ms(timeout_ms);
   bool full = on_success == MOLT__VERDICT_RESTART;
   molt__lock_acquire(&bar_lock);
   pending_verdict = on_success;
