@@ -430,6 +430,20 @@ static int wait_stop(attach_stop *s, attach_thread *t, char *err, size_t errlen)
         c->sig = -1;           /* seized by the kernel, not yet seen stopped */
         t = find_thread(s, r); /* add_thread may move the array */
       }
+      /* Stopped inside clone(): its registers are not the thread's own yet
+       * (the kernel writes clone's result into rax when it goes on), so
+       * running a system call on it, or restoring them later, would change
+       * what clone returns to the program.  Let it finish the call and
+       * stop it again, at the interrupt stop every other thread gives. */
+      if (ptrace(PTRACE_CONT, t->tid, 0, 0) != 0 ||
+          ptrace(PTRACE_INTERRUPT, t->tid, 0, 0) != 0) {
+        if (errno == ESRCH)
+          return 1;
+        molt__errmsg(err, errlen, "cannot let thread %d finish creating a thread: %s",
+                     (int)t->tid, strerror(errno));
+        return MOLT_EIO;
+      }
+      continue;
     } else if (event == 0) {
       /* A signal-delivery stop: the signal reaches the thread on resume. */
       t->sig = sig;

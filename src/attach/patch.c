@@ -123,6 +123,9 @@ static int parse(patch_file *f, attach_patch *p, char *err, size_t errlen) {
         !in_file(f, s->sh_offset, s->sh_size))
       return corrupt(err, errlen, "a section out of the file");
     if (strcmp(name, ".molt_attach") == 0) {
+      if (s->sh_type != SHT_PROGBITS)
+        return corrupt(err, errlen,
+                       "the .molt_attach section holds no bytes of the file");
       char text[256];
       size_t n = s->sh_size < sizeof text - 1 ? s->sh_size : sizeof text - 1;
       memcpy(text, f->data + s->sh_offset, n);
