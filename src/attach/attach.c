@@ -506,8 +506,11 @@ static void test_pause(const char *point) {
   nanosleep(&ts, NULL);
 }
 
-int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
-                 size_t errlen) {
+static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, char *err,
+                           size_t errlen);
+
+static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, char *err,
+                         size_t errlen) {
   pid_t pid = o->pid;
   int timeout_ms = o->timeout_ms < 0 ? MOLT__DEFAULT_TIMEOUT_MS : o->timeout_ms;
   int rc = molt__os_check_traceable(pid, err, errlen);
@@ -519,7 +522,7 @@ int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
       strcmp(old.phase, "rolled-back") == 0) {
     /* the code of an earlier patch, kept mapped by its rollback: try to
      * reclaim it now */
-    molt__attach_rollback(pid, timeout_ms, &old, ignored, sizeof ignored);
+    rollback_locked(pid, timeout_ms, &old, ignored, sizeof ignored);
   }
   if (molt__attach_state_load(pid, &old, ignored, sizeof ignored) == 0) {
     molt__errmsg(err, errlen,
@@ -619,7 +622,7 @@ int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
     char e2[256];
     molt__attach_state tmp;
     if (molt__attach_state_load(pid, &tmp, e2, sizeof e2) == 0)
-      molt__attach_rollback(pid, timeout_ms, &tmp, e2, sizeof e2);
+      rollback_locked(pid, timeout_ms, &tmp, e2, sizeof e2);
     return rc;
   }
   snprintf(st->phase, sizeof st->phase, "applied");
@@ -681,8 +684,8 @@ static int code_in_use(const attach_stop *s, const molt__attach_state *st,
   return -1;
 }
 
-int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_state *st, char *err,
-                          size_t errlen) {
+static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, char *err,
+                           size_t errlen) {
   if (timeout_ms < 0)
     timeout_ms = MOLT__DEFAULT_TIMEOUT_MS;
   int rc = molt__os_check_traceable(pid, err, errlen);
@@ -791,4 +794,31 @@ int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_state *st, cha
     return 0;
   }
   return molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+}
+
+/* The entry points: each holds the per-process lock for its whole run, so
+ * a second molt cannot stage, write jumps or remove the record under it. */
+int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
+                 size_t errlen) {
+  /* A caller that may not trace the process is told that first. */
+  int lock = molt__os_check_traceable(o->pid, err, errlen);
+  if (lock == 0)
+    lock = molt__state_lock(o->pid, err, errlen);
+  if (lock < 0)
+    return lock;
+  int rc = attach_locked(o, st, err, errlen);
+  close(lock);
+  return rc;
+}
+
+int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_state *st, char *err,
+                          size_t errlen) {
+  int lock = molt__os_check_traceable(pid, err, errlen);
+  if (lock == 0)
+    lock = molt__state_lock(pid, err, errlen);
+  if (lock < 0)
+    return lock;
+  int rc = rollback_locked(pid, timeout_ms, st, err, errlen);
+  close(lock);
+  return rc;
 }

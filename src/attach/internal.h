@@ -174,6 +174,10 @@ MOLT__HIDDEN int molt__state_parse(const char *text, molt__attach_state *st);
 MOLT__HIDDEN int molt__state_save(pid_t pid, const molt__attach_state *st, uint64_t page,
                                   char *err, size_t errlen);
 MOLT__HIDDEN void molt__state_remove(pid_t pid);
+/* Takes the per-process lock (<dir>/<pid>.lock, flock) that keeps two molt
+ * runs from attaching to or rolling back one process at once: its
+ * descriptor (close it to release), or a MOLT_E* code (MOLT_EBUSY: taken). */
+MOLT__HIDDEN int molt__state_lock(pid_t pid, char *err, size_t errlen);
 
 #define ATTACH_PAGE 4096u
 /* The state page is the last page of the staged mapping. */

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #define STATE_MAGIC "molt-attach-state 1"
@@ -140,6 +141,34 @@ static int mkdirs(const char *dir) {
     *p = '/';
   }
   return mkdir(tmp, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+int molt__state_lock(pid_t pid, char *err, size_t errlen) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/%d.lock", state_dir(), (int)pid);
+  int fd = -1;
+  if (mkdirs(state_dir()) == 0)
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    molt__errmsg(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    return MOLT_EIO;
+  }
+  /* Held until this molt exits or is done; the kernel drops it with the
+   * descriptor, so a killed molt never leaves it taken. */
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    close(fd);
+    if (e == EWOULDBLOCK) {
+      molt__errmsg(err, errlen,
+                   "another molt is attaching to or rolling back process %d; wait for "
+                   "it to finish",
+                   (int)pid);
+      return MOLT_EBUSY;
+    }
+    molt__errmsg(err, errlen, "cannot lock %s: %s", path, strerror(e));
+    return MOLT_EIO;
+  }
+  return fd;
 }
 
 int molt__state_save(pid_t pid, const molt__attach_state *st, uint64_t page, char *err,

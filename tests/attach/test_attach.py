@@ -424,3 +424,35 @@ def test_killed_midway(built, server, point):
     assert attach_maps(srv.pid) == []
     assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
     threads_free(srv.pid)
+
+
+def test_one_molt_at_a_time(built, server):
+    """A second molt on the same process while the first is under way is
+    refused, and touches nothing of the first's (its record included)."""
+    srv = server(workers=4)
+    env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE="staged")
+    p = subprocess.Popen([MOLT, "attach", str(srv.pid), built["fix"]], env=env,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stderr.readline()
+        assert line.strip() == "molt-attach-paused staged", line
+        record = "/run/molt/attach/%d" % srv.pid
+        with open(record) as f:
+            before = f.read()
+        for args in (("attach", srv.pid, built["fix"]), ("rollback", srv.pid)):
+            r = molt(*args)
+            assert r.returncode != 0
+            assert "another molt is attaching to or rolling back process %d" % srv.pid \
+                in r.stderr, r.stderr
+        with open(record) as f:
+            assert f.read() == before
+    finally:
+        p.kill()
+        p.wait()
+    threads_free(srv.pid)
+    # the lock went with the killed molt: the next one proceeds
+    r = molt("rollback", srv.pid)
+    assert r.returncode == 0, r.stderr
+    assert srv.answer(6) == 12
+    assert attach_maps(srv.pid) == []
+    threads_free(srv.pid)
