@@ -164,20 +164,46 @@ MOLT__HIDDEN int molt__elf_got_slots(const char *path, attach_got_visit visit, v
 
 /* ---- state.c ------------------------------------------------------------------- */
 
-/* The record's path (/run/molt/attach/<pid>, or $MOLT_ATTACH_DIR/<pid>). */
+/* The record's path (/run/molt/attach/<pid>, or $MOLT_ATTACH_DIR/<pid>);
+ * of a stacked patch (level >= 2): <dir>/<pid>.<level>. */
 MOLT__HIDDEN void molt__state_path(pid_t pid, char *path, size_t len);
+MOLT__HIDDEN void molt__state_level_path(pid_t pid, int level, char *path, size_t len);
+MOLT__HIDDEN const char *molt__state_dir(void);
+/* The state of patch `level` of pid: its record, else (no record, e.g.
+ * /run was cleared) the state page of its staged mapping.  0,
+ * MOLT_ENOHISTORY, MOLT_ECORRUPT, MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__state_load_level(pid_t pid, int level, molt__attach_state *st,
+                                        char *err, size_t errlen);
 /* The state as text (the record and the state page hold the same). */
 MOLT__HIDDEN void molt__state_format(const molt__attach_state *st, molt__buf *b);
 MOLT__HIDDEN int molt__state_parse(const char *text, molt__attach_state *st);
-/* Writes the record (atomically: temporary file, rename) and, when
+/* Writes the record of st->level (atomically: temporary file, rename) and, when
  * page != 0, the state page in the target.  0 or MOLT_EIO. */
 MOLT__HIDDEN int molt__state_save(pid_t pid, const molt__attach_state *st, uint64_t page,
                                   char *err, size_t errlen);
-MOLT__HIDDEN void molt__state_remove(pid_t pid);
+MOLT__HIDDEN void molt__state_remove(pid_t pid, int level);
 /* Takes the per-process lock (<dir>/<pid>.lock, flock) that keeps two molt
  * runs from attaching to or rolling back one process at once: its
  * descriptor (close it to release), or a MOLT_E* code (MOLT_EBUSY: taken). */
 MOLT__HIDDEN int molt__state_lock(pid_t pid, char *err, size_t errlen);
+
+/* ---- stack.c: patches stacked on one process ------------------------------------ */
+
+/* Whether patch st is still applied (not rolled back). */
+MOLT__HIDDEN bool molt__stack_active(const molt__attach_state *st);
+/* Before a new patch is attached on top of stack s: refuses (MOLT_EBUSY)
+ * when the newest applied patch is unfinished (staging, staged, applying:
+ * an attach killed half way) or the stack is full; else the level the new
+ * patch takes. */
+MOLT__HIDDEN int molt__stack_next_level(pid_t pid, const molt__attach_stack *s,
+                                        int *level, char *err, size_t errlen);
+/* Function f (its name set) of a new patch on top of s: if a patch of s
+ * still applied replaced it already, f takes that patch's site (at, len,
+ * addr) and that patch's jump as its bytes before (checked against the
+ * target's memory): 1; not replaced by any: 0; a MOLT_E* code (the entry
+ * holds something else). */
+MOLT__HIDDEN int molt__stack_inherit(pid_t pid, const molt__attach_stack *s,
+                                     molt__attach_func *f, char *err, size_t errlen);
 
 #define ATTACH_PAGE 4096u
 /* The state page is the last page of the staged mapping. */

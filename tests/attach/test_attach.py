@@ -48,6 +48,7 @@ def built(tmp_path_factory):
         out["server%d" % variant] = exe
     sources = {
         "fix": open(os.path.join(HERE, "fix_answer.c")).read(),
+        "stack": open(os.path.join(HERE, "fix_stack.c")).read(),
         "branchy": "long branchy(long n) { return n; }\n",
         "tiny": "long tiny(void) { return 1; }\n",
         "nosuch": "long no_such_function(long n) { return n; }\n",
@@ -91,6 +92,9 @@ class Server:
 
     def answer(self, n):
         return int(self.q(str(n))[0])
+
+    def hello(self):
+        return self.q("hello")[0]
 
     def stats(self):
         words = self.q("stats")[0].split()
@@ -152,7 +156,8 @@ def symbol_bytes(exe, pid, name, n=32):
 
 class Load:
     """Client threads that send requests over kept connections and check
-    each answer: 2n (original) or 3n (patched), nothing else, no error."""
+    each answer: 2n (original), 3n (fix_answer.c) or 4n (fix_stack.c on top
+    of it), nothing else, no error."""
 
     def __init__(self, srv, nclients=4):
         self.srv, self.stop, self.errors, self.count = srv, False, [], 0
@@ -170,7 +175,7 @@ class Load:
                 f.write("%d\n" % n)
                 f.flush()
                 got = f.readline()
-                if not got or int(got) not in (2 * n, 3 * n):
+                if not got or int(got) not in (2 * n, 3 * n, 4 * n):
                     with self.lock:
                         self.errors.append("request %d: answer %r" % (n, got))
                     return
@@ -241,10 +246,99 @@ def test_status_of_an_attached_process(built, server):
     r = molt("status", srv.pid)
     assert "patched by molt attach" in r.stdout, r
     open(rec, "w").write(saved)
-    r = molt("attach", srv.pid, built["fix"])
-    assert r.returncode == 1 and "already has a patch attached" in r.stderr
     assert molt("rollback", srv.pid).returncode == 0
     assert srv.answer(5) == 10
+
+
+STACK_CYCLES = int(os.environ.get("ATTACH_STACK_CYCLES", "4"))
+
+
+def test_stacked_patches_under_load(built, server):
+    """fix_answer.c, then fix_stack.c on top of it (replacing answer() again
+    and banner(), which the first does not): the live replies follow the
+    top of the stack; each rollback pops one patch and gives back exactly
+    the bytes the entries had before it."""
+    import json
+    srv = server(workers=8)
+    exe = built["server1"]
+    original = {f: symbol_bytes(exe, srv.pid, f) for f in ("answer", "banner")}
+    load = Load(srv)
+    try:
+        for cycle in range(STACK_CYCLES):
+            r = molt("attach", srv.pid, built["fix"])
+            assert r.returncode == 0 and "as patch 1 of its stack" in r.stdout, r
+            after_a = {f: symbol_bytes(exe, srv.pid, f) for f in original}
+            assert after_a["answer"] != original["answer"]
+            assert after_a["banner"] == original["banner"]
+            assert srv.answer(7) == 21 and srv.hello() == "hello original"
+
+            r = molt("attach", srv.pid, built["stack"])
+            assert r.returncode == 0 and "as patch 2 of its stack" in r.stdout, r
+            threads_free(srv.pid)
+            assert srv.answer(7) == 28, "the stacked patch is not live"
+            assert srv.hello() == "hello patched-b"
+            # one level of indirection: answer's entry jumps straight to B
+            # (the same site as A's jump, rewritten), not through A
+            b_bytes = symbol_bytes(exe, srv.pid, "answer")
+            assert b_bytes != after_a["answer"]
+            assert b_bytes[8:] == after_a["answer"][8:]
+
+            j = json.loads(molt("status", "--json", srv.pid).stdout)
+            assert [l["level"] for l in j["stack"]] == [1, 2]
+            assert j["level"] == 2 and j["patch"] == built["stack"]
+            states = {(l["level"], f["name"]): f["state"] for l in j["stack"]
+                      for f in l["functions"]}
+            assert states == {(1, "answer"): "replaced by 2", (1, "spin_copy"): "patched",
+                              (2, "answer"): "patched", (2, "banner"): "patched"}, states
+            text = molt("status", srv.pid).stdout
+            assert re.search(r"^\s+2\s+applied\s.*%s$" % re.escape(built["stack"]), text,
+                             re.M), text
+            assert re.search(r"^\s+1\s+applied\s.*%s$" % re.escape(built["fix"]), text,
+                             re.M), text
+
+            r = molt("rollback", srv.pid)
+            assert r.returncode == 0 and "patch 2 (" in r.stdout, r
+            threads_free(srv.pid)
+            assert srv.answer(7) == 21, "the rollback of B did not give back A"
+            assert srv.hello() == "hello original"
+            assert {f: symbol_bytes(exe, srv.pid, f) for f in original} == after_a
+
+            r = molt("rollback", srv.pid)
+            assert r.returncode == 0 and "patch 1 (" in r.stdout, r
+            threads_free(srv.pid)
+            assert srv.answer(7) == 14
+            assert {f: symbol_bytes(exe, srv.pid, f) for f in original} == original
+            assert attach_maps(srv.pid) == []
+    finally:
+        errors = load.finish()
+    assert errors == []
+    assert load.count > STACK_CYCLES
+    assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
+    assert not os.path.exists("/run/molt/attach/%d.2" % srv.pid)
+    r = molt("rollback", srv.pid)
+    assert r.returncode != 0 and "not a molt process" in r.stderr, r
+
+
+def test_stack_refuses_on_an_unfinished_attach(built, server):
+    """molt killed after staging leaves an unfinished level: the next
+    attach is refused until rollback cleans it up."""
+    srv = server(workers=2)
+    env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE="staged")
+    p = subprocess.Popen([MOLT, "attach", str(srv.pid), built["fix"]], env=env,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stderr.readline().strip() == "molt-attach-paused staged"
+    p.kill()
+    p.wait()
+    r = molt("attach", srv.pid, built["stack"])
+    assert r.returncode == 1 and "unfinished attach" in r.stderr, r
+    assert srv.answer(3) == 6
+    assert molt("rollback", srv.pid).returncode == 0
+    r = molt("attach", srv.pid, built["stack"])
+    assert r.returncode == 0 and "as patch 1 of its stack" in r.stdout, r
+    assert srv.answer(3) == 12 and srv.hello() == "hello patched-b"
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(3) == 6 and srv.hello() == "hello original"
+    assert attach_maps(srv.pid) == []
 
 
 def test_spinning_thread_retried_never_corrupted(built, server):
