@@ -567,7 +567,13 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   memset(st, 0, sizeof *st);
   st->level = level;
   attach_patch p;
+  molt__patch_callbacks cbs;
   rc = molt__patch_open(o->patch, &p, err, errlen);
+  if (rc == 0) {
+    rc = molt__callbacks_read(o->patch, &cbs, err, errlen);
+    if (rc)
+      molt__patch_close(&p);
+  }
   if (rc) {
     molt__attach_stack_free(&below);
     return rc;
@@ -638,6 +644,10 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
    * whatever happens next. */
   rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
   test_pause("staged");
+  /* pre: the patch's code is there, no entry jumps to it yet */
+  if (rc == 0)
+    rc = molt__callbacks_pre(pid, st, &cbs, st->code_start, o->callback_timeout_ms, err,
+                             errlen);
   attach_stop s;
   memset(&s, 0, sizeof s);
   int attempts = 0;
@@ -672,7 +682,13 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   }
   snprintf(st->phase, sizeof st->phase, "applied");
   st->time = (long long)time(NULL);
-  return molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+  rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+  /* post: every thread runs on, new calls go to the patch */
+  if (rc == 0 && cbs.post.present) {
+    molt__callbacks_post(pid, st, &cbs, st->code_start, o->callback_timeout_ms);
+    rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+  }
+  return rc;
 }
 
 /* ---- rollback ------------------------------------------------------------------- */

@@ -34,7 +34,10 @@ int cli_cmd_attach(const cli_args *a) {
   if (code)
     return code;
   close(fd);
-  molt__attach_opts o = {.pid = a->pid, .patch = abs, .timeout_ms = a->timeout_ms};
+  molt__attach_opts o = {.pid = a->pid,
+                         .patch = abs,
+                         .timeout_ms = a->timeout_ms,
+                         .callback_timeout_ms = a->callback_timeout_ms};
   molt__attach_state *st = cli_xmalloc(sizeof *st);
   char err[512] = "";
   int rc = molt__attach(&o, st, err, sizeof err);
@@ -49,6 +52,14 @@ int cli_cmd_attach(const cli_args *a) {
            abs, (long)a->pid, st->level, st->nfuncs, st->nfuncs == 1 ? "" : "s", list,
            st->threads, st->threads == 1 ? "" : "s", st->stop_ms, st->attempts,
            st->attempts == 1 ? "" : "s");
+    if (st->callbacks[0]) {
+      cli_sanitize(st->callbacks);
+      printf("callbacks: %s\n", st->callbacks);
+    }
+    if (st->note[0]) {
+      cli_sanitize(st->note);
+      printf("warning: %s\n", st->note);
+    }
   }
   free(st);
   free(abs);

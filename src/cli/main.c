@@ -38,8 +38,8 @@ static const command commands[] = {
    NULL,  (summary),       cli_cmd_##name, NULL},
     MOLT__OPS(MOLT__CLI_COMMAND)
 #undef MOLT__CLI_COMMAND
-        {"attach", 0, MOLT__OPF_TIMEOUT, "patch", true, false,
-         "molt attach <pid> <patch.so> [--timeout SEC]",
+        {"attach", 0, MOLT__OPF_TIMEOUT | MOLT__OPF_CALLBACKS, "patch", true, false,
+         "molt attach <pid> <patch.so> [--timeout SEC] [--callback-timeout SEC]",
          "hot-patch a process not built with molt (patch built with 'moltcc "
          "--molt-attach'); rollback and status work on it too",
          cli_cmd_attach, NULL},

@@ -56,8 +56,12 @@ __attribute__((noinline)) long answer(long n) {
 /* The second function a stacked patch replaces. */
 __attribute__((noipa)) const char *banner(void) { return "original"; }
 
-/* What the attach callbacks of the tests change (fix_callbacks.c). */
+/* What the attach callbacks of the tests change (test_attach.py). */
 long cb_pre, cb_post, cb_pre_saw, cb_post_saw;
+
+/* answer() called through the program's own entry: what a callback sees
+ * of it (the patch's own answer() is the new version). */
+__attribute__((noipa)) long ask(long n) { return answer(n); }
 
 /* A system call in its first bytes: a thread blocked in it has its
  * restart address (ip - 2) there. */
@@ -246,6 +250,8 @@ static void serve(int c) {
                atomic_load(&spin_calls), atomic_load(&spin_bad), atomic_load(&spin_new),
                branchy(3), tiny(), atomic_load(&churn_bad), cb_pre, cb_post, cb_pre_saw,
                cb_post_saw, (long)getpid());
+    else if (strncmp(line, "ask", 3) == 0)
+      snprintf(out, sizeof out, "%ld\n", ask(strtol(line + 3, NULL, 10)));
     else if (strncmp(line, "hello", 5) == 0)
       snprintf(out, sizeof out, "hello %s\n", banner());
     else

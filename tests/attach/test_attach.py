@@ -61,7 +61,48 @@ def built(tmp_path_factory):
                 str(src)])
         assert r.returncode == 0, r.stderr
         out[name] = so
+    # fix_answer.c with callbacks (moltcc --molt-callbacks, as for a hot patch)
+    for name, text in CALLBACKS.items():
+        cb = d / (name + "_callbacks.c")
+        cb.write_text(CALLBACKS_HEAD + text)
+        so = str(d / (name + ".so"))
+        r = sh([MOLTCC, "--molt-attach", "--molt-target", out["server1"], "--molt-callbacks",
+                str(cb), "-O2", "-o", so, os.path.join(HERE, "fix_answer.c")])
+        assert r.returncode == 0, r.stderr
+        out[name] = so
     return out
+
+
+# Callback files: each counts its runs in the server's cb_pre / cb_post and
+# records what answer(10) was when it ran (ask() enters the program's
+# answer(), so it sees whatever that entry jumps to: 20 before the jumps,
+# 30 after).
+CALLBACKS_HEAD = """#include <molt.h>
+extern long cb_pre, cb_post, cb_pre_saw, cb_post_saw;
+long ask(long n);
+"""
+CALLBACKS = {
+    "cb_ok": """
+static int before(void) { cb_pre++; cb_pre_saw = ask(10); return 0; }
+MOLT_PATCH_PRE(before);
+static int after(void) { cb_post++; cb_post_saw = ask(10); return 0; }
+MOLT_PATCH_POST(after);
+""",
+    "cb_refuse": """
+static int refuse(void) { cb_pre++; return 3; }
+MOLT_PATCH_PRE(refuse);
+static int after(void) { cb_post++; return 0; }
+MOLT_PATCH_POST(after);
+""",
+    "cb_loop": """
+static int forever(void) { cb_pre++; for (;;) __asm__ volatile(""); return 0; }
+MOLT_PATCH_PRE(forever);
+""",
+    "cb_post_fails": """
+static int after(void) { cb_post++; cb_post_saw = ask(10); return 7; }
+MOLT_PATCH_POST(after);
+""",
+}
 
 
 class Server:
@@ -132,6 +173,13 @@ def threads_free(pid):
         state = re.search(r"State:\s*(\S)", st).group(1)
         assert tracer == "0", "thread %s traced by %s" % (tid, tracer)
         assert state not in ("t", "T"), "thread %s left stopped (%s)" % (tid, state)
+
+
+def named_maps(pid):
+    """The mappings of pid that have a name (files, memfds, [stack]...): the
+    anonymous ones change with the program's own mallocs (a thread's first
+    one maps an arena)."""
+    return [l for l in open("/proc/%d/maps" % pid) if len(l.split()) >= 6]
 
 
 def attach_maps(pid):
@@ -339,6 +387,91 @@ def test_stack_refuses_on_an_unfinished_attach(built, server):
     assert molt("rollback", srv.pid).returncode == 0
     assert srv.answer(3) == 6 and srv.hello() == "hello original"
     assert attach_maps(srv.pid) == []
+
+
+def test_callbacks_run_in_the_target(built, server):
+    """pre runs before the jumps (it sees the old answer()), post after (the
+    new one), both inside the target on a borrowed thread, under load; the
+    thread's interrupted call shows no EINTR."""
+    srv = server(workers=8)  # 4 held by the load's kept connections
+    load = Load(srv)
+    try:
+        for cycle in range(1, 4):
+            r = molt("attach", srv.pid, built["cb_ok"])
+            assert r.returncode == 0, r
+            assert re.search(r"^callbacks: pre before: 0 in [0-9.]+ ms; post after: 0 in",
+                             r.stdout, re.M), r.stdout
+            threads_free(srv.pid)
+            st = srv.stats()
+            assert (st["pre"], st["post"]) == (cycle, cycle), st
+            assert (st["presaw"], st["postsaw"]) == (20, 30), st
+            assert srv.answer(7) == 21
+            assert "pre before: 0" in molt("status", srv.pid).stdout
+            assert molt("rollback", srv.pid).returncode == 0
+            assert srv.answer(7) == 14
+    finally:
+        errors = load.finish()
+    assert errors == []
+    time.sleep(0.1)
+    st = srv.stats()
+    assert st["eintr"] == 0 and st["early"] == 0, st
+    assert attach_maps(srv.pid) == []
+
+
+def test_failing_pre_changes_nothing(built, server):
+    srv = server(workers=2)
+    exe = built["server1"]
+    before = symbol_bytes(exe, srv.pid, "answer")
+    maps = named_maps(srv.pid)
+    r = molt("attach", srv.pid, built["cb_refuse"])
+    assert r.returncode == 1, r
+    assert "pre-update callback refuse of %s returned 3" % built["cb_refuse"] in r.stderr, r
+    assert len(r.stderr.strip().splitlines()) == 1
+    st = srv.stats()
+    assert (st["pre"], st["post"]) == (1, 0), st  # it ran; post never did
+    assert symbol_bytes(exe, srv.pid, "answer") == before
+    assert named_maps(srv.pid) == maps
+    assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
+    threads_free(srv.pid)
+    assert srv.answer(7) == 14
+
+
+def test_looping_pre_times_out(built, server):
+    srv = server(workers=2)
+    exe = built["server1"]
+    before = symbol_bytes(exe, srv.pid, "answer")
+    maps = named_maps(srv.pid)
+    t0 = time.time()
+    r = molt("attach", "--callback-timeout", "0.5", srv.pid, built["cb_loop"])
+    took = time.time() - t0
+    assert r.returncode == 1, r
+    assert "pre-update callback forever" in r.stderr
+    assert "did not return within 0.5 s" in r.stderr, r.stderr
+    assert took < 5, took
+    threads_free(srv.pid)
+    assert srv.answer(7) == 14  # still serving, unpatched
+    st = srv.stats()
+    assert st["pre"] == 1 and st["eintr"] == 0, st
+    assert symbol_bytes(exe, srv.pid, "answer") == before
+    assert named_maps(srv.pid) == maps
+    # the borrowed thread is back: an attach after works
+    r = molt("attach", srv.pid, built["fix"])
+    assert r.returncode == 0, r
+    assert srv.answer(7) == 21
+    assert molt("rollback", srv.pid).returncode == 0
+
+
+def test_failing_post_is_a_warning(built, server):
+    srv = server(workers=2)
+    r = molt("attach", srv.pid, built["cb_post_fails"])
+    assert r.returncode == 0, r
+    assert re.search(r"^warning: post-update callback after of .* returned 7 \(the patch "
+                     r"stays applied\)$", r.stdout, re.M), r.stdout
+    assert srv.answer(7) == 21
+    st = srv.stats()
+    assert st["post"] == 1 and st["postsaw"] == 30, st
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(7) == 14
 
 
 def test_spinning_thread_retried_never_corrupted(built, server):
