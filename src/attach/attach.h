@@ -99,6 +99,34 @@ MOLT__HIDDEN int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_s
 MOLT__HIDDEN int molt__attach_state_load(pid_t pid, molt__attach_state *st, char *err,
                                          size_t errlen);
 
+/* molt attach --all (all.c): what happened to each process of the program. */
+typedef enum molt__attach_outcome {
+  MOLT__ATTACH_NOT_TRIED,       /* after the one that failed: untouched */
+  MOLT__ATTACH_DONE,            /* patched (and stays so: all succeeded) */
+  MOLT__ATTACH_FAILED,          /* the failure that stopped the run */
+  MOLT__ATTACH_ROLLED_BACK,     /* patched, then its patch popped again */
+  MOLT__ATTACH_ROLLBACK_FAILED, /* patched, and popping it failed (err) */
+  MOLT__ATTACH_GONE,            /* exited before it was patched */
+} molt__attach_outcome;
+typedef struct molt__attach_one {
+  pid_t pid;
+  molt__attach_outcome outcome;
+  int rc;
+  char err[512];
+  molt__attach_state st; /* as attached (DONE, ROLLED_BACK) */
+} molt__attach_one;
+/* Attaches the patch o->patch (o->pid ignored) to every running process
+ * whose program has the build-id of the file `program`, in pid order; the
+ * first failure rolls back those patched before it.  *out (malloc'ed, *n
+ * entries, also on failure once processes were found) says what happened
+ * to each.  0; or the first failure's code, err naming its process; or,
+ * before any process is touched, MOLT_ENOENT (no program, no process of
+ * it), MOLT_EBUILDID (the patch is for another program), the patch file's
+ * refusals. */
+MOLT__HIDDEN int molt__attach_all(const char *program, const molt__attach_opts *o,
+                                  molt__attach_one **out, size_t *n, char *err,
+                                  size_t errlen);
+
 /* Every patch of pid's stack, the first (level 1) first, rolled-back ones
  * whose code is still mapped included: 0 with s->n >= 1, MOLT_ENOHISTORY,
  * MOLT_ECORRUPT, MOLT_ENOMEM.  Free it with molt__attach_stack_free. */

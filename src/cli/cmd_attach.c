@@ -5,6 +5,8 @@
 
 #include "attach/attach.h"
 
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,7 +27,82 @@ static void names(const molt__attach_state *st, char *buf, size_t len) {
   }
 }
 
+static const char *outcome_word(molt__attach_outcome o) {
+  switch (o) {
+  case MOLT__ATTACH_DONE:
+    return "attached";
+  case MOLT__ATTACH_FAILED:
+    return "failed";
+  case MOLT__ATTACH_ROLLED_BACK:
+    return "rolled back";
+  case MOLT__ATTACH_ROLLBACK_FAILED:
+    return "ROLLBACK FAILED, still patched";
+  case MOLT__ATTACH_GONE:
+    return "exited";
+  case MOLT__ATTACH_NOT_TRIED:
+    break;
+  }
+  return "not touched";
+}
+
+/* molt attach --all PROGRAM patch.so: one line per process, then the
+ * verdict (all patched, or none: the failure on stderr). */
+static int attach_all(const cli_args *a) {
+  char what[PATH_MAX + 32];
+  snprintf(what, sizeof what, "attach --all %s", a->pos[0]);
+  cli_sanitize(what);
+  char *abs = NULL;
+  int fd = -1;
+  int code = cli_file_arg(what, a->pos[1], "patch", "moltcc --molt-attach", &abs, &fd);
+  if (code)
+    return code;
+  close(fd);
+  molt__attach_opts o = {.patch = abs,
+                         .timeout_ms = a->timeout_ms,
+                         .callback_timeout_ms = a->callback_timeout_ms};
+  molt__attach_one *v = NULL;
+  size_t n = 0, done = 0;
+  char err[768] = "";
+  int rc = molt__attach_all(a->pos[0], &o, &v, &n, err, sizeof err);
+  for (size_t i = 0; i < n; i++) {
+    const molt__attach_one *p = &v[i];
+    char line[700];
+    cli_sanitize(v[i].err);
+    if (p->outcome == MOLT__ATTACH_DONE || p->outcome == MOLT__ATTACH_ROLLED_BACK)
+      snprintf(line, sizeof line,
+               " (patch %d of its stack, %d threads stopped for %.3f ms)", p->st.level,
+               p->st.threads, p->st.stop_ms);
+    else if (p->err[0])
+      snprintf(line, sizeof line, ": %s", p->err);
+    else
+      line[0] = '\0';
+    printf("  process %ld: %s%s\n", (long)p->pid, outcome_word(p->outcome), line);
+    done += p->outcome == MOLT__ATTACH_DONE;
+  }
+  if (rc == 0) {
+    printf("attached %s to all %zu processes of %s\n", abs, done, a->pos[0]);
+  } else if (n) {
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+      kept += v[i].outcome == MOLT__ATTACH_ROLLBACK_FAILED;
+    fflush(stdout);
+    cli_sanitize(err);
+    code =
+        cli_fail(rc == MOLT_EPERM ? EXIT_CONNECT : EXIT_FAILED, "%s: %s; %s", what, err,
+                 kept ? "and some processes patched before it could not be rolled "
+                        "back (listed above)"
+                      : "no process is left patched by it");
+  } else {
+    code = fail(what, rc, err);
+  }
+  free(v);
+  free(abs);
+  return code;
+}
+
 int cli_cmd_attach(const cli_args *a) {
+  if (a->all)
+    return attach_all(a);
   char what[64];
   snprintf(what, sizeof what, "attach %ld", (long)a->pid);
   char *abs = NULL;

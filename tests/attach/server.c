@@ -53,6 +53,12 @@ __attribute__((noinline)) long answer(long n) {
   return strtol(buf, NULL, 10);
 }
 
+/* A build of its own (-DSERVER_TAG="..."): a build-id no other copy of this
+ * file has, so that attach --all finds only the test's processes. */
+#ifdef SERVER_TAG
+__attribute__((used)) static const char server_tag[] = SERVER_TAG;
+#endif
+
 /* The second function a stacked patch replaces. */
 __attribute__((noipa)) const char *banner(void) { return "original"; }
 

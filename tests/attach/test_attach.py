@@ -683,3 +683,130 @@ def test_one_molt_at_a_time(built, server):
     assert srv.answer(6) == 12
     assert attach_maps(srv.pid) == []
     threads_free(srv.pid)
+
+
+# ---- molt attach --all ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built_all(built, tmp_path_factory):
+    """server.c built with a tag of its own (a build-id no other copy has:
+    attach --all must find this run's processes only) and fix_all.c for it."""
+    import uuid
+    d = tmp_path_factory.mktemp("attach_all")
+    exe = str(d / "server_all")
+    r = sh(["gcc", "-O2", "-pthread", '-DSERVER_TAG="%s"' % uuid.uuid4().hex, "-o", exe,
+            os.path.join(HERE, "server.c")])
+    assert r.returncode == 0, r.stderr
+    so = str(d / "fix_all.so")
+    r = sh([MOLTCC, "--molt-attach", "--molt-target", exe, "-O2", "-o", so,
+            os.path.join(HERE, "fix_all.c")])
+    assert r.returncode == 0, r.stderr
+    return {"exe": exe, "patch": so}
+
+
+def forked(srv, n):
+    """The master's pid and its n workers', each once its threads run."""
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        kids = open("/proc/%d/task/%d/children" % (srv.pid, srv.pid)).read().split()
+        pids = [srv.pid] + [int(k) for k in kids]
+        if len(pids) == n + 1 and all(len(os.listdir("/proc/%d/task" % p)) >= 8
+                                      for p in pids):
+            return sorted(pids)
+        time.sleep(0.05)
+    raise AssertionError("the workers did not start")
+
+
+def answers_by_process(srv, pids, n=7, tries=300):
+    """answer(n) as each process gives it, over fresh connections (the
+    kernel hands each to a thread of any process)."""
+    seen = {}
+    for _ in range(tries):
+        stats, got = srv.q("stats", str(n))
+        seen[int(stats.split()[-1])] = int(got)
+        if set(seen) == set(pids):
+            break
+    return seen
+
+
+def test_attach_all_master_and_workers(built_all, server):
+    exe, patch = built_all["exe"], built_all["patch"]
+    srv = server(exe, workers=8, env={"SERVER_FORKS": "3"})  # 4 held by the load
+    pids = forked(srv, 3)
+    before = {p: symbol_bytes(exe, p, "answer") for p in pids}
+    load = Load(srv)
+    try:
+        r = molt("attach", "--all", exe, patch)
+        assert r.returncode == 0, r
+        assert "attached %s to all 4 processes of %s" % (patch, exe) in r.stdout, r.stdout
+        for p in pids:
+            assert re.search(r"^  process %d: attached \(patch 1 of its stack" % p,
+                             r.stdout, re.M), r.stdout
+            threads_free(p)
+            assert symbol_bytes(exe, p, "answer") != before[p]
+        assert answers_by_process(srv, pids) == {p: 21 for p in pids}
+        for p in pids:
+            r = molt("rollback", p)
+            assert r.returncode == 0, r
+            assert symbol_bytes(exe, p, "answer") == before[p]
+        assert answers_by_process(srv, pids) == {p: 14 for p in pids}
+    finally:
+        errors = load.finish()
+    assert errors == []
+
+
+def test_attach_all_rolls_back_on_failure(built_all, server):
+    """One worker has a thread parked inside park()'s first bytes: its
+    attach times out, the processes patched before it are rolled back, the
+    ones after are never touched, and the load sees no wrong reply."""
+    exe, patch = built_all["exe"], built_all["patch"]
+    srv = server(exe, workers=8, env={"SERVER_FORKS": "3", "SERVER_PARK_WORKER": "2"})
+    pids = forked(srv, 3)
+
+    def parks(p):
+        for tid in os.listdir("/proc/%d/task" % p):
+            sc = open("/proc/%d/task/%s/syscall" % (p, tid)).read().split()
+            if int(tid) != p and sc and sc[0] == "34":  # pause()
+                return True
+        return False
+
+    deadline = time.time() + 5
+    while not any(parks(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.05)
+    parked = [p for p in pids if parks(p)]
+    assert len(parked) == 1 and parked[0] != srv.pid, parked
+    parked = parked[0]
+    before = {p: symbol_bytes(exe, p, "answer") for p in pids}
+    maps = {p: named_maps(p) for p in pids}
+    load = Load(srv)
+    try:
+        r = molt("attach", "--all", "--timeout", "0.5", exe, patch)
+    finally:
+        errors = load.finish()
+    assert errors == []
+    assert r.returncode == 1, r
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "process %d: thread" % parked in r.stderr and "'park'" in r.stderr, r.stderr
+    assert "no process is left patched by it" in r.stderr
+    for p in pids:
+        word = "rolled back" if p < parked else "failed" if p == parked else "not touched"
+        assert re.search(r"^  process %d: %s" % (p, word), r.stdout, re.M), r.stdout
+        threads_free(p)
+        assert symbol_bytes(exe, p, "answer") == before[p]
+        assert named_maps(p) == maps[p]
+        assert not os.path.exists("/run/molt/attach/%d" % p)
+    assert "rolled back" in r.stdout  # the master, at least, came before
+    assert answers_by_process(srv, pids) == {p: 14 for p in pids}
+
+
+def test_attach_all_refusals(built_all, built, server):
+    exe, patch = built_all["exe"], built_all["patch"]
+    r = molt("attach", "--all", exe, patch)
+    assert r.returncode == 3 and "no running process of %s" % exe in r.stderr, r
+    srv = server(exe, workers=2)
+    r = molt("attach", "--all", exe, built["fix"])  # built for server1
+    assert r.returncode == 1 and "the patch was built for build-id" in r.stderr, r
+    r = molt("status", "--all", srv.pid)
+    assert r.returncode == 2 and "--all applies only to attach" in r.stderr, r
+    assert srv.answer(2) == 4 and attach_maps(srv.pid) == []
