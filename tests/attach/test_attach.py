@@ -98,6 +98,10 @@ MOLT_PATCH_POST(after);
 static int forever(void) { cb_pre++; for (;;) __asm__ volatile(""); return 0; }
 MOLT_PATCH_PRE(forever);
 """,
+    "cb_crash": """
+static int crash(void) { cb_pre++; return *(volatile int *)16; }
+MOLT_PATCH_PRE(crash);
+""",
     "cb_post_fails": """
 static int after(void) { cb_post++; cb_post_saw = ask(10); return 7; }
 MOLT_PATCH_POST(after);
@@ -459,6 +463,21 @@ def test_looping_pre_times_out(built, server):
     assert r.returncode == 0, r
     assert srv.answer(7) == 21
     assert molt("rollback", srv.pid).returncode == 0
+
+
+def test_crashing_pre_changes_nothing(built, server):
+    """A callback that faults: the fault is molt's to see, never delivered
+    to the server (which would die of it), and the attach fails cleanly."""
+    srv = server(workers=2)
+    maps = named_maps(srv.pid)
+    r = molt("attach", srv.pid, built["cb_crash"])
+    assert r.returncode == 1, r
+    assert re.search(r"pre-update callback crash of .* crashed \(signal 11 at 0x", r.stderr), r
+    assert srv.p.poll() is None
+    assert srv.stats()["pre"] == 1
+    assert srv.answer(7) == 14
+    assert named_maps(srv.pid) == maps
+    threads_free(srv.pid)
 
 
 def test_failing_post_is_a_warning(built, server):
