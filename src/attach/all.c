@@ -90,7 +90,8 @@ static int find_processes(const char *want, const char *path, molt__attach_one *
     free(v);
     return rc;
   }
-  qsort(v, cnt, sizeof *v, by_pid);
+  if (cnt > 1) /* v is NULL when none was found */
+    qsort(v, cnt, sizeof *v, by_pid);
   *out = v;
   *n = cnt;
   return 0;
