@@ -422,6 +422,43 @@ def test_callbacks_run_in_the_target(built, server):
     assert attach_maps(srv.pid) == []
 
 
+def thread_states(pid):
+    """Per thread: its signal mask and the system call it waits in."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            st = open("/proc/%d/task/%s/status" % (pid, tid)).read()
+            sc = open("/proc/%d/task/%s/syscall" % (pid, tid)).read().split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        out[int(tid)] = (re.search(r"SigBlk:\s*(\S+)", st).group(1), sc[0] if sc else "")
+    return out
+
+
+def test_callbacks_leave_the_borrowed_thread_as_it_was(built, server):
+    """The main thread gone, the callbacks borrow a watcher thread (blocked
+    in epoll_wait, read, accept...), whose calls count every EINTR and every
+    early wake-up: none; every thread's signal mask and call are as before."""
+    srv = server(workers=2, env={"SERVER_MAIN_EXITS": "1"})
+    time.sleep(0.3)
+    before = thread_states(srv.pid)
+    for cycle in range(1, 6):
+        for name in ("cb_ok", "cb_loop", "cb_crash"):
+            r = molt("attach", "--callback-timeout", "0.2", srv.pid, built[name])
+            assert r.returncode == (0 if name == "cb_ok" else 1), r
+            if name == "cb_ok":
+                assert molt("rollback", srv.pid).returncode == 0
+            threads_free(srv.pid)
+    time.sleep(0.2)
+    st = srv.stats()
+    assert st["pre"] == 15 and st["post"] == 5 and st["presaw"] == 20, st
+    assert st["eintr"] == 0 and st["early"] == 0, st
+    after = thread_states(srv.pid)
+    masks = {t: before[t][0] for t in before if t in after}
+    assert masks == {t: after[t][0] for t in masks}
+    assert attach_maps(srv.pid) == []
+
+
 def test_failing_pre_changes_nothing(built, server):
     srv = server(workers=2)
     exe = built["server1"]
