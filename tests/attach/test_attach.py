@@ -517,6 +517,29 @@ def test_crashing_pre_changes_nothing(built, server):
     threads_free(srv.pid)
 
 
+def test_sigterm_during_a_callback_waits_for_the_thread(built, server):
+    """SIGTERM of molt while its looping pre runs takes effect only once the
+    borrowed thread is given back: the server lives on, unpatched, and a
+    rollback clears what the killed attach staged."""
+    srv = server(workers=2)
+    p = subprocess.Popen([MOLT, "attach", "--callback-timeout", "1", str(srv.pid),
+                          built["cb_loop"]], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 10
+    while srv.stats()["pre"] == 0 and time.time() < deadline:
+        time.sleep(0.02)
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    p.wait(30)
+    assert p.returncode == -signal.SIGTERM
+    assert time.time() - t0 > 0.3, "molt ended before the callback's timeout"
+    time.sleep(0.1)
+    assert srv.p.poll() is None
+    threads_free(srv.pid)
+    assert srv.answer(7) == 14
+    assert molt("rollback", srv.pid).returncode == 0
+    assert attach_maps(srv.pid) == []
+
+
 def test_failing_post_is_a_warning(built, server):
     srv = server(workers=2)
     r = molt("attach", srv.pid, built["cb_post_fails"])
