@@ -553,6 +553,35 @@ def test_failing_post_is_a_warning(built, server):
     assert srv.answer(7) == 14
 
 
+@pytest.mark.parametrize("point", ["stopped", "applied"])
+def test_stacked_attach_killed_midway(built, server, point):
+    """molt killed in the stop of the second patch: the target runs either
+    patch 1 or patch 2, whole; rollback pops what is left of patch 2 and
+    gives back patch 1's bytes exactly."""
+    srv = server(workers=4)
+    exe = built["server1"]
+    assert molt("attach", srv.pid, built["fix"]).returncode == 0
+    after_a = {f: symbol_bytes(exe, srv.pid, f) for f in ("answer", "banner")}
+    env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE=point)
+    p = subprocess.Popen([MOLT, "attach", str(srv.pid), built["stack"]], env=env,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stderr.readline().strip() == "molt-attach-paused " + point
+    p.kill()
+    p.wait()
+    time.sleep(0.1)
+    threads_free(srv.pid)
+    patched = point == "applied"
+    assert srv.answer(7) == (28 if patched else 21)
+    assert srv.hello() == ("hello patched-b" if patched else "hello original")
+    r = molt("rollback", srv.pid)
+    assert r.returncode == 0 and "patch 2 (" in r.stdout, r
+    assert {f: symbol_bytes(exe, srv.pid, f) for f in after_a} == after_a
+    assert srv.answer(7) == 21 and srv.hello() == "hello original"
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(7) == 14
+    assert attach_maps(srv.pid) == []
+
+
 def test_spinning_thread_retried_never_corrupted(built, server):
     # spin_copy's first instruction (rep movsb) runs long: a stop often
     # finds a spinner inside the bytes the jump replaces
