@@ -6,10 +6,12 @@
  * program file replaced on disk since they started is still matched by
  * what they run, and another program's process is never touched even at
  * the same path).  A process whose executable molt may not read (another
- * user's, for a caller who is not root) but whose path is PROGRAM's is
+ * user's, for a caller who is not root: its exe link is hidden too) but
+ * whose name (/proc/PID/comm, readable by all) is PROGRAM's file name is
  * counted in: it may be one, and it cannot be patched, so the whole
- * attach fails -- a master and its workers patched except one would serve
- * two versions.
+ * attach fails, naming it -- a master and its workers patched except one
+ * would serve two versions.  (Another user's process of another program
+ * with the same name fails the run too; root sees every executable.)
  *
  * They are attached one after the other, in pid order (a master before
  * the workers it forked), each with the steps and checks of a single
@@ -39,13 +41,30 @@ static int build_id_of(const char *path, char *hex, size_t len, char *err,
   return rc;
 }
 
+/* Whether pid's name (its comm, at most 15 characters) is that of the
+ * file `path`. */
+static bool named_like(long pid, const char *path) {
+  char p[64], comm[32] = "";
+  snprintf(p, sizeof p, "/proc/%ld/comm", pid);
+  int fd = open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  ssize_t k = read(fd, comm, sizeof comm - 1);
+  close(fd);
+  comm[k > 0 ? k : 0] = '\0';
+  comm[strcspn(comm, "\n")] = '\0';
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  return comm[0] && strncmp(comm, base, 15) == 0 && strlen(comm) == strnlen(base, 15);
+}
+
 static int by_pid(const void *a, const void *b) {
   const molt__attach_one *x = a, *y = b;
   return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
 /* The processes running the program whose build-id is `want` (or, not
- * readable by us, whose executable's path is `path`). */
+ * readable by us, whose executable's path, else name, is `path`'s). */
 static int find_processes(const char *want, const char *path, molt__attach_one **out,
                           size_t *n, char *err, size_t errlen) {
   DIR *d = opendir("/proc");
@@ -67,8 +86,10 @@ static int find_processes(const char *want, const char *path, molt__attach_one *
     ssize_t k = readlink(exe, link, sizeof link - 1);
     link[k > 0 ? k : 0] = '\0';
     int brc = build_id_of(exe, hex, sizeof hex, ignored, sizeof ignored);
-    bool match = brc == 0 ? strcmp(hex, want) == 0
-                          : brc == MOLT_EPERM && k > 0 && strcmp(link, path) == 0;
+    bool match = brc == 0            ? strcmp(hex, want) == 0
+                 : brc != MOLT_EPERM ? false
+                 : k > 0             ? strcmp(link, path) == 0
+                                     : named_like(pid, path);
     if (!match)
       continue; /* another program, a kernel thread, a process gone */
     if (cnt == cap) {

@@ -19,7 +19,8 @@
  * serves the same socket with its own threads, and dies with its master);
  * $SERVER_PARK_WORKER=K: worker K (1..N; 0 the master) has a thread parked
  * in pause() inside the first bytes of park(), which no attach of park()
- * can ever get past (the attach --all tests). */
+ * can ever get past (the attach --all tests); $SERVER_PTRACER_ANY: any
+ * process of its user may trace it (Yama's ptrace_scope 1). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -303,6 +304,8 @@ int main(int argc, char **argv) {
   struct sockaddr_in a = {.sin_family = AF_INET,
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
+  if (getenv("SERVER_PTRACER_ANY")) /* Yama ptrace_scope 1: any process of its uid */
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
       listen(listen_fd, 64) != 0 ||
       getsockname(listen_fd, (struct sockaddr *)&a, &len) != 0)

@@ -112,10 +112,10 @@ MOLT_PATCH_POST(after);
 class Server:
     """server.c running; q() sends request lines on a fresh connection."""
 
-    def __init__(self, exe, workers=8, spinners=0, churners=0, env=None):
+    def __init__(self, exe, workers=8, spinners=0, churners=0, env=None, preexec=None):
         self.p = subprocess.Popen([exe, str(workers), str(spinners), str(churners)],
                                   stdout=subprocess.PIPE, text=True,
-                                  env=dict(os.environ, **(env or {})))
+                                  env=dict(os.environ, **(env or {})), preexec_fn=preexec)
         line = self.p.stdout.readline()
         assert line.startswith("port "), line
         self.port = int(line.split()[1])
@@ -918,3 +918,56 @@ def test_attach_all_refusals(built_all, built, server):
     r = molt("status", "--all", srv.pid)
     assert r.returncode == 2 and "--all applies only to attach" in r.stderr, r
     assert srv.answer(2) == 4 and attach_maps(srv.pid) == []
+
+
+def as_nobody():
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+def test_attach_all_with_another_users_process(built_all, server):
+    """molt run as nobody: nobody's server and root's of the same program.
+    Root's executable is hidden from nobody, but its name is the program's:
+    it is counted in, cannot be traced, and nobody's is rolled back."""
+    import shutil
+    import tempfile
+    pub = tempfile.mkdtemp(prefix="moltall-pub-")
+    try:
+        os.chmod(pub, 0o755)
+        # a name of its own: another user's process is matched by its name
+        exe = os.path.join(pub, "srv%d" % os.getpid())
+        patch = os.path.join(pub, "fix_all.so")
+        shutil.copy(built_all["exe"], exe)
+        shutil.copy(built_all["patch"], patch)
+        os.chmod(exe, 0o755)
+        os.chmod(patch, 0o644)
+        state = os.path.join(pub, "state")
+        os.mkdir(state)
+        os.chown(state, 65534, 65534)
+        mine = server(exe, workers=2, env={"SERVER_PTRACER_ANY": "1"}, preexec=as_nobody)
+        roots = server(exe, workers=2)
+        before = {s.pid: symbol_bytes(exe, s.pid, "answer") for s in (mine, roots)}
+        r = subprocess.run([MOLT, "attach", "--all", exe, patch], capture_output=True,
+                           text=True, timeout=60, preexec_fn=as_nobody,
+                           env=dict(os.environ, MOLT_ATTACH_DIR=state))
+        assert r.returncode == 3, r
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "no process is left patched by it" in r.stderr
+        scope = open("/proc/sys/kernel/yama/ptrace_scope").read().strip() \
+            if os.path.exists("/proc/sys/kernel/yama/ptrace_scope") else "0"
+        if scope in ("0", "1") and mine.pid < roots.pid:
+            # nobody's was patched, then root's refused: nobody's rolled back
+            assert re.search(r"^  process %d: rolled back" % mine.pid, r.stdout, re.M), r
+        if scope in ("0", "1"):
+            assert "process %d: ptrace of process %d refused" % (roots.pid, roots.pid) \
+                in r.stderr, r.stderr
+            assert re.search(r"^  process %d: failed" % roots.pid, r.stdout, re.M), r
+        for s in (mine, roots):
+            assert symbol_bytes(exe, s.pid, "answer") == before[s.pid]
+            assert attach_maps(s.pid) == []
+            assert s.answer(3) == 6
+            threads_free(s.pid)
+        assert os.listdir(state) in ([], ["%d.lock" % mine.pid])
+    finally:
+        shutil.rmtree(pub, ignore_errors=True)
