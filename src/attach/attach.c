@@ -1,21 +1,24 @@
 /* The attach operations: attach, rollback, status (attach.h).
  *
  * attach, in this order -- everything before step 5 while the target runs:
- *   1. the target: traceable, not attached already, its build-id that of
- *      the patch;
+ *   1. the target: traceable, the patches attached already finished (the
+ *      new one goes on top of them, stack.c), its build-id that of the
+ *      patch;
  *   2. the functions: each found in the target's symbol table (statics
- *      included), its entry decoded and checked (arch), its bytes kept;
+ *      included), its entry decoded and checked (arch), its bytes kept --
+ *      or, replaced by a patch below, that patch's site and jump taken;
  *   3. the place: a free range within reach of a rel32 jump from every
  *      function; the patch relocated for it in the tool, its references
  *      resolved through the target's symbol tables;
  *   4. staging: one thread stopped for a few system calls run on its own
  *      registers -- memfd_create, mmap of each part, close -- the image
  *      written into the memfd from here (/proc/PID/fd); the record
- *      "staged" saved;
+ *      "staged" saved; the pre-update callback, if any (callback.c);
  *   5. the stop: every thread stopped; none may be inside the bytes to be
  *      rewritten (else resume, back off, retry until the timeout); the
  *      record "applying", the jumps, every thread resumed;
- *   6. the record "applied" with the stop's duration.
+ *   6. the record "applied" with the stop's duration; the post-update
+ *      callback, if any.
  * A failure before step 5 leaves at most an unused mapping, which a
  * rollback removes; killed during step 5, molt leaves the target
  * stopped-then-resumed by the kernel (tracees are detached when their

@@ -10,10 +10,16 @@
  *                 tool for the address it will have in the target
  *   state.c       where an attached process's state lives (a page in the
  *                 target and a record under /run/molt/attach/<pid>)
+ *   stack.c       patches stacked on one process: levels, what a patch
+ *                 on top takes from the one below, what status shows
+ *   callback.c    the patch's pre/post-update callbacks, run in the
+ *                 target on a borrowed thread
+ *   all.c         attach --all: every process of a program, all or none
  *   os_linux.c    the OS axis: /proc, ptrace (stop every thread, run one
- *                 system call on a stopped thread), the target's memory
+ *                 system call, or code until a trap, on a stopped
+ *                 thread), the target's memory
  *   arch_x86_64.c the architecture axis: instruction decoding (capstone),
- *                 the jump, the registers of a system call
+ *                 the jump, the registers of a system call and of a call
  *   internal.h    what these files offer each other
  *
  * Nothing here prints or exits: failures are a MOLT_E* code and a one-line

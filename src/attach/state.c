@@ -4,7 +4,9 @@
  * same text in the last page of the staged mapping in the target, which
  * goes with the process (and names it in /proc/PID/maps as
  * memfd:molt-attach).  The record carries the target's start time: a
- * record of an earlier process with the same pid is stale.
+ * record of an earlier process with the same pid is stale.  Each patch
+ * of a process's stack has its own (stack.c): <pid> for the first,
+ * <pid>.<level> for those stacked on it.
  *
  * The text: one "key<TAB>value" per line, and per function
  * "func<TAB>name<TAB>addr<TAB>at<TAB>len<TAB>orig<TAB>jump<TAB>new" (hex). */
