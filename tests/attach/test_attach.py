@@ -540,6 +540,24 @@ def test_sigterm_during_a_callback_waits_for_the_thread(built, server):
     assert attach_maps(srv.pid) == []
 
 
+def test_moltcc_refuses_bad_attach_callbacks(built, tmp_path):
+    cases = {
+        "two": ("static int a(void) { return 0; }\nMOLT_PATCH_PRE(a);\n"
+                "static int b(void) { return 0; }\nMOLT_PATCH_PRE(b);\n",
+                "declares two pre-update callbacks (a and b)"),
+        "missing": (None, "--molt-callbacks"),
+    }
+    for name, (text, why) in cases.items():
+        cb = tmp_path / (name + ".c")
+        if text is not None:
+            cb.write_text(CALLBACKS_HEAD + text)
+        r = sh([MOLTCC, "--molt-attach", "--molt-target", built["server1"],
+                "--molt-callbacks", str(cb), "-O2", "-o", str(tmp_path / "x.so"),
+                os.path.join(HERE, "fix_answer.c")])
+        assert r.returncode != 0 and why in r.stderr, (name, r.stderr)
+        assert not (tmp_path / "x.so").exists()
+
+
 def test_failing_post_is_a_warning(built, server):
     srv = server(workers=2)
     r = molt("attach", srv.pid, built["cb_post_fails"])
