@@ -488,7 +488,7 @@ def test_looping_pre_times_out(built, server):
     assert r.returncode == 1, r
     assert "pre-update callback forever" in r.stderr
     assert "did not return within 0.5 s" in r.stderr, r.stderr
-    assert took < 5, took
+    assert took < 30, took  # bounded (the message gives the timeout used)
     threads_free(srv.pid)
     assert srv.answer(7) == 14  # still serving, unpatched
     st = srv.stats()
@@ -531,9 +531,11 @@ def test_sigterm_during_a_callback_waits_for_the_thread(built, server):
     p.send_signal(signal.SIGTERM)
     p.wait(30)
     assert p.returncode == -signal.SIGTERM
-    assert time.time() - t0 > 0.3, "molt ended before the callback's timeout"
+    assert time.time() - t0 > 0.1, "molt ended before the callback's timeout"
     time.sleep(0.1)
     assert srv.p.poll() is None
+    # the borrowed (main) thread is back in its pause(), not left looping
+    assert open("/proc/%d/task/%d/syscall" % (srv.pid, srv.pid)).read().split()[0] == "34"
     threads_free(srv.pid)
     assert srv.answer(7) == 14
     assert molt("rollback", srv.pid).returncode == 0
