@@ -15,7 +15,7 @@
  *
  * They are attached one after the other, in pid order (a master before
  * the workers it forked), each with the steps and checks of a single
- * attach (attach.c) and its stack (stack.c).  The first failure stops the
+ * attach (attach.c) and its stack (levels.c).  The first failure stops the
  * run: each process patched before it is rolled back (its new patch
  * popped, newest first), the later ones are never touched. */
 #include "attach/internal.h"

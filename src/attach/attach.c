@@ -2,7 +2,7 @@
  *
  * attach, in this order -- everything before step 5 while the target runs:
  *   1. the target: traceable, the patches attached already finished (the
- *      new one goes on top of them, stack.c), its build-id that of the
+ *      new one goes on top of them, levels.c), its build-id that of the
  *      patch;
  *   2. the functions: each found in the target's symbol table (statics
  *      included), its entry decoded and checked (arch), its bytes kept --
@@ -514,7 +514,7 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
 
 /* The stack a new patch goes on: its rolled-back levels whose code was
  * kept mapped are tried again first (reclaimed if no thread runs them
- * now); then the level the new patch takes, or a refusal (stack.c). */
+ * now); then the level the new patch takes, or a refusal (levels.c). */
 static int stack_below(pid_t pid, int timeout_ms, molt__attach_stack *below, int *level,
                        char *err, size_t errlen) {
   char ignored[256];
@@ -530,7 +530,7 @@ static int stack_below(pid_t pid, int timeout_ms, molt__attach_stack *below, int
   }
   bool kept = false;
   for (size_t i = 0; i < below->n; i++) {
-    if (!molt__stack_active(&below->levels[i])) {
+    if (!molt__levels_active(&below->levels[i])) {
       rollback_level(pid, timeout_ms, &below->levels[i], ignored, sizeof ignored);
       kept = true;
     }
@@ -548,7 +548,7 @@ static int stack_below(pid_t pid, int timeout_ms, molt__attach_stack *below, int
       return rc;
     }
   }
-  rc = molt__stack_next_level(pid, below, level, err, errlen);
+  rc = molt__levels_next(pid, below, level, err, errlen);
   if (rc)
     molt__attach_stack_free(below);
   return rc;
@@ -600,7 +600,7 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     molt__attach_func *f = &st->funcs[i];
     snprintf(f->name, sizeof f->name, "%s", p.funcs[i].name);
     /* replaced by a patch below already: its site, its jump rewritten */
-    rc = molt__stack_inherit(pid, &below, f, err, errlen);
+    rc = molt__levels_inherit(pid, &below, f, err, errlen);
     if (rc == 0)
       rc = plan_function(&t, p.funcs[i].name, f, err, errlen);
     else if (rc == 1)
@@ -757,7 +757,7 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   if (timeout_ms < 0)
     timeout_ms = MOLT__DEFAULT_TIMEOUT_MS;
   int rc = 0;
-  bool restore = molt__stack_active(st);
+  bool restore = molt__levels_active(st);
   /* Every function must hold the jump or its original bytes: anything
    * else was written by someone else since, and is left alone. */
   for (size_t i = 0; restore && i < st->nfuncs; i++) {
@@ -878,7 +878,7 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
   if (molt__attach_stack_load(pid, &rest, ignored, sizeof ignored) != 0)
     return 0;
   for (size_t i = 0; i < rest.n; i++)
-    if (!molt__stack_active(&rest.levels[i]) && rest.levels[i].level != st->level)
+    if (!molt__levels_active(&rest.levels[i]) && rest.levels[i].level != st->level)
       rollback_level(pid, timeout_ms, &rest.levels[i], ignored, sizeof ignored);
   molt__attach_stack_free(&rest);
   return 0;

@@ -10,7 +10,7 @@
  *                 tool for the address it will have in the target
  *   state.c       where an attached process's state lives (a page in the
  *                 target and a record under /run/molt/attach/<pid>)
- *   stack.c       patches stacked on one process: levels, what a patch
+ *   levels.c      patches stacked on one process: levels, what a patch
  *                 on top takes from the one below, what status shows
  *   callback.c    the patch's pre/post-update callbacks, run in the
  *                 target on a borrowed thread
@@ -46,7 +46,7 @@ typedef struct molt__attach_func {
   uint64_t at;                          /* where the jump is written (after endbr64) */
   unsigned len;                         /* bytes written at `at` */
   uint8_t orig[MOLT__ATTACH_MAX_BYTES]; /* what was there: the original bytes, or
-                                           the jump of the patch below (stack.c) */
+                                           the jump of the patch below (levels.c) */
   uint8_t jump[MOLT__ATTACH_MAX_BYTES]; /* what the attach wrote */
   uint64_t new_addr;                    /* the new version, in the staged code */
 } molt__attach_func;
@@ -85,7 +85,7 @@ typedef struct molt__attach_opts {
  * attach below, or the stack full), MOLT_ECALLBACK (the pre-update
  * callback refused, crashed or timed out: nothing changed), MOLT_EIO,
  * MOLT_ENOMEM, with a one-line message in err.  A process with patches
- * attached already gets this one stacked on top (stack.c). */
+ * attached already gets this one stacked on top (levels.c). */
 MOLT__HIDDEN int molt__attach(const molt__attach_opts *o, molt__attach_state *st,
                               char *err, size_t errlen);
 

@@ -189,6 +189,10 @@ MOLT__HIDDEN const char *molt__state_dir(void);
 /* The state of patch `level` of pid: its record, else (no record, e.g.
  * /run was cleared) the state page of its staged mapping.  0,
  * MOLT_ENOHISTORY, MOLT_ECORRUPT, MOLT_ENOMEM. */
+/* The state in the state page of staged mapping m of pid: 0, MOLT_ENOHISTORY
+ * (not a staged mapping), MOLT_EIO, MOLT_ECORRUPT. */
+MOLT__HIDDEN int molt__state_from_page(pid_t pid, const attach_map *m,
+                                       molt__attach_state *st);
 MOLT__HIDDEN int molt__state_load_level(pid_t pid, int level, molt__attach_state *st,
                                         char *err, size_t errlen);
 /* The state as text (the record and the state page hold the same). */
@@ -204,23 +208,23 @@ MOLT__HIDDEN void molt__state_remove(pid_t pid, int level);
  * descriptor (close it to release), or a MOLT_E* code (MOLT_EBUSY: taken). */
 MOLT__HIDDEN int molt__state_lock(pid_t pid, char *err, size_t errlen);
 
-/* ---- stack.c: patches stacked on one process ------------------------------------ */
+/* ---- levels.c: patches stacked on one process ----------------------------------- */
 
 /* Whether patch st is still applied (not rolled back). */
-MOLT__HIDDEN bool molt__stack_active(const molt__attach_state *st);
+MOLT__HIDDEN bool molt__levels_active(const molt__attach_state *st);
 /* Before a new patch is attached on top of stack s: refuses (MOLT_EBUSY)
  * when the newest applied patch is unfinished (staging, staged, applying:
  * an attach killed half way) or the stack is full; else the level the new
  * patch takes. */
-MOLT__HIDDEN int molt__stack_next_level(pid_t pid, const molt__attach_stack *s,
-                                        int *level, char *err, size_t errlen);
+MOLT__HIDDEN int molt__levels_next(pid_t pid, const molt__attach_stack *s, int *level,
+                                   char *err, size_t errlen);
 /* Function f (its name set) of a new patch on top of s: if a patch of s
  * still applied replaced it already, f takes that patch's site (at, len,
  * addr) and that patch's jump as its bytes before (checked against the
  * target's memory): 1; not replaced by any: 0; a MOLT_E* code (the entry
  * holds something else). */
-MOLT__HIDDEN int molt__stack_inherit(pid_t pid, const molt__attach_stack *s,
-                                     molt__attach_func *f, char *err, size_t errlen);
+MOLT__HIDDEN int molt__levels_inherit(pid_t pid, const molt__attach_stack *s,
+                                      molt__attach_func *f, char *err, size_t errlen);
 
 /* ---- callback.c: the patch's pre/post-update callbacks, run in the target ---- */
 

@@ -5,7 +5,7 @@
  * goes with the process (and names it in /proc/PID/maps as
  * memfd:molt-attach).  The record carries the target's start time: a
  * record of an earlier process with the same pid is stale.  Each patch
- * of a process's stack has its own (stack.c): <pid> for the first,
+ * of a process's stack has its own (levels.c): <pid> for the first,
  * <pid>.<level> for those stacked on it.
  *
  * The text: one "key<TAB>value" per line, and per function
@@ -238,6 +238,16 @@ void molt__state_remove(pid_t pid, int level) {
   unlink(path);
 }
 
+int molt__state_from_page(pid_t pid, const attach_map *m, molt__attach_state *st) {
+  if (!strstr(m->path, "molt-attach") || !m->w)
+    return MOLT_ENOHISTORY;
+  char page[ATTACH_PAGE + 1];
+  if (molt__os_read(pid, m->end - ATTACH_PAGE, page, ATTACH_PAGE) != 0)
+    return MOLT_EIO;
+  page[ATTACH_PAGE] = '\0';
+  return molt__state_parse(page, st);
+}
+
 int molt__state_load_level(pid_t pid, int level, molt__attach_state *st, char *err,
                            size_t errlen) {
   char path[512];
@@ -271,13 +281,7 @@ int molt__state_load_level(pid_t pid, int level, molt__attach_state *st, char *e
     size_t n = 0;
     if (now && molt__os_maps(pid, &maps, &n) == 0) {
       for (size_t i = 0; i < n; i++) {
-        if (!strstr(maps[i].path, "molt-attach") || !maps[i].w)
-          continue;
-        char page[ATTACH_PAGE + 1];
-        if (molt__os_read(pid, maps[i].end - ATTACH_PAGE, page, ATTACH_PAGE) != 0)
-          continue;
-        page[ATTACH_PAGE] = '\0';
-        if (molt__state_parse(page, st) == 0 && st->start_time == now &&
+        if (molt__state_from_page(pid, &maps[i], st) == 0 && st->start_time == now &&
             st->level == level) {
           rc = 0;
           break;

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool molt__stack_active(const molt__attach_state *st) {
+bool molt__levels_active(const molt__attach_state *st) {
   return strcmp(st->phase, "rolled-back") != 0;
 }
 
@@ -61,14 +61,8 @@ static uint32_t levels_present(pid_t pid) {
   unsigned long long now = molt__os_start_time(pid);
   if (now && molt__os_maps(pid, &maps, &n) == 0) {
     for (size_t i = 0; i < n; i++) {
-      if (!strstr(maps[i].path, "molt-attach") || !maps[i].w)
-        continue;
-      char page[ATTACH_PAGE + 1];
       molt__attach_state st;
-      if (molt__os_read(pid, maps[i].end - ATTACH_PAGE, page, ATTACH_PAGE) != 0)
-        continue;
-      page[ATTACH_PAGE] = '\0';
-      if (molt__state_parse(page, &st) == 0 && st.start_time == now)
+      if (molt__state_from_page(pid, &maps[i], &st) == 0 && st.start_time == now)
         mask |= 1u << (st.level - 1);
     }
     free(maps);
@@ -115,7 +109,7 @@ int molt__attach_state_load(pid_t pid, molt__attach_state *st, char *err, size_t
     return rc;
   const molt__attach_state *top = &s.levels[s.n - 1];
   for (size_t i = s.n; i-- > 0;) {
-    if (molt__stack_active(&s.levels[i])) {
+    if (molt__levels_active(&s.levels[i])) {
       top = &s.levels[i];
       break;
     }
@@ -125,14 +119,14 @@ int molt__attach_state_load(pid_t pid, molt__attach_state *st, char *err, size_t
   return 0;
 }
 
-int molt__stack_next_level(pid_t pid, const molt__attach_stack *s, int *level, char *err,
-                           size_t errlen) {
+int molt__levels_next(pid_t pid, const molt__attach_stack *s, int *level, char *err,
+                      size_t errlen) {
   *level = 1;
   for (size_t i = 0; i < s->n; i++) {
     const molt__attach_state *st = &s->levels[i];
     if (st->level >= *level)
       *level = st->level + 1;
-    if (molt__stack_active(st) && strcmp(st->phase, "applied") != 0) {
+    if (molt__levels_active(st) && strcmp(st->phase, "applied") != 0) {
       molt__errmsg(err, errlen,
                    "process %d has an unfinished attach (%s, %s); roll it back first "
                    "(molt rollback %d)",
@@ -150,13 +144,13 @@ int molt__stack_next_level(pid_t pid, const molt__attach_stack *s, int *level, c
   return 0;
 }
 
-int molt__stack_inherit(pid_t pid, const molt__attach_stack *s, molt__attach_func *f,
-                        char *err, size_t errlen) {
+int molt__levels_inherit(pid_t pid, const molt__attach_stack *s, molt__attach_func *f,
+                         char *err, size_t errlen) {
   /* The newest applied level that replaced it: its jump is what the entry
    * holds now. */
   for (size_t i = s->n; i-- > 0;) {
     const molt__attach_state *st = &s->levels[i];
-    if (!molt__stack_active(st))
+    if (!molt__levels_active(st))
       continue;
     for (size_t k = 0; k < st->nfuncs; k++) {
       const molt__attach_func *below = &st->funcs[k];
