@@ -172,7 +172,8 @@ def choose_mode(opts, rest):
         raise Fatal("--molt-strip is only meaningful with --molt-diff")
     if opts.attach:
         others = sorted(k for k in opts.given if k not in
-                        ("--molt-attach", "--molt-target", "--molt-verbose", "--molt-keep")
+                        ("--molt-attach", "--molt-target", "--molt-verbose", "--molt-keep",
+                         "--molt-callbacks")
                         and k not in INTERNAL_OPTIONS)
         if others:
             raise Fatal("%s not meaningful with --molt-attach" % ", ".join(others))
