@@ -420,23 +420,49 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
 
 /* ---- the stop ------------------------------------------------------------------- */
 
-/* A thread of s whose ip lies inside the rewritten bytes of a function:
- * its index and the function's, or -1.  The first byte counts too: a
+static bool in_bytes(const molt__attach_state *st, uint64_t ip, size_t *fi) {
+  for (size_t k = 0; k < st->nfuncs; k++) {
+    const molt__attach_func *f = &st->funcs[k];
+    if (ip >= f->at && ip < f->at + f->len) {
+      *fi = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* A thread of s that would run the rewritten bytes of a function: its ip
+ * inside them, or the ip saved in a signal frame on its stack (a handler
+ * still running, which returns there).  The first byte counts too: a
  * thread interrupted in a long first instruction (rep movs) has its ip
- * there with registers already changed, and must finish it. */
-static int in_the_way(const attach_stop *s, const molt__attach_state *st, size_t *fi) {
+ * there with registers already changed, and must finish it.  Its index,
+ * the function's and why; or -1. */
+static int in_the_way(const attach_stop *s, const molt__attach_state *st, attach_view *v,
+                      size_t *fi, const char **why) {
   for (size_t i = 0; i < s->n; i++) {
     uint64_t ip = molt__arch_ip(&s->t[i].regs);
     /* a system call the thread is restarted in runs from ip - 2 */
-    uint64_t ips[2] = {
-        ip, molt__arch_syscall_nr(&s->t[i].regs) >= 0 ? ip - ATTACH_SYSCALL_LEN : ip};
-    for (size_t k = 0; k < st->nfuncs; k++) {
-      const molt__attach_func *f = &st->funcs[k];
-      for (int j = 0; j < 2; j++) {
-        if (ips[j] >= f->at && ips[j] < f->at + f->len) {
-          *fi = k;
-          return (int)i;
-        }
+    uint64_t back =
+        molt__arch_syscall_nr(&s->t[i].regs) >= 0 ? ip - ATTACH_SYSCALL_LEN : ip;
+    if (in_bytes(st, ip, fi) || in_bytes(st, back, fi)) {
+      *why = "was inside the first bytes of";
+      return (int)i;
+    }
+    attach_stack stack;
+    int rc = molt__stack_read(v, molt__arch_sp(&s->t[i].regs), &stack);
+    if (rc) {
+      /* cannot tell where its signal handlers return: in the way */
+      *fi = 0;
+      *why = "has a stack molt cannot read, so it may return into";
+      return (int)i;
+    }
+    uint64_t saved[16];
+    size_t n = molt__stack_signal_ips(v, &stack, saved, 16);
+    molt__stack_free(&stack);
+    for (size_t k = 0; k < n; k++) {
+      if (in_bytes(st, saved[k], fi)) {
+        *why = "is running a signal handler that returns into the first bytes of";
+        return (int)i;
       }
     }
   }
@@ -450,11 +476,25 @@ static int stop_clear(pid_t pid, const molt__attach_state *st, int timeout_ms,
   uint64_t deadline = molt__os_now_ns() + (uint64_t)timeout_ms * 1000000u;
   long backoff_us = 200;
   for (*attempts = 1;; (*attempts)++) {
-    int rc = molt__os_stop_all(pid, s, err, errlen);
-    if (rc)
+    /* The maps before the stop (read again during it only for a stack
+     * that is not in them). */
+    attach_view v;
+    int rc = st ? molt__view_open(pid, &v) : 0;
+    if (rc) {
+      molt__errmsg(err, errlen, "cannot read the mappings of process %d", (int)pid);
       return rc;
+    }
+    rc = molt__os_stop_all(pid, s, err, errlen);
+    if (rc) {
+      if (st)
+        molt__view_close(&v);
+      return rc;
+    }
     size_t fi = 0;
-    int ti = st ? in_the_way(s, st, &fi) : -1;
+    const char *why = "";
+    int ti = st ? in_the_way(s, st, &v, &fi, &why) : -1;
+    if (st)
+      molt__view_close(&v);
     if (ti < 0)
       return 0;
     pid_t tid = s->t[ti].tid;
@@ -463,10 +503,10 @@ static int stop_clear(pid_t pid, const molt__attach_state *st, int timeout_ms,
       char comm[64];
       molt__proc_name(pid, tid, comm, sizeof comm);
       molt__errmsg(err, errlen,
-                   "thread %d (%s) was inside the first bytes of '%s' at each of %d "
-                   "stops in %.1f s; try again, or use a full update if it never "
-                   "leaves that function",
-                   (int)tid, comm, st->funcs[fi].name, *attempts, timeout_ms / 1000.0);
+                   "thread %d (%s) %s '%s' at each of %d stops in %.1f s; try again, or "
+                   "use a full update if it never leaves that function",
+                   (int)tid, comm, why, st->funcs[fi].name, *attempts,
+                   timeout_ms / 1000.0);
       return MOLT_ETIMEDOUT;
     }
     struct timespec ts = {0, backoff_us * 1000};

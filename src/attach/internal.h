@@ -45,6 +45,14 @@ MOLT__HIDDEN bool molt__arch_jump(uint64_t from, uint64_t to, uint8_t *out, unsi
 /* The instruction that enters the kernel (syscall: 0f 05) at p. */
 MOLT__HIDDEN bool molt__arch_is_syscall(const uint8_t *p);
 #define ATTACH_SYSCALL_LEN 2
+/* A signal handler returns to libc's restorer, which runs rt_sigreturn
+ * (mov $15, %rax; syscall): a word of a stack pointing at those bytes is
+ * the first word of a signal frame, whose saved ip (where the interrupted
+ * code goes on when the handler returns) is ATTACH_SIGFRAME_IP_WORD words
+ * further up. */
+#define ATTACH_RESTORER_LEN 9
+MOLT__HIDDEN bool molt__arch_is_restorer(const uint8_t *p);
+#define ATTACH_SIGFRAME_IP_WORD 22
 
 /* Registers: instruction and stack pointer; a system call's number and
  * arguments set up to run at `insn`; its result. */
@@ -128,6 +136,37 @@ MOLT__HIDDEN bool molt__os_bias_of(const char *path, const attach_map *maps, siz
  * else libc's text). */
 MOLT__HIDDEN int molt__os_find_syscall(pid_t pid, const attach_map *maps, size_t n,
                                        uint64_t *insn, char *err, size_t errlen);
+
+/* ---- stack.c: what a stopped thread's stack holds ----------------------------- */
+
+/* The words of a stopped thread's stack, from its stack pointer (8-byte
+ * aligned down) to the top of the mapping holding it. */
+typedef struct attach_stack {
+  uint64_t at; /* address of w[0] */
+  uint64_t *w;
+  size_t n;
+} attach_stack;
+/* The target's mappings, read again when a stack pointer lies in none of
+ * them (a thread created since they were read has a new stack). */
+typedef struct attach_view {
+  pid_t pid;
+  attach_map *maps;
+  size_t n;
+  bool fresh; /* read during this stop */
+  /* addresses known to be (or not be) a signal restorer */
+  uint64_t restorer[8], other[256];
+  size_t nrestorer, nother;
+} attach_view;
+MOLT__HIDDEN int molt__view_open(pid_t pid, attach_view *v);
+MOLT__HIDDEN void molt__view_close(attach_view *v);
+/* 0, or MOLT_ENOENT (sp lies in no mapping, even after reading the maps
+ * again), MOLT_EIO, MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__stack_read(attach_view *v, uint64_t sp, attach_stack *out);
+MOLT__HIDDEN void molt__stack_free(attach_stack *s);
+/* The saved ips of the signal frames on the stack (handlers that have
+ * not returned yet): up to max in ips; their count. */
+MOLT__HIDDEN size_t molt__stack_signal_ips(attach_view *v, const attach_stack *s,
+                                           uint64_t *ips, size_t max);
 
 /* ---- patch.c: the patch file ------------------------------------------------- */
 

@@ -18,6 +18,7 @@
 #include <linux/futex.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #ifndef VARIANT
@@ -178,6 +180,49 @@ static void *spinner(void *arg) {
   return NULL;
 }
 
+/* $SERVER_SIGPARK: a thread copies with spin_copy() and is sent SIGUSR1
+ * until the signal lands on spin_copy's first instruction; that handler
+ * then stays (its frame on the stack holds spin_copy's first byte as the
+ * ip to go back to) until the request "release".  "parked" answers 1 while
+ * it stays. */
+static atomic_int sig_parked, sig_release, sig_done;
+static pthread_t sig_thread;
+
+static void on_usr1(int sig, siginfo_t *si, void *ctx) {
+  ucontext_t *uc = ctx;
+  if (atomic_load(&sig_done) ||
+      uc->uc_mcontext.gregs[REG_RIP] != (greg_t)(uintptr_t)spin_copy)
+    return;
+  atomic_store(&sig_parked, 1);
+  while (!atomic_load(&sig_release)) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  atomic_store(&sig_parked, 0);
+  atomic_store(&sig_done, 1);
+}
+
+static void *sig_copier(void *arg) {
+  enum { N = 1 << 22 };
+  char *src = malloc(N), *dst = malloc(N);
+  for (long i = 0;; i++) {
+    memset(src, (int)(i & 0x7f) + 1, N);
+    long r = spin_copy(dst, src, 1, N);
+    if (memcmp(dst, src, N) != 0 || r < 1 || r > 2)
+      atomic_fetch_add(&spin_bad, 1);
+  }
+  return NULL;
+}
+
+static void *sig_sender(void *arg) {
+  while (!atomic_load(&sig_parked) && !atomic_load(&sig_done)) {
+    struct timespec ts = {0, 300000};
+    nanosleep(&ts, NULL);
+    pthread_kill(sig_thread, SIGUSR1);
+  }
+  return NULL;
+}
+
 /* Threads that come and go: each calls answer() once and exits, so
  * attaches meet threads created and ending while the others are stopped. */
 static atomic_long churn_bad;
@@ -203,7 +248,12 @@ static void serve(int c) {
     char out[256];
     if (strlen(line) > 100) /* the program calls strlen: the patch may too */
       continue;
-    if (strncmp(line, "stats", 5) == 0)
+    if (strncmp(line, "parked", 6) == 0)
+      snprintf(out, sizeof out, "%d\n", atomic_load(&sig_parked));
+    else if (strncmp(line, "release", 7) == 0) {
+      atomic_store(&sig_release, 1);
+      snprintf(out, sizeof out, "ok\n");
+    } else if (strncmp(line, "stats", 5) == 0)
       snprintf(out, sizeof out,
                "eintr %ld early %ld spin %ld bad %ld new %ld branchy %ld "
                "tiny %ld churnbad %ld\n",
@@ -267,6 +317,12 @@ int main(int argc, char **argv) {
     pthread_create(&t, NULL, worker, NULL);
   for (int i = 0; i < churners; i++)
     pthread_create(&t, NULL, churner, NULL);
+  if (getenv("SERVER_SIGPARK")) {
+    struct sigaction sa = {.sa_sigaction = on_usr1, .sa_flags = SA_SIGINFO | SA_RESTART};
+    sigaction(SIGUSR1, &sa, NULL);
+    pthread_create(&sig_thread, NULL, sig_copier, NULL);
+    pthread_create(&t, NULL, sig_sender, NULL);
+  }
   printf("port %d\n", ntohs(a.sin_port));
   fflush(stdout);
   if (getenv("SERVER_MAIN_EXITS")) /* the main thread ends, the others serve */

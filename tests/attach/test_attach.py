@@ -273,6 +273,38 @@ def test_spinning_thread_retried_never_corrupted(built, server):
     assert max(attempts) > 1, "no attach had to retry: %s" % attempts
 
 
+def wait_for(pred, what, seconds=10):
+    deadline = time.time() + seconds
+    while not pred():
+        assert time.time() < deadline, "timed out waiting for " + what
+        time.sleep(0.02)
+
+
+def test_signal_handler_over_the_first_bytes(built, server):
+    """A thread interrupted on spin_copy's first instruction whose handler
+    has not returned: its ip is in the handler, the ip it goes back to is
+    in the signal frame.  No jump may be written there until the handler
+    returns."""
+    srv = server(workers=2, env={"SERVER_SIGPARK": "1"})
+    wait_for(lambda: srv.q("parked")[0] == "1", "the handler to park")
+    maps = open("/proc/%d/maps" % srv.pid).read()
+    r = molt("attach", "--timeout", "0.3", srv.pid, built["fix"])
+    assert r.returncode == 1, r
+    assert "is running a signal handler that returns into the first bytes of " \
+        "'spin_copy'" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    threads_free(srv.pid)
+    assert attach_maps(srv.pid) == [] and not os.path.exists("/run/molt/attach/%d" % srv.pid)
+    assert open("/proc/%d/maps" % srv.pid).read() == maps
+    assert srv.q("release") == ["ok"]
+    wait_for(lambda: srv.q("parked")[0] == "0", "the handler to return")
+    r = molt("attach", srv.pid, built["fix"])
+    assert r.returncode == 0, r.stderr
+    assert srv.answer(3) == 9
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.stats()["bad"] == 0
+
+
 def test_threads_created_during_the_stop(built, server):
     # two threads create and join short-lived threads without pause: every
     # attach meets threads that appear or end while it seizes the others
