@@ -7,7 +7,8 @@
  * a thread blocked in a system call leaves it with -ERESTART* and the
  * kernel restarts the call when the thread resumes (nanosleep and futex
  * with the time that was left).  The few calls that end with EINTR on any
- * stop (epoll_wait and its siblings, sigtimedwait, semtimedop) are entered
+ * stop (epoll_wait and its siblings, sigtimedwait, semtimedop, io_getevents
+ * and io_pgetevents) are entered
  * again by putting the ip back on their `syscall` instruction, unless a
  * real signal is pending (then the EINTR is the program's). */
 #include "attach/internal.h"
@@ -382,6 +383,10 @@ static bool eintr_on_stop(long nr) {
 #endif
   case SYS_rt_sigtimedwait:
   case SYS_semtimedop:
+  case SYS_io_getevents: /* read_events() ends with EINTR on any stop */
+#ifdef SYS_io_pgetevents
+  case SYS_io_pgetevents:
+#endif
     return true;
   default:
     return false;

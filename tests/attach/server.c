@@ -7,14 +7,15 @@
  *                      by the counters of the watcher threads below.
  *
  * Watcher threads sit in blocking calls all the time -- read, accept,
- * nanosleep, epoll_wait, futex -- and count each EINTR and each sleep or
- * timeout that ended early: an attach's stop must cause neither.  Spinner
+ * nanosleep, epoll_wait, futex, io_getevents, io_pgetevents -- and count
+ * each EINTR and each sleep or timeout that ended early: an attach's stop must cause neither.  Spinner
  * threads call spin_copy(), whose first instruction (rep movsb) runs long,
  * and check that its copy is whole; branchy() and tiny() are functions an
  * attach must refuse. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/aio_abi.h>
 #include <linux/futex.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -129,6 +130,23 @@ static void *futexer(void *arg) {
     if (r < 0 && errno == ETIMEDOUT)
       r = 0;
     count(r, t0, 50);
+  }
+  return NULL;
+}
+
+/* io_getevents and io_pgetevents (raw system calls: glibc has no
+ * wrapper) on a context with nothing submitted: each waits its timeout. */
+static void *aio_waiter(void *arg) {
+  long nr = (long)(intptr_t)arg;
+  aio_context_t ctx = 0;
+  if (syscall(SYS_io_setup, 4, &ctx) != 0)
+    abort();
+  for (;;) {
+    struct io_event ev;
+    struct timespec ts = {0, 45 * 1000000};
+    double t0 = now_ms();
+    long r = syscall(nr, ctx, 1, 1, &ev, &ts, NULL);
+    count(r, t0, 45);
   }
   return NULL;
 }
@@ -311,6 +329,8 @@ int main(int argc, char **argv) {
   pthread_t t;
   for (size_t i = 0; i < sizeof watchers / sizeof watchers[0]; i++)
     pthread_create(&t, NULL, watchers[i], NULL);
+  pthread_create(&t, NULL, aio_waiter, (void *)(intptr_t)SYS_io_getevents);
+  pthread_create(&t, NULL, aio_waiter, (void *)(intptr_t)SYS_io_pgetevents);
   for (int i = 0; i < spinners; i++)
     pthread_create(&t, NULL, spinner, NULL);
   for (int i = 0; i < workers; i++)

@@ -411,7 +411,8 @@ def test_blocked_calls_see_no_eintr(built, server):
     # x86-64 numbers; glibc's nanosleep is clock_nanosleep, its epoll_wait
     # may be epoll_pwait
     names = {0: "read", 35: "nanosleep", 230: "nanosleep", 43: "accept", 202: "futex",
-             232: "epoll_wait", 281: "epoll_wait"}
+             232: "epoll_wait", 281: "epoll_wait", 208: "io_getevents",
+             333: "io_pgetevents"}
     seen = set()
     deadline = time.time() + 5
     while seen != set(names.values()) and time.time() < deadline:
