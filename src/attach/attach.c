@@ -418,6 +418,34 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
   return rc;
 }
 
+/* Removes the staged code of an attach that failed before any thread
+ * could run it (no jump was left written), with one thread stopped for
+ * the munmap: a failed stop of every thread (one that does not stop) does
+ * not keep the mapping.  The record goes too; if the munmap cannot be
+ * run, the record stays and `molt rollback` removes the mapping later. */
+static void unstage(pid_t pid, const molt__attach_state *st) {
+  attach_map *maps = NULL;
+  size_t nmaps = 0;
+  uint64_t insn = 0;
+  char e2[256];
+  bool ours = molt__os_maps(pid, &maps, &nmaps) == 0 &&
+              molt__os_find_syscall(pid, maps, nmaps, &insn, e2, sizeof e2) == 0;
+  for (size_t m = 0; ours && m < nmaps; m++) {
+    if (maps[m].end > st->code_start && maps[m].start < st->code_end)
+      ours = strstr(maps[m].path, "memfd:molt-attach") != NULL;
+  }
+  free(maps);
+  attach_stop s;
+  if (!ours || stop_some_thread(pid, &s, e2, sizeof e2) != 0)
+    return;
+  long r;
+  int rc = rsys(&s.t[0], insn, SYS_munmap, st->code_start, st->code_end - st->code_start,
+                0, 0, 0, 0, &r, e2, sizeof e2);
+  molt__os_resume_all(&s);
+  if (rc == 0)
+    molt__state_remove(pid);
+}
+
 /* ---- the stop ------------------------------------------------------------------- */
 
 static bool in_bytes(const molt__attach_state *st, uint64_t ip, size_t *fi) {
@@ -485,21 +513,29 @@ static int stop_clear(pid_t pid, const molt__attach_state *st, int timeout_ms,
       return rc;
     }
     rc = molt__os_stop_all(pid, s, err, errlen);
-    if (rc) {
+    if (rc && (rc != MOLT_ETIMEDOUT || molt__os_now_ns() >= deadline)) {
+      /* a thread that does not stop (uninterruptible sleep): every other
+       * was released; err names it */
       if (st)
         molt__view_close(&v);
+      if (rc == MOLT_ETIMEDOUT) {
+        size_t used = strlen(err);
+        snprintf(err + used, errlen - used, "; gave up after %d stops in %.1f s",
+                 *attempts, timeout_ms / 1000.0);
+      }
       return rc;
     }
     size_t fi = 0;
     const char *why = "";
-    int ti = st ? in_the_way(s, st, &v, &fi, &why) : -1;
+    int ti = rc == 0 && st ? in_the_way(s, st, &v, &fi, &why) : -1;
     if (st)
       molt__view_close(&v);
-    if (ti < 0)
+    if (rc == 0 && ti < 0)
       return 0;
-    pid_t tid = s->t[ti].tid;
-    molt__os_resume_all(s);
-    if (molt__os_now_ns() >= deadline) {
+    pid_t tid = rc == 0 ? s->t[ti].tid : 0;
+    if (rc == 0)
+      molt__os_resume_all(s);
+    if (rc == 0 && molt__os_now_ns() >= deadline) {
       char comm[64];
       molt__proc_name(pid, tid, comm, sizeof comm);
       molt__errmsg(err, errlen,
@@ -657,12 +693,9 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     st->attempts = attempts;
   }
   if (rc) {
-    /* The functions are untouched; the staged code is not used by
-     * anything: undo the staging. */
-    char e2[256];
-    molt__attach_state tmp;
-    if (molt__attach_state_load(pid, &tmp, e2, sizeof e2) == 0)
-      rollback_locked(pid, timeout_ms, &tmp, e2, sizeof e2);
+    /* The functions are untouched (no thread ever ran the staged code):
+     * undo the staging, on one thread. */
+    unstage(pid, st);
     return rc;
   }
   snprintf(st->phase, sizeof st->phase, "applied");

@@ -266,7 +266,18 @@ static void serve(int c) {
     char out[256];
     if (strlen(line) > 100) /* the program calls strlen: the patch may too */
       continue;
-    if (strncmp(line, "parked", 6) == 0)
+    if (strncmp(line, "vfork ", 6) == 0) {
+      /* this thread waits in vfork (uninterruptible) while the child
+       * sleeps N ms: a thread no stop can stop meanwhile */
+      long ms = strtol(line + 6, NULL, 10);
+      pid_t child = vfork();
+      if (child == 0) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+        syscall(SYS_nanosleep, &ts, NULL);
+        _exit(0);
+      }
+      snprintf(out, sizeof out, "%d\n", child > 0 ? 0 : -1);
+    } else if (strncmp(line, "parked", 6) == 0)
       snprintf(out, sizeof out, "%d\n", atomic_load(&sig_parked));
     else if (strncmp(line, "release", 7) == 0) {
       atomic_store(&sig_release, 1);

@@ -305,6 +305,46 @@ def test_signal_handler_over_the_first_bytes(built, server):
     assert srv.stats()["bad"] == 0
 
 
+def test_thread_that_does_not_stop(built, server):
+    """A thread in an uninterruptible sleep (waiting in vfork for its
+    child) holds every stopped thread with it: the stop gives up, releases
+    them all and names it; once it wakes, the attach goes through."""
+    srv = server(workers=3)
+    s, f = srv.connect()
+    f.write("vfork 1500\n")
+    f.flush()
+
+    def sleeper():
+        for tid in os.listdir("/proc/%d/task" % srv.pid):
+            try:
+                if open("/proc/%d/task/%s/stat" % (srv.pid, tid)).read() \
+                        .split(")")[1].split()[0] == "D":
+                    return tid
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        return None
+
+    wait_for(lambda: sleeper() is not None, "a thread in vfork")
+    tid = sleeper()
+    t0 = time.time()
+    r = molt("attach", "--timeout", "0.3", srv.pid, built["fix"])
+    took = time.time() - t0
+    assert r.returncode == 1, r
+    assert "thread %s (" % tid in r.stderr and "did not stop within" in r.stderr, r.stderr
+    assert "uninterruptible" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert took < 1.2, "molt waited for the sleeping thread (%.2f s)" % took
+    assert srv.answer(4) == 8  # the others run
+    assert f.readline().strip() == "0"  # the vfork ended
+    s.close()
+    threads_free(srv.pid)
+    assert attach_maps(srv.pid) == []
+    r = molt("attach", srv.pid, built["fix"])
+    assert r.returncode == 0, r.stderr
+    assert srv.answer(4) == 12
+    assert molt("rollback", srv.pid).returncode == 0
+
+
 def test_threads_created_during_the_stop(built, server):
     # two threads create and join short-lived threads without pause: every
     # attach meets threads that appear or end while it seizes the others
