@@ -721,9 +721,10 @@ static bool in_code(const molt__attach_state *st, uint64_t v) {
 /* Whether a thread of s may still run the staged code: its ip or another
  * register, or a word of its stack (from sp to the top of the stack's
  * mapping: conservatively every word, return address or not) points into
- * it.  Returns the thread's index or -1. */
-static int code_in_use(const attach_stop *s, const molt__attach_state *st,
-                       const attach_map *maps, size_t nmaps, const char **why) {
+ * it.  A stack molt cannot find or read counts as using it.  Returns the
+ * thread's index or -1. */
+static int code_in_use(const attach_stop *s, const molt__attach_state *st, attach_view *v,
+                       const char **why) {
   for (size_t i = 0; i < s->n; i++) {
     const attach_regs *r = &s->t[i].regs;
     const uint64_t *w = (const uint64_t *)r;
@@ -733,25 +734,18 @@ static int code_in_use(const attach_stop *s, const molt__attach_state *st,
         return (int)i;
       }
     }
-    uint64_t sp = molt__arch_sp(r);
-    for (size_t m = 0; m < nmaps; m++) {
-      if (sp < maps[m].start || sp >= maps[m].end)
-        continue;
-      size_t len = (size_t)(maps[m].end - (sp & ~(uint64_t)7));
-      uint64_t *stack = malloc(len);
-      bool hit = false;
-      if (stack && molt__os_read(s->pid, sp & ~(uint64_t)7, stack, len) == 0) {
-        for (size_t k = 0; k < len / 8 && !hit; k++)
-          hit = in_code(st, stack[k]);
-      } else {
-        hit = true; /* cannot tell: keep it */
-      }
-      free(stack);
-      if (hit) {
-        *why = "has a return address (or a pointer) into it on its stack";
-        return (int)i;
-      }
-      break;
+    attach_stack stack;
+    bool hit = true;
+    if (molt__stack_read(v, molt__arch_sp(r), &stack) == 0) {
+      hit = false;
+      for (size_t k = 0; k < stack.n && !hit; k++)
+        hit = in_code(st, stack.w[k]);
+      molt__stack_free(&stack);
+    }
+    if (hit) {
+      *why = "has a return address (or a pointer) into it on its stack, or a stack "
+             "molt cannot read";
+      return (int)i;
     }
   }
   return -1;
@@ -777,12 +771,11 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
       return MOLT_EIO;
     }
   }
-  attach_map *maps = NULL;
-  size_t nmaps = 0;
+  attach_view v;
   uint64_t insn = 0;
-  rc = molt__os_maps(pid, &maps, &nmaps);
+  rc = molt__view_open(pid, &v);
   if (rc == 0)
-    rc = molt__os_find_syscall(pid, maps, nmaps, &insn, err, errlen);
+    rc = molt__os_find_syscall(pid, v.maps, v.n, &insn, err, errlen);
   attach_stop s;
   int attempts = 0;
   /* Restoring needs no thread out of the way: the jump is one instruction,
@@ -790,7 +783,7 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
   if (rc == 0)
     rc = stop_clear(pid, NULL, timeout_ms, &s, &attempts, err, errlen);
   if (rc) {
-    free(maps);
+    molt__view_close(&v);
     return rc;
   }
   for (size_t i = 0; rc == 0 && i < st->nfuncs; i++) {
@@ -801,10 +794,11 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
       molt__errmsg(err, errlen, "cannot restore the entry of '%s'", f->name);
   }
   const char *why = NULL;
-  int user = rc == 0 ? code_in_use(&s, st, maps, nmaps, &why) : -1;
+  int user = rc == 0 ? code_in_use(&s, st, &v, &why) : -1;
   /* The entries hold their old bytes again: nothing enters the staged code
    * any more, and threads still in it leave it.  Look again a few times
-   * (backing off) within the timeout before keeping it mapped. */
+   * (backing off) within the timeout before keeping it mapped; the maps
+   * are read again each time (new threads have new stacks). */
   uint64_t deadline = molt__os_now_ns() + (uint64_t)timeout_ms * 1000000u;
   for (long backoff_us = 500; rc == 0 && user >= 0 && molt__os_now_ns() < deadline;) {
     molt__os_resume_all(&s);
@@ -812,14 +806,19 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
     nanosleep(&ts, NULL);
     if (backoff_us < 100000)
       backoff_us *= 2;
-    rc = molt__os_stop_all(pid, &s, err, errlen);
+    molt__view_close(&v);
+    rc = molt__view_open(pid, &v);
+    if (rc == 0)
+      rc = molt__os_stop_all(pid, &s, err, errlen);
     if (rc) {
-      free(maps);
+      molt__view_close(&v);
       return rc;
     }
     attempts++;
-    user = code_in_use(&s, st, maps, nmaps, &why);
+    user = code_in_use(&s, st, &v, &why);
   }
+  const attach_map *maps = v.maps;
+  size_t nmaps = v.n;
   bool unmapped = false, ours = true, any = false;
   /* Only the staged mapping goes: a range with anything else in it (the
    * attach was killed before it mapped there, and the program has mapped
@@ -854,7 +853,7 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
   }
   st->threads = (int)s.n;
   molt__os_resume_all(&s);
-  free(maps);
+  molt__view_close(&v);
   st->stop_ms = s.ms;
   st->attempts = attempts;
   st->time = (long long)time(NULL);

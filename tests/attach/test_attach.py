@@ -48,6 +48,7 @@ def built(tmp_path_factory):
         out["server%d" % variant] = exe
     sources = {
         "fix": open(os.path.join(HERE, "fix_answer.c")).read(),
+        "helper": open(os.path.join(HERE, "fix_helper.c")).read(),
         "branchy": "long branchy(long n) { return n; }\n",
         "tiny": "long tiny(void) { return 1; }\n",
         "nosuch": "long no_such_function(long n) { return n; }\n",
@@ -494,6 +495,31 @@ def test_killed_midway(built, server, point):
     r = molt("rollback", srv.pid)
     assert r.returncode == 0, r.stderr
     assert srv.answer(6) == 12
+    assert attach_maps(srv.pid) == []
+    assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
+    threads_free(srv.pid)
+
+
+def test_rollback_sees_stacks_mapped_since(built, server):
+    """Rollback looks for users of the staged code again and again until
+    none is left, reading the target's maps each time: a thread created
+    meanwhile, running the patch's code on a stack mapped after the first
+    look, keeps the code mapped until it is done (was: its stack was not
+    seen, the code unmapped under it, the server crashed)."""
+    srv = server(workers=4)
+    assert molt("attach", srv.pid, built["helper"]).returncode == 0
+    s, f = srv.connect()
+    t0 = time.time()
+    f.write("4242\n")
+    f.flush()
+    time.sleep(0.1)
+    r = molt("rollback", srv.pid)
+    assert r.returncode == 0, r.stderr
+    assert f.readline().strip() == "1"
+    s.close()
+    time.sleep(max(0, t0 + 1.6 - time.time()))  # past the helper thread's end
+    assert srv.p.poll() is None, "the server died"
+    assert srv.answer(5) == 10
     assert attach_maps(srv.pid) == []
     assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
     threads_free(srv.pid)
