@@ -310,6 +310,36 @@ static int choose_place(const target *t, const molt__attach_state *st, size_t si
   return 0;
 }
 
+/* $MOLT_ATTACH_TEST_PAUSE=<point>: the tests kill molt (SIGKILL) at a
+ * named point of an attach -- prepared, staging (between the system calls
+ * run on the hijacked thread), staged, stopped, applied -- to check what
+ * the target is left with.  molt says where it waits on stderr and waits
+ * a minute, or until SIGINT, SIGTERM, SIGHUP or SIGQUIT is pending (they
+ * are blocked: the run goes on to its next safe point, as it would after
+ * the microseconds a real step takes). */
+static void test_pause(const char *point) {
+  const char *want = getenv("MOLT_ATTACH_TEST_PAUSE");
+  if (!want || strcmp(want, point) != 0)
+    return;
+  fprintf(stderr, "molt-attach-paused %s\n", point);
+  fflush(stderr);
+  for (int i = 0; i < 6000 && !molt__interrupt_pending(); i++) {
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* A safe point: a pending SIGINT, SIGTERM, SIGHUP or SIGQUIT of molt is
+ * taken; MOLT_EBUSY with "interrupted by SIG...; <then>" in err, or 0. */
+static int safe_point(const char *then, char *err, size_t errlen) {
+  int sig = molt__interrupt_take();
+  if (!sig)
+    return 0;
+  const char *abbrev = sigabbrev_np(sig);
+  molt__errmsg(err, errlen, "interrupted by SIG%s; %s", abbrev ? abbrev : "?", then);
+  return MOLT_EBUSY;
+}
+
 /* ---- staging -------------------------------------------------------------------- */
 
 static int stop_some_thread(pid_t pid, attach_stop *s, char *err, size_t errlen) {
@@ -390,6 +420,7 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
   }
   /* Runs of pages with the same protection, then the state page. */
   size_t npages = p->size / ATTACH_PAGE, mapped = 0;
+  bool paused = false;
   for (size_t k = 0; rc == 0 && k <= npages;) {
     size_t e = k + 1;
     int prot = k < npages ? p->prot[k] : PROT_READ | PROT_WRITE;
@@ -407,6 +438,10 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
     if (rc == 0)
       mapped = e;
     k = e;
+    if (rc == 0 && !paused) {
+      paused = true;
+      test_pause("staging"); /* between two mmaps: the thread is hijacked */
+    }
   }
   if (rc && mapped)
     rsys(th, insn, SYS_munmap, base, mapped * ATTACH_PAGE, 0, 0, 0, 0, &r, err, errlen);
@@ -549,6 +584,9 @@ static int stop_clear(pid_t pid, const molt__attach_state *st, int timeout_ms,
     nanosleep(&ts, NULL);
     if (backoff_us < 50000)
       backoff_us *= 2;
+    if (st &&
+        safe_point("the staged code was removed, the program is unchanged", err, errlen))
+      return MOLT_EBUSY;
   }
 }
 
@@ -567,20 +605,6 @@ static int write_jumps(pid_t pid, const molt__attach_state *st, bool to_new, cha
 }
 
 /* ---- attach --------------------------------------------------------------------- */
-
-/* $MOLT_ATTACH_TEST_PAUSE=<point>: the tests kill molt (SIGKILL) at a
- * named point of an attach -- prepared, staged, stopped, applied -- to
- * check what the target is left with.  molt says where it waits on stderr
- * and waits a minute. */
-static void test_pause(const char *point) {
-  const char *want = getenv("MOLT_ATTACH_TEST_PAUSE");
-  if (!want || strcmp(want, point) != 0)
-    return;
-  fprintf(stderr, "molt-attach-paused %s\n", point);
-  fflush(stderr);
-  struct timespec ts = {60, 0};
-  nanosleep(&ts, NULL);
-}
 
 static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, char *err,
                            size_t errlen);
@@ -657,6 +681,8 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     test_pause("prepared");
     snprintf(st->phase, sizeof st->phase, "staged");
     if (rc == 0)
+      rc = safe_point("nothing was changed", err, errlen);
+    if (rc == 0)
       rc = stage(pid, &p, base, insn, st, err, errlen);
     if (rc)
       molt__state_remove(pid); /* stage() unmapped what it mapped */
@@ -672,12 +698,18 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   attach_stop s;
   memset(&s, 0, sizeof s);
   int attempts = 0;
+  const char *undone = "the staged code was removed, the program is unchanged";
+  if (rc == 0)
+    rc = safe_point(undone, err, errlen);
   if (rc == 0)
     rc = stop_clear(pid, st, timeout_ms, &s, &attempts, err, errlen);
   if (rc == 0) {
     snprintf(st->phase, sizeof st->phase, "applying");
     rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
     test_pause("stopped");
+    /* the last safe point before the jumps: after them, molt finishes */
+    if (rc == 0)
+      rc = safe_point(undone, err, errlen);
     if (rc == 0)
       rc = write_jumps(pid, st, true, err, errlen);
     if (rc == 0)
@@ -778,6 +810,8 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
     rc = molt__os_find_syscall(pid, v.maps, v.n, &insn, err, errlen);
   attach_stop s;
   int attempts = 0;
+  if (rc == 0)
+    rc = safe_point("nothing was changed", err, errlen);
   /* Restoring needs no thread out of the way: the jump is one instruction,
    * a thread is before it or past it. */
   if (rc == 0)
@@ -800,7 +834,10 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
    * (backing off) within the timeout before keeping it mapped; the maps
    * are read again each time (new threads have new stacks). */
   uint64_t deadline = molt__os_now_ns() + (uint64_t)timeout_ms * 1000000u;
-  for (long backoff_us = 500; rc == 0 && user >= 0 && molt__os_now_ns() < deadline;) {
+  /* (a SIGINT or SIGTERM of molt ends the wait: the functions are restored
+   * already, the code stays mapped as after a timeout) */
+  for (long backoff_us = 500; rc == 0 && user >= 0 && molt__os_now_ns() < deadline &&
+                              !molt__interrupt_pending();) {
     molt__os_resume_all(&s);
     struct timespec ts = {0, backoff_us * 1000};
     nanosleep(&ts, NULL);
@@ -878,8 +915,11 @@ int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
     lock = molt__state_lock(o->pid, err, errlen);
   if (lock < 0)
     return lock;
+  sigset_t old;
+  molt__interrupt_block(&old);
   int rc = attach_locked(o, st, err, errlen);
   close(lock);
+  molt__interrupt_restore(&old);
   return rc;
 }
 
@@ -890,7 +930,10 @@ int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_state *st, cha
     lock = molt__state_lock(pid, err, errlen);
   if (lock < 0)
     return lock;
+  sigset_t old;
+  molt__interrupt_block(&old);
   int rc = rollback_locked(pid, timeout_ms, st, err, errlen);
   close(lock);
+  molt__interrupt_restore(&old);
   return rc;
 }

@@ -82,6 +82,12 @@ MOLT__HIDDEN int molt__attach(const molt__attach_opts *o, molt__attach_state *st
 MOLT__HIDDEN int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_state *st,
                                        char *err, size_t errlen);
 
+/* The signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) that interrupted the last
+ * molt__attach or molt__attach_rollback at a safe point, or 0.  They are
+ * blocked while either runs; the caller reports the interruption and may
+ * then end with the signal. */
+MOLT__HIDDEN int molt__attach_interrupted(void);
+
 /* The attach state of pid: 0, MOLT_ENOHISTORY (never attached, or the
  * record belongs to an earlier process with the same pid), MOLT_ECORRUPT. */
 MOLT__HIDDEN int molt__attach_state_load(pid_t pid, molt__attach_state *st, char *err,

@@ -168,6 +168,18 @@ MOLT__HIDDEN void molt__stack_free(attach_stack *s);
 MOLT__HIDDEN size_t molt__stack_signal_ips(attach_view *v, const attach_stack *s,
                                            uint64_t *ips, size_t max);
 
+/* ---- interrupt.c: molt's own SIGINT and SIGTERM ------------------------------ */
+
+#include <signal.h>
+/* Blocks SIGINT, SIGTERM, SIGHUP and SIGQUIT for a run (the old mask in
+ * *old), and puts the old mask back. */
+MOLT__HIDDEN void molt__interrupt_block(sigset_t *old);
+MOLT__HIDDEN void molt__interrupt_restore(const sigset_t *old);
+/* Whether one of them is pending; takes it (a safe point honours it):
+ * the signal, or 0. */
+MOLT__HIDDEN bool molt__interrupt_pending(void);
+MOLT__HIDDEN int molt__interrupt_take(void);
+
 /* ---- patch.c: the patch file ------------------------------------------------- */
 
 typedef struct attach_patch {

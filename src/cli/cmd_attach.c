@@ -5,16 +5,27 @@
 
 #include "attach/attach.h"
 
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 /* The exit code of an attach failure: "no such process / not permitted"
- * as for a molt process, else the operation failed. */
+ * as for a molt process, else the operation failed.  A run that SIGINT or
+ * SIGTERM interrupted (at a safe point: the target is consistent) says
+ * so, then ends with that signal, as molt would have without the run. */
 static int fail(const char *what, int rc, const char *err) {
   int code = rc == MOLT_ENOENT || rc == MOLT_EPERM ? EXIT_CONNECT : EXIT_FAILED;
-  return cli_fail(code, "%s: %s", what, err[0] ? err : molt_strerror(rc));
+  code = cli_fail(code, "%s: %s", what, err[0] ? err : molt_strerror(rc));
+  int sig = molt__attach_interrupted();
+  if (sig) {
+    fflush(NULL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+  return code;
 }
 
 static void names(const molt__attach_state *st, char *buf, size_t len) {

@@ -525,6 +525,37 @@ def test_rollback_sees_stacks_mapped_since(built, server):
     threads_free(srv.pid)
 
 
+@pytest.mark.parametrize("point,sig", [("staging", signal.SIGTERM),
+                                       ("staged", signal.SIGINT),
+                                       ("stopped", signal.SIGTERM)])
+def test_interrupted_midway(built, server, point, sig):
+    """SIGTERM or SIGINT (Ctrl-C) of molt at a point of an attach before
+    the jumps: molt goes on to its next safe point, undoes the staging,
+    says so, and ends with the signal; the target is untouched (was, in
+    the staging step: the hijacked thread resumed with the registers of a
+    system call)."""
+    srv = server(workers=4)
+    maps = open("/proc/%d/maps" % srv.pid).read()
+    env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE=point)
+    p = subprocess.Popen([MOLT, "attach", str(srv.pid), built["fix"]], env=env,
+                         stderr=subprocess.PIPE, text=True)
+    line = p.stderr.readline()
+    assert line.strip() == "molt-attach-paused " + point, line
+    p.send_signal(sig)
+    rest = p.stderr.read()
+    assert p.wait() == -sig, (p.returncode, rest)
+    assert "interrupted by %s; " % sig.name in rest, rest
+    assert "the program is unchanged" in rest, rest
+    time.sleep(0.1)
+    threads_free(srv.pid)
+    assert srv.p.poll() is None
+    assert open("/proc/%d/maps" % srv.pid).read() == maps
+    assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
+    assert srv.answer(6) == 12
+    st = srv.stats()
+    assert st["eintr"] == 0 and st["bad"] == 0, st
+
+
 def test_one_molt_at_a_time(built, server):
     """A second molt on the same process while the first is under way is
     refused, and touches nothing of the first's (its record included)."""
