@@ -109,20 +109,20 @@ static bool got_visit(const char *name, uint64_t slot, void *arg) {
   return true;
 }
 
+/* A reference of the patch, bound as the loader binds a name of external
+ * linkage -- the program's global symbols, then each library in the
+ * loader's order, then (an indirect function) the program's GOT slot --
+ * and only when none of them defines it, to a static of the program (the
+ * patch declares the program's statics `extern`).  So a static of one of
+ * the program's files can never shadow a library function of the same
+ * name that the patch calls. */
 static int resolve(const char *name, bool weak, uint64_t *value, void *arg, char *err,
                    size_t errlen) {
   target *t = arg;
   uintptr_t v;
-  int rc = molt__symtab_lookup_any(t->st, name, &v);
-  if (rc == 0) {
+  if (molt__symtab_lookup(t->st, name, NULL, &v) == 0) {
     *value = t->bias + v;
     return 0;
-  }
-  if (rc == MOLT_EAMBIGUOUS) {
-    molt__errmsg(err, errlen,
-                 "the patch refers to '%s', which names several statics of the target",
-                 name);
-    return rc;
   }
   for (size_t i = 0; i < t->nlibs; i++) {
     if (molt__symtab_lookup(t->libs[i].st, name, NULL, &v) == 0) {
@@ -142,6 +142,17 @@ static int resolve(const char *name, bool weak, uint64_t *value, void *arg, char
       molt__os_read(t->pid, t->bias + g.slot, &word, sizeof word) == 0 && word) {
     *value = word;
     return 0;
+  }
+  int rc = molt__symtab_lookup_any(t->st, name, &v);
+  if (rc == 0) {
+    *value = t->bias + v;
+    return 0;
+  }
+  if (rc == MOLT_EAMBIGUOUS) {
+    molt__errmsg(err, errlen,
+                 "the patch refers to '%s', which names several statics of the target",
+                 name);
+    return rc;
   }
   if (weak) {
     *value = 0;

@@ -43,12 +43,13 @@ def built(tmp_path_factory):
     for variant in (1, 2):
         exe = str(d / ("server%d" % variant))
         r = sh(["gcc", "-O2", "-pthread", "-DVARIANT=%d" % variant, "-o", exe,
-                os.path.join(HERE, "server.c")])
+                os.path.join(HERE, "server.c"), os.path.join(HERE, "server_statics.c")])
         assert r.returncode == 0, r.stderr
         out["server%d" % variant] = exe
     sources = {
         "fix": open(os.path.join(HERE, "fix_answer.c")).read(),
         "helper": open(os.path.join(HERE, "fix_helper.c")).read(),
+        "atol": open(os.path.join(HERE, "fix_atol.c")).read(),
         "branchy": "long branchy(long n) { return n; }\n",
         "tiny": "long tiny(void) { return 1; }\n",
         "nosuch": "long no_such_function(long n) { return n; }\n",
@@ -554,6 +555,17 @@ def test_interrupted_midway(built, server, point, sig):
     assert srv.answer(6) == 12
     st = srv.stats()
     assert st["eintr"] == 0 and st["bad"] == 0, st
+
+
+def test_static_does_not_shadow_a_library_function(built, server):
+    """server_statics.c has a static atol (answers 7777); the patch calls
+    the C library's atol: bound to the library, as the loader would."""
+    srv = server()
+    r = molt("attach", srv.pid, built["atol"])
+    assert r.returncode == 0, r.stderr
+    assert srv.answer(7) == 21
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(7) == 14
 
 
 def test_one_molt_at_a_time(built, server):
