@@ -66,31 +66,27 @@ static void target_free(target *t) {
   memset(t, 0, sizeof *t);
 }
 
-/* The libraries mapped in the target, in the order of their first mapping
- * (the loader maps them in its search order). */
+/* The libraries of the target, in the loader's order, each read from the
+ * file the target mapped (libs.c). */
 static int load_libs(target *t) {
-  for (size_t i = 0; i < t->nmaps; i++) {
-    const attach_map *m = &t->maps[i];
-    if (m->path[0] != '/' || m->offset != 0 || strcmp(m->path, t->exe) == 0 ||
-        strstr(m->path, "molt-attach"))
-      continue;
-    bool seen = false;
-    for (size_t k = 0; k < t->nlibs && !seen; k++)
-      seen = strcmp(t->libs[k].path, m->path) == 0;
-    if (seen)
-      continue;
-    lib_tab *nl = realloc(t->libs, (t->nlibs + 1) * sizeof *nl);
-    if (!nl)
-      return MOLT_ENOMEM;
-    t->libs = nl;
-    lib_tab *l = &t->libs[t->nlibs];
-    memset(l, 0, sizeof *l);
-    snprintf(l->path, sizeof l->path, "%s", m->path);
-    if (!molt__os_bias_of(l->path, t->maps, t->nmaps, &l->bias) ||
-        molt__symtab_open(l->path, &l->st) != 0)
-      continue; /* not an ELF file, or unreadable: no symbols from it */
-    t->nlibs++;
+  attach_lib *list;
+  size_t n;
+  int rc = molt__libs_list(t->pid, t->bias, t->exe, t->maps, t->nmaps, &list, &n);
+  if (rc)
+    return rc;
+  t->libs = calloc(n ? n : 1, sizeof *t->libs);
+  if (!t->libs) {
+    free(list);
+    return MOLT_ENOMEM;
   }
+  for (size_t i = 0; i < n; i++) {
+    lib_tab *l = &t->libs[t->nlibs];
+    snprintf(l->path, sizeof l->path, "%s", list[i].name);
+    l->bias = list[i].bias;
+    if (molt__symtab_open(list[i].path, &l->st) == 0)
+      t->nlibs++; /* else: not an ELF file, or unreadable: no symbols from it */
+  }
+  free(list);
   return 0;
 }
 

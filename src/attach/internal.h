@@ -168,6 +168,21 @@ MOLT__HIDDEN void molt__stack_free(attach_stack *s);
 MOLT__HIDDEN size_t molt__stack_signal_ips(attach_view *v, const attach_stack *s,
                                            uint64_t *ips, size_t max);
 
+/* ---- libs.c: the target's libraries ------------------------------------------ */
+
+typedef struct attach_lib {
+  char name[512]; /* as the loader names it */
+  char path[600]; /* what molt opens: /proc/PID/map_files/... or root/... */
+  uint64_t bias;
+} attach_lib;
+/* The libraries of pid in the loader's order (its link map; the order of
+ * the mappings if there is none), the program `exe` excluded, each with
+ * a path that opens the file the target mapped.  0 with *libs (malloc'ed)
+ * or MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__libs_list(pid_t pid, uint64_t exe_bias, const char *exe,
+                                 const attach_map *maps, size_t n, attach_lib **libs,
+                                 size_t *nlibs);
+
 /* ---- interrupt.c: molt's own SIGINT and SIGTERM ------------------------------ */
 
 #include <signal.h>

@@ -568,6 +568,29 @@ def test_static_does_not_shadow_a_library_function(built, server):
     assert srv.answer(7) == 14
 
 
+def test_libraries_in_the_loaders_order(built, server, tmp_path):
+    """A preloaded library defines atol: the loader binds the program's
+    calls to it, ahead of libc's (which its mapping comes before), and
+    the patch's must be bound alike.  Its file is replaced on disk after
+    it was loaded: molt reads the mapped one (/proc/PID/map_files), not
+    whatever the path names now."""
+    lib = str(tmp_path / "interpose.so")
+    src = os.path.join(HERE, "interpose.c")
+    r = sh(["gcc", "-O2", "-shared", "-fPIC", "-o", lib, src])
+    assert r.returncode == 0, r.stderr
+    srv = server(env={"LD_PRELOAD": lib})
+    assert srv.answer(7) == 14  # the program's answer calls strtol
+    other = str(tmp_path / "other.so")
+    r = sh(["gcc", "-O2", "-shared", "-fPIC", "-DINTERPOSE_OTHER", "-o", other, src])
+    assert r.returncode == 0, r.stderr
+    os.rename(other, lib)
+    r = molt("attach", srv.pid, built["atol"])
+    assert r.returncode == 0, r.stderr
+    assert srv.answer(7) == 1021
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(7) == 14
+
+
 def test_one_molt_at_a_time(built, server):
     """A second molt on the same process while the first is under way is
     refused, and touches nothing of the first's (its record included)."""
