@@ -390,7 +390,7 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
   if (rc)
     return rc;
   attach_thread *th = &s.t[0];
-  size_t total = p->size + ATTACH_PAGE;
+  size_t total = p->size + ATTACH_STATE_SIZE;
   static const char name[] = "molt-attach";
   /* The name goes below the thread's stack pointer, past the red zone: memory
    * nothing uses while the thread is stopped. */
@@ -411,25 +411,29 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
     molt__buf b;
     molt__buf_init(&b);
     molt__state_format(st, &b);
-    uint8_t page[ATTACH_PAGE];
-    memset(page, 0, sizeof page);
-    memcpy(page, b.data, b.len < ATTACH_PAGE ? b.len : ATTACH_PAGE - 1);
-    molt__buf_free(&b);
-    if (mfd < 0 || ftruncate(mfd, (off_t)total) != 0 ||
-        pwrite(mfd, p->image, p->size, 0) != (ssize_t)p->size ||
-        pwrite(mfd, page, sizeof page, (off_t)p->size) != (ssize_t)sizeof page) {
+    /* the state text with its terminating zero; the rest of the memfd is
+     * zeros already */
+    if (b.oom || b.len >= ATTACH_STATE_SIZE) {
+      molt__errmsg(err, errlen, "the attach record does not fit its %u bytes",
+                   ATTACH_STATE_SIZE);
+      rc = MOLT_EINTERNAL;
+    } else if (mfd < 0 || ftruncate(mfd, (off_t)total) != 0 ||
+               pwrite(mfd, p->image, p->size, 0) != (ssize_t)p->size ||
+               pwrite(mfd, b.data, b.len + 1, (off_t)p->size) != (ssize_t)b.len + 1) {
       molt__errmsg(err, errlen, "cannot fill the staged code (%s): %s", path,
                    strerror(errno));
       rc = MOLT_EIO;
     }
+    molt__buf_free(&b);
     if (mfd >= 0)
       close(mfd);
   }
-  /* Runs of pages with the same protection, then the state page. */
+  /* Runs of pages with the same protection, then the state pages. */
   size_t npages = p->size / ATTACH_PAGE, mapped = 0;
+  size_t all = npages + ATTACH_STATE_SIZE / ATTACH_PAGE;
   bool paused = false;
-  for (size_t k = 0; rc == 0 && k <= npages;) {
-    size_t e = k + 1;
+  for (size_t k = 0; rc == 0 && k < all;) {
+    size_t e = k < npages ? k + 1 : all;
     int prot = k < npages ? p->prot[k] : PROT_READ | PROT_WRITE;
     while (k < npages && e < npages && p->prot[e] == p->prot[k])
       e++;
@@ -664,7 +668,7 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     st->nfuncs = p.nfuncs;
   uint64_t base = 0, insn = 0;
   if (rc == 0)
-    rc = choose_place(&t, st, p.size + ATTACH_PAGE, &base, err, errlen);
+    rc = choose_place(&t, st, p.size + ATTACH_STATE_SIZE, &base, err, errlen);
   if (rc == 0)
     rc = molt__patch_relocate(&p, base, resolve, &t, err, errlen);
   for (size_t i = 0; rc == 0 && i < st->nfuncs; i++) {
@@ -679,7 +683,7 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     rc = molt__os_find_syscall(pid, t.maps, t.nmaps, &insn, err, errlen);
   if (rc == 0) {
     st->code_start = base;
-    st->code_end = base + p.size + ATTACH_PAGE;
+    st->code_end = base + p.size + ATTACH_STATE_SIZE;
     st->time = (long long)time(NULL);
     /* The record comes first: killed while staging, molt leaves a
      * mapping that a rollback finds and removes. */

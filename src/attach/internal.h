@@ -246,7 +246,11 @@ MOLT__HIDDEN void molt__state_remove(pid_t pid);
 MOLT__HIDDEN int molt__state_lock(pid_t pid, char *err, size_t errlen);
 
 #define ATTACH_PAGE 4096u
-/* The state page is the last page of the staged mapping. */
-#define ATTACH_STATE_PAGE(st) ((st)->code_end - ATTACH_PAGE)
+#define ATTACH_STATE_PAGE(st) ((st)->code_end - ATTACH_STATE_SIZE)
+/* The state pages at the end of the staged mapping: room for the longest
+ * record (64 functions of 127-character names, a 4095-character patch
+ * path, a full note: about 21 KiB; molt__state_save refuses a longer one
+ * rather than cut it). */
+#define ATTACH_STATE_SIZE (8 * ATTACH_PAGE)
 
 #endif /* MOLT_ATTACH_INTERNAL_H */

@@ -181,13 +181,16 @@ int molt__state_save(pid_t pid, const molt__attach_state *st, uint64_t page, cha
     return MOLT_ENOMEM;
   }
   int rc = 0;
-  /* The page first: it is what goes with the process. */
-  if (page && b.len < ATTACH_PAGE) {
-    uint8_t buf[ATTACH_PAGE];
-    memset(buf, 0, sizeof buf);
-    memcpy(buf, b.data, b.len);
-    rc = molt__os_write(pid, page, buf, sizeof buf);
+  if (b.len >= ATTACH_STATE_SIZE) {
+    molt__buf_free(&b);
+    molt__errmsg(err, errlen, "the attach record does not fit its %u bytes",
+                 ATTACH_STATE_SIZE);
+    return MOLT_EINTERNAL;
   }
+  /* The state pages first: they go with the process.  The text and its
+   * terminating zero (what follows a zero is never read). */
+  if (page)
+    rc = molt__os_write(pid, page, b.data, b.len + 1);
   char path[512], tmp[600];
   molt__state_path(pid, path, sizeof path);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -248,11 +251,16 @@ int molt__attach_state_load(pid_t pid, molt__attach_state *st, char *err, size_t
       for (size_t i = 0; i < n; i++) {
         if (!strstr(maps[i].path, "molt-attach") || !maps[i].w)
           continue;
-        char page[ATTACH_PAGE + 1];
-        if (molt__os_read(pid, maps[i].end - ATTACH_PAGE, page, ATTACH_PAGE) != 0)
-          continue;
-        page[ATTACH_PAGE] = '\0';
-        if (molt__state_parse(page, st) == 0 && st->start_time == now) {
+        char *page = malloc(ATTACH_STATE_SIZE + 1);
+        bool found = page && maps[i].end - maps[i].start >= ATTACH_STATE_SIZE &&
+                     molt__os_read(pid, maps[i].end - ATTACH_STATE_SIZE, page,
+                                   ATTACH_STATE_SIZE) == 0;
+        if (found) {
+          page[ATTACH_STATE_SIZE] = '\0';
+          found = molt__state_parse(page, st) == 0 && st->start_time == now;
+        }
+        free(page);
+        if (found) {
           rc = 0;
           break;
         }

@@ -591,6 +591,49 @@ def test_libraries_in_the_loaders_order(built, server, tmp_path):
     assert srv.answer(7) == 14
 
 
+def test_long_record_in_the_state_pages(built, server, tmp_path):
+    """A patch of 40 functions with long names: its record (about 7 KiB)
+    is whole in the state pages in the target, so a second molt finds the
+    attach without the file under /run and rolls it back from them (was:
+    a record past 4 KiB was silently left out of the state page)."""
+    names = ["replaceable_function_with_a_rather_long_name_number_%02d_%s" % (i, "x" * 50)
+             for i in range(40)]
+    prog = tmp_path / "many.c"
+    prog.write_text(
+        "#include <stdio.h>\n#include <unistd.h>\n" +
+        "".join("__attribute__((noinline)) long %s(long n) { volatile long k = n; "
+                "return k * %d + 7; }\n" % (n, i + 2) for i, n in enumerate(names)) +
+        "long (*volatile table[])(long) = {%s};\n" % ", ".join(names) +
+        "int main(void) { printf(\"port 0\\n\"); fflush(stdout); "
+        "for (;;) pause(); }\n")
+    exe = str(tmp_path / "many")
+    r = sh(["gcc", "-O2", "-o", exe, str(prog)])
+    assert r.returncode == 0, r.stderr
+    fix = tmp_path / "many_fix.c"
+    fix.write_text("".join("long %s(long n) { return n + %d; }\n" % (n, i)
+                           for i, n in enumerate(names)))
+    so = str(tmp_path / "many_fix.so")
+    r = sh([MOLTCC, "--molt-attach", "--molt-target", exe, "-O2", "-o", so, str(fix)])
+    assert r.returncode == 0, r.stderr
+    srv = server(exe)
+    r = molt("attach", srv.pid, so)
+    assert r.returncode == 0, r.stderr
+    rec = "/run/molt/attach/%d" % srv.pid
+    assert os.path.getsize(rec) > 4096 + 2048
+    os.unlink(rec)
+    import json
+    r = molt("status", "--json", srv.pid)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert sorted(f["name"] for f in j["functions"]) == sorted(names)
+    assert all(f["state"] == "patched" for f in j["functions"])
+    r = molt("rollback", srv.pid)
+    assert r.returncode == 0, r.stderr
+    assert "40 functions restored" in r.stdout
+    assert attach_maps(srv.pid) == []
+    threads_free(srv.pid)
+
+
 def test_one_molt_at_a_time(built, server):
     """A second molt on the same process while the first is under way is
     refused, and touches nothing of the first's (its record included)."""
