@@ -228,6 +228,7 @@ static int plan_function(target *t, const char *name, molt__attach_func *f, char
   }
   snprintf(f->name, sizeof f->name, "%s", name);
   f->addr = t->bias + v;
+  f->size = size;
   uint8_t *code = malloc(size);
   if (!code)
     return MOLT_ENOMEM;
@@ -255,6 +256,8 @@ static int plan_function(target *t, const char *name, molt__attach_func *f, char
       if (!cc)
         return MOLT_ENOMEM;
       rc = molt__os_read(t->pid, t->bias + cv, cc, csize);
+      f->cold = t->bias + cv;
+      f->cold_size = csize;
       if (rc == 0)
         rc = molt__arch_check_branches(cc, csize, t->bias + cv, site.at,
                                        site.at + site.len, why, sizeof why);
@@ -505,14 +508,36 @@ static bool in_bytes(const molt__attach_state *st, uint64_t ip, size_t *fi) {
   return false;
 }
 
+/* Inside a function, its .cold part included: the entry itself counts
+ * only when `entry` (a thread's ip there is inside it; a word of a stack
+ * equal to it is a pointer to the function, not a return address). */
+static bool in_function(const molt__attach_state *st, uint64_t a, bool entry,
+                        size_t *fi) {
+  for (size_t k = 0; k < st->nfuncs; k++) {
+    const molt__attach_func *f = &st->funcs[k];
+    if ((a > f->addr || (entry && a == f->addr)) && a < f->addr + f->size) {
+      *fi = k;
+      return true;
+    }
+    if (f->cold_size && a >= f->cold && a < f->cold + f->cold_size) {
+      *fi = k;
+      return true;
+    }
+  }
+  return false;
+}
+
 /* A thread of s that would run the rewritten bytes of a function: its ip
  * inside them, or the ip saved in a signal frame on its stack (a handler
  * still running, which returns there).  The first byte counts too: a
  * thread interrupted in a long first instruction (rep movs) has its ip
- * there with registers already changed, and must finish it.  Its index,
- * the function's and why; or -1. */
-static int in_the_way(const attach_stop *s, const molt__attach_state *st, attach_view *v,
-                      size_t *fi, const char **why) {
+ * there with registers already changed, and must finish it.  With
+ * `active` (--check-active), also a thread anywhere inside a function to
+ * be replaced, interrupted inside one, or with a return address into one
+ * (any word of its stack: conservative).  Its index, the function's and
+ * why; or -1. */
+static int in_the_way(const attach_stop *s, const molt__attach_state *st, bool active,
+                      attach_view *v, size_t *fi, const char **why) {
   for (size_t i = 0; i < s->n; i++) {
     uint64_t ip = molt__arch_ip(&s->t[i].regs);
     /* a system call the thread is restarted in runs from ip - 2 */
@@ -520,6 +545,10 @@ static int in_the_way(const attach_stop *s, const molt__attach_state *st, attach
         molt__arch_syscall_nr(&s->t[i].regs) >= 0 ? ip - ATTACH_SYSCALL_LEN : ip;
     if (in_bytes(st, ip, fi) || in_bytes(st, back, fi)) {
       *why = "was inside the first bytes of";
+      return (int)i;
+    }
+    if (active && in_function(st, ip, true, fi)) {
+      *why = "was running";
       return (int)i;
     }
     attach_stack stack;
@@ -532,21 +561,34 @@ static int in_the_way(const attach_stop *s, const molt__attach_state *st, attach
     }
     uint64_t saved[16];
     size_t n = molt__stack_signal_ips(v, &stack, saved, 16);
-    molt__stack_free(&stack);
-    for (size_t k = 0; k < n; k++) {
+    int hit = -1;
+    for (size_t k = 0; k < n && hit < 0; k++) {
       if (in_bytes(st, saved[k], fi)) {
         *why = "is running a signal handler that returns into the first bytes of";
-        return (int)i;
+        hit = (int)i;
+      } else if (active && in_function(st, saved[k], true, fi)) {
+        *why = "is running a signal handler that returns into";
+        hit = (int)i;
       }
     }
+    for (size_t k = 0; active && hit < 0 && k < stack.n; k++) {
+      if (in_function(st, stack.w[k], false, fi)) {
+        *why = "had a return address into";
+        hit = (int)i;
+      }
+    }
+    molt__stack_free(&stack);
+    if (hit >= 0)
+      return hit;
   }
   return -1;
 }
 
 /* Stops every thread with none in the way, retrying with back-off until
  * the deadline.  0 with s stopped, or MOLT_ETIMEDOUT naming who blocked. */
-static int stop_clear(pid_t pid, const molt__attach_state *st, int timeout_ms,
-                      attach_stop *s, int *attempts, char *err, size_t errlen) {
+static int stop_clear(pid_t pid, const molt__attach_state *st, bool active,
+                      int timeout_ms, attach_stop *s, int *attempts, char *err,
+                      size_t errlen) {
   uint64_t deadline = molt__os_now_ns() + (uint64_t)timeout_ms * 1000000u;
   long backoff_us = 200;
   for (*attempts = 1;; (*attempts)++) {
@@ -573,7 +615,7 @@ static int stop_clear(pid_t pid, const molt__attach_state *st, int timeout_ms,
     }
     size_t fi = 0;
     const char *why = "";
-    int ti = rc == 0 && st ? in_the_way(s, st, &v, &fi, &why) : -1;
+    int ti = rc == 0 && st ? in_the_way(s, st, active, &v, &fi, &why) : -1;
     if (st)
       molt__view_close(&v);
     if (rc == 0 && ti < 0)
@@ -584,11 +626,20 @@ static int stop_clear(pid_t pid, const molt__attach_state *st, int timeout_ms,
     if (rc == 0 && molt__os_now_ns() >= deadline) {
       char comm[64];
       molt__proc_name(pid, tid, comm, sizeof comm);
-      molt__errmsg(err, errlen,
-                   "thread %d (%s) %s '%s' at each of %d stops in %.1f s; try again, or "
-                   "use a full update if it never leaves that function",
-                   (int)tid, comm, why, st->funcs[fi].name, *attempts,
-                   timeout_ms / 1000.0);
+      if (active)
+        molt__errmsg(err, errlen,
+                     "thread %d (%s) %s '%s' at the last of %d stops in %.1f s "
+                     "(--check-active); if '%s' is a loop that never returns, replace "
+                     "the program by a full update instead (moltcc --molt-program, "
+                     "molt update)",
+                     (int)tid, comm, why, st->funcs[fi].name, *attempts,
+                     timeout_ms / 1000.0, st->funcs[fi].name);
+      else
+        molt__errmsg(err, errlen,
+                     "thread %d (%s) %s '%s' at each of %d stops in %.1f s; try again, "
+                     "or use a full update if it never leaves that function",
+                     (int)tid, comm, why, st->funcs[fi].name, *attempts,
+                     timeout_ms / 1000.0);
       return MOLT_ETIMEDOUT;
     }
     struct timespec ts = {0, backoff_us * 1000};
@@ -713,7 +764,7 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   if (rc == 0)
     rc = safe_point(undone, err, errlen);
   if (rc == 0)
-    rc = stop_clear(pid, st, timeout_ms, &s, &attempts, err, errlen);
+    rc = stop_clear(pid, st, o->check_active, timeout_ms, &s, &attempts, err, errlen);
   if (rc == 0) {
     snprintf(st->phase, sizeof st->phase, "applying");
     rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
@@ -826,7 +877,7 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
   /* Restoring needs no thread out of the way: the jump is one instruction,
    * a thread is before it or past it. */
   if (rc == 0)
-    rc = stop_clear(pid, NULL, timeout_ms, &s, &attempts, err, errlen);
+    rc = stop_clear(pid, NULL, false, timeout_ms, &s, &attempts, err, errlen);
   if (rc) {
     molt__view_close(&v);
     return rc;

@@ -41,6 +41,9 @@ typedef struct molt__attach_func {
   uint8_t orig[MOLT__ATTACH_MAX_BYTES]; /* what was there */
   uint8_t jump[MOLT__ATTACH_MAX_BYTES]; /* what the attach wrote */
   uint64_t new_addr;                    /* the new version, in the staged code */
+  /* the whole function, for --check-active (not kept in the record) */
+  uint64_t size;
+  uint64_t cold, cold_size; /* its gcc .cold part, if any */
 } molt__attach_func;
 
 /* The state of an attached process, as the record and the state page in
@@ -64,6 +67,7 @@ typedef struct molt__attach_opts {
   pid_t pid;
   const char *patch; /* path of the patch file */
   int timeout_ms;    /* for threads in the way; < 0: 10 s */
+  bool check_active; /* no thread may be inside or return into a function */
 } molt__attach_opts;
 
 /* Attaches the patch to process o->pid.  On success *st is the new state.

@@ -47,8 +47,9 @@ typedef struct cli_args {
   int timeout_ms;          /* -1: not given */
   int callback_timeout_ms; /* -1: not given */
   bool check_interior;
-  pid_t pid; /* pos[0], for commands that take one */
-  int argc;  /* the whole command line (molt run) */
+  bool check_active; /* molt attach */
+  pid_t pid;         /* pos[0], for commands that take one */
+  int argc;          /* the whole command line (molt run) */
   char **argv;
 } cli_args;
 

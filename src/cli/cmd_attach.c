@@ -45,7 +45,10 @@ int cli_cmd_attach(const cli_args *a) {
   if (code)
     return code;
   close(fd);
-  molt__attach_opts o = {.pid = a->pid, .patch = abs, .timeout_ms = a->timeout_ms};
+  molt__attach_opts o = {.pid = a->pid,
+                         .patch = abs,
+                         .timeout_ms = a->timeout_ms,
+                         .check_active = a->check_active};
   molt__attach_state *st = cli_xmalloc(sizeof *st);
   char err[512] = "";
   int rc = molt__attach(&o, st, err, sizeof err);

@@ -136,11 +136,11 @@ static void *futexer(void *arg) {
 
 /* io_getevents and io_pgetevents (raw system calls: glibc has no
  * wrapper) on a context with nothing submitted: each waits its timeout. */
+static aio_context_t aio_ctx[2]; /* set up by main before "port": the maps
+                                   * do not change after it */
 static void *aio_waiter(void *arg) {
-  long nr = (long)(intptr_t)arg;
-  aio_context_t ctx = 0;
-  if (syscall(SYS_io_setup, 4, &ctx) != 0)
-    abort();
+  long nr = arg ? SYS_io_pgetevents : SYS_io_getevents;
+  aio_context_t ctx = aio_ctx[arg ? 1 : 0];
   for (;;) {
     struct io_event ev;
     struct timespec ts = {0, 45 * 1000000};
@@ -241,6 +241,20 @@ static void *sig_sender(void *arg) {
   return NULL;
 }
 
+/* The request "park" calls park_here(1), which waits inside (its return
+ * address on the worker's stack) until the request "unpark": a function a
+ * thread is inside, for --check-active.  "inside" answers 1 meanwhile. */
+static atomic_int park_flag, park_inside;
+__attribute__((noinline)) long park_here(long n) {
+  atomic_store(&park_inside, 1);
+  while (atomic_load(&park_flag)) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  atomic_store(&park_inside, 0);
+  return n + 1;
+}
+
 /* Threads that come and go: each calls answer() once and exits, so
  * attaches meet threads created and ending while the others are stopped. */
 static atomic_long churn_bad;
@@ -266,7 +280,15 @@ static void serve(int c) {
     char out[256];
     if (strlen(line) > 100) /* the program calls strlen: the patch may too */
       continue;
-    if (strncmp(line, "vfork ", 6) == 0) {
+    if (strcmp(line, "park\n") == 0) {
+      atomic_store(&park_flag, 1);
+      snprintf(out, sizeof out, "%ld\n", park_here(1));
+    } else if (strncmp(line, "unpark", 6) == 0) {
+      atomic_store(&park_flag, 0);
+      snprintf(out, sizeof out, "ok\n");
+    } else if (strncmp(line, "inside", 6) == 0) {
+      snprintf(out, sizeof out, "%d\n", atomic_load(&park_inside));
+    } else if (strncmp(line, "vfork ", 6) == 0) {
       /* this thread waits in vfork (uninterruptible) while the child
        * sleeps N ms: a thread no stop can stop meanwhile */
       long ms = strtol(line + 6, NULL, 10);
@@ -340,8 +362,10 @@ int main(int argc, char **argv) {
   pthread_t t;
   for (size_t i = 0; i < sizeof watchers / sizeof watchers[0]; i++)
     pthread_create(&t, NULL, watchers[i], NULL);
-  pthread_create(&t, NULL, aio_waiter, (void *)(intptr_t)SYS_io_getevents);
-  pthread_create(&t, NULL, aio_waiter, (void *)(intptr_t)SYS_io_pgetevents);
+  if (syscall(SYS_io_setup, 4, &aio_ctx[0]) != 0 || syscall(SYS_io_setup, 4, &aio_ctx[1]))
+    return 1;
+  pthread_create(&t, NULL, aio_waiter, NULL);
+  pthread_create(&t, NULL, aio_waiter, (void *)1);
   for (int i = 0; i < spinners; i++)
     pthread_create(&t, NULL, spinner, NULL);
   for (int i = 0; i < workers; i++)

@@ -50,6 +50,7 @@ def built(tmp_path_factory):
         "fix": open(os.path.join(HERE, "fix_answer.c")).read(),
         "helper": open(os.path.join(HERE, "fix_helper.c")).read(),
         "atol": open(os.path.join(HERE, "fix_atol.c")).read(),
+        "park": open(os.path.join(HERE, "fix_park.c")).read(),
         "branchy": "long branchy(long n) { return n; }\n",
         "tiny": "long tiny(void) { return 1; }\n",
         "nosuch": "long no_such_function(long n) { return n; }\n",
@@ -345,6 +346,37 @@ def test_thread_that_does_not_stop(built, server):
     assert r.returncode == 0, r.stderr
     assert srv.answer(4) == 12
     assert molt("rollback", srv.pid).returncode == 0
+
+
+def test_check_active(built, server):
+    """--check-active: a thread waiting inside park_here (its return
+    address on the stack) blocks the attach until the timeout, which names
+    the thread and the function and suggests a full update; once it has
+    left, the attach goes through."""
+    srv = server(workers=3)
+    s, f = srv.connect()
+    f.write("park\n")
+    f.flush()
+    wait_for(lambda: srv.q("inside")[0] == "1", "a worker inside park_here")
+    tids = set(os.listdir("/proc/%d/task" % srv.pid))
+    r = molt("attach", "--check-active", "--timeout", "0.3", srv.pid, built["park"])
+    assert r.returncode == 1, r
+    m = re.search(r"thread (\d+) \(.*\) had a return address into 'park_here'", r.stderr)
+    assert m and m.group(1) in tids, r.stderr
+    assert "full update" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    threads_free(srv.pid)
+    assert attach_maps(srv.pid) == []
+    assert srv.q("unpark") == ["ok"]
+    assert f.readline().strip() == "2"
+    r = molt("attach", "--check-active", srv.pid, built["park"])
+    assert r.returncode == 0, r.stderr
+    f.write("park\n")
+    f.flush()
+    assert f.readline().strip() == "3"  # the new park_here
+    s.close()
+    assert molt("rollback", srv.pid).returncode == 0
+    r = molt("status", "--check-active", srv.pid)
+    assert r.returncode == 2 and "applies only to attach" in r.stderr
 
 
 def test_threads_created_during_the_stop(built, server):
