@@ -385,6 +385,59 @@ static int rsys(attach_thread *th, uint64_t insn, long nr, uint64_t a0, uint64_t
   return rc;
 }
 
+/* The lowest descriptor number free in the target: the one memfd_create
+ * will return (a filter may look at the descriptor mmap is given). */
+static long lowest_free_fd(pid_t pid) {
+  char path[64];
+  molt__os_path(pid, "fd", path, sizeof path);
+  DIR *d = opendir(path);
+  if (!d)
+    return 3;
+  unsigned char used[1024] = {0};
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long n = strtol(e->d_name, NULL, 10);
+    if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && n >= 0 && n < 1024)
+      used[n] = 1;
+  }
+  closedir(d);
+  long fd = 0;
+  while (fd < 1024 && used[fd])
+    fd++;
+  return fd;
+}
+
+/* The system calls stage() runs on thread tid -- memfd_create, one mmap
+ * per run of pages, close -- and the munmap a rollback runs later, checked
+ * against its seccomp filters before any of them runs. */
+static int check_staging_calls(pid_t pid, pid_t tid, const attach_patch *p, uint64_t base,
+                               uint64_t name_at, uint64_t insn, char *err,
+                               size_t errlen) {
+  size_t npages = p->size / ATTACH_PAGE;
+  size_t all = npages + ATTACH_STATE_SIZE / ATTACH_PAGE, n = 0;
+  attach_call *calls = calloc(all + 3, sizeof *calls);
+  if (!calls)
+    return MOLT_ENOMEM;
+  long fd = lowest_free_fd(pid);
+  calls[n++] = (attach_call){SYS_memfd_create, {name_at, MFD_CLOEXEC}};
+  for (size_t k = 0; k < all;) {
+    size_t e = k < npages ? k + 1 : all;
+    int prot = k < npages ? p->prot[k] : PROT_READ | PROT_WRITE;
+    while (k < npages && e < npages && p->prot[e] == p->prot[k])
+      e++;
+    calls[n++] =
+        (attach_call){SYS_mmap,
+                      {base + k * ATTACH_PAGE, (e - k) * ATTACH_PAGE, (uint64_t)prot,
+                       MAP_SHARED | MAP_FIXED_NOREPLACE, (uint64_t)fd, k * ATTACH_PAGE}};
+    k = e;
+  }
+  calls[n++] = (attach_call){SYS_close, {(uint64_t)fd}};
+  calls[n++] = (attach_call){SYS_munmap, {base, all * ATTACH_PAGE}};
+  int rc = molt__seccomp_check(pid, tid, insn, calls, n, err, errlen);
+  free(calls);
+  return rc;
+}
+
 /* Maps the relocated image and the state page at base in the target. */
 static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
                  molt__attach_state *st, char *err, size_t errlen) {
@@ -399,6 +452,12 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
    * nothing uses while the thread is stopped. */
   uint64_t name_at = (molt__arch_sp(&th->regs) - 1024) & ~(uint64_t)15;
   long fd = -1, r;
+  /* Before any of them runs: does a seccomp filter let them all through? */
+  rc = check_staging_calls(pid, th->tid, p, base, name_at, insn, err, errlen);
+  if (rc) {
+    molt__os_resume_all(&s);
+    return rc;
+  }
   rc = molt__os_write(pid, name_at, name, sizeof name);
   if (rc)
     molt__errmsg(err, errlen, "cannot write into the stack of thread %d", (int)th->tid);

@@ -183,6 +183,23 @@ MOLT__HIDDEN int molt__libs_list(pid_t pid, uint64_t exe_bias, const char *exe,
                                  const attach_map *maps, size_t n, attach_lib **libs,
                                  size_t *nlibs);
 
+/* ---- seccomp.c: the target's seccomp filters -------------------------------- */
+
+/* A system call molt means to run in the target. */
+typedef struct attach_call {
+  long nr;
+  uint64_t args[6];
+} attach_call;
+/* Whether thread tid (stopped by molt) may run each call at the syscall
+ * instruction insn: 0 if it is under no filter or every filter allows
+ * them all; else MOLT_ENOTSUP (strict mode, or a filter refuses one),
+ * MOLT_EPERM (filters molt may not read), MOLT_EIO, MOLT_ENOMEM, with a
+ * one-line message saying which call, what the filter does and what to
+ * do.  Nothing is run. */
+MOLT__HIDDEN int molt__seccomp_check(pid_t pid, pid_t tid, uint64_t insn,
+                                     const attach_call *calls, size_t n, char *err,
+                                     size_t errlen);
+
 /* ---- interrupt.c: molt's own SIGINT and SIGTERM ------------------------------ */
 
 #include <signal.h>

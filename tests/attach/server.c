@@ -16,6 +16,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <linux/aio_abi.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <linux/futex.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -24,7 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -273,6 +279,14 @@ static void *churner(void *arg) {
   return NULL;
 }
 
+static int may_mprotect_exec(void) {
+  void *p = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  int ok = p != MAP_FAILED && mprotect(p, 4096, PROT_READ | PROT_EXEC) == 0;
+  if (p != MAP_FAILED)
+    munmap(p, 4096);
+  return ok;
+}
+
 static void serve(int c) {
   FILE *in = fdopen(c, "r");
   char line[128];
@@ -286,6 +300,8 @@ static void serve(int c) {
     } else if (strncmp(line, "unpark", 6) == 0) {
       atomic_store(&park_flag, 0);
       snprintf(out, sizeof out, "ok\n");
+    } else if (strncmp(line, "mprotect-exec", 13) == 0) {
+      snprintf(out, sizeof out, "%d\n", may_mprotect_exec());
     } else if (strncmp(line, "inside", 6) == 0) {
       snprintf(out, sizeof out, "%d\n", atomic_load(&park_inside));
     } else if (strncmp(line, "vfork ", 6) == 0) {
@@ -344,6 +360,73 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* $SERVER_SECCOMP: a seccomp filter on every thread, raw BPF --
+ *   memfd     memfd_create refused with EPERM
+ *   killexec  an executable mmap kills the process
+ *   mdwe      what systemd's MemoryDenyWriteExecute=yes installs (mmap
+ *             both writable and executable, mprotect or pkey_mprotect to
+ *             executable: EPERM), and the kernel's PR_SET_MDWE too.
+ * "mprotect-exec" answers whether the process may still make a page
+ * executable (0: refused, as the filter wants). */
+#define SC_LOAD(field)                                                                   \
+  BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, field))
+#define SC_RET(v) BPF_STMT(BPF_RET | BPF_K, (v))
+#define SC_EPERM (SECCOMP_RET_ERRNO | EPERM)
+static int install_filter(const char *kind) {
+  struct sock_filter memfd[] = {
+      SC_LOAD(arch),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      SC_RET(SECCOMP_RET_ALLOW),
+      SC_LOAD(nr),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_memfd_create, 0, 1),
+      SC_RET(SC_EPERM),
+      SC_RET(SECCOMP_RET_ALLOW),
+  };
+  struct sock_filter killexec[] = {
+      SC_LOAD(arch),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      SC_RET(SECCOMP_RET_ALLOW),
+      SC_LOAD(nr),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mmap, 0, 3),
+      SC_LOAD(args[2]),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 1),
+      SC_RET(SECCOMP_RET_KILL_PROCESS),
+      SC_RET(SECCOMP_RET_ALLOW),
+  };
+  struct sock_filter mdwe[] = {
+      SC_LOAD(arch),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      SC_RET(SECCOMP_RET_ALLOW),
+      SC_LOAD(nr),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mmap, 0, 4),
+      SC_LOAD(args[2]),
+      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, PROT_WRITE | PROT_EXEC),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PROT_WRITE | PROT_EXEC, 0, 6),
+      SC_RET(SC_EPERM),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mprotect, 1, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pkey_mprotect, 0, 3),
+      SC_LOAD(args[2]),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 1),
+      SC_RET(SC_EPERM),
+      SC_RET(SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog;
+  if (strcmp(kind, "memfd") == 0)
+    prog = (struct sock_fprog){sizeof memfd / sizeof memfd[0], memfd};
+  else if (strcmp(kind, "killexec") == 0)
+    prog = (struct sock_fprog){sizeof killexec / sizeof killexec[0], killexec};
+  else if (strcmp(kind, "mdwe") == 0)
+    prog = (struct sock_fprog){sizeof mdwe / sizeof mdwe[0], mdwe};
+  else
+    return -1;
+  if (strcmp(kind, "mdwe") == 0 && prctl(65 /* PR_SET_MDWE */, 1, 0, 0, 0) != 0)
+    return -1;
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+                 prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0
+             ? 0
+             : -1;
+}
+
 int main(int argc, char **argv) {
   int workers = argc > 1 ? atoi(argv[1]) : 8;
   int spinners = argc > 2 ? atoi(argv[2]) : 0;
@@ -362,6 +445,8 @@ int main(int argc, char **argv) {
   pthread_t t;
   for (size_t i = 0; i < sizeof watchers / sizeof watchers[0]; i++)
     pthread_create(&t, NULL, watchers[i], NULL);
+  if (getenv("SERVER_SECCOMP") && install_filter(getenv("SERVER_SECCOMP")) != 0)
+    return 2;
   if (syscall(SYS_io_setup, 4, &aio_ctx[0]) != 0 || syscall(SYS_io_setup, 4, &aio_ctx[1]))
     return 1;
   pthread_create(&t, NULL, aio_waiter, NULL);

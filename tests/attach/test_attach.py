@@ -666,6 +666,49 @@ def test_long_record_in_the_state_pages(built, server, tmp_path):
     threads_free(srv.pid)
 
 
+@pytest.mark.parametrize("kind,why", [
+    ("memfd", "refuses memfd_create (EPERM)"),
+    ("killexec", "kills the process on mmap of a shared file mapping with "
+                 "PROT_READ|PROT_EXEC"),
+])
+def test_seccomp_filter_refuses(built, server, kind, why):
+    """A target under a seccomp filter that refuses a system call molt
+    would run in it: molt reads the filter, runs it on each planned call
+    and refuses before running any -- one line naming the call and what
+    the filter does, the target unchanged and alive (a KILL verdict would
+    have ended it)."""
+    srv = server(workers=2, env={"SERVER_SECCOMP": kind})
+    assert "Seccomp:\t2" in open("/proc/%d/status" % srv.pid).read()
+    maps = open("/proc/%d/maps" % srv.pid).read()
+    r = molt("attach", srv.pid, built["fix"])
+    assert r.returncode == 1, r
+    assert "runs under a seccomp filter that " + why in r.stderr, r.stderr
+    assert "nothing was changed" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert srv.p.poll() is None
+    threads_free(srv.pid)
+    assert open("/proc/%d/maps" % srv.pid).read() == maps
+    assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
+    assert srv.answer(4) == 8
+
+
+def test_memory_deny_write_execute(built, server):
+    """systemd's MemoryDenyWriteExecute= filter and the kernel's
+    PR_SET_MDWE refuse memory both writable and executable, and making
+    memory executable later; the staged code is neither (mapped read+exec
+    from a memfd that only molt writes), so the attach goes through and
+    the restriction stays in force."""
+    srv = server(workers=2, env={"SERVER_SECCOMP": "mdwe"})
+    assert srv.q("mprotect-exec") == ["0"]
+    r = molt("attach", srv.pid, built["fix"])
+    assert r.returncode == 0, r.stderr
+    assert srv.answer(4) == 12
+    assert srv.q("mprotect-exec") == ["0"]
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(4) == 8
+    assert attach_maps(srv.pid) == []
+
+
 def test_one_molt_at_a_time(built, server):
     """A second molt on the same process while the first is under way is
     refused, and touches nothing of the first's (its record included)."""
