@@ -913,6 +913,8 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
     rc = molt__attach_state_load(pid, st, err, errlen);
   if (rc)
     return rc;
+  /* rolled back already, its code kept mapped: this run only reclaims it */
+  bool reclaim = strcmp(st->phase, "rolled-back") == 0;
   /* Every function must hold the jump or its original bytes: anything
    * else was written by someone else since, and is left alone. */
   for (size_t i = 0; i < st->nfuncs; i++) {
@@ -1021,9 +1023,27 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
   if (unmapped) {
     st->note[0] = '\0';
     molt__state_remove(pid);
+    molt__log_append(pid, reclaim ? "reclaim" : "rollback", st,
+                     reclaim ? "staged code unmapped"
+                             : "functions restored, staged code unmapped");
     return 0;
   }
+  if (!reclaim)
+    molt__log_append(pid, "rollback", st, st->note);
   return molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+}
+
+/* A failed run in the log: refused (nothing changed, or a rollback that
+ * could not be carried out) or interrupted by a signal of molt's. */
+static void log_failure(pid_t pid, int rc, molt__attach_state *st, const char *patch,
+                        const char *what, const char *err) {
+  if (rc == MOLT_ENOENT || rc == MOLT_EPERM || rc == MOLT_ENOHISTORY)
+    return; /* no such process, no right to it, nothing to roll back */
+  if (patch && !st->patch[0] && !realpath(patch, st->patch))
+    snprintf(st->patch, sizeof st->patch, "%s", patch);
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s: %s", what, err);
+  molt__log_append(pid, molt__attach_interrupted() ? "interrupted" : "refused", st, msg);
 }
 
 /* The entry points: each holds the per-process lock for its whole run, so
@@ -1038,7 +1058,15 @@ int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
     return lock;
   sigset_t old;
   molt__interrupt_block(&old);
+  memset(st, 0, sizeof *st);
   int rc = attach_locked(o, st, err, errlen);
+  if (rc == 0) {
+    char msg[64];
+    snprintf(msg, sizeof msg, "%d attempt%s", st->attempts, st->attempts == 1 ? "" : "s");
+    molt__log_append(o->pid, "attach", st, msg);
+  } else {
+    log_failure(o->pid, rc, st, o->patch, "attach", err);
+  }
   close(lock);
   molt__interrupt_restore(&old);
   return rc;
@@ -1053,7 +1081,10 @@ int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_state *st, cha
     return lock;
   sigset_t old;
   molt__interrupt_block(&old);
+  memset(st, 0, sizeof *st);
   int rc = rollback_locked(pid, timeout_ms, st, err, errlen);
+  if (rc)
+    log_failure(pid, rc, st, NULL, "rollback", err);
   close(lock);
   molt__interrupt_restore(&old);
   return rc;

@@ -92,6 +92,21 @@ MOLT__HIDDEN int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_s
  * then end with the signal. */
 MOLT__HIDDEN int molt__attach_interrupted(void);
 
+/* One entry of an attached process's log (log.c). */
+typedef struct molt__attach_event {
+  unsigned long seq;
+  long long time;       /* Unix time */
+  char event[16];       /* attach | rollback | reclaim | refused | interrupted */
+  char patch[1024];     /* the patch file */
+  char functions[1024]; /* comma-separated */
+  double stop_ms;       /* how long the threads were stopped */
+  int threads;
+  char message[512];
+} molt__attach_event;
+/* The log of pid, oldest first (*ev malloc'ed): 0, MOLT_ENOHISTORY (no
+ * log, or one of an earlier process with that pid), MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__attach_log_read(pid_t pid, molt__attach_event **ev, size_t *n);
+
 /* The attach state of pid: 0, MOLT_ENOHISTORY (never attached, or the
  * record belongs to an earlier process with the same pid), MOLT_ECORRUPT. */
 MOLT__HIDDEN int molt__attach_state_load(pid_t pid, molt__attach_state *st, char *err,

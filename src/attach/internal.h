@@ -200,6 +200,13 @@ MOLT__HIDDEN int molt__seccomp_check(pid_t pid, pid_t tid, uint64_t insn,
                                      const attach_call *calls, size_t n, char *err,
                                      size_t errlen);
 
+/* ---- log.c: the log of an attached process ---------------------------------- */
+
+/* Appends an entry (event, st's patch, functions, stop and threads,
+ * message) to pid's log; called with the process's lock held. */
+MOLT__HIDDEN void molt__log_append(pid_t pid, const char *event,
+                                   const molt__attach_state *st, const char *message);
+
 /* ---- interrupt.c: molt's own SIGINT and SIGTERM ------------------------------ */
 
 #include <signal.h>

@@ -199,6 +199,9 @@ int cli_cmd_attach(const cli_args *a);
 bool cli_attached(pid_t pid);
 int cli_attach_rollback(const cli_args *a);
 int cli_attach_status(const cli_args *a);
+/* Whether pid has an attach log (molt log shows it), and showing it. */
+bool cli_attach_logged(pid_t pid);
+int cli_attach_log(const cli_args *a);
 /* The usage text (main.c, from the command table). */
 void cli_usage(FILE *out);
 

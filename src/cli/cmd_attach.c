@@ -206,3 +206,84 @@ int cli_attach_status(const cli_args *a) {
   free(st);
   return EXIT_OK;
 }
+
+bool cli_attach_logged(pid_t pid) {
+  molt__attach_event *ev = NULL;
+  size_t n = 0;
+  bool yes = molt__attach_log_read(pid, &ev, &n) == 0;
+  free(ev);
+  return yes;
+}
+
+/* molt log PID of a process patched by molt attach: its attach log. */
+int cli_attach_log(const cli_args *a) {
+  molt__attach_event *ev = NULL;
+  size_t n = 0;
+  int rc = molt__attach_log_read(a->pid, &ev, &n);
+  if (rc) {
+    char what[64], err[128];
+    snprintf(what, sizeof what, "log %ld", (long)a->pid);
+    snprintf(err, sizeof err, "process %ld has no log of molt attach", (long)a->pid);
+    return fail(what, rc, rc == MOLT_ENOHISTORY ? err : "");
+  }
+  char num[64];
+  if (a->json) {
+    cli_json j = {0};
+    cli_json_array(&j, false);
+    for (size_t i = 0; i < n; i++) {
+      molt__attach_event *e = &ev[i];
+      cli_json_object(&j, true);
+      cli_json_key(&j, "seq");
+      snprintf(num, sizeof num, "%lu", e->seq);
+      cli_json_num(&j, num);
+      cli_json_key(&j, "time");
+      snprintf(num, sizeof num, "%lld", e->time);
+      cli_json_num(&j, num);
+      cli_json_key(&j, "event");
+      cli_json_str(&j, e->event);
+      cli_json_key(&j, "patch");
+      cli_json_str(&j, e->patch);
+      cli_json_key(&j, "functions");
+      cli_json_array(&j, true);
+      for (char *save = NULL, *f = strtok_r(e->functions, ",", &save); f;
+           f = strtok_r(NULL, ",", &save))
+        cli_json_str(&j, f);
+      cli_json_end(&j);
+      cli_json_key(&j, "stop_ms");
+      snprintf(num, sizeof num, "%.3f", e->stop_ms);
+      cli_json_num(&j, num);
+      cli_json_key(&j, "threads");
+      snprintf(num, sizeof num, "%d", e->threads);
+      cli_json_num(&j, num);
+      cli_json_key(&j, "message");
+      cli_json_str(&j, e->message);
+      cli_json_end(&j);
+    }
+    cli_json_end(&j);
+    cli_json_done(&j);
+  } else {
+    cli_table tab;
+    cli_table_init(&tab, 7,
+                   (const char *const[]){"SEQ", "TIME", "EVENT", "PATCH", "FUNCTIONS",
+                                         "STOP_MS", "MESSAGE"});
+    for (size_t i = 0; i < n; i++) {
+      molt__attach_event *e = &ev[i];
+      char seq[32], when[64], stop[32];
+      snprintf(seq, sizeof seq, "%lu", e->seq);
+      time_t t = (time_t)e->time;
+      struct tm tm;
+      localtime_r(&t, &tm);
+      strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+      snprintf(stop, sizeof stop, "%.3f", e->stop_ms);
+      cli_sanitize(e->patch);
+      cli_sanitize(e->functions);
+      cli_sanitize(e->message);
+      cli_table_add(&tab, (const char *const[]){seq, when, e->event, e->patch,
+                                                e->functions[0] ? e->functions : "-",
+                                                stop, e->message[0] ? e->message : "-"});
+    }
+    cli_table_print(&tab, "");
+  }
+  free(ev);
+  return EXIT_OK;
+}

@@ -709,6 +709,53 @@ def test_memory_deny_write_execute(built, server):
     assert attach_maps(srv.pid) == []
 
 
+def test_log_of_an_attached_process(built, server):
+    """molt log PID: every attach, rollback, refusal and reclamation, with
+    the patch, the functions, the stop, read by later molt runs from the
+    log kept beside the record (it outlives the record)."""
+    import json
+    srv = server(workers=2)
+    assert molt("attach", srv.pid, built["fix"]).returncode == 0
+    assert molt("attach", srv.pid, built["fix"]).returncode == 1  # attached already
+    assert molt("rollback", srv.pid).returncode == 0
+    assert molt("attach", srv.pid, built["tiny"]).returncode == 1  # too short
+    # a rollback that has to keep the code mapped, and its reclamation
+    assert molt("attach", srv.pid, built["helper"]).returncode == 0
+    s, f = srv.connect()
+    f.write("4242\n")
+    f.flush()
+    time.sleep(0.1)
+    r = molt("rollback", "--timeout", "0.1", srv.pid)
+    assert r.returncode == 0 and "kept mapped" in r.stdout, r
+    assert f.readline().strip() == "1"
+    s.close()
+    time.sleep(1.2)  # the patch's helper thread is done
+    assert molt("rollback", srv.pid).returncode == 0
+    assert attach_maps(srv.pid) == []
+    assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
+    r = molt("log", "--json", srv.pid)
+    assert r.returncode == 0, r.stderr
+    log = json.loads(r.stdout)
+    assert [e["event"] for e in log] == ["attach", "refused", "rollback", "refused",
+                                         "attach", "rollback", "reclaim"], log
+    assert [e["seq"] for e in log] == list(range(1, 8))
+    assert all(abs(e["time"] - time.time()) < 120 for e in log)
+    a = log[0]
+    assert a["patch"] == built["fix"] and sorted(a["functions"]) == ["answer", "spin_copy"]
+    assert a["stop_ms"] > 0 and a["threads"] > 2
+    assert "already has a patch attached" in log[1]["message"]
+    assert log[2]["stop_ms"] > 0 and "staged code unmapped" in log[2]["message"]
+    assert log[3]["patch"] == built["tiny"] and "too short" in log[3]["message"]
+    assert "kept mapped" in log[5]["message"] and log[5]["functions"] == ["answer"]
+    assert log[6]["patch"] == built["helper"]
+    text = molt("log", srv.pid).stdout
+    assert text.splitlines()[0].split()[:3] == ["SEQ", "TIME", "EVENT"]
+    assert len(text.splitlines()) == 8
+    other = server(workers=1)
+    r = molt("log", other.pid)
+    assert r.returncode != 0
+
+
 def test_one_molt_at_a_time(built, server):
     """A second molt on the same process while the first is under way is
     refused, and touches nothing of the first's (its record included)."""
