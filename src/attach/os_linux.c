@@ -660,6 +660,7 @@ int molt__os_stop_one(pid_t pid, pid_t tid, attach_stop *s, char *err, size_t er
 }
 
 void molt__os_resume_all(attach_stop *s) {
+  uint64_t grace = molt__os_now_ns() + 20 * 1000000u;
   for (size_t i = 0; i < s->n; i++) {
     attach_thread *t = &s->t[i];
     if (t->stopped && t->regs_changed)
@@ -670,8 +671,16 @@ void molt__os_resume_all(attach_stop *s) {
      * stops and a later stop of this molt takes it, or until molt exits
      * (the kernel then detaches it and drops the pending interrupt). */
     if (!t->stopped) {
+      /* one about to stop (a new thread's first stop) is let stop, for 20
+       * ms at most in all: one asleep in the kernel is not waited for */
       int st;
-      if (waitpid(t->tid, &st, __WALL | WNOHANG) <= 0 || !WIFSTOPPED(st))
+      pid_t w;
+      while ((w = waitpid(t->tid, &st, __WALL | WNOHANG)) == 0 &&
+             molt__os_now_ns() < grace) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+      }
+      if (w <= 0 || !WIFSTOPPED(st))
         continue;
       if ((st >> 16) == 0)
         t->sig = WSTOPSIG(st);
