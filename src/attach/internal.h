@@ -152,7 +152,10 @@ typedef struct attach_view {
   pid_t pid;
   attach_map *maps;
   size_t n;
-  bool fresh; /* read during this stop */
+  bool fresh;          /* read during this stop */
+  int mem;             /* the target's memory, open for the whole check (-1: not) */
+  uint64_t (*exec)[2]; /* the executable mappings' [start, end), in order */
+  size_t nexec;
   /* addresses known to be (or not be) a signal restorer */
   uint64_t restorer[8], other[256];
   size_t nrestorer, nother;

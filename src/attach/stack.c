@@ -13,21 +13,73 @@
  * a frame makes a check fail and retry, never pass wrongly. */
 #include "attach/internal.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define STACK_MAX (8u << 20) /* read at most this much of one stack */
+
+/* The executable mappings alone: every word of every stack is looked up
+ * among them during the stop (a handful, not the hundreds of mappings a
+ * process with many threads has). */
+static int index_exec(attach_view *v) {
+  free(v->exec);
+  v->exec = calloc(v->n ? v->n : 1, sizeof *v->exec);
+  v->nexec = 0;
+  if (!v->exec)
+    return MOLT_ENOMEM;
+  for (size_t i = 0; i < v->n; i++) {
+    if (v->maps[i].x) {
+      v->exec[v->nexec][0] = v->maps[i].start;
+      v->exec[v->nexec++][1] = v->maps[i].end;
+    }
+  }
+  return 0;
+}
+
+static bool in_exec(const attach_view *v, uint64_t addr) {
+  size_t lo = 0, hi = v->nexec;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (addr < v->exec[mid][0])
+      hi = mid;
+    else if (addr >= v->exec[mid][1])
+      lo = mid + 1;
+    else
+      return true;
+  }
+  return false;
+}
 
 int molt__view_open(pid_t pid, attach_view *v) {
   memset(v, 0, sizeof *v);
   v->pid = pid;
-  return molt__os_maps(pid, &v->maps, &v->n);
+  /* One descriptor for every read of the check: opening /proc/PID/mem
+   * (a ptrace access check) per stack would be most of its cost, and it
+   * runs while every thread is stopped. */
+  char path[64];
+  molt__os_path(pid, "mem", path, sizeof path);
+  v->mem = open(path, O_RDONLY | O_CLOEXEC);
+  int rc = molt__os_maps(pid, &v->maps, &v->n);
+  return rc ? rc : index_exec(v);
 }
 
 void molt__view_close(attach_view *v) {
   free(v->maps);
+  free(v->exec);
   v->maps = NULL;
-  v->n = 0;
+  v->exec = NULL;
+  v->n = v->nexec = 0;
+  if (v->mem >= 0)
+    close(v->mem);
+  v->mem = -1;
+}
+
+static int view_read(const attach_view *v, uint64_t addr, void *buf, size_t n) {
+  if (v->mem < 0)
+    return molt__os_read(v->pid, addr, buf, n);
+  return pread(v->mem, buf, n, (off_t)addr) == (ssize_t)n ? 0 : MOLT_EIO;
 }
 
 /* The mapping holding addr: a binary search (the kernel lists mappings in
@@ -61,6 +113,9 @@ int molt__stack_read(attach_view *v, uint64_t sp, attach_stack *out) {
     v->maps = maps;
     v->n = n;
     v->fresh = true;
+    rc = index_exec(v);
+    if (rc)
+      return rc;
     m = map_of(v, sp);
   }
   if (!m)
@@ -72,7 +127,7 @@ int molt__stack_read(attach_view *v, uint64_t sp, attach_stack *out) {
   out->w = malloc(len ? len : 8);
   if (!out->w)
     return MOLT_ENOMEM;
-  int rc = molt__os_read(v->pid, at, out->w, len);
+  int rc = view_read(v, at, out->w, len);
   if (rc) {
     molt__stack_free(out);
     return rc;
@@ -100,8 +155,7 @@ static bool is_restorer(attach_view *v, uint64_t addr) {
   const attach_map *m = map_of(v, addr);
   uint8_t code[ATTACH_RESTORER_LEN];
   bool yes = m && m->x && addr + sizeof code <= m->end &&
-             molt__os_read(v->pid, addr, code, sizeof code) == 0 &&
-             molt__arch_is_restorer(code);
+             view_read(v, addr, code, sizeof code) == 0 && molt__arch_is_restorer(code);
   if (yes && v->nrestorer < sizeof v->restorer / sizeof v->restorer[0])
     v->restorer[v->nrestorer++] = addr;
   else if (!yes && m && m->x) {
@@ -116,8 +170,7 @@ size_t molt__stack_signal_ips(attach_view *v, const attach_stack *s, uint64_t *i
                               size_t max) {
   size_t found = 0;
   for (size_t k = 0; k + ATTACH_SIGFRAME_IP_WORD < s->n && found < max; k++) {
-    const attach_map *m = map_of(v, s->w[k]);
-    if (!m || !m->x || !is_restorer(v, s->w[k]))
+    if (!in_exec(v, s->w[k]) || !is_restorer(v, s->w[k]))
       continue;
     ips[found++] = s->w[k + ATTACH_SIGFRAME_IP_WORD];
   }
