@@ -105,20 +105,35 @@ static bool got_visit(const char *name, uint64_t slot, void *arg) {
   return true;
 }
 
-/* A reference of the patch, bound as the loader binds a name of external
- * linkage -- the program's global symbols, then each library in the
- * loader's order, then (an indirect function) the program's GOT slot --
- * and only when none of them defines it, to a static of the program (the
- * patch declares the program's statics `extern`).  So a static of one of
- * the program's files can never shadow a library function of the same
- * name that the patch calls. */
-static int resolve(const char *name, bool weak, uint64_t *value, void *arg, char *err,
-                   size_t errlen) {
+/* A reference of the patch.  One the patch's own link bound to a library
+ * (it carries the library's symbol version: `atol@GLIBC_2.2.5`) is bound
+ * as the loader binds it -- the program's global symbols, then each
+ * library in the loader's order, then (an indirect function) the
+ * program's GOT slot -- and never to a static of the program: a static of
+ * one of its files can then never shadow the library function the patch
+ * calls.  Any other reference names the program's own (the patch declares
+ * the program's globals and statics `extern`): its globals, its statics
+ * (by unique name), then the libraries. */
+static int resolve(const char *name, bool weak, bool library, uint64_t *value, void *arg,
+                   char *err, size_t errlen) {
   target *t = arg;
   uintptr_t v;
   if (molt__symtab_lookup(t->st, name, NULL, &v) == 0) {
     *value = t->bias + v;
     return 0;
+  }
+  if (!library) {
+    int rc = molt__symtab_lookup_any(t->st, name, &v);
+    if (rc == 0) {
+      *value = t->bias + v;
+      return 0;
+    }
+    if (rc == MOLT_EAMBIGUOUS) {
+      molt__errmsg(err, errlen,
+                   "the patch refers to '%s', which names several statics of the target",
+                   name);
+      return rc;
+    }
   }
   for (size_t i = 0; i < t->nlibs; i++) {
     if (molt__symtab_lookup(t->libs[i].st, name, NULL, &v) == 0) {
@@ -138,17 +153,6 @@ static int resolve(const char *name, bool weak, uint64_t *value, void *arg, char
       molt__os_read(t->pid, t->bias + g.slot, &word, sizeof word) == 0 && word) {
     *value = word;
     return 0;
-  }
-  int rc = molt__symtab_lookup_any(t->st, name, &v);
-  if (rc == 0) {
-    *value = t->bias + v;
-    return 0;
-  }
-  if (rc == MOLT_EAMBIGUOUS) {
-    molt__errmsg(err, errlen,
-                 "the patch refers to '%s', which names several statics of the target",
-                 name);
-    return rc;
   }
   if (weak) {
     *value = 0;

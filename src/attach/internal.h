@@ -242,9 +242,10 @@ typedef struct attach_patch {
 MOLT__HIDDEN int molt__patch_open(const char *path, attach_patch *p, char *err,
                                   size_t errlen);
 /* Resolves the patch's references with `resolve` and relocates its image
- * for `base` in the target. */
-typedef int (*attach_resolver)(const char *name, bool weak, uint64_t *value, void *arg,
-                               char *err, size_t errlen);
+ * for `base` in the target.  `library`: the patch's link bound the name to
+ * a library (its symbol carries the library's version). */
+typedef int (*attach_resolver)(const char *name, bool weak, bool library, uint64_t *value,
+                               void *arg, char *err, size_t errlen);
 MOLT__HIDDEN int molt__patch_relocate(attach_patch *p, uint64_t base,
                                       attach_resolver resolve, void *arg, char *err,
                                       size_t errlen);
