@@ -411,6 +411,12 @@ static bool thread_status(pid_t pid, pid_t tid, int *tracer, char *state) {
   return true;
 }
 
+static bool asleep_in_kernel(pid_t pid, pid_t tid) {
+  int tracer;
+  char state = '?';
+  return thread_status(pid, tid, &tracer, &state) && state == 'D';
+}
+
 /* A thread whose call the stop ended with EINTR enters it again. */
 static void keep_call(attach_stop *s, attach_thread *t) {
   long nr = molt__arch_syscall_nr(&t->regs);
@@ -428,9 +434,16 @@ static void keep_call(attach_stop *s, attach_thread *t) {
 
 /* How long one stop waits for a thread to stop.  A thread in an
  * uninterruptible sleep (D: a disk or NFS wait, vfork) stops only when it
- * wakes, and every thread stopped before it waits with it: past this, the
- * stop is given up and every thread released (the caller may try again). */
+ * wakes, and every thread stopped before it waits with it: past
+ * STOP_WAIT_MS, a thread in that state makes the stop give up and release
+ * every thread (the caller may try again).  Any other thread is on its
+ * way to the stop (runnable, waiting for a CPU on a loaded machine): it is
+ * waited for up to STOP_WAIT_MAX_MS. */
 #define STOP_WAIT_MS 200
+#define STOP_WAIT_MAX_MS 2000
+
+/* Whether thread tid is in an uninterruptible sleep. */
+static bool asleep_in_kernel(pid_t pid, pid_t tid);
 
 /* Why thread tid has not stopped: its state and where it sleeps. */
 static void not_stopping(pid_t pid, pid_t tid, char *err, size_t errlen) {
@@ -446,10 +459,11 @@ static void not_stopping(pid_t pid, pid_t tid, char *err, size_t errlen) {
   char state = '?';
   thread_status(pid, tid, &tracer, &state);
   molt__proc_name(pid, tid, comm, sizeof comm);
+  bool where = wchan[0] && strcmp(wchan, "0") != 0;
   molt__errmsg(err, errlen, "thread %d (%s) did not stop within %d ms (state %c%s%s%s)",
-               (int)tid, comm, STOP_WAIT_MS, state,
-               state == 'D' ? ": uninterruptible sleep" : "",
-               wchan[0] && strcmp(wchan, "0") != 0 ? " in " : "", wchan);
+               (int)tid, comm, state == 'D' ? STOP_WAIT_MS : STOP_WAIT_MAX_MS, state,
+               state == 'D' ? ": uninterruptible sleep" : "", where ? " in " : "",
+               where ? wchan : "");
 }
 
 /* Waits for thread t's stop until deadline_ns.  0 stopped (regs read), 1
@@ -463,7 +477,10 @@ static int wait_stop(attach_stop *s, attach_thread *t, uint64_t deadline_ns, cha
     if (r < 0 && errno == EINTR)
       continue;
     if (r == 0) {
-      if (molt__os_now_ns() >= deadline_ns)
+      uint64_t now = molt__os_now_ns();
+      if (now >= deadline_ns &&
+          (asleep_in_kernel(s->pid, t->tid) ||
+           now >= deadline_ns + (uint64_t)(STOP_WAIT_MAX_MS - STOP_WAIT_MS) * 1000000u))
         return 2;
       /* most threads have stopped by the time they are waited for: the
        * naps grow only for one that has not */
