@@ -382,7 +382,12 @@ static int rsys(attach_thread *th, uint64_t insn, long nr, uint64_t a0, uint64_t
   const uint64_t args[6] = {a0, a1, a2, a3, a4, a5};
   int rc = molt__os_syscall(th, insn, nr, args, ret, err, errlen);
   if (rc == 0 && *ret < 0 && *ret > -4096) {
-    molt__errmsg(err, errlen, "system call %ld in the target failed: %s", nr,
+    const char *name = nr == SYS_memfd_create ? "memfd_create"
+                       : nr == SYS_mmap       ? "mmap"
+                       : nr == SYS_munmap     ? "munmap"
+                       : nr == SYS_close      ? "close"
+                                              : "a system call";
+    molt__errmsg(err, errlen, "%s (system call %ld) in the target failed: %s", name, nr,
                  strerror((int)-*ret));
     rc = MOLT_EIO;
   }
@@ -1003,8 +1008,12 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
   } else if (rc == 0 && user < 0) {
     long r;
     char e2[200];
-    unmapped = rsys(&s.t[0], insn, SYS_munmap, st->code_start,
-                    st->code_end - st->code_start, 0, 0, 0, 0, &r, e2, sizeof e2) == 0;
+    /* a filter installed since the attach may refuse it */
+    attach_call unmap = {SYS_munmap, {st->code_start, st->code_end - st->code_start}};
+    unmapped =
+        molt__seccomp_check(pid, s.t[0].tid, insn, &unmap, 1, e2, sizeof e2) == 0 &&
+        rsys(&s.t[0], insn, SYS_munmap, st->code_start, st->code_end - st->code_start, 0,
+             0, 0, 0, &r, e2, sizeof e2) == 0;
     if (!unmapped)
       snprintf(st->note, sizeof st->note, "staged code kept mapped: %s", e2);
   } else if (rc == 0) {

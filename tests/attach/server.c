@@ -279,6 +279,44 @@ static void *churner(void *arg) {
   return NULL;
 }
 
+#define SC_LOAD(field)                                                                   \
+  BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, field))
+#define SC_RET(v) BPF_STMT(BPF_RET | BPF_K, (v))
+#define SC_EPERM (SECCOMP_RET_ERRNO | EPERM)
+/* The request "guard-unmap": a filter, installed now (after an attach),
+ * that kills the process on a munmap of the attach's staged code (found in
+ * /proc/self/maps): a rollback must find out before it runs one.  "1" if
+ * installed. */
+static int guard_unmap(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  unsigned long long start = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (strstr(line, "molt-attach") && !start)
+      start = strtoull(line, NULL, 16);
+  if (f)
+    fclose(f);
+  if (!start)
+    return 0;
+  struct sock_filter guard[] = {
+      SC_LOAD(arch),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      SC_RET(SECCOMP_RET_ALLOW),
+      SC_LOAD(nr),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_munmap, 0, 5),
+      SC_LOAD(args[0]),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)start, 0, 3),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0]) + 4),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)(start >> 32), 0, 1),
+      SC_RET(SECCOMP_RET_KILL_PROCESS),
+      SC_RET(SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof guard / sizeof guard[0], guard};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC,
+                 &prog) == 0;
+}
+
 static int may_mprotect_exec(void) {
   void *p = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   int ok = p != MAP_FAILED && mprotect(p, 4096, PROT_READ | PROT_EXEC) == 0;
@@ -300,6 +338,8 @@ static void serve(int c) {
     } else if (strncmp(line, "unpark", 6) == 0) {
       atomic_store(&park_flag, 0);
       snprintf(out, sizeof out, "ok\n");
+    } else if (strncmp(line, "guard-unmap", 11) == 0) {
+      snprintf(out, sizeof out, "%d\n", guard_unmap());
     } else if (strncmp(line, "mprotect-exec", 13) == 0) {
       snprintf(out, sizeof out, "%d\n", may_mprotect_exec());
     } else if (strncmp(line, "inside", 6) == 0) {
@@ -368,10 +408,6 @@ static void *worker(void *arg) {
  *             executable: EPERM), and the kernel's PR_SET_MDWE too.
  * "mprotect-exec" answers whether the process may still make a page
  * executable (0: refused, as the filter wants). */
-#define SC_LOAD(field)                                                                   \
-  BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, field))
-#define SC_RET(v) BPF_STMT(BPF_RET | BPF_K, (v))
-#define SC_EPERM (SECCOMP_RET_ERRNO | EPERM)
 static int install_filter(const char *kind) {
   struct sock_filter memfd[] = {
       SC_LOAD(arch),

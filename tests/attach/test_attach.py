@@ -756,6 +756,22 @@ def test_log_of_an_attached_process(built, server):
     assert r.returncode != 0
 
 
+def test_rollback_under_a_filter_installed_since(built, server):
+    """A filter installed after the attach kills the process on a munmap
+    of the staged code: the rollback restores the functions, finds out
+    before it runs the munmap, and keeps the code mapped saying why."""
+    srv = server(workers=2)
+    assert molt("attach", srv.pid, built["fix"]).returncode == 0
+    assert srv.q("guard-unmap") == ["1"]
+    r = molt("rollback", srv.pid)
+    assert r.returncode == 0, r.stderr
+    assert "kills the process on munmap" in r.stdout, r.stdout
+    assert srv.p.poll() is None
+    assert srv.answer(5) == 10
+    assert len(attach_maps(srv.pid)) > 0
+    threads_free(srv.pid)
+
+
 def test_one_molt_at_a_time(built, server):
     """A second molt on the same process while the first is under way is
     refused, and touches nothing of the first's (its record included)."""
