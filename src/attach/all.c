@@ -167,6 +167,18 @@ int molt__attach_all(const char *program, const molt__attach_opts *o,
   *n = cnt;
   size_t failed = cnt;
   for (size_t i = 0; i < cnt; i++) {
+    int sig = molt__attach_interrupted();
+    if (sig) {
+      /* molt was told to stop after the last one: none more, and all or
+       * nothing rolls back those done */
+      const char *abbrev = sigabbrev_np(sig);
+      snprintf(v[i].err, sizeof v[i].err, "interrupted by SIG%s before it was patched",
+               abbrev ? abbrev : "?");
+      v[i].rc = MOLT_EBUSY;
+      v[i].outcome = MOLT__ATTACH_FAILED;
+      failed = i;
+      break;
+    }
     molt__attach_opts one = *o;
     one.pid = v[i].pid;
     v[i].rc = molt__attach(&one, &v[i].st, v[i].err, sizeof v[i].err);

@@ -171,6 +171,14 @@ bool molt__arch_jump(uint64_t from, uint64_t to, uint8_t *out, unsigned len) {
 
 bool molt__arch_is_syscall(const uint8_t *p) { return p[0] == 0x0f && p[1] == 0x05; }
 
+bool molt__arch_is_restorer(const uint8_t *p) {
+  /* glibc's and musl's __restore_rt: mov $15, %rax; syscall.  x86-64 has
+   * no kernel-provided restorer: every handler is installed with one. */
+  static const uint8_t restorer[ATTACH_RESTORER_LEN] = {0x48, 0xc7, 0xc0, 0x0f, 0x00,
+                                                        0x00, 0x00, 0x0f, 0x05};
+  return memcmp(p, restorer, sizeof restorer) == 0;
+}
+
 uint64_t molt__arch_ip(const attach_regs *r) { return r->rip; }
 uint64_t molt__arch_sp(const attach_regs *r) { return r->rsp; }
 

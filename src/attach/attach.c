@@ -69,31 +69,27 @@ static void target_free(target *t) {
   memset(t, 0, sizeof *t);
 }
 
-/* The libraries mapped in the target, in the order of their first mapping
- * (the loader maps them in its search order). */
+/* The libraries of the target, in the loader's order, each read from the
+ * file the target mapped (libs.c). */
 static int load_libs(target *t) {
-  for (size_t i = 0; i < t->nmaps; i++) {
-    const attach_map *m = &t->maps[i];
-    if (m->path[0] != '/' || m->offset != 0 || strcmp(m->path, t->exe) == 0 ||
-        strstr(m->path, "molt-attach"))
-      continue;
-    bool seen = false;
-    for (size_t k = 0; k < t->nlibs && !seen; k++)
-      seen = strcmp(t->libs[k].path, m->path) == 0;
-    if (seen)
-      continue;
-    lib_tab *nl = realloc(t->libs, (t->nlibs + 1) * sizeof *nl);
-    if (!nl)
-      return MOLT_ENOMEM;
-    t->libs = nl;
-    lib_tab *l = &t->libs[t->nlibs];
-    memset(l, 0, sizeof *l);
-    snprintf(l->path, sizeof l->path, "%s", m->path);
-    if (!molt__os_bias_of(l->path, t->maps, t->nmaps, &l->bias) ||
-        molt__symtab_open(l->path, &l->st) != 0)
-      continue; /* not an ELF file, or unreadable: no symbols from it */
-    t->nlibs++;
+  attach_lib *list;
+  size_t n;
+  int rc = molt__libs_list(t->pid, t->bias, t->exe, t->maps, t->nmaps, &list, &n);
+  if (rc)
+    return rc;
+  t->libs = calloc(n ? n : 1, sizeof *t->libs);
+  if (!t->libs) {
+    free(list);
+    return MOLT_ENOMEM;
   }
+  for (size_t i = 0; i < n; i++) {
+    lib_tab *l = &t->libs[t->nlibs];
+    snprintf(l->path, sizeof l->path, "%s", list[i].name);
+    l->bias = list[i].bias;
+    if (molt__symtab_open(list[i].path, &l->st) == 0)
+      t->nlibs++; /* else: not an ELF file, or unreadable: no symbols from it */
+  }
+  free(list);
   return 0;
 }
 
@@ -112,20 +108,35 @@ static bool got_visit(const char *name, uint64_t slot, void *arg) {
   return true;
 }
 
-static int resolve(const char *name, bool weak, uint64_t *value, void *arg, char *err,
-                   size_t errlen) {
+/* A reference of the patch.  One the patch's own link bound to a library
+ * (it carries the library's symbol version: `atol@GLIBC_2.2.5`) is bound
+ * as the loader binds it -- the program's global symbols, then each
+ * library in the loader's order, then (an indirect function) the
+ * program's GOT slot -- and never to a static of the program: a static of
+ * one of its files can then never shadow the library function the patch
+ * calls.  Any other reference names the program's own (the patch declares
+ * the program's globals and statics `extern`): its globals, its statics
+ * (by unique name), then the libraries. */
+static int resolve(const char *name, bool weak, bool library, uint64_t *value, void *arg,
+                   char *err, size_t errlen) {
   target *t = arg;
   uintptr_t v;
-  int rc = molt__symtab_lookup_any(t->st, name, &v);
-  if (rc == 0) {
+  if (molt__symtab_lookup(t->st, name, NULL, &v) == 0) {
     *value = t->bias + v;
     return 0;
   }
-  if (rc == MOLT_EAMBIGUOUS) {
-    molt__errmsg(err, errlen,
-                 "the patch refers to '%s', which names several statics of the target",
-                 name);
-    return rc;
+  if (!library) {
+    int rc = molt__symtab_lookup_any(t->st, name, &v);
+    if (rc == 0) {
+      *value = t->bias + v;
+      return 0;
+    }
+    if (rc == MOLT_EAMBIGUOUS) {
+      molt__errmsg(err, errlen,
+                   "the patch refers to '%s', which names several statics of the target",
+                   name);
+      return rc;
+    }
   }
   for (size_t i = 0; i < t->nlibs; i++) {
     if (molt__symtab_lookup(t->libs[i].st, name, NULL, &v) == 0) {
@@ -224,6 +235,7 @@ static int plan_function(target *t, const char *name, molt__attach_func *f, char
   }
   snprintf(f->name, sizeof f->name, "%s", name);
   f->addr = t->bias + v;
+  f->size = size;
   uint8_t *code = malloc(size);
   if (!code)
     return MOLT_ENOMEM;
@@ -251,6 +263,8 @@ static int plan_function(target *t, const char *name, molt__attach_func *f, char
       if (!cc)
         return MOLT_ENOMEM;
       rc = molt__os_read(t->pid, t->bias + cv, cc, csize);
+      f->cold = t->bias + cv;
+      f->cold_size = csize;
       if (rc == 0)
         rc = molt__arch_check_branches(cc, csize, t->bias + cv, site.at,
                                        site.at + site.len, why, sizeof why);
@@ -313,6 +327,36 @@ static int choose_place(const target *t, const molt__attach_state *st, size_t si
   return 0;
 }
 
+/* $MOLT_ATTACH_TEST_PAUSE=<point>: the tests kill molt (SIGKILL) at a
+ * named point of an attach -- prepared, staging (between the system calls
+ * run on the hijacked thread), staged, stopped, applied -- to check what
+ * the target is left with.  molt says where it waits on stderr and waits
+ * a minute, or until SIGINT, SIGTERM, SIGHUP or SIGQUIT is pending (they
+ * are blocked: the run goes on to its next safe point, as it would after
+ * the microseconds a real step takes). */
+static void test_pause(const char *point) {
+  const char *want = getenv("MOLT_ATTACH_TEST_PAUSE");
+  if (!want || strcmp(want, point) != 0)
+    return;
+  fprintf(stderr, "molt-attach-paused %s\n", point);
+  fflush(stderr);
+  for (int i = 0; i < 6000 && !molt__interrupt_pending(); i++) {
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* A safe point: a pending SIGINT, SIGTERM, SIGHUP or SIGQUIT of molt is
+ * taken; MOLT_EBUSY with "interrupted by SIG...; <then>" in err, or 0. */
+static int safe_point(const char *then, char *err, size_t errlen) {
+  int sig = molt__interrupt_take();
+  if (!sig)
+    return 0;
+  const char *abbrev = sigabbrev_np(sig);
+  molt__errmsg(err, errlen, "interrupted by SIG%s; %s", abbrev ? abbrev : "?", then);
+  return MOLT_EBUSY;
+}
+
 /* ---- staging -------------------------------------------------------------------- */
 
 static int stop_some_thread(pid_t pid, attach_stop *s, char *err, size_t errlen) {
@@ -341,10 +385,68 @@ static int rsys(attach_thread *th, uint64_t insn, long nr, uint64_t a0, uint64_t
   const uint64_t args[6] = {a0, a1, a2, a3, a4, a5};
   int rc = molt__os_syscall(th, insn, nr, args, ret, err, errlen);
   if (rc == 0 && *ret < 0 && *ret > -4096) {
-    molt__errmsg(err, errlen, "system call %ld in the target failed: %s", nr,
+    const char *name = nr == SYS_memfd_create ? "memfd_create"
+                       : nr == SYS_mmap       ? "mmap"
+                       : nr == SYS_munmap     ? "munmap"
+                       : nr == SYS_close      ? "close"
+                                              : "a system call";
+    molt__errmsg(err, errlen, "%s (system call %ld) in the target failed: %s", name, nr,
                  strerror((int)-*ret));
     rc = MOLT_EIO;
   }
+  return rc;
+}
+
+/* The lowest descriptor number free in the target: the one memfd_create
+ * will return (a filter may look at the descriptor mmap is given). */
+static long lowest_free_fd(pid_t pid) {
+  char path[64];
+  molt__os_path(pid, "fd", path, sizeof path);
+  DIR *d = opendir(path);
+  if (!d)
+    return 3;
+  unsigned char used[1024] = {0};
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long n = strtol(e->d_name, NULL, 10);
+    if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && n >= 0 && n < 1024)
+      used[n] = 1;
+  }
+  closedir(d);
+  long fd = 0;
+  while (fd < 1024 && used[fd])
+    fd++;
+  return fd;
+}
+
+/* The system calls stage() runs on thread tid -- memfd_create, one mmap
+ * per run of pages, close -- and the munmap a rollback runs later, checked
+ * against its seccomp filters before any of them runs. */
+static int check_staging_calls(pid_t pid, pid_t tid, const attach_patch *p, uint64_t base,
+                               uint64_t name_at, uint64_t insn, char *err,
+                               size_t errlen) {
+  size_t npages = p->size / ATTACH_PAGE;
+  size_t all = npages + ATTACH_STATE_SIZE / ATTACH_PAGE, n = 0;
+  attach_call *calls = calloc(all + 3, sizeof *calls);
+  if (!calls)
+    return MOLT_ENOMEM;
+  long fd = lowest_free_fd(pid);
+  calls[n++] = (attach_call){SYS_memfd_create, {name_at, MFD_CLOEXEC}};
+  for (size_t k = 0; k < all;) {
+    size_t e = k < npages ? k + 1 : all;
+    int prot = k < npages ? p->prot[k] : PROT_READ | PROT_WRITE;
+    while (k < npages && e < npages && p->prot[e] == p->prot[k])
+      e++;
+    calls[n++] =
+        (attach_call){SYS_mmap,
+                      {base + k * ATTACH_PAGE, (e - k) * ATTACH_PAGE, (uint64_t)prot,
+                       MAP_SHARED | MAP_FIXED_NOREPLACE, (uint64_t)fd, k * ATTACH_PAGE}};
+    k = e;
+  }
+  calls[n++] = (attach_call){SYS_close, {(uint64_t)fd}};
+  calls[n++] = (attach_call){SYS_munmap, {base, all * ATTACH_PAGE}};
+  int rc = molt__seccomp_check(pid, tid, insn, calls, n, err, errlen);
+  free(calls);
   return rc;
 }
 
@@ -356,12 +458,18 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
   if (rc)
     return rc;
   attach_thread *th = &s.t[0];
-  size_t total = p->size + ATTACH_PAGE;
+  size_t total = p->size + ATTACH_STATE_SIZE;
   static const char name[] = "molt-attach";
   /* The name goes below the thread's stack pointer, past the red zone: memory
    * nothing uses while the thread is stopped. */
   uint64_t name_at = (molt__arch_sp(&th->regs) - 1024) & ~(uint64_t)15;
   long fd = -1, r;
+  /* Before any of them runs: does a seccomp filter let them all through? */
+  rc = check_staging_calls(pid, th->tid, p, base, name_at, insn, err, errlen);
+  if (rc) {
+    molt__os_resume_all(&s);
+    return rc;
+  }
   rc = molt__os_write(pid, name_at, name, sizeof name);
   if (rc)
     molt__errmsg(err, errlen, "cannot write into the stack of thread %d", (int)th->tid);
@@ -377,24 +485,29 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
     molt__buf b;
     molt__buf_init(&b);
     molt__state_format(st, &b);
-    uint8_t page[ATTACH_PAGE];
-    memset(page, 0, sizeof page);
-    memcpy(page, b.data, b.len < ATTACH_PAGE ? b.len : ATTACH_PAGE - 1);
-    molt__buf_free(&b);
-    if (mfd < 0 || ftruncate(mfd, (off_t)total) != 0 ||
-        pwrite(mfd, p->image, p->size, 0) != (ssize_t)p->size ||
-        pwrite(mfd, page, sizeof page, (off_t)p->size) != (ssize_t)sizeof page) {
+    /* the state text with its terminating zero; the rest of the memfd is
+     * zeros already */
+    if (b.oom || b.len >= ATTACH_STATE_SIZE) {
+      molt__errmsg(err, errlen, "the attach record does not fit its %u bytes",
+                   ATTACH_STATE_SIZE);
+      rc = MOLT_EINTERNAL;
+    } else if (mfd < 0 || ftruncate(mfd, (off_t)total) != 0 ||
+               pwrite(mfd, p->image, p->size, 0) != (ssize_t)p->size ||
+               pwrite(mfd, b.data, b.len + 1, (off_t)p->size) != (ssize_t)b.len + 1) {
       molt__errmsg(err, errlen, "cannot fill the staged code (%s): %s", path,
                    strerror(errno));
       rc = MOLT_EIO;
     }
+    molt__buf_free(&b);
     if (mfd >= 0)
       close(mfd);
   }
-  /* Runs of pages with the same protection, then the state page. */
+  /* Runs of pages with the same protection, then the state pages. */
   size_t npages = p->size / ATTACH_PAGE, mapped = 0;
-  for (size_t k = 0; rc == 0 && k <= npages;) {
-    size_t e = k + 1;
+  size_t all = npages + ATTACH_STATE_SIZE / ATTACH_PAGE;
+  bool paused = false;
+  for (size_t k = 0; rc == 0 && k < all;) {
+    size_t e = k < npages ? k + 1 : all;
     int prot = k < npages ? p->prot[k] : PROT_READ | PROT_WRITE;
     while (k < npages && e < npages && p->prot[e] == p->prot[k])
       e++;
@@ -410,6 +523,10 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
     if (rc == 0)
       mapped = e;
     k = e;
+    if (rc == 0 && !paused) {
+      paused = true;
+      test_pause("staging"); /* between two mmaps: the thread is hijacked */
+    }
   }
   if (rc && mapped)
     rsys(th, insn, SYS_munmap, base, mapped * ATTACH_PAGE, 0, 0, 0, 0, &r, err, errlen);
@@ -421,61 +538,188 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
   return rc;
 }
 
+/* Removes the staged code of an attach that failed before any thread
+ * could run it (no jump was left written), with one thread stopped for
+ * the munmap: a failed stop of every thread (one that does not stop) does
+ * not keep the mapping.  The record goes too; if the munmap cannot be
+ * run, the record stays and `molt rollback` removes the mapping later. */
+static void unstage(pid_t pid, const molt__attach_state *st) {
+  attach_map *maps = NULL;
+  size_t nmaps = 0;
+  uint64_t insn = 0;
+  char e2[256];
+  bool ours = molt__os_maps(pid, &maps, &nmaps) == 0 &&
+              molt__os_find_syscall(pid, maps, nmaps, &insn, e2, sizeof e2) == 0;
+  for (size_t m = 0; ours && m < nmaps; m++) {
+    if (maps[m].end > st->code_start && maps[m].start < st->code_end)
+      ours = strstr(maps[m].path, "memfd:molt-attach") != NULL;
+  }
+  free(maps);
+  attach_stop s;
+  if (!ours || stop_some_thread(pid, &s, e2, sizeof e2) != 0)
+    return;
+  long r;
+  int rc = rsys(&s.t[0], insn, SYS_munmap, st->code_start, st->code_end - st->code_start,
+                0, 0, 0, 0, &r, e2, sizeof e2);
+  molt__os_resume_all(&s);
+  if (rc == 0)
+    molt__state_remove(pid, st->level);
+}
+
 /* ---- the stop ------------------------------------------------------------------- */
 
-/* A thread of s whose ip lies inside the rewritten bytes of a function:
- * its index and the function's, or -1.  The first byte counts too: a
+static bool in_bytes(const molt__attach_state *st, uint64_t ip, size_t *fi) {
+  for (size_t k = 0; k < st->nfuncs; k++) {
+    const molt__attach_func *f = &st->funcs[k];
+    if (ip >= f->at && ip < f->at + f->len) {
+      *fi = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Inside a function, its .cold part included: the entry itself counts
+ * only when `entry` (a thread's ip there is inside it; a word of a stack
+ * equal to it is a pointer to the function, not a return address). */
+static bool in_function(const molt__attach_state *st, uint64_t a, bool entry,
+                        size_t *fi) {
+  for (size_t k = 0; k < st->nfuncs; k++) {
+    const molt__attach_func *f = &st->funcs[k];
+    if ((a > f->addr || (entry && a == f->addr)) && a < f->addr + f->size) {
+      *fi = k;
+      return true;
+    }
+    if (f->cold_size && a >= f->cold && a < f->cold + f->cold_size) {
+      *fi = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* A thread of s that would run the rewritten bytes of a function: its ip
+ * inside them, or the ip saved in a signal frame on its stack (a handler
+ * still running, which returns there).  The first byte counts too: a
  * thread interrupted in a long first instruction (rep movs) has its ip
- * there with registers already changed, and must finish it. */
-static int in_the_way(const attach_stop *s, const molt__attach_state *st, size_t *fi) {
+ * there with registers already changed, and must finish it.  With
+ * `active` (--check-active), also a thread anywhere inside a function to
+ * be replaced, interrupted inside one, or with a return address into one
+ * (any word of its stack: conservative).  Its index, the function's and
+ * why; or -1. */
+static int in_the_way(const attach_stop *s, const molt__attach_state *st, bool active,
+                      attach_view *v, size_t *fi, const char **why) {
   for (size_t i = 0; i < s->n; i++) {
     uint64_t ip = molt__arch_ip(&s->t[i].regs);
     /* a system call the thread is restarted in runs from ip - 2 */
-    uint64_t ips[2] = {
-        ip, molt__arch_syscall_nr(&s->t[i].regs) >= 0 ? ip - ATTACH_SYSCALL_LEN : ip};
-    for (size_t k = 0; k < st->nfuncs; k++) {
-      const molt__attach_func *f = &st->funcs[k];
-      for (int j = 0; j < 2; j++) {
-        if (ips[j] >= f->at && ips[j] < f->at + f->len) {
-          *fi = k;
-          return (int)i;
-        }
+    uint64_t back =
+        molt__arch_syscall_nr(&s->t[i].regs) >= 0 ? ip - ATTACH_SYSCALL_LEN : ip;
+    if (in_bytes(st, ip, fi) || in_bytes(st, back, fi)) {
+      *why = "was inside the first bytes of";
+      return (int)i;
+    }
+    if (active && in_function(st, ip, true, fi)) {
+      *why = "was running";
+      return (int)i;
+    }
+    attach_stack stack;
+    int rc = molt__stack_read(v, molt__arch_sp(&s->t[i].regs), &stack);
+    if (rc) {
+      /* cannot tell where its signal handlers return: in the way */
+      *fi = 0;
+      *why = "has a stack molt cannot read, so it may return into";
+      return (int)i;
+    }
+    uint64_t saved[16];
+    size_t n = molt__stack_signal_ips(v, &stack, saved, 16);
+    int hit = -1;
+    for (size_t k = 0; k < n && hit < 0; k++) {
+      if (in_bytes(st, saved[k], fi)) {
+        *why = "is running a signal handler that returns into the first bytes of";
+        hit = (int)i;
+      } else if (active && in_function(st, saved[k], true, fi)) {
+        *why = "is running a signal handler that returns into";
+        hit = (int)i;
       }
     }
+    for (size_t k = 0; active && hit < 0 && k < stack.n; k++) {
+      if (in_function(st, stack.w[k], false, fi)) {
+        *why = "had a return address into";
+        hit = (int)i;
+      }
+    }
+    molt__stack_free(&stack);
+    if (hit >= 0)
+      return hit;
   }
   return -1;
 }
 
 /* Stops every thread with none in the way, retrying with back-off until
  * the deadline.  0 with s stopped, or MOLT_ETIMEDOUT naming who blocked. */
-static int stop_clear(pid_t pid, const molt__attach_state *st, int timeout_ms,
-                      attach_stop *s, int *attempts, char *err, size_t errlen) {
+static int stop_clear(pid_t pid, const molt__attach_state *st, bool active,
+                      int timeout_ms, attach_stop *s, int *attempts, char *err,
+                      size_t errlen) {
   uint64_t deadline = molt__os_now_ns() + (uint64_t)timeout_ms * 1000000u;
   long backoff_us = 200;
   for (*attempts = 1;; (*attempts)++) {
-    int rc = molt__os_stop_all(pid, s, err, errlen);
-    if (rc)
+    /* The maps before the stop (read again during it only for a stack
+     * that is not in them). */
+    attach_view v;
+    int rc = st ? molt__view_open(pid, &v) : 0;
+    if (rc) {
+      molt__errmsg(err, errlen, "cannot read the mappings of process %d", (int)pid);
       return rc;
+    }
+    rc = molt__os_stop_all(pid, s, err, errlen);
+    if (rc && (rc != MOLT_ETIMEDOUT || molt__os_now_ns() >= deadline)) {
+      /* a thread that does not stop (uninterruptible sleep): every other
+       * was released; err names it */
+      if (st)
+        molt__view_close(&v);
+      if (rc == MOLT_ETIMEDOUT) {
+        size_t used = strlen(err);
+        snprintf(err + used, errlen - used, "; gave up after %d stops in %.1f s",
+                 *attempts, timeout_ms / 1000.0);
+      }
+      return rc;
+    }
     size_t fi = 0;
-    int ti = st ? in_the_way(s, st, &fi) : -1;
-    if (ti < 0)
+    const char *why = "";
+    int ti = rc == 0 && st ? in_the_way(s, st, active, &v, &fi, &why) : -1;
+    if (st)
+      molt__view_close(&v);
+    if (rc == 0 && ti < 0)
       return 0;
-    pid_t tid = s->t[ti].tid;
-    molt__os_resume_all(s);
-    if (molt__os_now_ns() >= deadline) {
+    pid_t tid = rc == 0 ? s->t[ti].tid : 0;
+    if (rc == 0)
+      molt__os_resume_all(s);
+    if (rc == 0 && molt__os_now_ns() >= deadline) {
       char comm[64];
       molt__proc_name(pid, tid, comm, sizeof comm);
-      molt__errmsg(err, errlen,
-                   "thread %d (%s) was inside the first bytes of '%s' at each of %d "
-                   "stops in %.1f s; try again, or use a full update if it never "
-                   "leaves that function",
-                   (int)tid, comm, st->funcs[fi].name, *attempts, timeout_ms / 1000.0);
+      if (active)
+        molt__errmsg(err, errlen,
+                     "thread %d (%s) %s '%s' at the last of %d stops in %.1f s "
+                     "(--check-active); if '%s' is a loop that never returns, replace "
+                     "the program by a full update instead (moltcc --molt-program, "
+                     "molt update)",
+                     (int)tid, comm, why, st->funcs[fi].name, *attempts,
+                     timeout_ms / 1000.0, st->funcs[fi].name);
+      else
+        molt__errmsg(err, errlen,
+                     "thread %d (%s) %s '%s' at each of %d stops in %.1f s; try again, "
+                     "or use a full update if it never leaves that function",
+                     (int)tid, comm, why, st->funcs[fi].name, *attempts,
+                     timeout_ms / 1000.0);
       return MOLT_ETIMEDOUT;
     }
     struct timespec ts = {0, backoff_us * 1000};
     nanosleep(&ts, NULL);
     if (backoff_us < 50000)
       backoff_us *= 2;
+    if (st &&
+        safe_point("the staged code was removed, the program is unchanged", err, errlen))
+      return MOLT_EBUSY;
   }
 }
 
@@ -494,20 +738,6 @@ static int write_jumps(pid_t pid, const molt__attach_state *st, bool to_new, cha
 }
 
 /* ---- attach --------------------------------------------------------------------- */
-
-/* $MOLT_ATTACH_TEST_PAUSE=<point>: the tests kill molt (SIGKILL) at a
- * named point of an attach -- prepared, staged, stopped, applied -- to
- * check what the target is left with.  molt says where it waits on stderr
- * and waits a minute. */
-static void test_pause(const char *point) {
-  const char *want = getenv("MOLT_ATTACH_TEST_PAUSE");
-  if (!want || strcmp(want, point) != 0)
-    return;
-  fprintf(stderr, "molt-attach-paused %s\n", point);
-  fflush(stderr);
-  struct timespec ts = {60, 0};
-  nanosleep(&ts, NULL);
-}
 
 static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, char *err,
                           size_t errlen);
@@ -611,7 +841,7 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     st->nfuncs = p.nfuncs;
   uint64_t base = 0, insn = 0;
   if (rc == 0)
-    rc = choose_place(&t, st, p.size + ATTACH_PAGE, &base, err, errlen);
+    rc = choose_place(&t, st, p.size + ATTACH_STATE_SIZE, &base, err, errlen);
   if (rc == 0)
     rc = molt__patch_relocate(&p, base, resolve, &t, err, errlen);
   for (size_t i = 0; rc == 0 && i < st->nfuncs; i++) {
@@ -626,7 +856,7 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     rc = molt__os_find_syscall(pid, t.maps, t.nmaps, &insn, err, errlen);
   if (rc == 0) {
     st->code_start = base;
-    st->code_end = base + p.size + ATTACH_PAGE;
+    st->code_end = base + p.size + ATTACH_STATE_SIZE;
     st->time = (long long)time(NULL);
     /* The record comes first: killed while staging, molt leaves a
      * mapping that a rollback finds and removes. */
@@ -634,6 +864,8 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     rc = molt__state_save(pid, st, 0, err, errlen);
     test_pause("prepared");
     snprintf(st->phase, sizeof st->phase, "staged");
+    if (rc == 0)
+      rc = safe_point("nothing was changed", err, errlen);
     if (rc == 0)
       rc = stage(pid, &p, base, insn, st, err, errlen);
     if (rc)
@@ -654,12 +886,18 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   attach_stop s;
   memset(&s, 0, sizeof s);
   int attempts = 0;
+  const char *undone = "the staged code was removed, the program is unchanged";
   if (rc == 0)
-    rc = stop_clear(pid, st, timeout_ms, &s, &attempts, err, errlen);
+    rc = safe_point(undone, err, errlen);
+  if (rc == 0)
+    rc = stop_clear(pid, st, o->check_active, timeout_ms, &s, &attempts, err, errlen);
   if (rc == 0) {
     snprintf(st->phase, sizeof st->phase, "applying");
     rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
     test_pause("stopped");
+    /* the last safe point before the jumps: after them, molt finishes */
+    if (rc == 0)
+      rc = safe_point(undone, err, errlen);
     if (rc == 0)
       rc = write_jumps(pid, st, true, err, errlen);
     if (rc == 0)
@@ -675,12 +913,9 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     st->attempts = attempts;
   }
   if (rc) {
-    /* The functions are untouched; the staged code is not used by
-     * anything: undo the staging. */
-    char e2[256];
-    molt__attach_state tmp;
-    if (molt__state_load_level(pid, st->level, &tmp, e2, sizeof e2) == 0)
-      rollback_level(pid, timeout_ms, &tmp, e2, sizeof e2);
+    /* The functions are untouched (no thread ever ran the staged code):
+     * undo the staging, on one thread. */
+    unstage(pid, st);
     return rc;
   }
   snprintf(st->phase, sizeof st->phase, "applied");
@@ -712,9 +947,10 @@ static bool in_code(const molt__attach_state *st, uint64_t v) {
 /* Whether a thread of s may still run the staged code: its ip or another
  * register, or a word of its stack (from sp to the top of the stack's
  * mapping: conservatively every word, return address or not) points into
- * it.  Returns the thread's index or -1. */
-static int code_in_use(const attach_stop *s, const molt__attach_state *st,
-                       const attach_map *maps, size_t nmaps, const char **why) {
+ * it.  A stack molt cannot find or read counts as using it.  Returns the
+ * thread's index or -1. */
+static int code_in_use(const attach_stop *s, const molt__attach_state *st, attach_view *v,
+                       const char **why) {
   for (size_t i = 0; i < s->n; i++) {
     const attach_regs *r = &s->t[i].regs;
     const uint64_t *w = (const uint64_t *)r;
@@ -724,25 +960,18 @@ static int code_in_use(const attach_stop *s, const molt__attach_state *st,
         return (int)i;
       }
     }
-    uint64_t sp = molt__arch_sp(r);
-    for (size_t m = 0; m < nmaps; m++) {
-      if (sp < maps[m].start || sp >= maps[m].end)
-        continue;
-      size_t len = (size_t)(maps[m].end - (sp & ~(uint64_t)7));
-      uint64_t *stack = malloc(len);
-      bool hit = false;
-      if (stack && molt__os_read(s->pid, sp & ~(uint64_t)7, stack, len) == 0) {
-        for (size_t k = 0; k < len / 8 && !hit; k++)
-          hit = in_code(st, stack[k]);
-      } else {
-        hit = true; /* cannot tell: keep it */
-      }
-      free(stack);
-      if (hit) {
-        *why = "has a return address (or a pointer) into it on its stack";
-        return (int)i;
-      }
-      break;
+    attach_stack stack;
+    bool hit = true;
+    if (molt__stack_read(v, molt__arch_sp(r), &stack) == 0) {
+      hit = false;
+      for (size_t k = 0; k < stack.n && !hit; k++)
+        hit = in_code(st, stack.w[k]);
+      molt__stack_free(&stack);
+    }
+    if (hit) {
+      *why = "has a return address (or a pointer) into it on its stack, or a stack "
+             "molt cannot read";
+      return (int)i;
     }
   }
   return -1;
@@ -758,6 +987,8 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
     timeout_ms = MOLT__DEFAULT_TIMEOUT_MS;
   int rc = 0;
   bool restore = molt__levels_active(st);
+  /* rolled back already, its code kept mapped: this run only reclaims it */
+  bool reclaim = !restore;
   /* Every function must hold the jump or its original bytes: anything
    * else was written by someone else since, and is left alone. */
   for (size_t i = 0; restore && i < st->nfuncs; i++) {
@@ -769,20 +1000,21 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
       return MOLT_EIO;
     }
   }
-  attach_map *maps = NULL;
-  size_t nmaps = 0;
+  attach_view v;
   uint64_t insn = 0;
-  rc = molt__os_maps(pid, &maps, &nmaps);
+  rc = molt__view_open(pid, &v);
   if (rc == 0)
-    rc = molt__os_find_syscall(pid, maps, nmaps, &insn, err, errlen);
+    rc = molt__os_find_syscall(pid, v.maps, v.n, &insn, err, errlen);
   attach_stop s;
   int attempts = 0;
+  if (rc == 0)
+    rc = safe_point("nothing was changed", err, errlen);
   /* Restoring needs no thread out of the way: the jump is one instruction,
    * a thread is before it or past it. */
   if (rc == 0)
-    rc = stop_clear(pid, NULL, timeout_ms, &s, &attempts, err, errlen);
+    rc = stop_clear(pid, NULL, false, timeout_ms, &s, &attempts, err, errlen);
   if (rc) {
-    free(maps);
+    molt__view_close(&v);
     return rc;
   }
   for (size_t i = 0; restore && rc == 0 && i < st->nfuncs; i++) {
@@ -793,25 +1025,34 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
       molt__errmsg(err, errlen, "cannot restore the entry of '%s'", f->name);
   }
   const char *why = NULL;
-  int user = rc == 0 ? code_in_use(&s, st, maps, nmaps, &why) : -1;
+  int user = rc == 0 ? code_in_use(&s, st, &v, &why) : -1;
   /* The entries hold their old bytes again: nothing enters the staged code
    * any more, and threads still in it leave it.  Look again a few times
-   * (backing off) within the timeout before keeping it mapped. */
+   * (backing off) within the timeout before keeping it mapped; the maps
+   * are read again each time (new threads have new stacks). */
   uint64_t deadline = molt__os_now_ns() + (uint64_t)timeout_ms * 1000000u;
-  for (long backoff_us = 500; rc == 0 && user >= 0 && molt__os_now_ns() < deadline;) {
+  /* (a SIGINT or SIGTERM of molt ends the wait: the functions are restored
+   * already, the code stays mapped as after a timeout) */
+  for (long backoff_us = 500; rc == 0 && user >= 0 && molt__os_now_ns() < deadline &&
+                              !molt__interrupt_pending();) {
     molt__os_resume_all(&s);
     struct timespec ts = {0, backoff_us * 1000};
     nanosleep(&ts, NULL);
     if (backoff_us < 100000)
       backoff_us *= 2;
-    rc = molt__os_stop_all(pid, &s, err, errlen);
+    molt__view_close(&v);
+    rc = molt__view_open(pid, &v);
+    if (rc == 0)
+      rc = molt__os_stop_all(pid, &s, err, errlen);
     if (rc) {
-      free(maps);
+      molt__view_close(&v);
       return rc;
     }
     attempts++;
-    user = code_in_use(&s, st, maps, nmaps, &why);
+    user = code_in_use(&s, st, &v, &why);
   }
+  const attach_map *maps = v.maps;
+  size_t nmaps = v.n;
   bool unmapped = false, ours = true, any = false;
   /* Only the staged mapping goes: a range with anything else in it (the
    * attach was killed before it mapped there, and the program has mapped
@@ -832,8 +1073,12 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   } else if (rc == 0 && user < 0) {
     long r;
     char e2[200];
-    unmapped = rsys(&s.t[0], insn, SYS_munmap, st->code_start,
-                    st->code_end - st->code_start, 0, 0, 0, 0, &r, e2, sizeof e2) == 0;
+    /* a filter installed since the attach may refuse it */
+    attach_call unmap = {SYS_munmap, {st->code_start, st->code_end - st->code_start}};
+    unmapped =
+        molt__seccomp_check(pid, s.t[0].tid, insn, &unmap, 1, e2, sizeof e2) == 0 &&
+        rsys(&s.t[0], insn, SYS_munmap, st->code_start, st->code_end - st->code_start, 0,
+             0, 0, 0, &r, e2, sizeof e2) == 0;
     if (!unmapped)
       snprintf(st->note, sizeof st->note, "staged code kept mapped: %s", e2);
   } else if (rc == 0) {
@@ -846,7 +1091,7 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   }
   st->threads = (int)s.n;
   molt__os_resume_all(&s);
-  free(maps);
+  molt__view_close(&v);
   st->stop_ms = s.ms;
   st->attempts = attempts;
   st->time = (long long)time(NULL);
@@ -856,8 +1101,13 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   if (unmapped) {
     st->note[0] = '\0';
     molt__state_remove(pid, st->level);
+    molt__log_append(pid, reclaim ? "reclaim" : "rollback", st,
+                     reclaim ? "staged code unmapped"
+                             : "functions restored, staged code unmapped");
     return 0;
   }
+  if (!reclaim)
+    molt__log_append(pid, "rollback", st, st->note);
   return molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
 }
 
@@ -884,6 +1134,34 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
   return 0;
 }
 
+/* A failed run in the log: refused (nothing changed, or a rollback that
+ * could not be carried out) or interrupted by a signal of molt's. */
+static void log_failure(pid_t pid, int rc, molt__attach_state *st, const char *patch,
+                        const char *what, const char *err) {
+  if (rc == MOLT_ENOENT || rc == MOLT_EPERM || rc == MOLT_ENOHISTORY)
+    return; /* no such process, no right to it, nothing to roll back */
+  if (patch && !st->patch[0] && !realpath(patch, st->patch))
+    snprintf(st->patch, sizeof st->patch, "%s", patch);
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s: %s", what, err);
+  molt__log_append(pid, molt__attach_interrupted() ? "interrupted" : "refused", st, msg);
+}
+
+/* A signal that came after the last safe point (while a callback ran, or
+ * a rollback waited for threads) is taken here, before the signals are
+ * unblocked, so the CLI reports the run and then ends with it instead of
+ * dying silently; a failure says it was interrupted too. */
+static void late_interrupt(int rc, char *err, size_t errlen) {
+  bool before = molt__attach_interrupted() != 0;
+  int sig = molt__interrupt_take();
+  if (rc && sig && !before && !strstr(err, "interrupted by")) {
+    const char *abbrev = sigabbrev_np(sig);
+    size_t used = strlen(err);
+    snprintf(err + used, errlen - used, "; then interrupted by SIG%s",
+             abbrev ? abbrev : "?");
+  }
+}
+
 /* The entry points: each holds the per-process lock for its whole run, so
  * a second molt cannot stage, write jumps or remove the record under it. */
 int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
@@ -894,8 +1172,20 @@ int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
     lock = molt__state_lock(o->pid, err, errlen);
   if (lock < 0)
     return lock;
+  sigset_t old;
+  molt__interrupt_block(&old);
+  memset(st, 0, sizeof *st);
   int rc = attach_locked(o, st, err, errlen);
+  late_interrupt(rc, err, errlen);
+  if (rc == 0) {
+    char msg[64];
+    snprintf(msg, sizeof msg, "%d attempt%s", st->attempts, st->attempts == 1 ? "" : "s");
+    molt__log_append(o->pid, "attach", st, msg);
+  } else {
+    log_failure(o->pid, rc, st, o->patch, "attach", err);
+  }
   close(lock);
+  molt__interrupt_restore(&old);
   return rc;
 }
 
@@ -906,7 +1196,14 @@ int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_state *st, cha
     lock = molt__state_lock(pid, err, errlen);
   if (lock < 0)
     return lock;
+  sigset_t old;
+  molt__interrupt_block(&old);
+  memset(st, 0, sizeof *st);
   int rc = rollback_locked(pid, timeout_ms, st, err, errlen);
+  late_interrupt(rc, err, errlen);
+  if (rc)
+    log_failure(pid, rc, st, NULL, "rollback", err);
   close(lock);
+  molt__interrupt_restore(&old);
   return rc;
 }

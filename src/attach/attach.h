@@ -49,6 +49,9 @@ typedef struct molt__attach_func {
                                            the jump of the patch below (levels.c) */
   uint8_t jump[MOLT__ATTACH_MAX_BYTES]; /* what the attach wrote */
   uint64_t new_addr;                    /* the new version, in the staged code */
+  /* the whole function, for --check-active (not kept in the record) */
+  uint64_t size;
+  uint64_t cold, cold_size; /* its gcc .cold part, if any */
 } molt__attach_func;
 
 /* The state of an attached process, as the record and the state page in
@@ -75,6 +78,7 @@ typedef struct molt__attach_opts {
   const char *patch;       /* path of the patch file */
   int timeout_ms;          /* for threads in the way; < 0: 10 s */
   int callback_timeout_ms; /* for each callback of the patch; <= 0: 5 s */
+  bool check_active;       /* no thread may be inside or return into a function */
 } molt__attach_opts;
 
 /* Attaches the patch to process o->pid.  On success *st is the new state.
@@ -97,6 +101,27 @@ MOLT__HIDDEN int molt__attach(const molt__attach_opts *o, molt__attach_state *st
  * attached), or the errors of molt__attach. */
 MOLT__HIDDEN int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_state *st,
                                        char *err, size_t errlen);
+
+/* The signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) that interrupted the last
+ * molt__attach or molt__attach_rollback at a safe point, or 0.  They are
+ * blocked while either runs; the caller reports the interruption and may
+ * then end with the signal. */
+MOLT__HIDDEN int molt__attach_interrupted(void);
+
+/* One entry of an attached process's log (log.c). */
+typedef struct molt__attach_event {
+  unsigned long seq;
+  long long time;       /* Unix time */
+  char event[16];       /* attach | rollback | reclaim | refused | interrupted */
+  char patch[1024];     /* the patch file */
+  char functions[1024]; /* comma-separated */
+  double stop_ms;       /* how long the threads were stopped */
+  int threads;
+  char message[512];
+} molt__attach_event;
+/* The log of pid, oldest first (*ev malloc'ed): 0, MOLT_ENOHISTORY (no
+ * log, or one of an earlier process with that pid), MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__attach_log_read(pid_t pid, molt__attach_event **ev, size_t *n);
 
 /* The attach state of pid: the newest patch still applied (else the
  * newest rolled-back one whose code is kept mapped).  0, MOLT_ENOHISTORY

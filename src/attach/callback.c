@@ -31,7 +31,8 @@
  *   4. its old signal mask, then its registers exactly as they were at the
  *      stop (its interrupted system call restarted as the stop alone would
  *      restart it: no EINTR), and it is let go.
- * molt holds back SIGINT, SIGTERM, SIGHUP and SIGQUIT meanwhile; a SIGKILL
+ * molt holds back SIGINT, SIGTERM, SIGHUP and SIGQUIT meanwhile (as for
+ * its whole run: interrupt.c); a SIGKILL
  * of molt while a callback runs kills the target when the callback
  * returns into the trap with no tracer (design §16, killed half way). */
 #include "attach/internal.h"
@@ -175,21 +176,13 @@ int molt__callback_run(pid_t pid, uint64_t fn, uint64_t trap, int timeout_ms, in
   /* Killed while the callback runs, molt would leave the thread to return
    * into the trap with no tracer to catch the fault: the process would die
    * of it.  SIGKILL cannot be held back; the signals of an operator or a
-   * service manager (Ctrl-C, SIGTERM...) are held until the thread is
-   * given back, then take effect. */
-  sigset_t quit, old_quit;
-  sigemptyset(&quit);
-  sigaddset(&quit, SIGINT);
-  sigaddset(&quit, SIGTERM);
-  sigaddset(&quit, SIGHUP);
-  sigaddset(&quit, SIGQUIT);
-  sigprocmask(SIG_BLOCK, &quit, &old_quit);
+   * service manager (Ctrl-C, SIGTERM...) are: molt__attach blocks them for
+   * its whole run (interrupt.c) and takes them only at its safe points,
+   * none of which is inside a callback. */
   attach_stop s;
   rc = borrow_thread(pid, &s, err, errlen);
-  if (rc) {
-    sigprocmask(SIG_SETMASK, &old_quit, NULL);
+  if (rc)
     return rc;
-  }
   attach_thread *t = &s.t[0];
   uint64_t t0 = molt__os_now_ns();
   /* scratch words for the masks: below the red zone, above the frame */
@@ -230,7 +223,6 @@ int molt__callback_run(pid_t pid, uint64_t fn, uint64_t trap, int timeout_ms, in
   t->regs_changed = true;
   molt__os_resume_all(&s);
   *ms = (double)(molt__os_now_ns() - t0) / 1e6;
-  sigprocmask(SIG_SETMASK, &old_quit, NULL);
   return rc;
 }
 

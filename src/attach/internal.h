@@ -45,6 +45,14 @@ MOLT__HIDDEN bool molt__arch_jump(uint64_t from, uint64_t to, uint8_t *out, unsi
 /* The instruction that enters the kernel (syscall: 0f 05) at p. */
 MOLT__HIDDEN bool molt__arch_is_syscall(const uint8_t *p);
 #define ATTACH_SYSCALL_LEN 2
+/* A signal handler returns to libc's restorer, which runs rt_sigreturn
+ * (mov $15, %rax; syscall): a word of a stack pointing at those bytes is
+ * the first word of a signal frame, whose saved ip (where the interrupted
+ * code goes on when the handler returns) is ATTACH_SIGFRAME_IP_WORD words
+ * further up. */
+#define ATTACH_RESTORER_LEN 9
+MOLT__HIDDEN bool molt__arch_is_restorer(const uint8_t *p);
+#define ATTACH_SIGFRAME_IP_WORD 22
 
 /* Registers: instruction and stack pointer; a system call's number and
  * arguments set up to run at `insn`; its result. */
@@ -146,6 +154,91 @@ MOLT__HIDDEN bool molt__os_bias_of(const char *path, const attach_map *maps, siz
 MOLT__HIDDEN int molt__os_find_syscall(pid_t pid, const attach_map *maps, size_t n,
                                        uint64_t *insn, char *err, size_t errlen);
 
+/* ---- stack.c: what a stopped thread's stack holds ----------------------------- */
+
+/* The words of a stopped thread's stack, from its stack pointer (8-byte
+ * aligned down) to the top of the mapping holding it. */
+typedef struct attach_stack {
+  uint64_t at; /* address of w[0] */
+  uint64_t *w;
+  size_t n;
+} attach_stack;
+/* The target's mappings, read again when a stack pointer lies in none of
+ * them (a thread created since they were read has a new stack). */
+typedef struct attach_view {
+  pid_t pid;
+  attach_map *maps;
+  size_t n;
+  bool fresh;          /* read during this stop */
+  int mem;             /* the target's memory, open for the whole check (-1: not) */
+  uint64_t (*exec)[2]; /* the executable mappings' [start, end), in order */
+  size_t nexec;
+  /* addresses known to be (or not be) a signal restorer */
+  uint64_t restorer[8], other[256];
+  size_t nrestorer, nother;
+} attach_view;
+MOLT__HIDDEN int molt__view_open(pid_t pid, attach_view *v);
+MOLT__HIDDEN void molt__view_close(attach_view *v);
+/* 0, or MOLT_ENOENT (sp lies in no mapping, even after reading the maps
+ * again), MOLT_EIO, MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__stack_read(attach_view *v, uint64_t sp, attach_stack *out);
+MOLT__HIDDEN void molt__stack_free(attach_stack *s);
+/* The saved ips of the signal frames on the stack (handlers that have
+ * not returned yet): up to max in ips; their count. */
+MOLT__HIDDEN size_t molt__stack_signal_ips(attach_view *v, const attach_stack *s,
+                                           uint64_t *ips, size_t max);
+
+/* ---- libs.c: the target's libraries ------------------------------------------ */
+
+typedef struct attach_lib {
+  char name[512]; /* as the loader names it */
+  char path[600]; /* what molt opens: /proc/PID/map_files/... or root/... */
+  uint64_t bias;
+} attach_lib;
+/* The libraries of pid in the loader's order (its link map; the order of
+ * the mappings if there is none), the program `exe` excluded, each with
+ * a path that opens the file the target mapped.  0 with *libs (malloc'ed)
+ * or MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__libs_list(pid_t pid, uint64_t exe_bias, const char *exe,
+                                 const attach_map *maps, size_t n, attach_lib **libs,
+                                 size_t *nlibs);
+
+/* ---- seccomp.c: the target's seccomp filters -------------------------------- */
+
+/* A system call molt means to run in the target. */
+typedef struct attach_call {
+  long nr;
+  uint64_t args[6];
+} attach_call;
+/* Whether thread tid (stopped by molt) may run each call at the syscall
+ * instruction insn: 0 if it is under no filter or every filter allows
+ * them all; else MOLT_ENOTSUP (strict mode, or a filter refuses one),
+ * MOLT_EPERM (filters molt may not read), MOLT_EIO, MOLT_ENOMEM, with a
+ * one-line message saying which call, what the filter does and what to
+ * do.  Nothing is run. */
+MOLT__HIDDEN int molt__seccomp_check(pid_t pid, pid_t tid, uint64_t insn,
+                                     const attach_call *calls, size_t n, char *err,
+                                     size_t errlen);
+
+/* ---- log.c: the log of an attached process ---------------------------------- */
+
+/* Appends an entry (event, st's patch, functions, stop and threads,
+ * message) to pid's log; called with the process's lock held. */
+MOLT__HIDDEN void molt__log_append(pid_t pid, const char *event,
+                                   const molt__attach_state *st, const char *message);
+
+/* ---- interrupt.c: molt's own SIGINT and SIGTERM ------------------------------ */
+
+#include <signal.h>
+/* Blocks SIGINT, SIGTERM, SIGHUP and SIGQUIT for a run (the old mask in
+ * *old), and puts the old mask back. */
+MOLT__HIDDEN void molt__interrupt_block(sigset_t *old);
+MOLT__HIDDEN void molt__interrupt_restore(const sigset_t *old);
+/* Whether one of them is pending; takes it (a safe point honours it):
+ * the signal, or 0. */
+MOLT__HIDDEN bool molt__interrupt_pending(void);
+MOLT__HIDDEN int molt__interrupt_take(void);
+
 /* ---- patch.c: the patch file ------------------------------------------------- */
 
 typedef struct attach_patch {
@@ -166,9 +259,10 @@ typedef struct attach_patch {
 MOLT__HIDDEN int molt__patch_open(const char *path, attach_patch *p, char *err,
                                   size_t errlen);
 /* Resolves the patch's references with `resolve` and relocates its image
- * for `base` in the target. */
-typedef int (*attach_resolver)(const char *name, bool weak, uint64_t *value, void *arg,
-                               char *err, size_t errlen);
+ * for `base` in the target.  `library`: the patch's link bound the name to
+ * a library (its symbol carries the library's version). */
+typedef int (*attach_resolver)(const char *name, bool weak, bool library, uint64_t *value,
+                               void *arg, char *err, size_t errlen);
 MOLT__HIDDEN int molt__patch_relocate(attach_patch *p, uint64_t base,
                                       attach_resolver resolve, void *arg, char *err,
                                       size_t errlen);
@@ -254,7 +348,11 @@ MOLT__HIDDEN void molt__callbacks_post(pid_t pid, molt__attach_state *st,
                                        int timeout_ms);
 
 #define ATTACH_PAGE 4096u
-/* The state page is the last page of the staged mapping. */
-#define ATTACH_STATE_PAGE(st) ((st)->code_end - ATTACH_PAGE)
+#define ATTACH_STATE_PAGE(st) ((st)->code_end - ATTACH_STATE_SIZE)
+/* The state pages at the end of the staged mapping: room for the longest
+ * record (64 functions of 127-character names, a 4095-character patch
+ * path, a full note: about 21 KiB; molt__state_save refuses a longer one
+ * rather than cut it). */
+#define ATTACH_STATE_SIZE (8 * ATTACH_PAGE)
 
 #endif /* MOLT_ATTACH_INTERNAL_H */

@@ -7,7 +7,8 @@
  * a thread blocked in a system call leaves it with -ERESTART* and the
  * kernel restarts the call when the thread resumes (nanosleep and futex
  * with the time that was left).  The few calls that end with EINTR on any
- * stop (epoll_wait and its siblings, sigtimedwait, semtimedop) are entered
+ * stop (epoll_wait and its siblings, sigtimedwait, semtimedop, io_getevents
+ * and io_pgetevents) are entered
  * again by putting the ip back on their `syscall` instruction, unless a
  * real signal is pending (then the EINTR is the program's). */
 #include "attach/internal.h"
@@ -382,10 +383,38 @@ static bool eintr_on_stop(long nr) {
 #endif
   case SYS_rt_sigtimedwait:
   case SYS_semtimedop:
+  case SYS_io_getevents: /* read_events() ends with EINTR on any stop */
+#ifdef SYS_io_pgetevents
+  case SYS_io_pgetevents:
+#endif
     return true;
   default:
     return false;
   }
+}
+
+/* Thread tid's tracer and state letter (/proc/PID/task/TID/status);
+ * false if it is gone. */
+static bool thread_status(pid_t pid, pid_t tid, int *tracer, char *state) {
+  char path[96], line[256];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)tid);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return false;
+  *tracer = -1;
+  *state = '?';
+  while (fgets(line, sizeof line, f)) {
+    sscanf(line, "State: %c", state);
+    sscanf(line, "TracerPid: %d", tracer);
+  }
+  fclose(f);
+  return true;
+}
+
+static bool asleep_in_kernel(pid_t pid, pid_t tid) {
+  int tracer;
+  char state = '?';
+  return thread_status(pid, tid, &tracer, &state) && state == 'D';
 }
 
 /* A thread whose call the stop ended with EINTR enters it again. */
@@ -403,14 +432,64 @@ static void keep_call(attach_stop *s, attach_thread *t) {
   t->regs_changed = true;
 }
 
-/* Waits for thread t's stop.  0 stopped (regs read), 1 the thread is gone,
- * or a MOLT_E* code. */
-static int wait_stop(attach_stop *s, attach_thread *t, char *err, size_t errlen) {
+/* How long one stop waits for a thread to stop.  A thread in an
+ * uninterruptible sleep (D: a disk or NFS wait, vfork) stops only when it
+ * wakes, and every thread stopped before it waits with it: past
+ * STOP_WAIT_MS, a thread in that state makes the stop give up and release
+ * every thread (the caller may try again).  Any other thread is on its
+ * way to the stop (runnable, waiting for a CPU on a loaded machine): it is
+ * waited for up to STOP_WAIT_MAX_MS. */
+#define STOP_WAIT_MS 200
+#define STOP_WAIT_MAX_MS 2000
+
+/* Whether thread tid is in an uninterruptible sleep. */
+static bool asleep_in_kernel(pid_t pid, pid_t tid);
+
+/* Why thread tid has not stopped: its state and where it sleeps. */
+static void not_stopping(pid_t pid, pid_t tid, char *err, size_t errlen) {
+  char path[96], wchan[64] = "", comm[64];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/wchan", (int)pid, (int)tid);
+  FILE *f = fopen(path, "re");
+  if (f) {
+    if (!fgets(wchan, sizeof wchan, f))
+      wchan[0] = '\0';
+    fclose(f);
+  }
+  int tracer;
+  char state = '?';
+  thread_status(pid, tid, &tracer, &state);
+  molt__proc_name(pid, tid, comm, sizeof comm);
+  bool where = wchan[0] && strcmp(wchan, "0") != 0;
+  molt__errmsg(err, errlen, "thread %d (%s) did not stop within %d ms (state %c%s%s%s)",
+               (int)tid, comm, state == 'D' ? STOP_WAIT_MS : STOP_WAIT_MAX_MS, state,
+               state == 'D' ? ": uninterruptible sleep" : "", where ? " in " : "",
+               where ? wchan : "");
+}
+
+/* Waits for thread t's stop until deadline_ns.  0 stopped (regs read), 1
+ * the thread is gone, 2 not stopped by the deadline, or a MOLT_E* code. */
+static int wait_stop(attach_stop *s, attach_thread *t, uint64_t deadline_ns, char *err,
+                     size_t errlen) {
+  long nap_ns = 10000;
   for (;;) {
     int st;
-    pid_t r = waitpid(t->tid, &st, __WALL);
+    pid_t r = waitpid(t->tid, &st, __WALL | WNOHANG);
     if (r < 0 && errno == EINTR)
       continue;
+    if (r == 0) {
+      uint64_t now = molt__os_now_ns();
+      if (now >= deadline_ns &&
+          (asleep_in_kernel(s->pid, t->tid) ||
+           now >= deadline_ns + (uint64_t)(STOP_WAIT_MAX_MS - STOP_WAIT_MS) * 1000000u))
+        return 2;
+      /* most threads have stopped by the time they are waited for: the
+       * naps grow only for one that has not */
+      struct timespec ts = {0, nap_ns};
+      nanosleep(&ts, NULL);
+      if (nap_ns < 500000)
+        nap_ns *= 2;
+      continue;
+    }
     if (r < 0)
       return 1; /* ECHILD: it exited and was reaped */
     if (WIFEXITED(st) || WIFSIGNALED(st))
@@ -462,24 +541,6 @@ static int wait_stop(attach_stop *s, attach_thread *t, char *err, size_t errlen)
 
 /* Seizes and interrupts thread tid (not yet in s).  0, 1 if gone, or a
  * MOLT_E* code. */
-/* Thread tid's tracer and state letter (/proc/PID/task/TID/status);
- * false if it is gone. */
-static bool thread_status(pid_t pid, pid_t tid, int *tracer, char *state) {
-  char path[96], line[256];
-  snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)tid);
-  FILE *f = fopen(path, "re");
-  if (!f)
-    return false;
-  *tracer = -1;
-  *state = '?';
-  while (fgets(line, sizeof line, f)) {
-    sscanf(line, "State: %c", state);
-    sscanf(line, "TracerPid: %d", tracer);
-  }
-  fclose(f);
-  return true;
-}
-
 static int seize(attach_stop *s, pid_t tid, char *err, size_t errlen) {
   if (ptrace(PTRACE_SEIZE, tid, 0, (void *)(long)PTRACE_O_TRACECLONE) != 0) {
     int e = errno, tracer;
@@ -514,8 +575,10 @@ static int seize(attach_stop *s, pid_t tid, char *err, size_t errlen) {
   return 0;
 }
 
-/* Every stopped thread of s waited for; gone ones dropped. */
+/* Every stopped thread of s waited for; gone ones dropped.  MOLT_ETIMEDOUT
+ * naming a thread that has not stopped by s->t0_ns + STOP_WAIT_MS. */
 static int wait_all(attach_stop *s, char *err, size_t errlen) {
+  uint64_t deadline = s->t0_ns + (uint64_t)STOP_WAIT_MS * 1000000u;
   for (size_t i = 0; i < s->n;) {
     if (s->t[i].stopped) {
       i++;
@@ -523,7 +586,11 @@ static int wait_all(attach_stop *s, char *err, size_t errlen) {
     }
     if (s->t[i].sig < 0)
       s->t[i].sig = 0;
-    int rc = wait_stop(s, &s->t[i], err, errlen);
+    int rc = wait_stop(s, &s->t[i], deadline, err, errlen);
+    if (rc == 2) {
+      not_stopping(s->pid, s->t[i].tid, err, errlen);
+      return MOLT_ETIMEDOUT;
+    }
     if (rc < 0)
       return rc;
     if (rc == 1)
@@ -610,16 +677,27 @@ int molt__os_stop_one(pid_t pid, pid_t tid, attach_stop *s, char *err, size_t er
 }
 
 void molt__os_resume_all(attach_stop *s) {
+  uint64_t grace = molt__os_now_ns() + 20 * 1000000u;
   for (size_t i = 0; i < s->n; i++) {
     attach_thread *t = &s->t[i];
     if (t->stopped && t->regs_changed)
       ptrace(PTRACE_SETREGS, t->tid, 0, &t->regs);
     /* Detaching resumes the thread, with the signal its stop held back.
-     * A thread seized but never seen stopped is detached by the kernel
-     * when it exits, or here once it stops. */
+     * A thread seized but not stopped yet (the stop gave up on it) cannot
+     * be detached until it stops: if it has not, it stays traced until it
+     * stops and a later stop of this molt takes it, or until molt exits
+     * (the kernel then detaches it and drops the pending interrupt). */
     if (!t->stopped) {
+      /* one about to stop (a new thread's first stop) is let stop, for 20
+       * ms at most in all: one asleep in the kernel is not waited for */
       int st;
-      if (waitpid(t->tid, &st, __WALL) < 0 || !WIFSTOPPED(st))
+      pid_t w;
+      while ((w = waitpid(t->tid, &st, __WALL | WNOHANG)) == 0 &&
+             molt__os_now_ns() < grace) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+      }
+      if (w <= 0 || !WIFSTOPPED(st))
         continue;
       if ((st >> 16) == 0)
         t->sig = WSTOPSIG(st);

@@ -38,6 +38,8 @@ typedef struct patch_file {
   size_t ndynsym;
   const char *dynstr;
   size_t dynstr_size;
+  const uint16_t *versym; /* .gnu.version: per dynamic symbol; NULL if none */
+  size_t nversym;
 } patch_file;
 
 static bool in_file(const patch_file *f, uint64_t off, uint64_t len) {
@@ -144,6 +146,11 @@ static int parse(patch_file *f, attach_patch *p, char *err, size_t errlen) {
       f->ndynsym = s->sh_size / sizeof(Elf64_Sym);
       f->dynstr = (const char *)f->data + str->sh_offset;
       f->dynstr_size = str->sh_size;
+    } else if (s->sh_type == SHT_GNU_versym) {
+      if (s->sh_entsize != sizeof(uint16_t) || s->sh_offset % 2)
+        return corrupt(err, errlen, "bad .gnu.version");
+      f->versym = (const uint16_t *)(f->data + s->sh_offset);
+      f->nversym = s->sh_size / sizeof(uint16_t);
     }
   }
   if (!marked) {
@@ -298,8 +305,12 @@ int molt__patch_relocate(attach_patch *p, uint64_t base, attach_resolver resolve
         if (sym->st_shndx != SHN_UNDEF) {
           value = base + sym->st_value; /* the patch's own */
         } else {
-          int rc = resolve(name, ELF64_ST_BIND(sym->st_info) == STB_WEAK, &value, arg,
-                           err, errlen);
+          /* A version needed from a library (index 2 and up): the patch's
+           * own link found the name in a library, so it names the
+           * library's, never a static of the program. */
+          bool library = f->versym && si < f->nversym && (f->versym[si] & 0x7fff) >= 2;
+          int rc = resolve(name, ELF64_ST_BIND(sym->st_info) == STB_WEAK, library, &value,
+                           arg, err, errlen);
           if (rc)
             return rc;
         }

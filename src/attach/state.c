@@ -203,13 +203,16 @@ int molt__state_save(pid_t pid, const molt__attach_state *st, uint64_t page, cha
     return MOLT_ENOMEM;
   }
   int rc = 0;
-  /* The page first: it is what goes with the process. */
-  if (page && b.len < ATTACH_PAGE) {
-    uint8_t buf[ATTACH_PAGE];
-    memset(buf, 0, sizeof buf);
-    memcpy(buf, b.data, b.len);
-    rc = molt__os_write(pid, page, buf, sizeof buf);
+  if (b.len >= ATTACH_STATE_SIZE) {
+    molt__buf_free(&b);
+    molt__errmsg(err, errlen, "the attach record does not fit its %u bytes",
+                 ATTACH_STATE_SIZE);
+    return MOLT_EINTERNAL;
   }
+  /* The state pages first: they go with the process.  The text and its
+   * terminating zero (what follows a zero is never read). */
+  if (page)
+    rc = molt__os_write(pid, page, b.data, b.len + 1);
   char path[512], tmp[600];
   molt__state_level_path(pid, st->level, path, sizeof path);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -241,11 +244,20 @@ void molt__state_remove(pid_t pid, int level) {
 int molt__state_from_page(pid_t pid, const attach_map *m, molt__attach_state *st) {
   if (!strstr(m->path, "molt-attach") || !m->w)
     return MOLT_ENOHISTORY;
-  char page[ATTACH_PAGE + 1];
-  if (molt__os_read(pid, m->end - ATTACH_PAGE, page, ATTACH_PAGE) != 0)
-    return MOLT_EIO;
-  page[ATTACH_PAGE] = '\0';
-  return molt__state_parse(page, st);
+  if (m->end - m->start < ATTACH_STATE_SIZE)
+    return MOLT_ENOHISTORY;
+  char *page = malloc(ATTACH_STATE_SIZE + 1);
+  if (!page)
+    return MOLT_ENOMEM;
+  int rc = molt__os_read(pid, m->end - ATTACH_STATE_SIZE, page, ATTACH_STATE_SIZE);
+  if (rc == 0) {
+    page[ATTACH_STATE_SIZE] = '\0';
+    rc = molt__state_parse(page, st);
+  } else {
+    rc = MOLT_EIO;
+  }
+  free(page);
+  return rc;
 }
 
 int molt__state_load_level(pid_t pid, int level, molt__attach_state *st, char *err,

@@ -47,9 +47,10 @@ typedef struct cli_args {
   int timeout_ms;          /* -1: not given */
   int callback_timeout_ms; /* -1: not given */
   bool check_interior;
-  bool all;  /* attach --all: pos[0] is a program, not a pid */
-  pid_t pid; /* pos[0], for commands that take one */
-  int argc;  /* the whole command line (molt run) */
+  bool all;          /* attach --all: pos[0] is a program, not a pid */
+  bool check_active; /* molt attach */
+  pid_t pid;         /* pos[0], for commands that take one */
+  int argc;          /* the whole command line (molt run) */
   char **argv;
 } cli_args;
 
@@ -199,6 +200,9 @@ int cli_cmd_attach(const cli_args *a);
 bool cli_attached(pid_t pid);
 int cli_attach_rollback(const cli_args *a);
 int cli_attach_status(const cli_args *a);
+/* Whether pid has an attach log (molt log shows it), and showing it. */
+bool cli_attach_logged(pid_t pid);
+int cli_attach_log(const cli_args *a);
 /* The usage text (main.c, from the command table). */
 void cli_usage(FILE *out);
 

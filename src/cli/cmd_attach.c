@@ -6,6 +6,7 @@
 #include "attach/attach.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +14,23 @@
 #include <unistd.h>
 
 /* The exit code of an attach failure: "no such process / not permitted"
- * as for a molt process, else the operation failed. */
+ * as for a molt process, else the operation failed.  A run that SIGINT or
+ * SIGTERM interrupted (at a safe point: the target is consistent) says
+ * so, then ends with that signal, as molt would have without the run. */
+static void end_if_interrupted(void) {
+  int sig = molt__attach_interrupted();
+  if (sig) {
+    fflush(NULL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+}
+
 static int fail(const char *what, int rc, const char *err) {
   int code = rc == MOLT_ENOENT || rc == MOLT_EPERM ? EXIT_CONNECT : EXIT_FAILED;
-  return cli_fail(code, "%s: %s", what, err[0] ? err : molt_strerror(rc));
+  code = cli_fail(code, "%s: %s", what, err[0] ? err : molt_strerror(rc));
+  end_if_interrupted();
+  return code;
 }
 
 static void names(const molt__attach_state *st, char *buf, size_t len) {
@@ -59,7 +73,8 @@ static int attach_all(const cli_args *a) {
   close(fd);
   molt__attach_opts o = {.patch = abs,
                          .timeout_ms = a->timeout_ms,
-                         .callback_timeout_ms = a->callback_timeout_ms};
+                         .callback_timeout_ms = a->callback_timeout_ms,
+                         .check_active = a->check_active};
   molt__attach_one *v = NULL;
   size_t n = 0, done = 0;
   char err[768] = "";
@@ -97,6 +112,7 @@ static int attach_all(const cli_args *a) {
   }
   free(v);
   free(abs);
+  end_if_interrupted(); /* after the report: the run is whole */
   return code;
 }
 
@@ -114,7 +130,8 @@ int cli_cmd_attach(const cli_args *a) {
   molt__attach_opts o = {.pid = a->pid,
                          .patch = abs,
                          .timeout_ms = a->timeout_ms,
-                         .callback_timeout_ms = a->callback_timeout_ms};
+                         .callback_timeout_ms = a->callback_timeout_ms,
+                         .check_active = a->check_active};
   molt__attach_state *st = cli_xmalloc(sizeof *st);
   char err[512] = "";
   int rc = molt__attach(&o, st, err, sizeof err);
@@ -140,6 +157,7 @@ int cli_cmd_attach(const cli_args *a) {
   }
   free(st);
   free(abs);
+  end_if_interrupted(); /* after the report: the run is whole */
   return code;
 }
 
@@ -179,6 +197,7 @@ int cli_attach_rollback(const cli_args *a) {
     }
   }
   free(st);
+  end_if_interrupted(); /* after the report: the run is whole */
   return code;
 }
 
@@ -328,5 +347,86 @@ int cli_attach_status(const cli_args *a) {
     cli_table_print(&tab, "  ");
   }
   molt__attach_stack_free(&s);
+  return EXIT_OK;
+}
+
+bool cli_attach_logged(pid_t pid) {
+  molt__attach_event *ev = NULL;
+  size_t n = 0;
+  bool yes = molt__attach_log_read(pid, &ev, &n) == 0;
+  free(ev);
+  return yes;
+}
+
+/* molt log PID of a process patched by molt attach: its attach log. */
+int cli_attach_log(const cli_args *a) {
+  molt__attach_event *ev = NULL;
+  size_t n = 0;
+  int rc = molt__attach_log_read(a->pid, &ev, &n);
+  if (rc) {
+    char what[64], err[128];
+    snprintf(what, sizeof what, "log %ld", (long)a->pid);
+    snprintf(err, sizeof err, "process %ld has no log of molt attach", (long)a->pid);
+    return fail(what, rc, rc == MOLT_ENOHISTORY ? err : "");
+  }
+  char num[64];
+  if (a->json) {
+    cli_json j = {0};
+    cli_json_array(&j, false);
+    for (size_t i = 0; i < n; i++) {
+      molt__attach_event *e = &ev[i];
+      cli_json_object(&j, true);
+      cli_json_key(&j, "seq");
+      snprintf(num, sizeof num, "%lu", e->seq);
+      cli_json_num(&j, num);
+      cli_json_key(&j, "time");
+      snprintf(num, sizeof num, "%lld", e->time);
+      cli_json_num(&j, num);
+      cli_json_key(&j, "event");
+      cli_json_str(&j, e->event);
+      cli_json_key(&j, "patch");
+      cli_json_str(&j, e->patch);
+      cli_json_key(&j, "functions");
+      cli_json_array(&j, true);
+      for (char *save = NULL, *f = strtok_r(e->functions, ",", &save); f;
+           f = strtok_r(NULL, ",", &save))
+        cli_json_str(&j, f);
+      cli_json_end(&j);
+      cli_json_key(&j, "stop_ms");
+      snprintf(num, sizeof num, "%.3f", e->stop_ms);
+      cli_json_num(&j, num);
+      cli_json_key(&j, "threads");
+      snprintf(num, sizeof num, "%d", e->threads);
+      cli_json_num(&j, num);
+      cli_json_key(&j, "message");
+      cli_json_str(&j, e->message);
+      cli_json_end(&j);
+    }
+    cli_json_end(&j);
+    cli_json_done(&j);
+  } else {
+    cli_table tab;
+    cli_table_init(&tab, 7,
+                   (const char *const[]){"SEQ", "TIME", "EVENT", "PATCH", "FUNCTIONS",
+                                         "STOP_MS", "MESSAGE"});
+    for (size_t i = 0; i < n; i++) {
+      molt__attach_event *e = &ev[i];
+      char seq[32], when[64], stop[32];
+      snprintf(seq, sizeof seq, "%lu", e->seq);
+      time_t t = (time_t)e->time;
+      struct tm tm;
+      localtime_r(&t, &tm);
+      strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+      snprintf(stop, sizeof stop, "%.3f", e->stop_ms);
+      cli_sanitize(e->patch);
+      cli_sanitize(e->functions);
+      cli_sanitize(e->message);
+      cli_table_add(&tab, (const char *const[]){seq, when, e->event, e->patch,
+                                                e->functions[0] ? e->functions : "-",
+                                                stop, e->message[0] ? e->message : "-"});
+    }
+    cli_table_print(&tab, "");
+  }
+  free(ev);
   return EXIT_OK;
 }

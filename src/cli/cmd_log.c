@@ -1,4 +1,5 @@
-/* molt log <pid> [--json]: the process's update log. */
+/* molt log <pid> [--json]: the process's update log (of a process patched
+ * by molt attach: its attach log, cmd_attach.c). */
 #include "cli/cli.h"
 
 static const cli_view entries = {
@@ -11,6 +12,8 @@ static const cli_view entries = {
                 {"MESSAGE", 6, CLI_AS_IS})};
 
 int cli_cmd_log(const cli_args *a) {
+  if (cli_attached(a->pid) || cli_attach_logged(a->pid))
+    return cli_attach_log(a);
   cli_reply r;
   int code = cli_report(a, MOLT__OP_LOG, &r);
   if (code != 0)

@@ -40,7 +40,7 @@ static const command commands[] = {
 #undef MOLT__CLI_COMMAND
         {"attach", 0, MOLT__OPF_TIMEOUT | MOLT__OPF_CALLBACKS, "patch", true, false,
          "molt attach <pid>|--all <program> <patch.so> [--timeout SEC] "
-         "[--callback-timeout SEC]",
+         "[--callback-timeout SEC] [--check-active]",
          "hot-patch a process not built with molt (patch built with 'moltcc "
          "--molt-attach'), on top of the patches it has; --all: every process of the "
          "program, all or none; rollback and status work on it too",
@@ -124,6 +124,8 @@ void cli_usage(FILE *out) {
         "  --json                           the report as JSON\n"
         "  --check-interior                 refuse an update whose old state has\n"
         "                                   pointers into the interior of objects\n"
+        "  --check-active                   attach: no thread may be inside, or return\n"
+        "                                   into, a function being replaced\n"
         "\n"
         "exit status:\n"
         "  0  success\n"
@@ -204,6 +206,8 @@ static int parse_args(int argc, char **argv, cli_args *o) {
         o->all = true;
       } else if (strcmp(a, "--check-interior") == 0) {
         o->check_interior = true;
+      } else if (strcmp(a, "--check-active") == 0) {
+        o->check_active = true;
       } else if (klen == 8 && strncmp(a, "--policy", 8) == 0) {
         if (!molt__policy_parse(val, &p))
           return cli_fail(EXIT_USAGE,
@@ -273,6 +277,9 @@ static int check_args(const command *c, const cli_args *o) {
                     "%s: --check-interior applies only to %s; see 'molt help'", o->cmd,
                     list);
   }
+  if (o->check_active && strcmp(c->name, "attach") != 0)
+    return cli_fail(EXIT_USAGE,
+                    "%s: --check-active applies only to attach; see 'molt help'", o->cmd);
   int npos = (c->pid ? 1 : 0) + (c->file ? 1 : 0);
   if (o->npos != npos) {
     synopsis(c, syn, sizeof syn);

@@ -7,8 +7,8 @@
  *                      by the counters of the watcher threads below.
  *
  * Watcher threads sit in blocking calls all the time -- read, accept,
- * nanosleep, epoll_wait, futex -- and count each EINTR and each sleep or
- * timeout that ended early: an attach's stop must cause neither.  Spinner
+ * nanosleep, epoll_wait, futex, io_getevents, io_pgetevents -- and count
+ * each EINTR and each sleep or timeout that ended early: an attach's stop must cause neither.  Spinner
  * threads call spin_copy(), whose first instruction (rep movsb) runs long,
  * and check that its copy is whole; branchy() and tiny() are functions an
  * attach must refuse.  The line "hello" is answered by "hello <banner()>"
@@ -24,19 +24,27 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/aio_abi.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <linux/futex.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <stddef.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #ifndef VARIANT
@@ -176,6 +184,23 @@ static void *futexer(void *arg) {
   return NULL;
 }
 
+/* io_getevents and io_pgetevents (raw system calls: glibc has no
+ * wrapper) on a context with nothing submitted: each waits its timeout. */
+static aio_context_t aio_ctx[2]; /* set up by main before "port": the maps
+                                   * do not change after it */
+static void *aio_waiter(void *arg) {
+  long nr = arg ? SYS_io_pgetevents : SYS_io_getevents;
+  aio_context_t ctx = aio_ctx[arg ? 1 : 0];
+  for (;;) {
+    struct io_event ev;
+    struct timespec ts = {0, 45 * 1000000};
+    double t0 = now_ms();
+    long r = syscall(nr, ctx, 1, 1, &ev, &ts, NULL);
+    count(r, t0, 45);
+  }
+  return NULL;
+}
+
 static int pipe_fds[2];
 static void *writer(void *arg) {
   for (;;) {
@@ -223,6 +248,63 @@ static void *spinner(void *arg) {
   return NULL;
 }
 
+/* $SERVER_SIGPARK: a thread copies with spin_copy() and is sent SIGUSR1
+ * until the signal lands on spin_copy's first instruction; that handler
+ * then stays (its frame on the stack holds spin_copy's first byte as the
+ * ip to go back to) until the request "release".  "parked" answers 1 while
+ * it stays. */
+static atomic_int sig_parked, sig_release, sig_done;
+static pthread_t sig_thread;
+
+static void on_usr1(int sig, siginfo_t *si, void *ctx) {
+  ucontext_t *uc = ctx;
+  if (atomic_load(&sig_done) ||
+      uc->uc_mcontext.gregs[REG_RIP] != (greg_t)(uintptr_t)spin_copy)
+    return;
+  atomic_store(&sig_parked, 1);
+  while (!atomic_load(&sig_release)) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  atomic_store(&sig_parked, 0);
+  atomic_store(&sig_done, 1);
+}
+
+static void *sig_copier(void *arg) {
+  enum { N = 1 << 22 };
+  char *src = malloc(N), *dst = malloc(N);
+  for (long i = 0;; i++) {
+    memset(src, (int)(i & 0x7f) + 1, N);
+    long r = spin_copy(dst, src, 1, N);
+    if (memcmp(dst, src, N) != 0 || r < 1 || r > 2)
+      atomic_fetch_add(&spin_bad, 1);
+  }
+  return NULL;
+}
+
+static void *sig_sender(void *arg) {
+  while (!atomic_load(&sig_parked) && !atomic_load(&sig_done)) {
+    struct timespec ts = {0, 300000};
+    nanosleep(&ts, NULL);
+    pthread_kill(sig_thread, SIGUSR1);
+  }
+  return NULL;
+}
+
+/* The request "park" calls park_here(1), which waits inside (its return
+ * address on the worker's stack) until the request "unpark": a function a
+ * thread is inside, for --check-active.  "inside" answers 1 meanwhile. */
+static atomic_int park_flag, park_inside;
+__attribute__((noinline)) long park_here(long n) {
+  atomic_store(&park_inside, 1);
+  while (atomic_load(&park_flag)) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  atomic_store(&park_inside, 0);
+  return n + 1;
+}
+
 /* Threads that come and go: each calls answer() once and exits, so
  * attaches meet threads created and ending while the others are stopped. */
 static atomic_long churn_bad;
@@ -241,6 +323,52 @@ static void *churner(void *arg) {
   return NULL;
 }
 
+#define SC_LOAD(field)                                                                   \
+  BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, field))
+#define SC_RET(v) BPF_STMT(BPF_RET | BPF_K, (v))
+#define SC_EPERM (SECCOMP_RET_ERRNO | EPERM)
+/* The request "guard-unmap": a filter, installed now (after an attach),
+ * that kills the process on a munmap of the attach's staged code (found in
+ * /proc/self/maps): a rollback must find out before it runs one.  "1" if
+ * installed. */
+static int guard_unmap(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  unsigned long long start = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (strstr(line, "molt-attach") && !start)
+      start = strtoull(line, NULL, 16);
+  if (f)
+    fclose(f);
+  if (!start)
+    return 0;
+  struct sock_filter guard[] = {
+      SC_LOAD(arch),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      SC_RET(SECCOMP_RET_ALLOW),
+      SC_LOAD(nr),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_munmap, 0, 5),
+      SC_LOAD(args[0]),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)start, 0, 3),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0]) + 4),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)(start >> 32), 0, 1),
+      SC_RET(SECCOMP_RET_KILL_PROCESS),
+      SC_RET(SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof guard / sizeof guard[0], guard};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC,
+                 &prog) == 0;
+}
+
+static int may_mprotect_exec(void) {
+  void *p = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  int ok = p != MAP_FAILED && mprotect(p, 4096, PROT_READ | PROT_EXEC) == 0;
+  if (p != MAP_FAILED)
+    munmap(p, 4096);
+  return ok;
+}
+
 static void serve(int c) {
   FILE *in = fdopen(c, "r");
   char line[128];
@@ -248,7 +376,35 @@ static void serve(int c) {
     char out[256];
     if (strlen(line) > 100) /* the program calls strlen: the patch may too */
       continue;
-    if (strncmp(line, "stats", 5) == 0)
+    if (strcmp(line, "park\n") == 0) {
+      atomic_store(&park_flag, 1);
+      snprintf(out, sizeof out, "%ld\n", park_here(1));
+    } else if (strncmp(line, "unpark", 6) == 0) {
+      atomic_store(&park_flag, 0);
+      snprintf(out, sizeof out, "ok\n");
+    } else if (strncmp(line, "guard-unmap", 11) == 0) {
+      snprintf(out, sizeof out, "%d\n", guard_unmap());
+    } else if (strncmp(line, "mprotect-exec", 13) == 0) {
+      snprintf(out, sizeof out, "%d\n", may_mprotect_exec());
+    } else if (strncmp(line, "inside", 6) == 0) {
+      snprintf(out, sizeof out, "%d\n", atomic_load(&park_inside));
+    } else if (strncmp(line, "vfork ", 6) == 0) {
+      /* this thread waits in vfork (uninterruptible) while the child
+       * sleeps N ms: a thread no stop can stop meanwhile */
+      long ms = strtol(line + 6, NULL, 10);
+      pid_t child = vfork();
+      if (child == 0) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+        syscall(SYS_nanosleep, &ts, NULL);
+        _exit(0);
+      }
+      snprintf(out, sizeof out, "%d\n", child > 0 ? 0 : -1);
+    } else if (strncmp(line, "parked", 6) == 0)
+      snprintf(out, sizeof out, "%d\n", atomic_load(&sig_parked));
+    else if (strncmp(line, "release", 7) == 0) {
+      atomic_store(&sig_release, 1);
+      snprintf(out, sizeof out, "ok\n");
+    } else if (strncmp(line, "stats", 5) == 0)
       snprintf(out, sizeof out,
                "eintr %ld early %ld spin %ld bad %ld new %ld branchy %ld "
                "tiny %ld churnbad %ld pre %ld post %ld presaw %ld postsaw %ld "
@@ -294,6 +450,69 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* $SERVER_SECCOMP: a seccomp filter on every thread, raw BPF --
+ *   memfd     memfd_create refused with EPERM
+ *   killexec  an executable mmap kills the process
+ *   mdwe      what systemd's MemoryDenyWriteExecute=yes installs (mmap
+ *             both writable and executable, mprotect or pkey_mprotect to
+ *             executable: EPERM), and the kernel's PR_SET_MDWE too.
+ * "mprotect-exec" answers whether the process may still make a page
+ * executable (0: refused, as the filter wants). */
+static int install_filter(const char *kind) {
+  struct sock_filter memfd[] = {
+      SC_LOAD(arch),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      SC_RET(SECCOMP_RET_ALLOW),
+      SC_LOAD(nr),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_memfd_create, 0, 1),
+      SC_RET(SC_EPERM),
+      SC_RET(SECCOMP_RET_ALLOW),
+  };
+  struct sock_filter killexec[] = {
+      SC_LOAD(arch),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      SC_RET(SECCOMP_RET_ALLOW),
+      SC_LOAD(nr),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mmap, 0, 3),
+      SC_LOAD(args[2]),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 1),
+      SC_RET(SECCOMP_RET_KILL_PROCESS),
+      SC_RET(SECCOMP_RET_ALLOW),
+  };
+  struct sock_filter mdwe[] = {
+      SC_LOAD(arch),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      SC_RET(SECCOMP_RET_ALLOW),
+      SC_LOAD(nr),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mmap, 0, 4),
+      SC_LOAD(args[2]),
+      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, PROT_WRITE | PROT_EXEC),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PROT_WRITE | PROT_EXEC, 0, 6),
+      SC_RET(SC_EPERM),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mprotect, 1, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pkey_mprotect, 0, 3),
+      SC_LOAD(args[2]),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 1),
+      SC_RET(SC_EPERM),
+      SC_RET(SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog;
+  if (strcmp(kind, "memfd") == 0)
+    prog = (struct sock_fprog){sizeof memfd / sizeof memfd[0], memfd};
+  else if (strcmp(kind, "killexec") == 0)
+    prog = (struct sock_fprog){sizeof killexec / sizeof killexec[0], killexec};
+  else if (strcmp(kind, "mdwe") == 0)
+    prog = (struct sock_fprog){sizeof mdwe / sizeof mdwe[0], mdwe};
+  else
+    return -1;
+  if (strcmp(kind, "mdwe") == 0 && prctl(65 /* PR_SET_MDWE */, 1, 0, 0, 0) != 0)
+    return -1;
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+                 prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0
+             ? 0
+             : -1;
+}
+
 int main(int argc, char **argv) {
   int workers = argc > 1 ? atoi(argv[1]) : 8;
   int spinners = argc > 2 ? atoi(argv[2]) : 0;
@@ -327,6 +546,12 @@ int main(int argc, char **argv) {
   pthread_t t;
   for (size_t i = 0; i < sizeof watchers / sizeof watchers[0]; i++)
     pthread_create(&t, NULL, watchers[i], NULL);
+  if (getenv("SERVER_SECCOMP") && install_filter(getenv("SERVER_SECCOMP")) != 0)
+    return 2;
+  if (syscall(SYS_io_setup, 4, &aio_ctx[0]) != 0 || syscall(SYS_io_setup, 4, &aio_ctx[1]))
+    return 1;
+  pthread_create(&t, NULL, aio_waiter, NULL);
+  pthread_create(&t, NULL, aio_waiter, (void *)1);
   for (int i = 0; i < spinners; i++)
     pthread_create(&t, NULL, spinner, NULL);
   for (int i = 0; i < workers; i++)
@@ -335,6 +560,12 @@ int main(int argc, char **argv) {
     pthread_create(&t, NULL, churner, NULL);
   if (getenv("SERVER_PARK_WORKER") && atoi(getenv("SERVER_PARK_WORKER")) == index)
     pthread_create(&t, NULL, parker, NULL);
+  if (getenv("SERVER_SIGPARK")) {
+    struct sigaction sa = {.sa_sigaction = on_usr1, .sa_flags = SA_SIGINFO | SA_RESTART};
+    sigaction(SIGUSR1, &sa, NULL);
+    pthread_create(&sig_thread, NULL, sig_copier, NULL);
+    pthread_create(&t, NULL, sig_sender, NULL);
+  }
   if (index == 0) {
     printf("port %d\n", ntohs(a.sin_port));
     fflush(stdout);
