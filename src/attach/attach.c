@@ -197,12 +197,14 @@ static int target_build_id(pid_t pid, char *hex, size_t len, char *err, size_t e
 
 /* ---- planning --------------------------------------------------------------- */
 
-static int plan_function(target *t, const char *name, molt__attach_func *f, char *err,
-                         size_t errlen) {
-  uintptr_t v, start;
+/* The function `name` of the target -- at link-time address `addr` when
+ * the patch says where (moltcc resolved it), else found by its name. */
+static int plan_function(target *t, const char *name, uint64_t addr, molt__attach_func *f,
+                         char *err, size_t errlen) {
+  uintptr_t v = (uintptr_t)addr, start;
   size_t size;
   bool is_func;
-  int rc = molt__symtab_lookup_any(t->st, name, &v);
+  int rc = addr ? 0 : molt__symtab_lookup_any(t->st, name, &v);
   if (rc == MOLT_EAMBIGUOUS) {
     molt__errmsg(err, errlen, "'%s' names several functions of the target", name);
     return rc;
@@ -552,12 +554,14 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   if (rc == 0)
     rc = open_target(pid, &t, err, errlen);
   for (size_t i = 0; rc == 0 && i < p.nfuncs; i++)
-    rc = plan_function(&t, p.funcs[i].name, &st->funcs[i], err, errlen);
+    rc =
+        plan_function(&t, p.funcs[i].name, p.funcs[i].target, &st->funcs[i], err, errlen);
   if (rc == 0)
     st->nfuncs = p.nfuncs;
   uint64_t base = 0, insn = 0;
   if (rc == 0)
     rc = choose_place(&t, st, p.size + ATTACH_PAGE, &base, err, errlen);
+  p.target_bias = t.bias;
   if (rc == 0)
     rc = molt__patch_relocate(&p, base, resolve, &t, err, errlen);
   for (size_t i = 0; rc == 0 && i < st->nfuncs; i++) {
