@@ -59,9 +59,11 @@ int main(int argc, char **argv) {
   int workers = argc > 1 ? atoi(argv[1]) : 8;
   store_init();
   listen_fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
-  if (bind(listen_fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(listen_fd, 128) != 0 ||
+  if (bind(listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      listen(listen_fd, 128) != 0 ||
       getsockname(listen_fd, (struct sockaddr *)&a, &len) != 0)
     return 1;
   printf("port %d\n", ntohs(a.sin_port));

@@ -10,9 +10,7 @@
 static struct record table[NRECORDS + 1];
 static atomic_long served;
 
-static int valid_index(long i) {
-  return i >= 0 && i <= NRECORDS;
-}
+static int valid_index(long i) { return i >= 0 && i <= NRECORDS; }
 
 const char *lookup(long i) {
   atomic_fetch_add(&served, 1);
@@ -23,18 +21,14 @@ const char *lookup(long i) {
 
 /* lookup(0): the compiler inlines lookup() here, so a fix of lookup()
  * changes this function too. */
-const char *lookup_first(void) {
-  return lookup(0);
-}
+const char *lookup_first(void) { return lookup(0); }
 
 long next_id(void) {
   static atomic_long counter;
   return atomic_fetch_add(&counter, 1) + 1;
 }
 
-long store_served(void) {
-  return atomic_load(&served);
-}
+long store_served(void) { return atomic_load(&served); }
 
 void store_init(void) {
   for (int i = 0; i < NRECORDS; i++) {
