@@ -270,3 +270,41 @@ def test_static_local_needs_debug_info(tmp_path):
     assert r.returncode != 0
     assert "no debug information" in r.stderr and "-g" in r.stderr, r.stderr
     assert "'counter' of 'next_id'" in r.stderr, r.stderr
+
+
+def test_damaged_marks_refused(tree, tmp_path):
+    """A .molt_attach section whose lines are damaged is refused by molt
+    attach before anything is stopped; the server keeps serving unchanged."""
+    d, exe = tree
+    so = str(tmp_path / "fix.so")
+    assert moltcc(d, exe, "fix_bounds.patch", so, *FLAGS).returncode == 0
+    marks = sh(["objcopy", "--dump-section", ".molt_attach=%s" % (tmp_path / "marks.txt"), so,
+                str(tmp_path / "copy.so")])
+    assert marks.returncode == 0, marks.stderr
+    text = open(str(tmp_path / "marks.txt")).read()
+    m = re.search(r"^replace lookup ([0-9a-f]+) ([0-9a-f]+)$", text, re.M)
+    assert m, text
+    damages = {
+        "unknown": text + "frobnicate 1 2\n",
+        "zero": text.replace(m.group(0), "replace lookup 0 %s" % m.group(2)),
+        "outside": text.replace(m.group(0), "replace lookup %s fffffff" % m.group(1)),
+        "import": re.sub(r"^import (\S+) [0-9a-f]+$", r"import \1 zz", text, count=1, flags=re.M),
+    }
+    srv = Server(exe, workers=2)
+    try:
+        before = text_bytes(exe, srv.pid, "lookup")
+        for name, bad in damages.items():
+            f = tmp_path / ("marks-%s.txt" % name)
+            f.write_text(bad)
+            out = str(tmp_path / ("bad-%s.so" % name))
+            r = sh(["objcopy", "--update-section", ".molt_attach=%s" % f, so, out])
+            assert r.returncode == 0, r.stderr
+            a = sh([MOLT, "attach", srv.pid, out])
+            assert a.returncode != 0, name
+            assert "corrupt attach patch" in a.stderr, (name, a.stderr)
+            assert len(a.stderr.strip().splitlines()) == 1, a.stderr
+            assert not os.path.exists("/run/molt/attach/%d" % srv.pid), name
+        assert text_bytes(exe, srv.pid, "lookup") == before
+        assert srv.q("get 8") == ["secret"]
+    finally:
+        srv.close()
