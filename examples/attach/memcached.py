@@ -53,12 +53,12 @@ FIXES = [
 ]
 
 
-def compile_flags(work):
+def compile_flags(work, log="make.log"):
     """The flags of memcached's own compile of memcached.c, read from the
     build's log (WORK/make.log), without its dependency options, -c, -o and
     the input: what moltcc is given."""
     line = None
-    with open(os.path.join(work, "make.log")) as f:
+    with open(os.path.join(work, log)) as f:
         for l in f:
             if " -c " in l and "-o memcached-memcached.o" in l:
                 line = l
@@ -77,6 +77,90 @@ def compile_flags(work):
             continue
         out.append(w)
     return out
+
+
+# The same patches against a build with the proxy (--enable-proxy; run.sh
+# --proxy): the proxy's code is in the binary now.
+FIXES_PROXY = [
+    ("0009-CVE-2023-46852.patch", "carried", "proxy_process_command"),
+    ("CVE-2023-46853.patch", "refused",
+     r"struct mcp_parser_s: field 'endlen' \(uint32_t\) added"),
+]
+
+
+def build_fixes(a, tree, flags, fixes, tag=""):
+    """Builds every patch of fixes in tree; (carried [(name, so)], failures, records)."""
+    carried, bad, recs = [], [], []
+    for name, want, what in fixes:
+        so = os.path.join(a.work, tag + name.replace(".patch", ".so"))
+        if os.path.exists(so):
+            os.unlink(so)
+        t0 = time.time()
+        r = run([a.moltcc, "--molt-patch", "--molt-target", "./memcached", "--molt-diff",
+                 os.path.join("debian", "patches", name), "-o", so] + flags, cwd=tree)
+        secs = round(time.time() - t0, 2)
+        err = r.stderr.strip()
+        if want == "carried":
+            ok = r.returncode == 0 and re.search(r"replaced \(1\): %s" % what, err)
+            reason = err.splitlines()[1].strip() if ok else err
+            if ok:
+                carried.append((name, so))
+        else:
+            ok = r.returncode != 0 and re.search(what, err) and not os.path.exists(so)
+            reason = next((l for l in err.splitlines() if re.search(what, l)),
+                          err.splitlines()[0] if err else "")
+        print("  %-40s %-8s %5.1f s  %s" % (name, "built" if r.returncode == 0 else "refused",
+                                            secs, reason[:150]))
+        recs.append({"patch": name, "build": tag.rstrip("-") or "plain", "expected": want,
+                     "rc": r.returncode, "seconds": secs, "message": err})
+        if not ok:
+            bad.append("%s: expected %s, got rc %d: %s" % (name, want, r.returncode, err))
+    return carried, bad, recs
+
+
+def proxy_part(a, summary):
+    """The proxy build: its patches built; the carried one attached to the
+    running proxy build (serving as a cache, the load checking) and rolled
+    back.  The failures."""
+    tree = os.path.join(a.work, SRC + "-proxy")
+    flags = compile_flags(a.work, "make-proxy.log")
+    print("== the same patches against the build with the proxy (flags: %s)" % " ".join(flags))
+    carried, bad, recs = build_fixes(a, tree, flags, FIXES_PROXY, "proxy-")
+    summary["fixes"] += recs
+    if bad:
+        return bad
+    port = free_port(a.port + 50)
+    mc = Memcached(a.work, tree, port, a.threads)
+    load = mcsasl.Load(port, USER, "first", a.clients)
+    out = {}
+    try:
+        load.start()
+        time.sleep(1)
+        for name, so in carried:
+            r = run([a.molt, "attach", mc.pid, so])
+            out["attach"] = r.stdout.strip() or r.stderr.strip()
+            if r.returncode:
+                bad.append("molt attach %s (proxy build): %s" % (name, r.stderr.strip()))
+                continue
+            time.sleep(1)
+            rb = run([a.molt, "rollback", mc.pid])
+            out["rollback"] = rb.stdout.strip() or rb.stderr.strip()
+            if rb.returncode:
+                bad.append("molt rollback (proxy build): %s" % rb.stderr.strip())
+        time.sleep(1)
+        res = load.finish()
+    finally:
+        if not load.stop:
+            load.finish()
+        mc.close()
+    out["load"] = {k: v for k, v in res.items() if k != "windows"}
+    summary["proxy"] = out
+    print("   %s" % out.get("attach", ""))
+    print("   %s" % out.get("rollback", ""))
+    print("   load: %d requests, %d failed" % (res["requests"], res["failed"]))
+    if res["failed"]:
+        bad += res["errors"]
+    return bad
 
 
 def run(cmd, **kw):
@@ -145,36 +229,15 @@ def main():
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--port", type=int, default=27600)
+    ap.add_argument("--proxy", action="store_true",
+                    help="also the build with the proxy (%s-proxy, run.sh --proxy)" % SRC)
     a = ap.parse_args()
     tree = os.path.join(a.work, SRC)
     flags = compile_flags(a.work)
     summary = {"flags": flags, "fixes": [], "cycles": []}
     print("== patches built from debian/patches (flags: %s)" % " ".join(flags))
-    carried = []
-    bad = []
-    for name, want, what in FIXES:
-        so = os.path.join(a.work, name.replace(".patch", ".so"))
-        if os.path.exists(so):
-            os.unlink(so)
-        t0 = time.time()
-        r = run([a.moltcc, "--molt-patch", "--molt-target", "./memcached", "--molt-diff",
-                 os.path.join("debian", "patches", name), "-o", so] + flags, cwd=tree)
-        secs = round(time.time() - t0, 2)
-        err = r.stderr.strip()
-        if want == "carried":
-            ok = r.returncode == 0 and re.search(r"replaced \(1\): %s" % what, err)
-            reason = err.splitlines()[1].strip() if ok else err
-            if ok:
-                carried.append((name, so))
-        else:
-            ok = r.returncode != 0 and re.search(what, err) and not os.path.exists(so)
-            reason = err.splitlines()[0] if err else ""
-        print("  %-40s %-8s %5.1f s  %s" % (name, "built" if r.returncode == 0 else "refused",
-                                            secs, reason[:150]))
-        summary["fixes"].append({"patch": name, "expected": want, "rc": r.returncode,
-                                 "seconds": secs, "message": err})
-        if not ok:
-            bad.append("%s: expected %s, got rc %d: %s" % (name, want, r.returncode, err))
+    carried, bad, recs = build_fixes(a, tree, flags, FIXES)
+    summary["fixes"] += recs
     if bad:
         print("\n".join("FAIL " + b for b in bad))
         return 1
@@ -232,6 +295,8 @@ def main():
         if not load.stop:
             load.finish()
         mc.close()
+    if a.proxy and not bad:
+        bad += proxy_part(a, summary)
     cyc = summary["cycles"]
     stops = sorted(c["stop_ms"] for c in cyc)
     totals = sorted(c["attach_total_ms"] for c in cyc)

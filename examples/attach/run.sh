@@ -2,7 +2,7 @@
 # Debian's security fixes of a real, plainly built, running memcached,
 # attached with `molt attach` (no molt in its build, nothing preloaded).
 #
-#   examples/attach/run.sh [--quick] [--cycles N] [--seconds S] [--rebuild]
+#   examples/attach/run.sh [--quick] [--cycles N] [--seconds S] [--rebuild] [--no-proxy]
 #
 # Fetches memcached 1.6.18-1+deb12u1 (Debian 12's security update) with
 # `apt-get source` through a private apt configuration (scripts/apt-private.sh;
@@ -17,11 +17,16 @@
 # are refused with their reason (this build has no proxy), starts memcached
 # with SASL under a checking load, and attaches the SASL fix, rolls it back
 # and attaches it again N times, probing each time with a login the fix
-# changes.  Prints a table and writes $MOLT_ATTACH_WORK/summary.json.
+# changes.  Then (not with --quick or --no-proxy) a second build of the same
+# sources with the proxy (--enable-proxy, its vendored Lua): there the proxy
+# fixes are in reach -- CVE-2023-46852 is built and attached to the running
+# server and rolled back under the load, CVE-2023-46853 is refused because
+# it changes the layout of struct mcp_parser_s.  Prints a table and writes
+# $MOLT_ATTACH_WORK/summary.json.
 #
-# --quick: 2 cycles and 1 s of load before and after (the CI test
-# attach_realworld).  --rebuild: unpack and build memcached again (otherwise
-# the build in the work directory is reused).
+# --quick: 2 cycles and 1 s of load before and after, no proxy build (the CI
+# test attach_realworld).  --rebuild: unpack and build memcached again
+# (otherwise the builds in the work directory are reused).
 #
 # Environment: MOLT_ATTACH_WORK (work directory, outside the repository;
 # default /var/tmp/molt-attach), MOLT_BUILD (molt build tree with bin/moltcc
@@ -41,13 +46,15 @@ UPDATE_PATCHES="CVE-2023-46853.patch 0009-CVE-2023-46852.patch 0008-CVE-2026-477
 CYCLES=20
 SECONDS_=2
 REBUILD=0
+PROXY=1
 while [ $# -gt 0 ]; do
     case "$1" in
-        --quick) CYCLES=2; SECONDS_=1; shift ;;
+        --quick) CYCLES=2; SECONDS_=1; PROXY=0; shift ;;
+        --no-proxy) PROXY=0; shift ;;
         --cycles) CYCLES=$2; shift 2 ;;
         --seconds) SECONDS_=$2; shift 2 ;;
         --rebuild) REBUILD=1; shift ;;
-        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -80,5 +87,20 @@ if [ "$REBUILD" = 1 ] || [ ! -x "$SRC/memcached" ]; then
         { tail -20 configure.log >&2; exit 1; }
     (cd "$SRC" && make -j"$(nproc)" memcached >../make.log 2>&1) || { tail -30 make.log >&2; exit 1; }
 fi
+proxy=()
+if [ "$PROXY" = 1 ]; then
+    if [ "$REBUILD" = 1 ] || [ ! -x "$SRC-proxy/memcached" ]; then
+        echo "== the same sources with the proxy: configure --enable-proxy, its Lua, make (gcc -O2 -g)"
+        rm -rf "$SRC-proxy"
+        cp -a "$SRC" "$SRC-proxy"
+        make -C "$SRC-proxy" distclean >/dev/null 2>&1 || true
+        (cd "$SRC-proxy" && ./configure --enable-sasl --enable-sasl-pwdb --enable-proxy CFLAGS="-O2 -g" \
+            >../configure-proxy.log 2>&1) || { tail -20 configure-proxy.log >&2; exit 1; }
+        make -C "$SRC-proxy/vendor" >vendor-proxy.log 2>&1 || { tail -20 vendor-proxy.log >&2; exit 1; }
+        (cd "$SRC-proxy" && make -j"$(nproc)" memcached >../make-proxy.log 2>&1) ||
+            { tail -30 make-proxy.log >&2; exit 1; }
+    fi
+    proxy=(--proxy)
+fi
 exec /usr/bin/python3 "$HERE/memcached.py" --work "$WORK" --molt "$MOLT" --moltcc "$MOLTCC" \
-    --cycles "$CYCLES" --seconds "$SECONDS_" --port "${MOLT_ATTACH_PORT:-27600}"
+    --cycles "$CYCLES" --seconds "$SECONDS_" --port "${MOLT_ATTACH_PORT:-27600}" "${proxy[@]}"
