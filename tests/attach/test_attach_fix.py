@@ -308,3 +308,24 @@ def test_damaged_marks_refused(tree, tmp_path):
         assert srv.q("get 8") == ["secret"]
     finally:
         srv.close()
+
+
+def test_tree_with_the_fix_and_orig_form(tmp_path):
+    """A tree that already has the fix: undone in memory (said in a note);
+    --molt-orig OLD NEW gives the same patch."""
+    d = str(tmp_path / "src")
+    exe = make_tree(d)
+    r = sh(["patch", "-p1", "-s", "-i", os.path.join(PLAIN, "fix_bounds.patch")], cwd=d)
+    assert r.returncode == 0, r.stderr
+    so = str(tmp_path / "a.so")
+    r = moltcc(d, exe, "fix_bounds.patch", so, *FLAGS)
+    assert r.returncode == 0, r.stderr
+    assert "store.c already has the fix" in r.stderr, r.stderr
+    old = str(tmp_path / "old")
+    make_tree(old)
+    r = sh([MOLTCC, "--molt-patch", "--molt-target", os.path.join(old, "plainsrv"), "--molt-orig",
+            old, os.path.join(d, "store.c"), "-o", str(tmp_path / "b.so")] + FLAGS, cwd=old)
+    assert r.returncode == 0, r.stderr
+    for p in (so, str(tmp_path / "b.so")):
+        marks = sh(["readelf", "-p", ".molt_attach", p]).stdout
+        assert "replace lookup" in marks and "replace next_id" in marks, marks
