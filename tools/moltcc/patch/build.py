@@ -159,6 +159,10 @@ def build_plain(s, others):
                     "(at least its -O level, and its -I and -D options)" % target)
     s.report.note("%s was built without moltcc: an attach patch (molt attach), compiled in %s "
                   "with %s" % (target, root, " ".join(flags) or "no flags"))
+    if not image.has_debug:
+        s.report.warn("%s has no debug information: moltcc cannot check the flags given against "
+                      "it, nor find copies of a changed function that its compiler inlined and "
+                      "this rebuild does not (build it with -g)" % target)
     try:
         prog = PlainProgram(target, image, root, compiler, flags, s.report)
         fix = fix_from_options(s, prog)
