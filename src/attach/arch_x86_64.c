@@ -196,3 +196,25 @@ void molt__arch_restart_syscall(attach_regs *r, long nr) {
   r->rax = (uint64_t)nr;
   r->rip -= ATTACH_SYSCALL_LEN;
 }
+
+/* A call of fn() on a thread whose registers are r: the stack pointer moves
+ * below the 128-byte red zone (a leaf function, e.g. the system call
+ * wrapper the thread is stopped in, may keep data there) and below
+ * `below`, 16-byte aligned before the return address is pushed, as the
+ * ABI wants at a function's entry; the direction flag clear.  Returns
+ * where the return address goes (the caller writes it). */
+uint64_t molt__arch_prepare_call(attach_regs *r, uint64_t fn, uint64_t below) {
+  uint64_t sp = r->rsp - 128;
+  if (below < sp)
+    sp = below;
+  sp = (sp & ~(uint64_t)15) - 8;
+  r->rsp = sp;
+  r->rip = fn;
+  r->rax = 0;
+  /* not inside a system call: nothing for the kernel to restart */
+  r->orig_rax = (uint64_t)-1;
+  r->eflags &= ~(uint64_t)0x400; /* DF */
+  return sp;
+}
+
+int molt__arch_call_result(const attach_regs *r) { return (int)r->rax; }

@@ -1,21 +1,24 @@
 /* The attach operations: attach, rollback, status (attach.h).
  *
  * attach, in this order -- everything before step 5 while the target runs:
- *   1. the target: traceable, not attached already, its build-id that of
- *      the patch;
+ *   1. the target: traceable, the patches attached already finished (the
+ *      new one goes on top of them, levels.c), its build-id that of the
+ *      patch;
  *   2. the functions: each found in the target's symbol table (statics
- *      included), its entry decoded and checked (arch), its bytes kept;
+ *      included), its entry decoded and checked (arch), its bytes kept --
+ *      or, replaced by a patch below, that patch's site and jump taken;
  *   3. the place: a free range within reach of a rel32 jump from every
  *      function; the patch relocated for it in the tool, its references
  *      resolved through the target's symbol tables;
  *   4. staging: one thread stopped for a few system calls run on its own
  *      registers -- memfd_create, mmap of each part, close -- the image
  *      written into the memfd from here (/proc/PID/fd); the record
- *      "staged" saved;
+ *      "staged" saved; the pre-update callback, if any (callback.c);
  *   5. the stop: every thread stopped; none may be inside the bytes to be
  *      rewritten (else resume, back off, retry until the timeout); the
  *      record "applying", the jumps, every thread resumed;
- *   6. the record "applied" with the stop's duration.
+ *   6. the record "applied" with the stop's duration; the post-update
+ *      callback, if any.
  * A failure before step 5 leaves at most an unused mapping, which a
  * rollback removes; killed during step 5, molt leaves the target
  * stopped-then-resumed by the kernel (tracees are detached when their
@@ -508,8 +511,50 @@ static void test_pause(const char *point) {
   nanosleep(&ts, NULL);
 }
 
-static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, char *err,
-                           size_t errlen);
+static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, char *err,
+                          size_t errlen);
+
+/* The stack a new patch goes on: its rolled-back levels whose code was
+ * kept mapped are tried again first (reclaimed if no thread runs them
+ * now); then the level the new patch takes, or a refusal (levels.c). */
+static int stack_below(pid_t pid, int timeout_ms, molt__attach_stack *below, int *level,
+                       char *err, size_t errlen) {
+  char ignored[256];
+  int rc = molt__attach_stack_load(pid, below, ignored, sizeof ignored);
+  if (rc == MOLT_ENOHISTORY) {
+    memset(below, 0, sizeof *below);
+    *level = 1;
+    return 0;
+  }
+  if (rc) {
+    molt__errmsg(err, errlen, "%s", ignored);
+    return rc;
+  }
+  bool kept = false;
+  for (size_t i = 0; i < below->n; i++) {
+    if (!molt__levels_active(&below->levels[i])) {
+      rollback_level(pid, timeout_ms, &below->levels[i], ignored, sizeof ignored);
+      kept = true;
+    }
+  }
+  if (kept) {
+    molt__attach_stack_free(below);
+    rc = molt__attach_stack_load(pid, below, ignored, sizeof ignored);
+    if (rc == MOLT_ENOHISTORY) {
+      memset(below, 0, sizeof *below);
+      *level = 1;
+      return 0;
+    }
+    if (rc) {
+      molt__errmsg(err, errlen, "%s", ignored);
+      return rc;
+    }
+  }
+  rc = molt__levels_next(pid, below, level, err, errlen);
+  if (rc)
+    molt__attach_stack_free(below);
+  return rc;
+}
 
 static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, char *err,
                          size_t errlen) {
@@ -518,26 +563,26 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   int rc = molt__os_check_traceable(pid, err, errlen);
   if (rc)
     return rc;
-  molt__attach_state old;
-  char ignored[256];
-  if (molt__attach_state_load(pid, &old, ignored, sizeof ignored) == 0 &&
-      strcmp(old.phase, "rolled-back") == 0) {
-    /* the code of an earlier patch, kept mapped by its rollback: try to
-     * reclaim it now */
-    rollback_locked(pid, timeout_ms, &old, ignored, sizeof ignored);
-  }
-  if (molt__attach_state_load(pid, &old, ignored, sizeof ignored) == 0) {
-    molt__errmsg(err, errlen,
-                 "process %d already has a patch attached (%s, %s); roll it back first "
-                 "(molt rollback %d)",
-                 (int)pid, old.patch, old.phase, (int)pid);
-    return MOLT_EBUSY;
-  }
-  memset(st, 0, sizeof *st);
-  attach_patch p;
-  rc = molt__patch_open(o->patch, &p, err, errlen);
+  /* The patches attached already: the new one goes on top of them. */
+  molt__attach_stack below;
+  int level = 1;
+  rc = stack_below(pid, timeout_ms, &below, &level, err, errlen);
   if (rc)
     return rc;
+  memset(st, 0, sizeof *st);
+  st->level = level;
+  attach_patch p;
+  molt__patch_callbacks cbs;
+  rc = molt__patch_open(o->patch, &p, err, errlen);
+  if (rc == 0) {
+    rc = molt__callbacks_read(o->patch, &cbs, err, errlen);
+    if (rc)
+      molt__patch_close(&p);
+  }
+  if (rc) {
+    molt__attach_stack_free(&below);
+    return rc;
+  }
   target t;
   memset(&t, 0, sizeof t);
   if (!realpath(o->patch, st->patch))
@@ -553,9 +598,20 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   }
   if (rc == 0)
     rc = open_target(pid, &t, err, errlen);
-  for (size_t i = 0; rc == 0 && i < p.nfuncs; i++)
-    rc =
-        plan_function(&t, p.funcs[i].name, p.funcs[i].target, &st->funcs[i], err, errlen);
+  for (size_t i = 0; rc == 0 && i < p.nfuncs; i++) {
+    molt__attach_func *f = &st->funcs[i];
+    snprintf(f->name, sizeof f->name, "%s", p.funcs[i].name);
+    /* where moltcc resolved it (a patch built from a fix): the levels
+     * below are matched by that address, else by name */
+    f->addr = p.funcs[i].target ? t.bias + p.funcs[i].target : 0;
+    /* replaced by a patch below already: its site, its jump rewritten */
+    rc = molt__levels_inherit(pid, &below, f, err, errlen);
+    if (rc == 0)
+      rc = plan_function(&t, p.funcs[i].name, p.funcs[i].target, f, err, errlen);
+    else if (rc == 1)
+      rc = 0;
+  }
+  molt__attach_stack_free(&below);
   if (rc == 0)
     st->nfuncs = p.nfuncs;
   uint64_t base = 0, insn = 0;
@@ -587,7 +643,7 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     if (rc == 0)
       rc = stage(pid, &p, base, insn, st, err, errlen);
     if (rc)
-      molt__state_remove(pid); /* stage() unmapped what it mapped */
+      molt__state_remove(pid, st->level); /* stage() unmapped what it mapped */
   }
   molt__patch_close(&p);
   target_free(&t);
@@ -597,6 +653,10 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
    * whatever happens next. */
   rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
   test_pause("staged");
+  /* pre: the patch's code is there, no entry jumps to it yet */
+  if (rc == 0)
+    rc = molt__callbacks_pre(pid, st, &cbs, st->code_start, o->callback_timeout_ms, err,
+                             errlen);
   attach_stop s;
   memset(&s, 0, sizeof s);
   int attempts = 0;
@@ -625,13 +685,19 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
      * anything: undo the staging. */
     char e2[256];
     molt__attach_state tmp;
-    if (molt__attach_state_load(pid, &tmp, e2, sizeof e2) == 0)
-      rollback_locked(pid, timeout_ms, &tmp, e2, sizeof e2);
+    if (molt__state_load_level(pid, st->level, &tmp, e2, sizeof e2) == 0)
+      rollback_level(pid, timeout_ms, &tmp, e2, sizeof e2);
     return rc;
   }
   snprintf(st->phase, sizeof st->phase, "applied");
   st->time = (long long)time(NULL);
-  return molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+  rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+  /* post: every thread runs on, new calls go to the patch */
+  if (rc == 0 && cbs.post.present) {
+    molt__callbacks_post(pid, st, &cbs, st->code_start, o->callback_timeout_ms);
+    rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+  }
+  return rc;
 }
 
 /* ---- rollback ------------------------------------------------------------------- */
@@ -688,18 +754,19 @@ static int code_in_use(const attach_stop *s, const molt__attach_state *st,
   return -1;
 }
 
-static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, char *err,
-                           size_t errlen) {
+/* Pops patch st (loaded by the caller): its functions' bytes back, its
+ * code unmapped once unused.  A level rolled back already (its code kept
+ * mapped) only has its code looked at again: its entries may hold the
+ * jumps of a patch stacked since. */
+static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, char *err,
+                          size_t errlen) {
   if (timeout_ms < 0)
     timeout_ms = MOLT__DEFAULT_TIMEOUT_MS;
-  int rc = molt__os_check_traceable(pid, err, errlen);
-  if (rc == 0)
-    rc = molt__attach_state_load(pid, st, err, errlen);
-  if (rc)
-    return rc;
+  int rc = 0;
+  bool restore = molt__levels_active(st);
   /* Every function must hold the jump or its original bytes: anything
    * else was written by someone else since, and is left alone. */
-  for (size_t i = 0; i < st->nfuncs; i++) {
+  for (size_t i = 0; restore && i < st->nfuncs; i++) {
     if (molt__attach_func_live(pid, &st->funcs[i]) < 0) {
       molt__errmsg(err, errlen,
                    "the entry of '%s' holds neither the attach's jump nor its original "
@@ -724,7 +791,7 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
     free(maps);
     return rc;
   }
-  for (size_t i = 0; rc == 0 && i < st->nfuncs; i++) {
+  for (size_t i = 0; restore && rc == 0 && i < st->nfuncs; i++) {
     const molt__attach_func *f = &st->funcs[i];
     if (molt__attach_func_live(pid, f) == 1)
       rc = molt__os_write(pid, f->at, f->orig, f->len);
@@ -794,10 +861,33 @@ static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, ch
     return rc;
   if (unmapped) {
     st->note[0] = '\0';
-    molt__state_remove(pid);
+    molt__state_remove(pid, st->level);
     return 0;
   }
   return molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+}
+
+/* molt rollback: pops the newest applied patch (or, with none applied,
+ * tries again to unmap the code of popped ones), then tries the other
+ * popped levels whose code was kept mapped. */
+static int rollback_locked(pid_t pid, int timeout_ms, molt__attach_state *st, char *err,
+                           size_t errlen) {
+  int rc = molt__os_check_traceable(pid, err, errlen);
+  if (rc == 0)
+    rc = molt__attach_state_load(pid, st, err, errlen);
+  if (rc == 0)
+    rc = rollback_level(pid, timeout_ms, st, err, errlen);
+  if (rc)
+    return rc;
+  molt__attach_stack rest;
+  char ignored[256];
+  if (molt__attach_stack_load(pid, &rest, ignored, sizeof ignored) != 0)
+    return 0;
+  for (size_t i = 0; i < rest.n; i++)
+    if (!molt__levels_active(&rest.levels[i]) && rest.levels[i].level != st->level)
+      rollback_level(pid, timeout_ms, &rest.levels[i], ignored, sizeof ignored);
+  molt__attach_stack_free(&rest);
+  return 0;
 }
 
 /* The entry points: each holds the per-process lock for its whole run, so

@@ -61,6 +61,13 @@ MOLT__HIDDEN long molt__arch_syscall_ret(const attach_regs *r);
  * still in their registers): ip back onto the syscall instruction. */
 MOLT__HIDDEN void molt__arch_restart_syscall(attach_regs *r, long nr);
 
+/* A call of fn() set up in r (callback.c): the stack pointer below the red
+ * zone and below `below`, aligned; returns the stack address where the
+ * return address must be written.  The int fn returned, once it has. */
+MOLT__HIDDEN uint64_t molt__arch_prepare_call(attach_regs *r, uint64_t fn,
+                                              uint64_t below);
+MOLT__HIDDEN int molt__arch_call_result(const attach_regs *r);
+
 /* ---- os_linux.c: /proc, ptrace, memory ------------------------------------- */
 
 typedef struct attach_thread {
@@ -95,6 +102,16 @@ MOLT__HIDDEN void molt__os_resume_all(attach_stop *s);
 MOLT__HIDDEN int molt__os_syscall(attach_thread *t, uint64_t insn, long nr,
                                   const uint64_t args[6], long *ret, char *err,
                                   size_t errlen);
+/* Runs stopped thread t from registers r until it stops with SIGSEGV at
+ * `trap` (0: returned, *out its registers), a synchronous signal of its
+ * own (1: crashed, *sig the signal, *out where), or timeout_ms passes (2:
+ * interrupted and stopped again).  Threads it creates are let go; a
+ * SIGSTOP is kept for the detach.  The thread is left stopped, its
+ * registers those of the stop (the caller restores them), the signal of
+ * the stop never delivered.  Or MOLT_EIO, MOLT_ENOENT (the process ended). */
+MOLT__HIDDEN int molt__os_run_until(attach_thread *t, const attach_regs *r, uint64_t trap,
+                                    int timeout_ms, attach_regs *out, int *sig, char *err,
+                                    size_t errlen);
 /* The path of the target's /proc file `what` (mem, maps, exe, fd/N)
  * through a live thread: /proc/PID/task/TID/what. */
 MOLT__HIDDEN void molt__os_path(pid_t pid, const char *what, char *buf, size_t len);
@@ -177,20 +194,78 @@ MOLT__HIDDEN int molt__elf_got_slots(const char *path, attach_got_visit visit, v
 
 /* ---- state.c ------------------------------------------------------------------- */
 
-/* The record's path (/run/molt/attach/<pid>, or $MOLT_ATTACH_DIR/<pid>). */
+/* The record's path (/run/molt/attach/<pid>, or $MOLT_ATTACH_DIR/<pid>);
+ * of a stacked patch (level >= 2): <dir>/<pid>.<level>. */
 MOLT__HIDDEN void molt__state_path(pid_t pid, char *path, size_t len);
+MOLT__HIDDEN void molt__state_level_path(pid_t pid, int level, char *path, size_t len);
+MOLT__HIDDEN const char *molt__state_dir(void);
+/* The state of patch `level` of pid: its record, else (no record, e.g.
+ * /run was cleared) the state page of its staged mapping.  0,
+ * MOLT_ENOHISTORY, MOLT_ECORRUPT, MOLT_ENOMEM. */
+/* The state in the state page of staged mapping m of pid: 0, MOLT_ENOHISTORY
+ * (not a staged mapping), MOLT_EIO, MOLT_ECORRUPT. */
+MOLT__HIDDEN int molt__state_from_page(pid_t pid, const attach_map *m,
+                                       molt__attach_state *st);
+MOLT__HIDDEN int molt__state_load_level(pid_t pid, int level, molt__attach_state *st,
+                                        char *err, size_t errlen);
 /* The state as text (the record and the state page hold the same). */
 MOLT__HIDDEN void molt__state_format(const molt__attach_state *st, molt__buf *b);
 MOLT__HIDDEN int molt__state_parse(const char *text, molt__attach_state *st);
-/* Writes the record (atomically: temporary file, rename) and, when
+/* Writes the record of st->level (atomically: temporary file, rename) and, when
  * page != 0, the state page in the target.  0 or MOLT_EIO. */
 MOLT__HIDDEN int molt__state_save(pid_t pid, const molt__attach_state *st, uint64_t page,
                                   char *err, size_t errlen);
-MOLT__HIDDEN void molt__state_remove(pid_t pid);
+MOLT__HIDDEN void molt__state_remove(pid_t pid, int level);
 /* Takes the per-process lock (<dir>/<pid>.lock, flock) that keeps two molt
  * runs from attaching to or rolling back one process at once: its
  * descriptor (close it to release), or a MOLT_E* code (MOLT_EBUSY: taken). */
 MOLT__HIDDEN int molt__state_lock(pid_t pid, char *err, size_t errlen);
+
+/* ---- levels.c: patches stacked on one process ----------------------------------- */
+
+/* Whether patch st is still applied (not rolled back). */
+MOLT__HIDDEN bool molt__levels_active(const molt__attach_state *st);
+/* Before a new patch is attached on top of stack s: refuses (MOLT_EBUSY)
+ * when the newest applied patch is unfinished (staging, staged, applying:
+ * an attach killed half way) or the stack is full; else the level the new
+ * patch takes. */
+MOLT__HIDDEN int molt__levels_next(pid_t pid, const molt__attach_stack *s, int *level,
+                                   char *err, size_t errlen);
+/* Function f (its name set; its addr too when the patch says where: then
+ * it is matched by address) of a new patch on top of s: if a patch of s
+ * still applied replaced it already, f takes that patch's site (at, len,
+ * addr) and that patch's jump as its bytes before (checked against the
+ * target's memory): 1; not replaced by any: 0; a MOLT_E* code (the entry
+ * holds something else). */
+MOLT__HIDDEN int molt__levels_inherit(pid_t pid, const molt__attach_stack *s,
+                                      molt__attach_func *f, char *err, size_t errlen);
+
+/* ---- callback.c: the patch's pre/post-update callbacks, run in the target ---- */
+
+/* Runs callback fn (its address in the target; int fn(void)) on a thread of
+ * pid stopped in a system call, returning to `trap` (an address that is
+ * not executable: the return faults there, and molt takes the thread
+ * back).  Waits at most timeout_ms.  0 with *result, or MOLT_ECALLBACK
+ * (it crashed or did not return in time: its thread was taken back and
+ * runs on as before), MOLT_ENOENT, MOLT_EIO, with err saying what. */
+MOLT__HIDDEN int molt__callback_run(pid_t pid, uint64_t fn, uint64_t trap, int timeout_ms,
+                                    int *result, double *ms, char *err, size_t errlen);
+
+/* The callbacks the patch file declares (none: both absent).  0 or the
+ * refusal of a malformed note (MOLT_ECORRUPT...). */
+MOLT__HIDDEN int molt__callbacks_read(const char *path, molt__patch_callbacks *cbs,
+                                      char *err, size_t errlen);
+/* Runs the pre-update callback, if any, of patch st staged at base: 0, or
+ * MOLT_ECALLBACK (nonzero, crashed, timed out; err says which) and the
+ * like.  What it did is added to st->callbacks. */
+MOLT__HIDDEN int molt__callbacks_pre(pid_t pid, molt__attach_state *st,
+                                     const molt__patch_callbacks *cbs, uint64_t base,
+                                     int timeout_ms, char *err, size_t errlen);
+/* Runs the post-update callback, if any: a failure is a warning, in
+ * st->note; what it did is added to st->callbacks. */
+MOLT__HIDDEN void molt__callbacks_post(pid_t pid, molt__attach_state *st,
+                                       const molt__patch_callbacks *cbs, uint64_t base,
+                                       int timeout_ms);
 
 #define ATTACH_PAGE 4096u
 /* The state page is the last page of the staged mapping. */

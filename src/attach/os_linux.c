@@ -671,3 +671,97 @@ int molt__os_syscall(attach_thread *t, uint64_t insn, long nr, const uint64_t ar
     molt__errmsg(err, errlen, "running a system call on thread %d failed", (int)t->tid);
   return rc;
 }
+
+/* ---- running code on a stopped thread (callback.c) ------------------------------ */
+
+/* A signal the kernel raises for the instruction a thread runs: a crash of
+ * the code run on it (the asynchronous ones are blocked meanwhile). */
+static bool synchronous(int sig) {
+  return sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE ||
+         sig == SIGTRAP || sig == SIGSYS;
+}
+
+/* A thread created by the code run on t: traced by the kernel (the seize
+ * asked for it); let go at its first stop. */
+static void let_go(pid_t child) {
+  int st;
+  for (int tries = 0; tries < 1000; tries++) {
+    pid_t w = waitpid(child, &st, __WALL | WNOHANG);
+    if (w == child || (w < 0 && errno != EINTR))
+      break;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  ptrace(PTRACE_DETACH, child, 0, 0);
+}
+
+int molt__os_run_until(attach_thread *t, const attach_regs *r, uint64_t trap,
+                       int timeout_ms, attach_regs *out, int *sig, char *err,
+                       size_t errlen) {
+  if (ptrace(PTRACE_SETREGS, t->tid, 0, r) != 0 ||
+      ptrace(PTRACE_CONT, t->tid, 0, 0) != 0) {
+    molt__errmsg(err, errlen, "cannot run code on thread %d: %s", (int)t->tid,
+                 strerror(errno));
+    return MOLT_EIO;
+  }
+  uint64_t deadline = molt__os_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  long nap_us = 20;
+  bool interrupted = false;
+  for (;;) {
+    int st;
+    pid_t w = waitpid(t->tid, &st, __WALL | (interrupted ? 0 : WNOHANG));
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 || (w == t->tid && (WIFEXITED(st) || WIFSIGNALED(st)))) {
+      molt__errmsg(err, errlen, "the process ended while code ran on its thread %d",
+                   (int)t->tid);
+      return MOLT_ENOENT;
+    }
+    if (w == 0) {
+      if (molt__os_now_ns() >= deadline) {
+        /* Not back in time: stop it where it is; the caller puts its own
+         * registers back. */
+        if (ptrace(PTRACE_INTERRUPT, t->tid, 0, 0) != 0) {
+          molt__errmsg(err, errlen, "cannot interrupt thread %d: %s", (int)t->tid,
+                       strerror(errno));
+          return MOLT_EIO;
+        }
+        interrupted = true;
+        continue;
+      }
+      struct timespec ts = {0, nap_us * 1000};
+      nanosleep(&ts, NULL);
+      if (nap_us < 1000)
+        nap_us *= 2;
+      continue;
+    }
+    if (!WIFSTOPPED(st))
+      continue;
+    int event = st >> 16, s = WSTOPSIG(st);
+    if (ptrace(PTRACE_GETREGS, t->tid, 0, out) != 0) {
+      molt__errmsg(err, errlen, "cannot read the registers of thread %d: %s", (int)t->tid,
+                   strerror(errno));
+      return MOLT_EIO;
+    }
+    if (event == PTRACE_EVENT_CLONE) {
+      unsigned long child = 0;
+      if (ptrace(PTRACE_GETEVENTMSG, t->tid, 0, &child) == 0 && child)
+        let_go((pid_t)child);
+    } else if (event == 0 && s == SIGSEGV && molt__arch_ip(out) == trap) {
+      *sig = 0; /* returned: the fault of its return, kept from the program */
+      return 0;
+    } else if (event == 0 && synchronous(s)) {
+      *sig = s;
+      return 1;
+    } else if (event == 0) {
+      t->sig = s; /* SIGSTOP (not blockable): the program's, given back at detach */
+    } else if (interrupted) {
+      return 2; /* the interrupt's stop */
+    }
+    if (ptrace(PTRACE_CONT, t->tid, 0, 0) != 0) {
+      molt__errmsg(err, errlen, "cannot resume thread %d: %s", (int)t->tid,
+                   strerror(errno));
+      return MOLT_EIO;
+    }
+  }
+}

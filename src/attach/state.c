@@ -4,7 +4,9 @@
  * same text in the last page of the staged mapping in the target, which
  * goes with the process (and names it in /proc/PID/maps as
  * memfd:molt-attach).  The record carries the target's start time: a
- * record of an earlier process with the same pid is stale.
+ * record of an earlier process with the same pid is stale.  Each patch
+ * of a process's stack has its own (levels.c): <pid> for the first,
+ * <pid>.<level> for those stacked on it.
  *
  * The text: one "key<TAB>value" per line, and per function
  * "func<TAB>name<TAB>addr<TAB>at<TAB>len<TAB>orig<TAB>jump<TAB>new" (hex). */
@@ -31,6 +33,15 @@ void molt__state_path(pid_t pid, char *path, size_t len) {
   snprintf(path, len, "%s/%d", state_dir(), (int)pid);
 }
 
+void molt__state_level_path(pid_t pid, int level, char *path, size_t len) {
+  if (level <= 1)
+    molt__state_path(pid, path, len);
+  else
+    snprintf(path, len, "%s/%d.%d", state_dir(), (int)pid, level);
+}
+
+const char *molt__state_dir(void) { return state_dir(); }
+
 static void hex(molt__buf *b, const uint8_t *p, unsigned n) {
   for (unsigned i = 0; i < n; i++)
     molt__buf_printf(b, "%02x", p[i]);
@@ -51,6 +62,7 @@ static bool unhex(const char *s, uint8_t *out, unsigned n) {
 void molt__state_format(const molt__attach_state *st, molt__buf *b) {
   molt__buf_printf(b, STATE_MAGIC "\n");
   molt__buf_pair(b, "phase", st->phase);
+  molt__buf_printf(b, "level\t%d\n", st->level);
   molt__buf_printf(b, "start_time\t%llu\n", st->start_time);
   molt__buf_pair(b, "build_id", st->build_id);
   molt__buf_pair(b, "patch", st->patch);
@@ -60,6 +72,7 @@ void molt__state_format(const molt__attach_state *st, molt__buf *b) {
   molt__buf_printf(b, "attempts\t%d\n", st->attempts);
   molt__buf_printf(b, "time\t%lld\n", st->time);
   molt__buf_pair(b, "note", st->note);
+  molt__buf_pair(b, "callbacks", st->callbacks);
   for (size_t i = 0; i < st->nfuncs; i++) {
     const molt__attach_func *f = &st->funcs[i];
     molt__buf_printf(b, "func\t%s\t%" PRIx64 "\t%" PRIx64 "\t%u\t", f->name, f->addr,
@@ -91,6 +104,10 @@ int molt__state_parse(const char *text, molt__attach_state *st) {
     const char *k = line, *v = tab + 1;
     if (strcmp(k, "phase") == 0)
       snprintf(st->phase, sizeof st->phase, "%s", v);
+    else if (strcmp(k, "level") == 0)
+      st->level = atoi(v);
+    else if (strcmp(k, "callbacks") == 0)
+      snprintf(st->callbacks, sizeof st->callbacks, "%s", v);
     else if (strcmp(k, "start_time") == 0)
       st->start_time = strtoull(v, NULL, 10);
     else if (strcmp(k, "build_id") == 0)
@@ -126,7 +143,12 @@ int molt__state_parse(const char *text, molt__attach_state *st) {
       st->nfuncs++;
     }
   }
-  return st->phase[0] && st->start_time ? 0 : MOLT_ECORRUPT;
+  if (st->level == 0)
+    st->level = 1; /* a record written before patches stacked */
+  return st->phase[0] && st->start_time && st->level >= 1 &&
+                 st->level <= MOLT__ATTACH_MAX_LEVELS
+             ? 0
+             : MOLT_ECORRUPT;
 }
 
 static int mkdirs(const char *dir) {
@@ -189,7 +211,7 @@ int molt__state_save(pid_t pid, const molt__attach_state *st, uint64_t page, cha
     rc = molt__os_write(pid, page, buf, sizeof buf);
   }
   char path[512], tmp[600];
-  molt__state_path(pid, path, sizeof path);
+  molt__state_level_path(pid, st->level, path, sizeof path);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   int fd = -1;
   if (mkdirs(state_dir()) == 0)
@@ -210,15 +232,26 @@ int molt__state_save(pid_t pid, const molt__attach_state *st, uint64_t page, cha
   return rc;
 }
 
-void molt__state_remove(pid_t pid) {
+void molt__state_remove(pid_t pid, int level) {
   char path[512];
-  molt__state_path(pid, path, sizeof path);
+  molt__state_level_path(pid, level, path, sizeof path);
   unlink(path);
 }
 
-int molt__attach_state_load(pid_t pid, molt__attach_state *st, char *err, size_t errlen) {
+int molt__state_from_page(pid_t pid, const attach_map *m, molt__attach_state *st) {
+  if (!strstr(m->path, "molt-attach") || !m->w)
+    return MOLT_ENOHISTORY;
+  char page[ATTACH_PAGE + 1];
+  if (molt__os_read(pid, m->end - ATTACH_PAGE, page, ATTACH_PAGE) != 0)
+    return MOLT_EIO;
+  page[ATTACH_PAGE] = '\0';
+  return molt__state_parse(page, st);
+}
+
+int molt__state_load_level(pid_t pid, int level, molt__attach_state *st, char *err,
+                           size_t errlen) {
   char path[512];
-  molt__state_path(pid, path, sizeof path);
+  molt__state_level_path(pid, level, path, sizeof path);
   char *text = NULL;
   FILE *f = fopen(path, "re");
   if (f) {
@@ -234,6 +267,8 @@ int molt__attach_state_load(pid_t pid, molt__attach_state *st, char *err, size_t
   unsigned long long now = molt__os_start_time(pid);
   int rc = text ? molt__state_parse(text, st) : MOLT_ENOHISTORY;
   free(text);
+  if (rc == 0 && st->level != level)
+    rc = MOLT_ECORRUPT;
   if (rc == 0 && st->start_time != now) {
     /* an earlier process had this pid */
     unlink(path);
@@ -246,13 +281,8 @@ int molt__attach_state_load(pid_t pid, molt__attach_state *st, char *err, size_t
     size_t n = 0;
     if (now && molt__os_maps(pid, &maps, &n) == 0) {
       for (size_t i = 0; i < n; i++) {
-        if (!strstr(maps[i].path, "molt-attach") || !maps[i].w)
-          continue;
-        char page[ATTACH_PAGE + 1];
-        if (molt__os_read(pid, maps[i].end - ATTACH_PAGE, page, ATTACH_PAGE) != 0)
-          continue;
-        page[ATTACH_PAGE] = '\0';
-        if (molt__state_parse(page, st) == 0 && st->start_time == now) {
+        if (molt__state_from_page(pid, &maps[i], st) == 0 && st->start_time == now &&
+            st->level == level) {
           rc = 0;
           break;
         }

@@ -47,6 +47,7 @@ typedef struct cli_args {
   int timeout_ms;          /* -1: not given */
   int callback_timeout_ms; /* -1: not given */
   bool check_interior;
+  bool all;  /* attach --all: pos[0] is a program, not a pid */
   pid_t pid; /* pos[0], for commands that take one */
   int argc;  /* the whole command line (molt run) */
   char **argv;

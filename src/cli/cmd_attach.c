@@ -5,6 +5,8 @@
 
 #include "attach/attach.h"
 
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,7 +27,82 @@ static void names(const molt__attach_state *st, char *buf, size_t len) {
   }
 }
 
+static const char *outcome_word(molt__attach_outcome o) {
+  switch (o) {
+  case MOLT__ATTACH_DONE:
+    return "attached";
+  case MOLT__ATTACH_FAILED:
+    return "failed";
+  case MOLT__ATTACH_ROLLED_BACK:
+    return "rolled back";
+  case MOLT__ATTACH_ROLLBACK_FAILED:
+    return "ROLLBACK FAILED, still patched";
+  case MOLT__ATTACH_GONE:
+    return "exited";
+  case MOLT__ATTACH_NOT_TRIED:
+    break;
+  }
+  return "not touched";
+}
+
+/* molt attach --all PROGRAM patch.so: one line per process, then the
+ * verdict (all patched, or none: the failure on stderr). */
+static int attach_all(const cli_args *a) {
+  char what[PATH_MAX + 32];
+  snprintf(what, sizeof what, "attach --all %s", a->pos[0]);
+  cli_sanitize(what);
+  char *abs = NULL;
+  int fd = -1;
+  int code = cli_file_arg(what, a->pos[1], "patch", "moltcc --molt-attach", &abs, &fd);
+  if (code)
+    return code;
+  close(fd);
+  molt__attach_opts o = {.patch = abs,
+                         .timeout_ms = a->timeout_ms,
+                         .callback_timeout_ms = a->callback_timeout_ms};
+  molt__attach_one *v = NULL;
+  size_t n = 0, done = 0;
+  char err[768] = "";
+  int rc = molt__attach_all(a->pos[0], &o, &v, &n, err, sizeof err);
+  for (size_t i = 0; i < n; i++) {
+    const molt__attach_one *p = &v[i];
+    char line[700];
+    cli_sanitize(v[i].err);
+    if (p->outcome == MOLT__ATTACH_DONE || p->outcome == MOLT__ATTACH_ROLLED_BACK)
+      snprintf(line, sizeof line,
+               " (patch %d of its stack, %d threads stopped for %.3f ms)", p->st.level,
+               p->st.threads, p->st.stop_ms);
+    else if (p->err[0])
+      snprintf(line, sizeof line, ": %s", p->err);
+    else
+      line[0] = '\0';
+    printf("  process %ld: %s%s\n", (long)p->pid, outcome_word(p->outcome), line);
+    done += p->outcome == MOLT__ATTACH_DONE;
+  }
+  if (rc == 0) {
+    printf("attached %s to all %zu processes of %s\n", abs, done, a->pos[0]);
+  } else if (n) {
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+      kept += v[i].outcome == MOLT__ATTACH_ROLLBACK_FAILED;
+    fflush(stdout);
+    cli_sanitize(err);
+    code =
+        cli_fail(rc == MOLT_EPERM ? EXIT_CONNECT : EXIT_FAILED, "%s: %s; %s", what, err,
+                 kept ? "and some processes patched before it could not be rolled "
+                        "back (listed above)"
+                      : "no process is left patched by it");
+  } else {
+    code = fail(what, rc, err);
+  }
+  free(v);
+  free(abs);
+  return code;
+}
+
 int cli_cmd_attach(const cli_args *a) {
+  if (a->all)
+    return attach_all(a);
   char what[64];
   snprintf(what, sizeof what, "attach %ld", (long)a->pid);
   char *abs = NULL;
@@ -34,7 +111,10 @@ int cli_cmd_attach(const cli_args *a) {
   if (code)
     return code;
   close(fd);
-  molt__attach_opts o = {.pid = a->pid, .patch = abs, .timeout_ms = a->timeout_ms};
+  molt__attach_opts o = {.pid = a->pid,
+                         .patch = abs,
+                         .timeout_ms = a->timeout_ms,
+                         .callback_timeout_ms = a->callback_timeout_ms};
   molt__attach_state *st = cli_xmalloc(sizeof *st);
   char err[512] = "";
   int rc = molt__attach(&o, st, err, sizeof err);
@@ -44,11 +124,19 @@ int cli_cmd_attach(const cli_args *a) {
     char list[1024];
     names(st, list, sizeof list);
     cli_sanitize(list);
-    printf("attached %s to %ld: %zu function%s (%s); %d thread%s stopped for %.3f ms "
-           "(%d attempt%s)\n",
-           abs, (long)a->pid, st->nfuncs, st->nfuncs == 1 ? "" : "s", list, st->threads,
-           st->threads == 1 ? "" : "s", st->stop_ms, st->attempts,
+    printf("attached %s to %ld as patch %d of its stack: %zu function%s (%s); %d "
+           "thread%s stopped for %.3f ms (%d attempt%s)\n",
+           abs, (long)a->pid, st->level, st->nfuncs, st->nfuncs == 1 ? "" : "s", list,
+           st->threads, st->threads == 1 ? "" : "s", st->stop_ms, st->attempts,
            st->attempts == 1 ? "" : "s");
+    if (st->callbacks[0]) {
+      cli_sanitize(st->callbacks);
+      printf("callbacks: %s\n", st->callbacks);
+    }
+    if (st->note[0]) {
+      cli_sanitize(st->note);
+      printf("warning: %s\n", st->note);
+    }
   }
   free(st);
   free(abs);
@@ -80,10 +168,11 @@ int cli_attach_rollback(const cli_args *a) {
     char list[1024];
     names(st, list, sizeof list);
     cli_sanitize(list);
-    printf("rolled back %ld: %zu function%s restored (%s); %d thread%s stopped for %.3f "
-           "ms\n",
-           (long)a->pid, st->nfuncs, st->nfuncs == 1 ? "" : "s", list, st->threads,
-           st->threads == 1 ? "" : "s", st->stop_ms);
+    cli_sanitize(st->patch);
+    printf("rolled back %ld: patch %d (%s) popped, %zu function%s restored (%s); %d "
+           "thread%s stopped for %.3f ms\n",
+           (long)a->pid, st->level, st->patch, st->nfuncs, st->nfuncs == 1 ? "" : "s",
+           list, st->threads, st->threads == 1 ? "" : "s", st->stop_ms);
     if (st->note[0]) {
       cli_sanitize(st->note);
       printf("note: %s\n", st->note);
@@ -93,28 +182,88 @@ int cli_attach_rollback(const cli_args *a) {
   return code;
 }
 
-static const char *live_word(int live) {
-  return live == 1 ? "patched" : live == 0 ? "original" : "changed";
+/* One function of patch s->levels[i] as JSON. */
+static void json_function(cli_json *j, pid_t pid, const molt__attach_stack *s, size_t i,
+                          const molt__attach_func *f) {
+  char num[64], state[32];
+  cli_json_object(j, true);
+  cli_json_key(j, "name");
+  cli_json_str(j, f->name);
+  cli_json_key(j, "address");
+  snprintf(num, sizeof num, "%#llx", (unsigned long long)f->addr);
+  cli_json_str(j, num);
+  cli_json_key(j, "new_address");
+  snprintf(num, sizeof num, "%#llx", (unsigned long long)f->new_addr);
+  cli_json_str(j, num);
+  cli_json_key(j, "state");
+  molt__attach_stack_func_state(pid, s, i, f, state, sizeof state);
+  cli_json_str(j, state);
+  cli_json_end(j);
+}
+
+/* The fields of one patch of the stack (the newest applied one is also
+ * the top-level object, as before patches stacked). */
+static void json_level(cli_json *j, pid_t pid, const molt__attach_stack *s, size_t i) {
+  const molt__attach_state *st = &s->levels[i];
+  char num[64];
+  cli_json_key(j, "level");
+  snprintf(num, sizeof num, "%d", st->level);
+  cli_json_num(j, num);
+  cli_json_key(j, "phase");
+  cli_json_str(j, st->phase);
+  cli_json_key(j, "patch");
+  cli_json_str(j, st->patch);
+  cli_json_key(j, "build_id");
+  cli_json_str(j, st->build_id);
+  cli_json_key(j, "time");
+  snprintf(num, sizeof num, "%lld", st->time);
+  cli_json_num(j, num);
+  cli_json_key(j, "stop_ms");
+  snprintf(num, sizeof num, "%.3f", st->stop_ms);
+  cli_json_num(j, num);
+  cli_json_key(j, "threads");
+  snprintf(num, sizeof num, "%d", st->threads);
+  cli_json_num(j, num);
+  cli_json_key(j, "code");
+  snprintf(num, sizeof num, "%#llx-%#llx", (unsigned long long)st->code_start,
+           (unsigned long long)st->code_end);
+  cli_json_str(j, num);
+  cli_json_key(j, "note");
+  cli_json_str(j, st->note);
+  cli_json_key(j, "callbacks");
+  cli_json_str(j, st->callbacks);
+  cli_json_key(j, "functions");
+  cli_json_array(j, false);
+  for (size_t k = 0; k < st->nfuncs; k++)
+    json_function(j, pid, s, i, &st->funcs[k]);
+  cli_json_end(j);
 }
 
 int cli_attach_status(const cli_args *a) {
-  molt__attach_state *st = cli_xmalloc(sizeof *st);
+  molt__attach_stack s;
   char err[512] = "";
-  int rc = molt__attach_state_load(a->pid, st, err, sizeof err);
+  int rc = molt__attach_stack_load(a->pid, &s, err, sizeof err);
   if (rc) {
-    free(st);
     char what[64];
     snprintf(what, sizeof what, "status %ld", (long)a->pid);
     return fail(what, rc, err);
   }
+  /* the top: the newest patch still applied, else the newest */
+  size_t top = s.n - 1;
+  for (size_t i = s.n; i-- > 0;) {
+    if (strcmp(s.levels[i].phase, "rolled-back") != 0) {
+      top = i;
+      break;
+    }
+  }
+  for (size_t i = 0; i < s.n; i++) {
+    cli_sanitize(s.levels[i].patch);
+    cli_sanitize(s.levels[i].note);
+    cli_sanitize(s.levels[i].callbacks);
+  }
+  const molt__attach_state *st = &s.levels[top];
   char comm[64], when[64], num[64];
   cli_comm(a->pid, comm, sizeof comm);
-  time_t t = (time_t)st->time;
-  struct tm tm;
-  localtime_r(&t, &tm);
-  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-  cli_sanitize(st->patch);
-  cli_sanitize(st->note);
   if (a->json) {
     cli_json j = {0};
     cli_json_object(&j, false);
@@ -123,48 +272,22 @@ int cli_attach_status(const cli_args *a) {
     cli_json_num(&j, num);
     cli_json_key(&j, "mode");
     cli_json_str(&j, "attach");
-    cli_json_key(&j, "phase");
-    cli_json_str(&j, st->phase);
-    cli_json_key(&j, "patch");
-    cli_json_str(&j, st->patch);
-    cli_json_key(&j, "build_id");
-    cli_json_str(&j, st->build_id);
-    cli_json_key(&j, "time");
-    snprintf(num, sizeof num, "%lld", st->time);
-    cli_json_num(&j, num);
-    cli_json_key(&j, "stop_ms");
-    snprintf(num, sizeof num, "%.3f", st->stop_ms);
-    cli_json_num(&j, num);
-    cli_json_key(&j, "threads");
-    snprintf(num, sizeof num, "%d", st->threads);
-    cli_json_num(&j, num);
-    cli_json_key(&j, "code");
-    snprintf(num, sizeof num, "%#llx-%#llx", (unsigned long long)st->code_start,
-             (unsigned long long)st->code_end);
-    cli_json_str(&j, num);
-    cli_json_key(&j, "note");
-    cli_json_str(&j, st->note);
-    cli_json_key(&j, "functions");
+    json_level(&j, a->pid, &s, top);
+    cli_json_key(&j, "stack");
     cli_json_array(&j, false);
-    for (size_t i = 0; i < st->nfuncs; i++) {
-      const molt__attach_func *f = &st->funcs[i];
+    for (size_t i = 0; i < s.n; i++) {
       cli_json_object(&j, true);
-      cli_json_key(&j, "name");
-      cli_json_str(&j, f->name);
-      cli_json_key(&j, "address");
-      snprintf(num, sizeof num, "%#llx", (unsigned long long)f->addr);
-      cli_json_str(&j, num);
-      cli_json_key(&j, "new_address");
-      snprintf(num, sizeof num, "%#llx", (unsigned long long)f->new_addr);
-      cli_json_str(&j, num);
-      cli_json_key(&j, "state");
-      cli_json_str(&j, live_word(molt__attach_func_live(a->pid, f)));
+      json_level(&j, a->pid, &s, i);
       cli_json_end(&j);
     }
     cli_json_end(&j);
     cli_json_end(&j);
     cli_json_done(&j);
   } else {
+    time_t t = (time_t)st->time;
+    struct tm tm;
+    localtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
     printf("process %ld (%s): patched by molt attach (not a molt process)\n",
            (long)a->pid, comm);
     printf("  patch     %s\n  build-id  %s\n  state     %s since %s\n", st->patch,
@@ -173,22 +296,37 @@ int cli_attach_status(const cli_args *a) {
            st->attempts, st->attempts == 1 ? "" : "s");
     printf("  code      %#llx-%#llx\n", (unsigned long long)st->code_start,
            (unsigned long long)st->code_end);
+    if (st->callbacks[0])
+      printf("  callbacks %s\n", st->callbacks);
     if (st->note[0])
       printf("  note      %s\n", st->note);
-    printf("\nfunctions\n");
+    printf("\nstack (newest first)\n");
     cli_table tab;
-    cli_table_init(&tab, 4, (const char *const[]){"NAME", "ADDRESS", "NEW", "STATE"});
-    for (size_t i = 0; i < st->nfuncs; i++) {
-      const molt__attach_func *f = &st->funcs[i];
-      char ad[32], nw[32];
-      snprintf(ad, sizeof ad, "%#llx", (unsigned long long)f->addr);
-      snprintf(nw, sizeof nw, "%#llx", (unsigned long long)f->new_addr);
-      cli_table_add(&tab,
-                    (const char *const[]){f->name, ad, nw,
-                                          live_word(molt__attach_func_live(a->pid, f))});
+    cli_table_init(&tab, 4, (const char *const[]){"LEVEL", "STATE", "STOP", "PATCH"});
+    for (size_t i = s.n; i-- > 0;) {
+      char lv[16], stop[32];
+      snprintf(lv, sizeof lv, "%d", s.levels[i].level);
+      snprintf(stop, sizeof stop, "%.3f ms", s.levels[i].stop_ms);
+      cli_table_add(
+          &tab, (const char *const[]){lv, s.levels[i].phase, stop, s.levels[i].patch});
+    }
+    cli_table_print(&tab, "  ");
+    printf("\nfunctions\n");
+    cli_table_init(&tab, 5,
+                   (const char *const[]){"LEVEL", "NAME", "ADDRESS", "NEW", "STATE"});
+    for (size_t i = s.n; i-- > 0;) {
+      for (size_t k = 0; k < s.levels[i].nfuncs; k++) {
+        const molt__attach_func *f = &s.levels[i].funcs[k];
+        char lv[16], ad[32], nw[32], state[32];
+        snprintf(lv, sizeof lv, "%d", s.levels[i].level);
+        snprintf(ad, sizeof ad, "%#llx", (unsigned long long)f->addr);
+        snprintf(nw, sizeof nw, "%#llx", (unsigned long long)f->new_addr);
+        molt__attach_stack_func_state(a->pid, &s, i, f, state, sizeof state);
+        cli_table_add(&tab, (const char *const[]){lv, f->name, ad, nw, state});
+      }
     }
     cli_table_print(&tab, "  ");
   }
-  free(st);
+  molt__attach_stack_free(&s);
   return EXIT_OK;
 }

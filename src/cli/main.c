@@ -38,10 +38,12 @@ static const command commands[] = {
    NULL,  (summary),       cli_cmd_##name, NULL},
     MOLT__OPS(MOLT__CLI_COMMAND)
 #undef MOLT__CLI_COMMAND
-        {"attach", 0, MOLT__OPF_TIMEOUT, "patch", true, false,
-         "molt attach <pid> <patch.so> [--timeout SEC]",
+        {"attach", 0, MOLT__OPF_TIMEOUT | MOLT__OPF_CALLBACKS, "patch", true, false,
+         "molt attach <pid>|--all <program> <patch.so> [--timeout SEC] "
+         "[--callback-timeout SEC]",
          "hot-patch a process not built with molt (patch built with 'moltcc "
-         "--molt-attach'); rollback and status work on it too",
+         "--molt-attach'), on top of the patches it has; --all: every process of the "
+         "program, all or none; rollback and status work on it too",
          cli_cmd_attach, NULL},
     {"run", 0, 0, NULL, false, true, "molt run <image.so> [args...]",
      "run a program image (built with 'moltcc --molt-program') in this process",
@@ -198,6 +200,8 @@ static int parse_args(int argc, char **argv, cli_args *o) {
       molt_policy_t p;
       if (strcmp(a, "--json") == 0) {
         o->json = true;
+      } else if (strcmp(a, "--all") == 0) {
+        o->all = true;
       } else if (strcmp(a, "--check-interior") == 0) {
         o->check_interior = true;
       } else if (klen == 8 && strncmp(a, "--policy", 8) == 0) {
@@ -260,6 +264,9 @@ static int check_args(const command *c, const cli_args *o) {
                     "%s: --callback-timeout applies only to %s; see 'molt help'", o->cmd,
                     list);
   }
+  if (o->all && c->handler != cli_cmd_attach)
+    return cli_fail(EXIT_USAGE, "%s: --all applies only to attach; see 'molt help'",
+                    o->cmd);
   if (o->check_interior && !(c->flags & MOLT__OPF_INTERIOR)) {
     takers(MOLT__OPF_INTERIOR, list, sizeof list);
     return cli_fail(EXIT_USAGE,
@@ -311,7 +318,7 @@ int main(int argc, char **argv) {
     code = check_args(c, &o);
   if (code != 0)
     return code;
-  if (c->pid && !cli_parse_pid(o.pos[0], &o.pid))
+  if (c->pid && !o.all && !cli_parse_pid(o.pos[0], &o.pid))
     return cli_fail(
         EXIT_USAGE,
         "%s: '%s' is not a process id; give the numeric pid shown by 'molt ps'", o.cmd,

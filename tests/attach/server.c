@@ -11,7 +11,16 @@
  * timeout that ended early: an attach's stop must cause neither.  Spinner
  * threads call spin_copy(), whose first instruction (rep movsb) runs long,
  * and check that its copy is whole; branchy() and tiny() are functions an
- * attach must refuse. */
+ * attach must refuse.  The line "hello" is answered by "hello <banner()>"
+ * (a second function a stacked patch replaces); "stats" also reports the
+ * counters the attach callbacks of the tests change (cb_*).
+ *
+ * $SERVER_FORKS=N: the process forks N workers after it listens (each
+ * serves the same socket with its own threads, and dies with its master);
+ * $SERVER_PARK_WORKER=K: worker K (1..N; 0 the master) has a thread parked
+ * in pause() inside the first bytes of park(), which no attach of park()
+ * can ever get past (the attach --all tests); $SERVER_PTRACER_ANY: any
+ * process of its user may trace it (Yama's ptrace_scope 1). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,7 +31,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -41,6 +52,40 @@ __attribute__((noinline)) long answer(long n) {
   char buf[32];
   snprintf(buf, sizeof buf, "%ld", n * multiplier + VARIANT - 1);
   return strtol(buf, NULL, 10);
+}
+
+/* A build of its own (-DSERVER_TAG="..."): a build-id no other copy of this
+ * file has, so that attach --all finds only the test's processes. */
+#ifdef SERVER_TAG
+__attribute__((used)) static const char server_tag[] = SERVER_TAG;
+#endif
+
+/* The second function a stacked patch replaces. */
+__attribute__((noipa)) const char *banner(void) { return "original"; }
+
+/* What the attach callbacks of the tests change (test_attach.py). */
+long cb_pre, cb_post, cb_pre_saw, cb_post_saw;
+
+/* answer() called through the program's own entry: what a callback sees
+ * of it (the patch's own answer() is the new version). */
+__attribute__((noipa)) long ask(long n) { return answer(n); }
+
+/* A system call in its first bytes: a thread blocked in it has its
+ * restart address (ip - 2) there. */
+long park(long nr);
+__asm__(".text\n"
+        ".globl park\n"
+        ".type park, @function\n"
+        "park:\n"
+        "  mov %rdi, %rax\n"
+        "  syscall\n"
+        "  ret\n"
+        ".size park, .-park\n");
+
+static void *parker(void *arg) {
+  for (;;)
+    park(SYS_pause);
+  return NULL;
 }
 
 /* rep movsb first: rdi = dst, rsi = src, rcx = n (the 4th argument); then a
@@ -206,10 +251,16 @@ static void serve(int c) {
     if (strncmp(line, "stats", 5) == 0)
       snprintf(out, sizeof out,
                "eintr %ld early %ld spin %ld bad %ld new %ld branchy %ld "
-               "tiny %ld churnbad %ld\n",
+               "tiny %ld churnbad %ld pre %ld post %ld presaw %ld postsaw %ld "
+               "pid %ld\n",
                atomic_load(&eintr_count), atomic_load(&early_count),
                atomic_load(&spin_calls), atomic_load(&spin_bad), atomic_load(&spin_new),
-               branchy(3), tiny(), atomic_load(&churn_bad));
+               branchy(3), tiny(), atomic_load(&churn_bad), cb_pre, cb_post, cb_pre_saw,
+               cb_post_saw, (long)getpid());
+    else if (strncmp(line, "ask", 3) == 0)
+      snprintf(out, sizeof out, "%ld\n", ask(strtol(line + 3, NULL, 10)));
+    else if (strncmp(line, "hello", 5) == 0)
+      snprintf(out, sizeof out, "hello %s\n", banner());
     else
       snprintf(out, sizeof out, "%ld\n", answer(strtol(line, NULL, 10)));
     size_t len = strlen(out), off = 0;
@@ -253,9 +304,24 @@ int main(int argc, char **argv) {
   struct sockaddr_in a = {.sin_family = AF_INET,
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
+  if (getenv("SERVER_PTRACER_ANY")) /* Yama ptrace_scope 1: any process of its uid */
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
       listen(listen_fd, 64) != 0 ||
-      getsockname(listen_fd, (struct sockaddr *)&a, &len) != 0 || pipe(pipe_fds) != 0)
+      getsockname(listen_fd, (struct sockaddr *)&a, &len) != 0)
+    return 1;
+  /* the workers, before any thread is created */
+  int forks = getenv("SERVER_FORKS") ? atoi(getenv("SERVER_FORKS")) : 0;
+  int index = 0;
+  for (int i = 1; i <= forks; i++) {
+    pid_t child = fork();
+    if (child == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      index = i;
+      break;
+    }
+  }
+  if (pipe(pipe_fds) != 0)
     return 1;
   void *(*watchers[])(void *) = {sleeper, epoller, futexer, writer, reader, accepter};
   pthread_t t;
@@ -267,8 +333,12 @@ int main(int argc, char **argv) {
     pthread_create(&t, NULL, worker, NULL);
   for (int i = 0; i < churners; i++)
     pthread_create(&t, NULL, churner, NULL);
-  printf("port %d\n", ntohs(a.sin_port));
-  fflush(stdout);
+  if (getenv("SERVER_PARK_WORKER") && atoi(getenv("SERVER_PARK_WORKER")) == index)
+    pthread_create(&t, NULL, parker, NULL);
+  if (index == 0) {
+    printf("port %d\n", ntohs(a.sin_port));
+    fflush(stdout);
+  }
   if (getenv("SERVER_MAIN_EXITS")) /* the main thread ends, the others serve */
     pthread_exit(NULL);
   pause();

@@ -48,6 +48,7 @@ def built(tmp_path_factory):
         out["server%d" % variant] = exe
     sources = {
         "fix": open(os.path.join(HERE, "fix_answer.c")).read(),
+        "stack": open(os.path.join(HERE, "fix_stack.c")).read(),
         "branchy": "long branchy(long n) { return n; }\n",
         "tiny": "long tiny(void) { return 1; }\n",
         "nosuch": "long no_such_function(long n) { return n; }\n",
@@ -60,16 +61,61 @@ def built(tmp_path_factory):
                 str(src)])
         assert r.returncode == 0, r.stderr
         out[name] = so
+    # fix_answer.c with callbacks (moltcc --molt-callbacks, as for a hot patch)
+    for name, text in CALLBACKS.items():
+        cb = d / (name + "_callbacks.c")
+        cb.write_text(CALLBACKS_HEAD + text)
+        so = str(d / (name + ".so"))
+        r = sh([MOLTCC, "--molt-attach", "--molt-target", out["server1"], "--molt-callbacks",
+                str(cb), "-O2", "-o", so, os.path.join(HERE, "fix_answer.c")])
+        assert r.returncode == 0, r.stderr
+        out[name] = so
     return out
+
+
+# Callback files: each counts its runs in the server's cb_pre / cb_post and
+# records what answer(10) was when it ran (ask() enters the program's
+# answer(), so it sees whatever that entry jumps to: 20 before the jumps,
+# 30 after).
+CALLBACKS_HEAD = """#include <molt.h>
+extern long cb_pre, cb_post, cb_pre_saw, cb_post_saw;
+long ask(long n);
+"""
+CALLBACKS = {
+    "cb_ok": """
+static int before(void) { cb_pre++; cb_pre_saw = ask(10); return 0; }
+MOLT_PATCH_PRE(before);
+static int after(void) { cb_post++; cb_post_saw = ask(10); return 0; }
+MOLT_PATCH_POST(after);
+""",
+    "cb_refuse": """
+static int refuse(void) { cb_pre++; return 3; }
+MOLT_PATCH_PRE(refuse);
+static int after(void) { cb_post++; return 0; }
+MOLT_PATCH_POST(after);
+""",
+    "cb_loop": """
+static int forever(void) { cb_pre++; for (;;) __asm__ volatile(""); return 0; }
+MOLT_PATCH_PRE(forever);
+""",
+    "cb_crash": """
+static int crash(void) { cb_pre++; return *(volatile int *)16; }
+MOLT_PATCH_PRE(crash);
+""",
+    "cb_post_fails": """
+static int after(void) { cb_post++; cb_post_saw = ask(10); return 7; }
+MOLT_PATCH_POST(after);
+""",
+}
 
 
 class Server:
     """server.c running; q() sends request lines on a fresh connection."""
 
-    def __init__(self, exe, workers=8, spinners=0, churners=0, env=None):
+    def __init__(self, exe, workers=8, spinners=0, churners=0, env=None, preexec=None):
         self.p = subprocess.Popen([exe, str(workers), str(spinners), str(churners)],
                                   stdout=subprocess.PIPE, text=True,
-                                  env=dict(os.environ, **(env or {})))
+                                  env=dict(os.environ, **(env or {})), preexec_fn=preexec)
         line = self.p.stdout.readline()
         assert line.startswith("port "), line
         self.port = int(line.split()[1])
@@ -91,6 +137,9 @@ class Server:
 
     def answer(self, n):
         return int(self.q(str(n))[0])
+
+    def hello(self):
+        return self.q("hello")[0]
 
     def stats(self):
         words = self.q("stats")[0].split()
@@ -130,6 +179,13 @@ def threads_free(pid):
         assert state not in ("t", "T"), "thread %s left stopped (%s)" % (tid, state)
 
 
+def named_maps(pid):
+    """The mappings of pid that have a name (files, memfds, [stack]...): the
+    anonymous ones change with the program's own mallocs (a thread's first
+    one maps an arena)."""
+    return [l for l in open("/proc/%d/maps" % pid) if len(l.split()) >= 6]
+
+
 def attach_maps(pid):
     return [l for l in open("/proc/%d/maps" % pid) if "molt-attach" in l]
 
@@ -152,7 +208,8 @@ def symbol_bytes(exe, pid, name, n=32):
 
 class Load:
     """Client threads that send requests over kept connections and check
-    each answer: 2n (original) or 3n (patched), nothing else, no error."""
+    each answer: 2n (original), 3n (fix_answer.c) or 4n (fix_stack.c on top
+    of it), nothing else, no error."""
 
     def __init__(self, srv, nclients=4):
         self.srv, self.stop, self.errors, self.count = srv, False, [], 0
@@ -170,7 +227,7 @@ class Load:
                 f.write("%d\n" % n)
                 f.flush()
                 got = f.readline()
-                if not got or int(got) not in (2 * n, 3 * n):
+                if not got or int(got) not in (2 * n, 3 * n, 4 * n):
                     with self.lock:
                         self.errors.append("request %d: answer %r" % (n, got))
                     return
@@ -241,10 +298,308 @@ def test_status_of_an_attached_process(built, server):
     r = molt("status", srv.pid)
     assert "patched by molt attach" in r.stdout, r
     open(rec, "w").write(saved)
-    r = molt("attach", srv.pid, built["fix"])
-    assert r.returncode == 1 and "already has a patch attached" in r.stderr
     assert molt("rollback", srv.pid).returncode == 0
     assert srv.answer(5) == 10
+
+
+STACK_CYCLES = int(os.environ.get("ATTACH_STACK_CYCLES", "4"))
+
+
+def test_stacked_patches_under_load(built, server):
+    """fix_answer.c, then fix_stack.c on top of it (replacing answer() again
+    and banner(), which the first does not): the live replies follow the
+    top of the stack; each rollback pops one patch and gives back exactly
+    the bytes the entries had before it."""
+    import json
+    srv = server(workers=8)
+    exe = built["server1"]
+    original = {f: symbol_bytes(exe, srv.pid, f) for f in ("answer", "banner")}
+    load = Load(srv)
+    try:
+        for cycle in range(STACK_CYCLES):
+            r = molt("attach", srv.pid, built["fix"])
+            assert r.returncode == 0 and "as patch 1 of its stack" in r.stdout, r
+            after_a = {f: symbol_bytes(exe, srv.pid, f) for f in original}
+            assert after_a["answer"] != original["answer"]
+            assert after_a["banner"] == original["banner"]
+            assert srv.answer(7) == 21 and srv.hello() == "hello original"
+
+            r = molt("attach", srv.pid, built["stack"])
+            assert r.returncode == 0 and "as patch 2 of its stack" in r.stdout, r
+            threads_free(srv.pid)
+            assert srv.answer(7) == 28, "the stacked patch is not live"
+            assert srv.hello() == "hello patched-b"
+            # one level of indirection: answer's entry jumps straight to B
+            # (the same site as A's jump, rewritten), not through A
+            b_bytes = symbol_bytes(exe, srv.pid, "answer")
+            assert b_bytes != after_a["answer"]
+            assert b_bytes[8:] == after_a["answer"][8:]
+
+            j = json.loads(molt("status", "--json", srv.pid).stdout)
+            assert [l["level"] for l in j["stack"]] == [1, 2]
+            assert j["level"] == 2 and j["patch"] == built["stack"]
+            states = {(l["level"], f["name"]): f["state"] for l in j["stack"]
+                      for f in l["functions"]}
+            assert states == {(1, "answer"): "replaced by 2", (1, "spin_copy"): "patched",
+                              (2, "answer"): "patched", (2, "banner"): "patched"}, states
+            text = molt("status", srv.pid).stdout
+            assert re.search(r"^\s+2\s+applied\s.*%s$" % re.escape(built["stack"]), text,
+                             re.M), text
+            assert re.search(r"^\s+1\s+applied\s.*%s$" % re.escape(built["fix"]), text,
+                             re.M), text
+
+            r = molt("rollback", srv.pid)
+            assert r.returncode == 0 and "patch 2 (" in r.stdout, r
+            threads_free(srv.pid)
+            assert srv.answer(7) == 21, "the rollback of B did not give back A"
+            assert srv.hello() == "hello original"
+            assert {f: symbol_bytes(exe, srv.pid, f) for f in original} == after_a
+
+            r = molt("rollback", srv.pid)
+            assert r.returncode == 0 and "patch 1 (" in r.stdout, r
+            threads_free(srv.pid)
+            assert srv.answer(7) == 14
+            assert {f: symbol_bytes(exe, srv.pid, f) for f in original} == original
+            assert attach_maps(srv.pid) == []
+    finally:
+        errors = load.finish()
+    assert errors == []
+    assert load.count > STACK_CYCLES
+    assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
+    assert not os.path.exists("/run/molt/attach/%d.2" % srv.pid)
+    r = molt("rollback", srv.pid)
+    assert r.returncode != 0 and "not a molt process" in r.stderr, r
+
+
+def test_stack_refuses_on_an_unfinished_attach(built, server):
+    """molt killed after staging leaves an unfinished level: the next
+    attach is refused until rollback cleans it up."""
+    srv = server(workers=2)
+    env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE="staged")
+    p = subprocess.Popen([MOLT, "attach", str(srv.pid), built["fix"]], env=env,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stderr.readline().strip() == "molt-attach-paused staged"
+    p.kill()
+    p.wait()
+    r = molt("attach", srv.pid, built["stack"])
+    assert r.returncode == 1 and "unfinished attach" in r.stderr, r
+    assert srv.answer(3) == 6
+    assert molt("rollback", srv.pid).returncode == 0
+    r = molt("attach", srv.pid, built["stack"])
+    assert r.returncode == 0 and "as patch 1 of its stack" in r.stdout, r
+    assert srv.answer(3) == 12 and srv.hello() == "hello patched-b"
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(3) == 6 and srv.hello() == "hello original"
+    assert attach_maps(srv.pid) == []
+
+
+def test_callbacks_run_in_the_target(built, server):
+    """pre runs before the jumps (it sees the old answer()), post after (the
+    new one), both inside the target on a borrowed thread, under load; the
+    thread's interrupted call shows no EINTR."""
+    srv = server(workers=8)  # 4 held by the load's kept connections
+    load = Load(srv)
+    try:
+        for cycle in range(1, 4):
+            r = molt("attach", srv.pid, built["cb_ok"])
+            assert r.returncode == 0, r
+            assert re.search(r"^callbacks: pre before: 0 in [0-9.]+ ms; post after: 0 in",
+                             r.stdout, re.M), r.stdout
+            threads_free(srv.pid)
+            st = srv.stats()
+            assert (st["pre"], st["post"]) == (cycle, cycle), st
+            assert (st["presaw"], st["postsaw"]) == (20, 30), st
+            assert srv.answer(7) == 21
+            assert "pre before: 0" in molt("status", srv.pid).stdout
+            assert molt("rollback", srv.pid).returncode == 0
+            assert srv.answer(7) == 14
+    finally:
+        errors = load.finish()
+    assert errors == []
+    time.sleep(0.1)
+    st = srv.stats()
+    assert st["eintr"] == 0 and st["early"] == 0, st
+    assert attach_maps(srv.pid) == []
+
+
+def thread_states(pid):
+    """Per thread: its signal mask and the system call it waits in."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            st = open("/proc/%d/task/%s/status" % (pid, tid)).read()
+            sc = open("/proc/%d/task/%s/syscall" % (pid, tid)).read().split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        out[int(tid)] = (re.search(r"SigBlk:\s*(\S+)", st).group(1), sc[0] if sc else "")
+    return out
+
+
+def test_callbacks_leave_the_borrowed_thread_as_it_was(built, server):
+    """The main thread gone, the callbacks borrow a watcher thread (blocked
+    in epoll_wait, read, accept...), whose calls count every EINTR and every
+    early wake-up: none; every thread's signal mask and call are as before."""
+    srv = server(workers=2, env={"SERVER_MAIN_EXITS": "1"})
+    time.sleep(0.3)
+    before = thread_states(srv.pid)
+    for cycle in range(1, 6):
+        for name in ("cb_ok", "cb_loop", "cb_crash"):
+            r = molt("attach", "--callback-timeout", "0.2", srv.pid, built[name])
+            assert r.returncode == (0 if name == "cb_ok" else 1), r
+            if name == "cb_ok":
+                assert molt("rollback", srv.pid).returncode == 0
+            threads_free(srv.pid)
+    time.sleep(0.2)
+    st = srv.stats()
+    assert st["pre"] == 15 and st["post"] == 5 and st["presaw"] == 20, st
+    assert st["eintr"] == 0 and st["early"] == 0, st
+    after = thread_states(srv.pid)
+    masks = {t: before[t][0] for t in before if t in after}
+    assert masks == {t: after[t][0] for t in masks}
+    assert attach_maps(srv.pid) == []
+
+
+def test_failing_pre_changes_nothing(built, server):
+    srv = server(workers=2)
+    exe = built["server1"]
+    before = symbol_bytes(exe, srv.pid, "answer")
+    maps = named_maps(srv.pid)
+    r = molt("attach", srv.pid, built["cb_refuse"])
+    assert r.returncode == 1, r
+    assert "pre-update callback refuse of %s returned 3" % built["cb_refuse"] in r.stderr, r
+    assert len(r.stderr.strip().splitlines()) == 1
+    st = srv.stats()
+    assert (st["pre"], st["post"]) == (1, 0), st  # it ran; post never did
+    assert symbol_bytes(exe, srv.pid, "answer") == before
+    assert named_maps(srv.pid) == maps
+    assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
+    threads_free(srv.pid)
+    assert srv.answer(7) == 14
+
+
+def test_looping_pre_times_out(built, server):
+    srv = server(workers=2)
+    exe = built["server1"]
+    before = symbol_bytes(exe, srv.pid, "answer")
+    maps = named_maps(srv.pid)
+    t0 = time.time()
+    r = molt("attach", "--callback-timeout", "0.5", srv.pid, built["cb_loop"])
+    took = time.time() - t0
+    assert r.returncode == 1, r
+    assert "pre-update callback forever" in r.stderr
+    assert "did not return within 0.5 s" in r.stderr, r.stderr
+    assert took < 30, took  # bounded (the message gives the timeout used)
+    threads_free(srv.pid)
+    assert srv.answer(7) == 14  # still serving, unpatched
+    st = srv.stats()
+    assert st["pre"] == 1 and st["eintr"] == 0, st
+    assert symbol_bytes(exe, srv.pid, "answer") == before
+    assert named_maps(srv.pid) == maps
+    # the borrowed thread is back: an attach after works
+    r = molt("attach", srv.pid, built["fix"])
+    assert r.returncode == 0, r
+    assert srv.answer(7) == 21
+    assert molt("rollback", srv.pid).returncode == 0
+
+
+def test_crashing_pre_changes_nothing(built, server):
+    """A callback that faults: the fault is molt's to see, never delivered
+    to the server (which would die of it), and the attach fails cleanly."""
+    srv = server(workers=2)
+    maps = named_maps(srv.pid)
+    r = molt("attach", srv.pid, built["cb_crash"])
+    assert r.returncode == 1, r
+    assert re.search(r"pre-update callback crash of .* crashed \(signal 11 at 0x", r.stderr), r
+    assert srv.p.poll() is None
+    assert srv.stats()["pre"] == 1
+    assert srv.answer(7) == 14
+    assert named_maps(srv.pid) == maps
+    threads_free(srv.pid)
+
+
+def test_sigterm_during_a_callback_waits_for_the_thread(built, server):
+    """SIGTERM of molt while its looping pre runs takes effect only once the
+    borrowed thread is given back: the server lives on, unpatched, and a
+    rollback clears what the killed attach staged."""
+    srv = server(workers=2)
+    p = subprocess.Popen([MOLT, "attach", "--callback-timeout", "1", str(srv.pid),
+                          built["cb_loop"]], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 10
+    while srv.stats()["pre"] == 0 and time.time() < deadline:
+        time.sleep(0.02)
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    p.wait(30)
+    assert p.returncode == -signal.SIGTERM
+    assert time.time() - t0 > 0.1, "molt ended before the callback's timeout"
+    time.sleep(0.1)
+    assert srv.p.poll() is None
+    # the borrowed (main) thread is back in its pause(), not left looping
+    assert open("/proc/%d/task/%d/syscall" % (srv.pid, srv.pid)).read().split()[0] == "34"
+    threads_free(srv.pid)
+    assert srv.answer(7) == 14
+    assert molt("rollback", srv.pid).returncode == 0
+    assert attach_maps(srv.pid) == []
+
+
+def test_moltcc_refuses_bad_attach_callbacks(built, tmp_path):
+    cases = {
+        "two": ("static int a(void) { return 0; }\nMOLT_PATCH_PRE(a);\n"
+                "static int b(void) { return 0; }\nMOLT_PATCH_PRE(b);\n",
+                "declares two pre-update callbacks (a and b)"),
+        "missing": (None, "--molt-callbacks"),
+    }
+    for name, (text, why) in cases.items():
+        cb = tmp_path / (name + ".c")
+        if text is not None:
+            cb.write_text(CALLBACKS_HEAD + text)
+        r = sh([MOLTCC, "--molt-attach", "--molt-target", built["server1"],
+                "--molt-callbacks", str(cb), "-O2", "-o", str(tmp_path / "x.so"),
+                os.path.join(HERE, "fix_answer.c")])
+        assert r.returncode != 0 and why in r.stderr, (name, r.stderr)
+        assert not (tmp_path / "x.so").exists()
+
+
+def test_failing_post_is_a_warning(built, server):
+    srv = server(workers=2)
+    r = molt("attach", srv.pid, built["cb_post_fails"])
+    assert r.returncode == 0, r
+    assert re.search(r"^warning: post-update callback after of .* returned 7 \(the patch "
+                     r"stays applied\)$", r.stdout, re.M), r.stdout
+    assert srv.answer(7) == 21
+    st = srv.stats()
+    assert st["post"] == 1 and st["postsaw"] == 30, st
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(7) == 14
+
+
+@pytest.mark.parametrize("point", ["stopped", "applied"])
+def test_stacked_attach_killed_midway(built, server, point):
+    """molt killed in the stop of the second patch: the target runs either
+    patch 1 or patch 2, whole; rollback pops what is left of patch 2 and
+    gives back patch 1's bytes exactly."""
+    srv = server(workers=4)
+    exe = built["server1"]
+    assert molt("attach", srv.pid, built["fix"]).returncode == 0
+    after_a = {f: symbol_bytes(exe, srv.pid, f) for f in ("answer", "banner")}
+    env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE=point)
+    p = subprocess.Popen([MOLT, "attach", str(srv.pid), built["stack"]], env=env,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stderr.readline().strip() == "molt-attach-paused " + point
+    p.kill()
+    p.wait()
+    time.sleep(0.1)
+    threads_free(srv.pid)
+    patched = point == "applied"
+    assert srv.answer(7) == (28 if patched else 21)
+    assert srv.hello() == ("hello patched-b" if patched else "hello original")
+    r = molt("rollback", srv.pid)
+    assert r.returncode == 0 and "patch 2 (" in r.stdout, r
+    assert {f: symbol_bytes(exe, srv.pid, f) for f in after_a} == after_a
+    assert srv.answer(7) == 21 and srv.hello() == "hello original"
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(7) == 14
+    assert attach_maps(srv.pid) == []
 
 
 def test_spinning_thread_retried_never_corrupted(built, server):
@@ -456,3 +811,183 @@ def test_one_molt_at_a_time(built, server):
     assert srv.answer(6) == 12
     assert attach_maps(srv.pid) == []
     threads_free(srv.pid)
+
+
+# ---- molt attach --all ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built_all(built, tmp_path_factory):
+    """server.c built with a tag of its own (a build-id no other copy has:
+    attach --all must find this run's processes only) and fix_all.c for it."""
+    import uuid
+    d = tmp_path_factory.mktemp("attach_all")
+    exe = str(d / "server_all")
+    r = sh(["gcc", "-O2", "-pthread", '-DSERVER_TAG="%s"' % uuid.uuid4().hex, "-o", exe,
+            os.path.join(HERE, "server.c")])
+    assert r.returncode == 0, r.stderr
+    so = str(d / "fix_all.so")
+    r = sh([MOLTCC, "--molt-attach", "--molt-target", exe, "-O2", "-o", so,
+            os.path.join(HERE, "fix_all.c")])
+    assert r.returncode == 0, r.stderr
+    return {"exe": exe, "patch": so}
+
+
+def forked(srv, n):
+    """The master's pid and its n workers', each once its threads run."""
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        kids = open("/proc/%d/task/%d/children" % (srv.pid, srv.pid)).read().split()
+        pids = [srv.pid] + [int(k) for k in kids]
+        if len(pids) == n + 1 and all(len(os.listdir("/proc/%d/task" % p)) >= 8
+                                      for p in pids):
+            return sorted(pids)
+        time.sleep(0.05)
+    raise AssertionError("the workers did not start")
+
+
+def answers_by_process(srv, pids, n=7, tries=300):
+    """answer(n) as each process gives it, over fresh connections (the
+    kernel hands each to a thread of any process)."""
+    seen = {}
+    for _ in range(tries):
+        stats, got = srv.q("stats", str(n))
+        seen[int(stats.split()[-1])] = int(got)
+        if set(seen) == set(pids):
+            break
+    return seen
+
+
+def test_attach_all_master_and_workers(built_all, server):
+    exe, patch = built_all["exe"], built_all["patch"]
+    srv = server(exe, workers=8, env={"SERVER_FORKS": "3"})  # 4 held by the load
+    pids = forked(srv, 3)
+    before = {p: symbol_bytes(exe, p, "answer") for p in pids}
+    load = Load(srv)
+    try:
+        r = molt("attach", "--all", exe, patch)
+        assert r.returncode == 0, r
+        assert "attached %s to all 4 processes of %s" % (patch, exe) in r.stdout, r.stdout
+        for p in pids:
+            assert re.search(r"^  process %d: attached \(patch 1 of its stack" % p,
+                             r.stdout, re.M), r.stdout
+            threads_free(p)
+            assert symbol_bytes(exe, p, "answer") != before[p]
+        assert answers_by_process(srv, pids) == {p: 21 for p in pids}
+        for p in pids:
+            r = molt("rollback", p)
+            assert r.returncode == 0, r
+            assert symbol_bytes(exe, p, "answer") == before[p]
+        assert answers_by_process(srv, pids) == {p: 14 for p in pids}
+    finally:
+        errors = load.finish()
+    assert errors == []
+
+
+def test_attach_all_rolls_back_on_failure(built_all, server):
+    """One worker has a thread parked inside park()'s first bytes: its
+    attach times out, the processes patched before it are rolled back, the
+    ones after are never touched, and the load sees no wrong reply."""
+    exe, patch = built_all["exe"], built_all["patch"]
+    srv = server(exe, workers=8, env={"SERVER_FORKS": "3", "SERVER_PARK_WORKER": "2"})
+    pids = forked(srv, 3)
+
+    def parks(p):
+        for tid in os.listdir("/proc/%d/task" % p):
+            sc = open("/proc/%d/task/%s/syscall" % (p, tid)).read().split()
+            if int(tid) != p and sc and sc[0] == "34":  # pause()
+                return True
+        return False
+
+    deadline = time.time() + 5
+    while not any(parks(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.05)
+    parked = [p for p in pids if parks(p)]
+    assert len(parked) == 1 and parked[0] != srv.pid, parked
+    parked = parked[0]
+    before = {p: symbol_bytes(exe, p, "answer") for p in pids}
+    maps = {p: named_maps(p) for p in pids}
+    load = Load(srv)
+    try:
+        r = molt("attach", "--all", "--timeout", "0.5", exe, patch)
+    finally:
+        errors = load.finish()
+    assert errors == []
+    assert r.returncode == 1, r
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "process %d: thread" % parked in r.stderr and "'park'" in r.stderr, r.stderr
+    assert "no process is left patched by it" in r.stderr
+    for p in pids:
+        word = "rolled back" if p < parked else "failed" if p == parked else "not touched"
+        assert re.search(r"^  process %d: %s" % (p, word), r.stdout, re.M), r.stdout
+        threads_free(p)
+        assert symbol_bytes(exe, p, "answer") == before[p]
+        assert named_maps(p) == maps[p]
+        assert not os.path.exists("/run/molt/attach/%d" % p)
+    assert "rolled back" in r.stdout  # the master, at least, came before
+    assert answers_by_process(srv, pids) == {p: 14 for p in pids}
+
+
+def test_attach_all_refusals(built_all, built, server):
+    exe, patch = built_all["exe"], built_all["patch"]
+    r = molt("attach", "--all", exe, patch)
+    assert r.returncode == 3 and "no running process of %s" % exe in r.stderr, r
+    srv = server(exe, workers=2)
+    r = molt("attach", "--all", exe, built["fix"])  # built for server1
+    assert r.returncode == 1 and "the patch was built for build-id" in r.stderr, r
+    r = molt("status", "--all", srv.pid)
+    assert r.returncode == 2 and "--all applies only to attach" in r.stderr, r
+    assert srv.answer(2) == 4 and attach_maps(srv.pid) == []
+
+
+def as_nobody():
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+def test_attach_all_with_another_users_process(built_all, server):
+    """molt run as nobody: nobody's server and root's of the same program.
+    Root's executable is hidden from nobody, but its name is the program's:
+    it is counted in, cannot be traced, and nobody's is rolled back."""
+    import shutil
+    import tempfile
+    pub = tempfile.mkdtemp(prefix="moltall-pub-")
+    try:
+        os.chmod(pub, 0o755)
+        # a name of its own: another user's process is matched by its name
+        exe = os.path.join(pub, "srv%d" % os.getpid())
+        patch = os.path.join(pub, "fix_all.so")
+        shutil.copy(built_all["exe"], exe)
+        shutil.copy(built_all["patch"], patch)
+        os.chmod(exe, 0o755)
+        os.chmod(patch, 0o644)
+        state = os.path.join(pub, "state")
+        os.mkdir(state)
+        os.chown(state, 65534, 65534)
+        mine = server(exe, workers=2, env={"SERVER_PTRACER_ANY": "1"}, preexec=as_nobody)
+        roots = server(exe, workers=2)
+        before = {s.pid: symbol_bytes(exe, s.pid, "answer") for s in (mine, roots)}
+        r = subprocess.run([MOLT, "attach", "--all", exe, patch], capture_output=True,
+                           text=True, timeout=60, preexec_fn=as_nobody,
+                           env=dict(os.environ, MOLT_ATTACH_DIR=state))
+        assert r.returncode == 3, r
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "no process is left patched by it" in r.stderr
+        scope = open("/proc/sys/kernel/yama/ptrace_scope").read().strip() \
+            if os.path.exists("/proc/sys/kernel/yama/ptrace_scope") else "0"
+        if scope in ("0", "1") and mine.pid < roots.pid:
+            # nobody's was patched, then root's refused: nobody's rolled back
+            assert re.search(r"^  process %d: rolled back" % mine.pid, r.stdout, re.M), r
+        if scope in ("0", "1"):
+            assert "process %d: ptrace of process %d refused" % (roots.pid, roots.pid) \
+                in r.stderr, r.stderr
+            assert re.search(r"^  process %d: failed" % roots.pid, r.stdout, re.M), r
+        for s in (mine, roots):
+            assert symbol_bytes(exe, s.pid, "answer") == before[s.pid]
+            assert attach_maps(s.pid) == []
+            assert s.answer(3) == 6
+            threads_free(s.pid)
+        assert os.listdir(state) in ([], ["%d.lock" % mine.pid])
+    finally:
+        shutil.rmtree(pub, ignore_errors=True)

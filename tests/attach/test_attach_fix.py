@@ -329,3 +329,41 @@ def test_tree_with_the_fix_and_orig_form(tmp_path):
     for p in (so, str(tmp_path / "b.so")):
         marks = sh(["readelf", "-p", ".molt_attach", p]).stdout
         assert "replace lookup" in marks and "replace next_id" in marks, marks
+
+
+CALLBACKS = """#include <molt.h>
+long next_id(void);                 /* the server's */
+static int pre(void) { return %d; }
+MOLT_PATCH_PRE(pre);
+static int post(void) { next_id(); return 0; }   /* runs the new version: +10 */
+MOLT_PATCH_POST(post);
+"""
+
+
+def test_callbacks(tree, tmp_path):
+    """--molt-callbacks with a fix: the post-update callback runs in the
+    server after the jumps (it calls the new next_id once); a pre-update
+    callback that refuses leaves the server unchanged."""
+    d, exe = tree
+    ok, refuse = tmp_path / "cb_ok.c", tmp_path / "cb_refuse.c"
+    ok.write_text(CALLBACKS % 0)
+    refuse.write_text(CALLBACKS % 3)
+    so_ok, so_refuse = str(tmp_path / "ok.so"), str(tmp_path / "refuse.so")
+    for cb, so in ((ok, so_ok), (refuse, so_refuse)):
+        r = moltcc(d, exe, "fix_bounds.patch", so, *FLAGS, extra=["--molt-callbacks", str(cb)])
+        assert r.returncode == 0, r.stderr
+        assert "callbacks: pre-update pre, post-update post" in r.stderr, r.stderr
+    srv = Server(exe, workers=2)
+    try:
+        before = text_bytes(exe, srv.pid, "lookup")
+        assert srv.q("id") == ["1"]
+        a = sh([MOLT, "attach", srv.pid, so_refuse])
+        assert a.returncode != 0 and "returned 3" in a.stderr, (a.stdout, a.stderr)
+        assert text_bytes(exe, srv.pid, "lookup") == before
+        assert srv.q("get 8", "id") == ["secret", "2"]
+        a = sh([MOLT, "attach", srv.pid, so_ok])
+        assert a.returncode == 0, a.stderr
+        # 2, then the post callback's call (12), then ours
+        assert srv.q("get 8", "id") == ["none", "22"]
+    finally:
+        srv.close()

@@ -14,6 +14,15 @@ without start files (no constructor of it ever runs), with a
 `.molt_attach` section that records PROG's build-id; molt attach refuses
 it for any other program.  The two-version builder (--molt-patch with
 --molt-diff) does not produce attach patches yet.
+
+    moltcc --molt-attach --molt-target PROG --molt-callbacks CB.c -o fix.so fix.c
+
+adds the pre- and post-update callbacks of CB.c, declared as for a hot
+patch (molt.h MOLT_PATCH_PRE/MOLT_PATCH_POST, the callback functions
+themselves static); molt attach runs them inside the target.  CB.c is
+compiled with the patch's flags, molt.h on the include path and
+-DMOLT__NO_AUTO_REGISTER (as every patch source is); the linked patch's
+notes are checked as for a hot patch (patch/callbacks.py).
 """
 import os
 import subprocess
@@ -46,6 +55,15 @@ def build_attach(s):
     build_id = target_build_id(opts.target)
     out = cmd.output
     args = [a for a in cmd.args]
+    callbacks = None
+    if opts.callbacks:
+        callbacks = os.path.abspath(opts.callbacks)
+        if not os.path.isfile(callbacks):
+            raise Fatal("--molt-callbacks %s: no such file" % opts.callbacks)
+        s.layout.check_include()
+        # after the patch's own sources: the same flags; molt.h's patch
+        # macros (MOLT_PATCH_PRE/POST) need MOLT__NO_AUTO_REGISTER
+        args = args + ["-I", s.layout.include, "-DMOLT__NO_AUTO_REGISTER", callbacks]
     with tempfile.TemporaryDirectory(prefix="moltcc-attach-") as d:
         tmp = os.path.join(d, "patch.so")
         oi = cmd.output_index
@@ -55,6 +73,9 @@ def build_attach(s):
         rc, _ = s.tools.run(link)
         if rc != 0:
             raise Fatal("compiling the attach patch failed")
+        if callbacks:
+            from .patch.callbacks import check_linked
+            check_linked(tmp, callbacks)
         note = os.path.join(d, "molt_attach.txt")
         with open(note, "w") as f:
             f.write("molt-attach 1\nbuild-id %s\n" % build_id)

@@ -182,7 +182,8 @@ def choose_mode(opts, rest):
         opts.patch = True
     elif opts.attach:
         others = sorted(k for k in opts.given if k not in
-                        ("--molt-attach", "--molt-target", "--molt-verbose", "--molt-keep")
+                        ("--molt-attach", "--molt-target", "--molt-verbose", "--molt-keep",
+                         "--molt-callbacks")
                         and k not in INTERNAL_OPTIONS)
         if others:
             raise Fatal("%s not meaningful with --molt-attach" % ", ".join(others))

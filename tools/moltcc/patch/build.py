@@ -140,9 +140,6 @@ def build_plain(s, others):
                     "flags it was compiled with on the command line" % target)
     if others:
         raise Fatal("%s: objects cannot go into an attach patch" % others[0].path)
-    if opts.callbacks:
-        raise Fatal("--molt-callbacks: attach patches (for %s, built without moltcc) cannot "
-                    "have callbacks yet" % target)
     # the patch runs in a process without sanitizer runtimes, whatever
     # libmolt was built with
     s.layout.san_flags = lambda: []
