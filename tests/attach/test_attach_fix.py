@@ -367,3 +367,34 @@ def test_callbacks(tree, tmp_path):
         assert srv.q("get 8", "id") == ["none", "22"]
     finally:
         srv.close()
+
+
+def test_stacked_series(tree, tmp_path):
+    """A second fix on top of the first: the patch built from the series
+    (fix_bounds.patch then fix_message.patch) is attached over the first
+    one and takes its functions' sites by their addresses; each rollback
+    gives back the level below."""
+    d, exe = tree
+    first, both = str(tmp_path / "first.so"), str(tmp_path / "both.so")
+    assert moltcc(d, exe, "fix_bounds.patch", first, *FLAGS).returncode == 0
+    r = moltcc(d, exe, "fix_bounds.patch", both, *FLAGS,
+               extra=["--molt-diff", os.path.join(PLAIN, "fix_message.patch")])
+    assert r.returncode == 0, r.stderr
+    srv = Server(exe, workers=8)
+    try:
+        before = text_bytes(exe, srv.pid, "lookup")
+        load = Load(srv, nclients=2)
+        assert sh([MOLT, "attach", srv.pid, first]).returncode == 0
+        assert srv.q("get 8") == ["none"]
+        a = sh([MOLT, "attach", srv.pid, both])
+        assert a.returncode == 0, a.stderr
+        assert srv.q("get 8", "get 2") == ["no such record", "name2"]
+        assert sh([MOLT, "rollback", srv.pid]).returncode == 0
+        assert srv.q("get 8") == ["none"]
+        assert sh([MOLT, "rollback", srv.pid]).returncode == 0
+        assert srv.q("get 8") == ["secret"]
+        errors = load.finish()
+        assert not errors, errors[:5]
+        assert text_bytes(exe, srv.pid, "lookup") == before
+    finally:
+        srv.close()
