@@ -79,7 +79,6 @@ class PlainImage:
             elf = ELFFile(f)
             if elf.header.e_machine != "EM_X86_64":
                 raise Fatal("%s is not an x86-64 program" % path)
-            self.pie = elf.header.e_type == "ET_DYN"
             sym = elf.get_section_by_name(".symtab")
             if sym is None:
                 raise Fatal("target %s has no symbol table (stripped?); attach patches are built "
