@@ -207,12 +207,13 @@ static int plan_function(target *t, const char *name, uint64_t addr, molt__attac
   uintptr_t v = (uintptr_t)addr, start;
   size_t size;
   bool is_func;
+  const char *tu = NULL; /* a static's file: where its .cold part is */
   int rc = addr ? 0 : molt__symtab_lookup_any(t->st, name, &v);
   if (rc == MOLT_EAMBIGUOUS) {
     molt__errmsg(err, errlen, "'%s' names several functions of the target", name);
     return rc;
   }
-  if (rc || molt__symtab_at(t->st, v, NULL, NULL, &start, &size, &is_func) != 0 ||
+  if (rc || molt__symtab_at(t->st, v, NULL, &tu, &start, &size, &is_func) != 0 ||
       !is_func || start != v) {
     molt__errmsg(err, errlen,
                  "the patch defines '%s', which is not a function of the target (make "
@@ -246,9 +247,12 @@ static int plan_function(target *t, const char *name, uint64_t addr, molt__attac
     snprintf(cold, sizeof cold, "%s.cold", name);
     uintptr_t cv;
     size_t csize;
-    if (molt__symtab_lookup_any(t->st, cold, &cv) == 0 &&
-        molt__symtab_at(t->st, cv, NULL, NULL, NULL, &csize, NULL) == 0 && csize &&
-        csize < (16u << 20)) {
+    /* a static's in its own file: another file may have a static of the
+     * same name with a cold part of its own */
+    int found = tu ? molt__symtab_lookup(t->st, cold, tu, &cv)
+                   : molt__symtab_lookup_any(t->st, cold, &cv);
+    if (found == 0 && molt__symtab_at(t->st, cv, NULL, NULL, NULL, &csize, NULL) == 0 &&
+        csize && csize < (16u << 20)) {
       uint8_t *cc = malloc(csize);
       if (!cc)
         return MOLT_ENOMEM;
