@@ -1420,6 +1420,15 @@ def main():
             R.lines += f.read().rstrip("\n").split("\n")
             R.w("<!-- patchbuild-realfixes: end -->")
             R.w()
+    # bench/attach/bench.py's section (P11, measured separately), as it
+    # last wrote it
+    at = os.path.join(bl.BENCH, "results", "attach.md")
+    if os.path.exists(at):
+        with open(at) as f:
+            R.w("<!-- attach: begin -->")
+            R.lines += f.read().rstrip("\n").split("\n")
+            R.w("<!-- attach: end -->")
+            R.w()
     R.w("## Proposals, collected")
     R.w()
     R.w("| measure | proposal | evidence |")

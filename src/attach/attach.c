@@ -211,17 +211,20 @@ static int target_build_id(pid_t pid, char *hex, size_t len, char *err, size_t e
 
 /* ---- planning --------------------------------------------------------------- */
 
-static int plan_function(target *t, const char *name, molt__attach_func *f, char *err,
-                         size_t errlen) {
-  uintptr_t v, start;
+/* The function `name` of the target -- at link-time address `addr` when
+ * the patch says where (moltcc resolved it), else found by its name. */
+static int plan_function(target *t, const char *name, uint64_t addr, molt__attach_func *f,
+                         char *err, size_t errlen) {
+  uintptr_t v = (uintptr_t)addr, start;
   size_t size;
   bool is_func;
-  int rc = molt__symtab_lookup_any(t->st, name, &v);
+  const char *tu = NULL; /* a static's file: where its .cold part is */
+  int rc = addr ? 0 : molt__symtab_lookup_any(t->st, name, &v);
   if (rc == MOLT_EAMBIGUOUS) {
     molt__errmsg(err, errlen, "'%s' names several functions of the target", name);
     return rc;
   }
-  if (rc || molt__symtab_at(t->st, v, NULL, NULL, &start, &size, &is_func) != 0 ||
+  if (rc || molt__symtab_at(t->st, v, NULL, &tu, &start, &size, &is_func) != 0 ||
       !is_func || start != v) {
     molt__errmsg(err, errlen,
                  "the patch defines '%s', which is not a function of the target (make "
@@ -256,9 +259,12 @@ static int plan_function(target *t, const char *name, molt__attach_func *f, char
     snprintf(cold, sizeof cold, "%s.cold", name);
     uintptr_t cv;
     size_t csize;
-    if (molt__symtab_lookup_any(t->st, cold, &cv) == 0 &&
-        molt__symtab_at(t->st, cv, NULL, NULL, NULL, &csize, NULL) == 0 && csize &&
-        csize < (16u << 20)) {
+    /* a static's in its own file: another file may have a static of the
+     * same name with a cold part of its own */
+    int found = tu ? molt__symtab_lookup(t->st, cold, tu, &cv)
+                   : molt__symtab_lookup_any(t->st, cold, &cv);
+    if (found == 0 && molt__symtab_at(t->st, cv, NULL, NULL, NULL, &csize, NULL) == 0 &&
+        csize && csize < (16u << 20)) {
       uint8_t *cc = malloc(csize);
       if (!cc)
         return MOLT_ENOMEM;
@@ -829,10 +835,13 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   for (size_t i = 0; rc == 0 && i < p.nfuncs; i++) {
     molt__attach_func *f = &st->funcs[i];
     snprintf(f->name, sizeof f->name, "%s", p.funcs[i].name);
+    /* where moltcc resolved it (a patch built from a fix): the levels
+     * below are matched by that address, else by name */
+    f->addr = p.funcs[i].target ? t.bias + p.funcs[i].target : 0;
     /* replaced by a patch below already: its site, its jump rewritten */
     rc = molt__levels_inherit(pid, &below, f, err, errlen);
     if (rc == 0)
-      rc = plan_function(&t, p.funcs[i].name, f, err, errlen);
+      rc = plan_function(&t, p.funcs[i].name, p.funcs[i].target, f, err, errlen);
     else if (rc == 1)
       rc = 0;
   }
@@ -842,6 +851,7 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   uint64_t base = 0, insn = 0;
   if (rc == 0)
     rc = choose_place(&t, st, p.size + ATTACH_STATE_SIZE, &base, err, errlen);
+  p.target_bias = t.bias;
   if (rc == 0)
     rc = molt__patch_relocate(&p, base, resolve, &t, err, errlen);
   for (size_t i = 0; rc == 0 && i < st->nfuncs; i++) {

@@ -250,10 +250,23 @@ typedef struct attach_patch {
   struct {
     char name[128];
     uint64_t offset; /* of the new version in the image */
+    uint64_t target; /* link-time address of the function it replaces in the
+                        target (a `replace` line), 0: found by name */
   } funcs[MOLT__ATTACH_MAX_FUNCS];
+  /* The patch's references that moltcc resolved against the target (its
+   * `import` lines): symbol -> link-time address in the target.  Relocation
+   * binds them to target_bias + address, before any lookup by name. */
+  struct attach_import *imports;
+  size_t nimports;
+  uint64_t target_bias; /* set by the caller before molt__patch_relocate */
   /* what relocation needs: */
   void *priv;
 } attach_patch;
+
+typedef struct attach_import {
+  char name[128];
+  uint64_t target;
+} attach_import;
 
 /* Reads and checks the patch file (without resolving anything). */
 MOLT__HIDDEN int molt__patch_open(const char *path, attach_patch *p, char *err,
@@ -312,7 +325,8 @@ MOLT__HIDDEN bool molt__levels_active(const molt__attach_state *st);
  * patch takes. */
 MOLT__HIDDEN int molt__levels_next(pid_t pid, const molt__attach_stack *s, int *level,
                                    char *err, size_t errlen);
-/* Function f (its name set) of a new patch on top of s: if a patch of s
+/* Function f (its name set; its addr too when the patch says where: then
+ * it is matched by address) of a new patch on top of s: if a patch of s
  * still applied replaced it already, f takes that patch's site (at, len,
  * addr) and that patch's jump as its bytes before (checked against the
  * target's memory): 1; not replaced by any: 0; a MOLT_E* code (the entry

@@ -154,7 +154,9 @@ int molt__levels_inherit(pid_t pid, const molt__attach_stack *s, molt__attach_fu
       continue;
     for (size_t k = 0; k < st->nfuncs; k++) {
       const molt__attach_func *below = &st->funcs[k];
-      if (strcmp(below->name, f->name) != 0)
+      /* by address when the patch says where (two statics of one name
+       * in two files are two functions), else by name */
+      if (f->addr ? below->addr != f->addr : strcmp(below->name, f->name) != 0)
         continue;
       uint8_t now[MOLT__ATTACH_MAX_BYTES];
       if (molt__os_read(pid, below->at, now, below->len) != 0 ||

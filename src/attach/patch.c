@@ -92,6 +92,75 @@ static int read_file(const char *path, patch_file *f, char *err, size_t errlen) 
   return 0;
 }
 
+/* The .molt_attach section: "molt-attach 1", "build-id HEX", then (from a
+ * patch built from a fix, moltcc's two-version builder) one line per
+ * replaced function and per resolved reference:
+ *
+ *     replace NAME TARGET_HEX PATCH_HEX   the new version at PATCH_HEX in the
+ *                                         patch replaces the function at
+ *                                         TARGET_HEX (link-time) in the target
+ *     import SYMBOL TARGET_HEX            the patch's undefined SYMBOL is the
+ *                                         target's object at TARGET_HEX
+ *
+ * moltcc resolved both through the target's symbol table and DWARF (a
+ * static by its file, a static local by its function), so nothing here is
+ * looked up by a name that several statics may share. */
+#define MAX_MARKS (1u << 20)
+
+static int read_marks(const uint8_t *data, size_t size, attach_patch *p, char *err,
+                      size_t errlen) {
+  if (size > MAX_MARKS)
+    return corrupt(err, errlen, "the .molt_attach section is larger than 1 MiB");
+  char *text = malloc(size + 1);
+  if (!text)
+    return MOLT_ENOMEM;
+  memcpy(text, data, size);
+  text[size] = '\0';
+  int rc = 0;
+  if (sscanf(text, "molt-attach 1\nbuild-id %80[0-9a-f]", p->build_id) != 1)
+    rc = corrupt(err, errlen, "unreadable .molt_attach section");
+  char *save = NULL;
+  for (char *line = strtok_r(text, "\n", &save); rc == 0 && line;
+       line = strtok_r(NULL, "\n", &save)) {
+    char name[128];
+    unsigned long long target, offset;
+    int used = 0;
+    if (sscanf(line, "replace %127s %llx %llx%n", name, &target, &offset, &used) == 3 &&
+        line[used] == '\0') {
+      if (p->nfuncs == MOLT__ATTACH_MAX_FUNCS) {
+        molt__errmsg(err, errlen, "the patch replaces more than %d functions",
+                     MOLT__ATTACH_MAX_FUNCS);
+        rc = MOLT_ENOTSUP;
+        break;
+      }
+      if (target == 0) {
+        rc = corrupt(err, errlen, "a replaced function at address 0");
+        break;
+      }
+      snprintf(p->funcs[p->nfuncs].name, sizeof p->funcs[0].name, "%s", name);
+      p->funcs[p->nfuncs].target = target;
+      p->funcs[p->nfuncs].offset = offset; /* checked against the image later */
+      p->nfuncs++;
+    } else if (sscanf(line, "import %127s %llx%n", name, &target, &used) == 2 &&
+               line[used] == '\0') {
+      attach_import *ni = realloc(p->imports, (p->nimports + 1) * sizeof *ni);
+      if (!ni) {
+        rc = MOLT_ENOMEM;
+        break;
+      }
+      p->imports = ni;
+      snprintf(ni[p->nimports].name, sizeof ni[0].name, "%s", name);
+      ni[p->nimports].target = target;
+      p->nimports++;
+    } else if (strncmp(line, "molt-attach ", 12) != 0 &&
+               strncmp(line, "build-id ", 9) != 0) {
+      rc = corrupt(err, errlen, "an unknown line in the .molt_attach section");
+    }
+  }
+  free(text);
+  return rc;
+}
+
 static int parse(patch_file *f, attach_patch *p, char *err, size_t errlen) {
   if (f->size < sizeof(Elf64_Ehdr) || memcmp(f->data, ELFMAG, SELFMAG) != 0) {
     molt__errmsg(err, errlen, "not an ELF file");
@@ -128,12 +197,9 @@ static int parse(patch_file *f, attach_patch *p, char *err, size_t errlen) {
       if (s->sh_type != SHT_PROGBITS)
         return corrupt(err, errlen,
                        "the .molt_attach section holds no bytes of the file");
-      char text[256];
-      size_t n = s->sh_size < sizeof text - 1 ? s->sh_size : sizeof text - 1;
-      memcpy(text, f->data + s->sh_offset, n);
-      text[n] = '\0';
-      if (sscanf(text, "molt-attach 1\nbuild-id %80[0-9a-f]", p->build_id) != 1)
-        return corrupt(err, errlen, "unreadable .molt_attach section");
+      int rc = read_marks(f->data + s->sh_offset, s->sh_size, p, err, errlen);
+      if (rc)
+        return rc;
       marked = true;
     } else if (s->sh_type == SHT_DYNSYM) {
       if (s->sh_entsize != sizeof(Elf64_Sym) || s->sh_offset % 8 ||
@@ -226,6 +292,15 @@ static int lay_out(patch_file *f, attach_patch *p, char *err, size_t errlen) {
 }
 
 static int list_functions(patch_file *f, attach_patch *p, char *err, size_t errlen) {
+  if (p->nfuncs) {
+    /* replace lines: each new version must lie in executable code */
+    for (size_t i = 0; i < p->nfuncs; i++) {
+      uint64_t off = p->funcs[i].offset;
+      if (off >= p->size || !(p->prot[off / ATTACH_PAGE] & PROT_EXEC))
+        return corrupt(err, errlen, "a new version outside the patch's code");
+    }
+    return 0;
+  }
   for (size_t i = 1; i < f->ndynsym; i++) {
     const Elf64_Sym *s = &f->dynsym[i];
     unsigned bind = ELF64_ST_BIND(s->st_info);
@@ -302,8 +377,14 @@ int molt__patch_relocate(attach_patch *p, uint64_t base, attach_resolver resolve
         const char *name = sym_name(f, sym);
         if (!name)
           return corrupt(err, errlen, "a symbol name out of its table");
+        const attach_import *imp = NULL;
+        for (size_t k = 0; sym->st_shndx == SHN_UNDEF && k < p->nimports && !imp; k++)
+          if (strcmp(p->imports[k].name, name) == 0)
+            imp = &p->imports[k];
         if (sym->st_shndx != SHN_UNDEF) {
           value = base + sym->st_value; /* the patch's own */
+        } else if (imp) {
+          value = p->target_bias + imp->target; /* resolved by moltcc */
         } else {
           /* A version needed from a library (index 2 and up): the patch's
            * own link found the name in a library, so it names the
@@ -347,6 +428,7 @@ void molt__patch_close(attach_patch *p) {
   free(f);
   free(p->image);
   free(p->prot);
+  free(p->imports);
   memset(p, 0, sizeof *p);
 }
 

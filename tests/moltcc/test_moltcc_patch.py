@@ -247,7 +247,9 @@ def test_patch_errors(prog):
     t.write("plain.c", "int main(void) { return 0; }\n")
     t.cc("plain.c", "-o", "plainprog").ok()
     r = t.moltcc("--molt-patch", "--molt-target", "./plainprog", "-o", "x.so", "v2/main.c")
-    assert r.rc == 1 and "has no updatable function (was it built with moltcc?)" in r.err
+    # built without moltcc: an attach patch, which is built from a fix only
+    assert r.rc == 1 and "plainprog has no compile record (it was built without moltcc)" in r.err \
+        and "--molt-diff FIX.patch" in r.err
     t.write("v3/main.c", PATCH_MAIN)
     r = t.moltcc("--molt-patch", "--molt-target", "./prog", "-o", "x.so", "v2/main.c", "v3/main.c")
     assert r.rc == 1 and "two patch sources are named main.c" in r.err

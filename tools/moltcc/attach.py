@@ -28,34 +28,17 @@ import os
 import subprocess
 import tempfile
 
+from .elf import SymbolError, build_id
 from .errors import Fatal
-
-try:
-    from elftools.elf.elffile import ELFFile
-except ImportError:  # pragma: no cover - python3-pyelftools is a dependency
-    ELFFile = None
 
 SECTION = ".molt_attach"
 
 
 def target_build_id(path):
-    if ELFFile is None:
-        raise Fatal("--molt-attach needs python3-pyelftools")
     try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            for sec in elf.iter_sections():
-                if sec.header.sh_type != "SHT_NOTE":
-                    continue
-                for note in sec.iter_notes():
-                    if note["n_type"] == "NT_GNU_BUILD_ID":
-                        return note["n_desc"]
-    except OSError as e:
-        raise Fatal("cannot read %s: %s" % (path, e.strerror))
-    except Exception as e:  # pyelftools' errors on a file that is not ELF
-        raise Fatal("%s is not an ELF program (%s)" % (path, e))
-    raise Fatal("%s has no build-id; relink it with -Wl,--build-id "
-                "(attach patches are matched by it)" % path)
+        return build_id(path)
+    except SymbolError as e:
+        raise Fatal(str(e))
 
 
 def build_attach(s):

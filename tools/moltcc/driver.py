@@ -10,8 +10,12 @@ programs updatable with molt, and builds hot patches for them.
                                     # (image/)
     moltcc --molt-show-build PROG   # PROG's compile record (record.py) as
                                     # compile_commands.json
+    moltcc --molt-patch --molt-target ./plain-server --molt-diff fix.patch -o fix.so -O2 -g ...
+                                    # a patch for `molt attach`: PROG built without
+                                    # moltcc (patch/plain.py); --molt-attach is the same
     moltcc --molt-attach --molt-target ./server -o fix.so fix.c [cflags]
-                                    # a patch for `molt attach` (attach.py)
+                                    # a patch for `molt attach` from the new functions
+                                    # themselves (attach.py)
 
 The driver reads the command line: the --molt-* options (the real compiler
 never sees them) and the compiler's own (gccargs.Command), finds molt
@@ -170,7 +174,13 @@ def choose_mode(opts, rest):
         return show_build
     if opts.strip is not None and not opts.diff:
         raise Fatal("--molt-strip is only meaningful with --molt-diff")
-    if opts.attach:
+    if opts.attach and (opts.diff or opts.orig is not None):
+        # --molt-attach with a fix is --molt-patch: the builder sees that
+        # PROG has no compile record and makes an attach patch
+        if opts.program:
+            raise Fatal("--molt-program and --molt-attach cannot be combined")
+        opts.patch = True
+    elif opts.attach:
         others = sorted(k for k in opts.given if k not in
                         ("--molt-attach", "--molt-target", "--molt-verbose", "--molt-keep",
                          "--molt-callbacks")

@@ -1009,6 +1009,22 @@ if HAVE_ELFTOOLS:
             return desc._replace(stream=BytesIO(data))
 
 
+def object_dwarf(path):
+    """The DWARFInfo of a relocatable object, its .rela.debug_* applied
+    (names and references as in a linked file), or None without DWARF."""
+    if not HAVE_ELFTOOLS:
+        raise DebugError("reading debug information needs pyelftools (apt-get install python3-pyelftools)")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        elf = _ObjELF(BytesIO(raw), raw)
+        if not elf.has_dwarf_info() or elf.get_section_by_name(".debug_info") is None:
+            return None
+        return elf.get_dwarf_info()
+    except (ELFError, DWARFError) as e:
+        raise DebugError("%s: cannot read its DWARF: %s" % (path, e))
+
+
 _cache = {}
 
 

@@ -117,6 +117,30 @@ def read_symtab(path):
     return st
 
 
+def build_id(path):
+    """The hex NT_GNU_BUILD_ID of the ELF file at path; SymbolError (one
+    line) when it cannot be read, is not ELF, or has none."""
+    try:
+        from elftools.elf.elffile import ELFFile
+    except ImportError:  # pragma: no cover - python3-pyelftools is a dependency
+        raise SymbolError("reading build-ids needs python3-pyelftools")
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            for sec in elf.iter_sections():
+                if sec.header.sh_type != "SHT_NOTE":
+                    continue
+                for note in sec.iter_notes():
+                    if note["n_type"] == "NT_GNU_BUILD_ID":
+                        return note["n_desc"]
+    except OSError as e:
+        raise SymbolError("cannot read %s: %s" % (path, e.strerror))
+    except Exception as e:  # pyelftools' errors on a file that is not ELF
+        raise SymbolError("%s is not an ELF program (%s)" % (path, e))
+    raise SymbolError("%s has no build-id; relink it with -Wl,--build-id "
+                      "(attach patches are matched by it)" % path)
+
+
 # -- source names in debug info ------------------------------------------------
 
 _SHF_COMPRESSED = 0x800

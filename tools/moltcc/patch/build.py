@@ -107,9 +107,68 @@ def build_patch_from_fix(s):
         if not os.path.isfile(opts.callbacks):
             raise Fatal("--molt-callbacks %s: no such file" % opts.callbacks)
         opts.callbacks = os.path.abspath(opts.callbacks)
+    from .plain import has_compile_record
+    if not has_compile_record(target):
+        return build_plain(s, others)
+    if opts.attach:
+        raise Fatal("%s was built with moltcc (it has a compile record): give it a hot patch "
+                    "(molt apply) and build that without --molt-attach" % target)
     symtab = read_target(target)
     try:
         prog, fix, builds = prepare_fix(s)
         return build_from_fix(s, symtab, prog, fix, builds, [x.path for x in others])
+    finally:
+        s.work.finish()
+
+
+# ---------------------------------------------------------------------------
+# A plainly built PROG (no compile record): an attach patch (plain.py)
+# ---------------------------------------------------------------------------
+
+def build_plain(s, others):
+    """The patch for `molt attach` of a program built without moltcc: the
+    fix's files from the source tree (the current directory or
+    --molt-source), compiled with the command line's flags."""
+    from .pipeline import build_from_fix
+    from .plain import PlainImage, PlainProgram, check_flags, compiler_and_flags
+    from .source import affected_units, fix_from_options, prepare_builds
+    opts = s.options
+    target = opts.target
+    if not (opts.diff or opts.orig is not None):
+        raise Fatal("%s has no compile record (it was built without moltcc): its patch is built "
+                    "from the fix, --molt-diff FIX.patch or --molt-orig OLD NEW..., with the "
+                    "flags it was compiled with on the command line" % target)
+    if others:
+        raise Fatal("%s: objects cannot go into an attach patch" % others[0].path)
+    # the patch runs in a process without sanitizer runtimes, whatever
+    # libmolt was built with
+    s.layout.san_flags = lambda: []
+    s.layout.sanitizers = lambda: []
+    s.layout.check_include()
+    root = os.path.abspath(opts.source or os.getcwd())
+    if not os.path.isdir(root):
+        raise Fatal("--molt-source %s: not a directory" % opts.source)
+    image = PlainImage(target)
+    compiler, flags = compiler_and_flags(s)
+    if not flags and not image.has_debug:
+        raise Fatal("%s has no compile record (it was built without moltcc) and no debug "
+                    "information: give the flags it was compiled with on the command line "
+                    "(at least its -O level, and its -I and -D options)" % target)
+    s.report.note("%s was built without moltcc: an attach patch (molt attach), compiled in %s "
+                  "with %s" % (target, root, " ".join(flags) or "no flags"))
+    if not image.has_debug:
+        s.report.warn("%s has no debug information: moltcc cannot check the flags given against "
+                      "it, nor find copies of a changed function that its compiler inlined and "
+                      "this rebuild does not (build it with -g)" % target)
+    try:
+        prog = PlainProgram(target, image, root, compiler, flags, s.report)
+        fix = fix_from_options(s, prog)
+        units = affected_units(prog, fix)
+        check_flags(image, flags, sorted({os.path.basename(a.record.abspath) for a in units}))
+        builds = prepare_builds(prog, fix, units, s.work.file("fix"))
+        for n in fix.notes:
+            s.report.messages.append("moltcc: note: " + n)
+        s.flush_report()
+        return build_from_fix(s, image.symtab(), prog, fix, builds)
     finally:
         s.work.finish()

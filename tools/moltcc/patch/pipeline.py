@@ -79,6 +79,10 @@ WAY_FORWARD = ("a hot patch keeps every live object and every caller as they are
                "field as shadow data (docs/guide.md, \"Adding a field: shadow data\"), or change "
                "layouts, signatures and initial values with a full update (molt update)")
 
+WAY_FORWARD_PLAIN = ("an attach patch keeps every live object and every caller as they are: a "
+                     "fix that changes layouts, signatures or initial values needs the fixed "
+                     "program started in its place")
+
 _C_LIKE = (".c", ".h", ".inc", ".def", ".tab", ".x")
 
 
@@ -91,13 +95,17 @@ class BuildFailed(Fatal):
 # ---------------------------------------------------------------------------
 
 class Target:
-    """PROG's symbols, as the comparison and the roles ask for them."""
+    """PROG's symbols, as the comparison and the roles ask for them.  In a
+    plain PROG (plain.PlainSymtab) every function with a symbol is
+    replaceable at its address; in a moltcc build, the updatable ones."""
 
     def __init__(self, symtab, path):
         self.symtab = symtab
         self.path = path
 
     def updatable(self, tu, name):
+        if hasattr(self.symtab, "updatable"):
+            return self.symtab.updatable(tu, name)
         return self.symtab.static_count(tu, name + "__molt_v0", FUNC_SYMTYPES) > 0
 
     def has(self, tu, symbol, is_static):
@@ -202,6 +210,9 @@ class Pipeline:
         self.s = s
         self.symtab = symtab
         self.prog = prog
+        # PROG built without moltcc: an attach patch (plain.py); its TUs
+        # are parsed but not woven, the patch is resolved here
+        self.plain = not prog.recorded
         self.fix = fix
         self.builds = builds
         self.extra_objects = list(extra_objects)
@@ -277,7 +288,7 @@ class Pipeline:
         build wove it, or the plain source."""
         b = t.b
         v.compiled = v.comp.source
-        if not b.record.woven:
+        if not b.record.woven and not (self.plain and v.name in ("orig", "new")):
             return
         from ..unit import Unit, UnitError
         from ..weave import ProgramWeaver
@@ -296,6 +307,8 @@ class Pipeline:
             raise Fatal("%s (%s version)" % (e, v.name))
         finally:
             os.chdir(here)
+        if not b.record.woven:
+            return          # a plain PROG: the roles need the parse, nothing is woven
         sel = Selection(b.record.updatable == "all", b.record.funcs, False)
         w = ProgramWeaver(v.unit, self.layout.include, self.quiet)
         fns = w.select(sel)
@@ -679,9 +692,14 @@ class Pipeline:
             for t in stage:
                 self.compare(t)
                 self.collect_refusals(t)
+            if self.plain:
+                from .plain import check_inlined
+                by_rel = {t.rel: t for t in stage}
+                for rel, msg in check_inlined(self.symtab.image, stage):
+                    by_rel[rel].refusals.append((rel, msg))
             self.times["compare"] += time.time() - t0
         for t in self.tus:
-            if not t.refusals and t.b.record.woven and self.ships(t):
+            if not t.refusals and (t.b.record.woven or self.plain) and self.ships(t):
                 self.decide_roles(t)
         # every refusal of every TU, before anything is generated
         plans = {}
@@ -772,7 +790,7 @@ class Pipeline:
                        "since the fix is refused already, so their uses are not listed"
                        % (len(unbuilt), "" if len(unbuilt) == 1 else "s",
                           "s" if len(unbuilt) == 1 else "", _list([t.rel for t in unbuilt])))
-        out.append("moltcc: note: %s" % WAY_FORWARD)
+        out.append("moltcc: note: %s" % (WAY_FORWARD_PLAIN if self.plain else WAY_FORWARD))
         sys.stderr.write("\n".join(out) + "\n")
         return 1
 
@@ -853,10 +871,10 @@ class Pipeline:
         patch_id = opts.patch_id or re.sub(r"\.so$", "", os.path.basename(out))
         own = [self.callbacks_object] if self.callbacks_object else []
         hdr = s.work.file("molt_patch_header.c")
+        imports = self.used_imports(objects, own)
         with open(hdr, "w") as f:
             f.write(patch_header_source(patch_id, opts.description or "", self.fix.provenance(),
-                                        [str(e) for e in self.pinned],
-                                        self.used_imports(objects, own)))
+                                        [str(e) for e in self.pinned], imports))
         hobj = hdr[:-2] + ".o"
         inc = ["-I" + layout.include] + layout.san_flags()
         rc, _ = s.tools.run(cc + ["-fPIC", "-DMOLT__NO_AUTO_REGISTER", "-c", hdr, "-o", hobj] + inc)
@@ -880,14 +898,20 @@ class Pipeline:
         # At most one callback of each kind, in the patch's code (the
         # runtime and moltstamp refuse anything else; this names the file).
         self.callbacks = callbacks.check_linked(out, opts.callbacks or out)
+        if self.plain:
+            # where each new version goes and what each import is, in PROG
+            from .plain import add_section, attach_marks
+            add_section(s, out, attach_marks(self.symtab.image, out, imports))
         # gdb, addr2line and perf name a new version `f`: its DWARF name and
         # its symbol (nothing reads the patch's symbol table by the
         # generated name; the runtime finds new versions through molt_pfns).
         rename_debug_names(out, ("__molt_p",), (".debug_str", ".strtab"))
-        stamp = layout.check_moltstamp()
-        rc, _ = s.tools.run([stamp, out, opts.target])
-        if rc != 0:
-            raise Fatal("moltstamp could not stamp %s with the build-id of %s" % (out, opts.target))
+        if not self.plain:
+            stamp = layout.check_moltstamp()
+            rc, _ = s.tools.run([stamp, out, opts.target])
+            if rc != 0:
+                raise Fatal("moltstamp could not stamp %s with the build-id of %s"
+                            % (out, opts.target))
         self.times["total"] = time.time() - self.started
         self.print_report(patch_id)
         self.write_json("ok", [])

@@ -101,7 +101,11 @@ def _rel(path, root):
 # ---------------------------------------------------------------------------
 
 class Program:
-    """PROG's compile records: what each TU read, with hashes."""
+    """PROG's compile records: what each TU read, with hashes.  `recorded`:
+    the hashes are those PROG was built from (plain.PlainProgram: False,
+    they are the tree's as it is, so nothing can be checked against them)."""
+
+    recorded = True
 
     def __init__(self, path, report=None, records=None):
         self.path = path
@@ -321,7 +325,7 @@ def _resolve(prog, fix, f):
     has them).  A recorded file must come out with its recorded hash."""
     ab = fix.abspath(f.rel)
     disk = _read(fix.phys(ab))
-    recorded = prog.hashes.get(ab)
+    recorded = prog.hashes.get(ab) if prog.recorded else None
     first_error = None
     for k in range(0, len(f.patches) + 1):
         try:
@@ -353,6 +357,10 @@ def _resolve(prog, fix, f):
                     "record, with or without the fix); moltcc needs the sources %s was built "
                     "from (--molt-source DIR)" % (f.rel, prog.path, os.path.basename(prog.path),
                                                   prog.path))
+    if disk is None and not prog.recorded:
+        raise Fatal("%s is missing from %s; moltcc needs the sources %s was built from (run it "
+                    "in that tree, or give it with --molt-source DIR)"
+                    % (f.rel, fix.source, prog.path))
     raise first_error or Fatal("%s: the fix does not apply" % f.rel)
 
 
@@ -536,7 +544,7 @@ def affected_units(prog, fix):
         if a.source_changed and changed[a.rel].new is None:
             refuse.append("%s: the fix removes this source file of %s; a hot patch cannot "
                           "remove a translation unit" % (a.rel, prog.path))
-        elif a.source_changed and not a.record.woven:
+        elif a.source_changed and not a.record.woven and prog.recorded:
             refuse.append("%s: changed by the fix, but it was compiled without updatable "
                           "functions (nothing in it can be replaced; build %s with "
                           "--molt-updatable=all or mark its functions)" % (a.rel, prog.path))
@@ -732,6 +740,8 @@ def _copy(src, dst, data=None):
 def _verify_units(prog, fix, units):
     """Every file an affected TU's compile read must be as recorded (the
     changed ones in their original version)."""
+    if not prog.recorded:
+        return
     refuse = []
     for a in units:
         for ab, h in a.record.hashes().items():

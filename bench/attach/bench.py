@@ -1,0 +1,381 @@
+#!/usr/bin/python3
+"""P11: the cost of `molt attach` (issue 13; docs/guarantees.md P11).
+
+    bench/attach/bench.py [--molt-build DIR] [--quick] [--runs N] [--threads 1,10,100,1000]
+                          [--funcs 1,16,64,256] [--modes blocked,busy] [--server-work DIR]
+                          [--work DIR] [--busy-crowd-runs N] [--no-report]
+
+Part 1, a generated target (target.c here: F functions f0..f(F-1) of a
+few instructions each, noinline; T threads, either *blocked* in read() on
+a pipe that never gets data, or *busy*, calling the F functions in a loop
+through a table), built with plain gcc -O2; its attach patch (new versions
+of all F functions) built with `moltcc --molt-attach`.  For every threads
+x functions x mode: N times `molt attach` then `molt rollback` on one
+process; the stop (the time every thread was stopped, as molt attach
+reports it), the attempts, and the whole `molt attach` command's wall time
+(from exec to exit: reading the patch, planning, staging, the stop, the
+record).  p50 / p99 / max over the N runs.
+
+Part 2, a real server: memcached as examples/attach/run.sh builds it
+(plainly, SASL), under the checking load of examples/attach/mcsasl.py (4
+clients); the SASL fix attached at 2 s of a 4 s load, N times on fresh
+servers: throughput and latency of the load in 100 ms windows -- the
+window of the attach against the median window before it.  Skipped, with
+the reason, when that build is missing (run examples/attach/run.sh first).
+
+Writes bench/results/attach.json and attach.md and puts the section into
+bench/RESULTS.md between its markers.  Targets (P11): <= 5 ms stopped at
+100 threads, <= 100 ms total.  Not part of bench/run.sh; not in CI.
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+RESULTS = os.path.join(ROOT, "bench", "results")
+BEGIN, END = "<!-- attach: begin -->", "<!-- attach: end -->"
+STOP_TARGET_MS, TOTAL_TARGET_MS = 5.0, 100.0
+
+
+def sh(cmd, **kw):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    if not xs:
+        return None
+    return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
+
+
+# ---------------------------------------------------------------------------
+# Part 1: the generated target
+# ---------------------------------------------------------------------------
+
+# A function of the target: a loop of 64 dependent steps (about 200
+# instructions a call), so that a busy thread spends a few percent of its
+# time in the first bytes that a jump replaces -- not a whole function of
+# three instructions, which 100 threads calling it back to back keep
+# occupied at every stop (see bench/README.md).
+BODY = ("__attribute__((noinline)) long f%d(long x) {\n"
+        "  long r = x;\n"
+        "  for (int i = 0; i < 64; i++)\n"
+        "    r = (r * %d + %d) ^ (r >> 7);\n"
+        "  return r;\n"
+        "}\n")
+
+
+def build_target(work, nfuncs, molt_build):
+    """(program, patch) for nfuncs functions, cached in work."""
+    d = os.path.join(work, "f%d" % nfuncs)
+    exe, so = os.path.join(d, "target"), os.path.join(d, "fix.so")
+    if os.path.exists(exe) and os.path.exists(so):
+        return exe, so
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(HERE, "target.c")) as f:
+        main = f.read()
+    funcs = "".join(BODY % (i, 3, i) for i in range(nfuncs))
+    table = "long (*const table[NFUNCS])(long) = {%s};\n" % ", ".join(
+        "f%d" % i for i in range(nfuncs))
+    src = os.path.join(d, "target.c")
+    with open(src, "w") as f:
+        f.write("#define NFUNCS %d\n" % nfuncs + funcs + table + main)
+    r = sh(["gcc", "-O2", "-g", "-pthread", "-o", exe, src])
+    if r.returncode:
+        raise SystemExit(r.stderr)
+    fix = os.path.join(d, "fix.c")
+    with open(fix, "w") as f:
+        f.write("".join(BODY.replace("__attribute__((noinline)) ", "") % (i, 5, i)
+                        for i in range(nfuncs)))
+    r = sh([os.path.join(molt_build, "bin", "moltcc"), "--molt-attach", "--molt-target", exe,
+            "-O2", "-o", so, fix])
+    if r.returncode:
+        raise SystemExit(r.stderr)
+    return exe, so
+
+
+def run_target(exe, so, threads, mode, runs, molt, timeout=5):
+    p = subprocess.Popen([exe, str(threads), mode], stdout=subprocess.PIPE, text=True)
+    out = {"threads": threads, "mode": mode, "stop_ms": [], "total_ms": [], "attempts": [],
+           "rollback_stop_ms": [], "errors": []}
+    try:
+        line = p.stdout.readline()
+        if not line.startswith("ready"):
+            out["errors"].append("target did not start: %r" % line)
+            return out
+        time.sleep(0.2)
+        for _ in range(runs):
+            t0 = time.monotonic()
+            r = sh([molt, "attach", "--timeout", str(timeout), p.pid, so])
+            total = (time.monotonic() - t0) * 1e3
+            if r.returncode:
+                out["errors"].append(r.stderr.strip())
+                break
+            m = re.search(r"(\d+) threads? stopped for ([\d.]+) ms \((\d+) attempt", r.stdout)
+            out["stop_ms"].append(float(m.group(2)))
+            out["attempts"].append(int(m.group(3)))
+            out["total_ms"].append(round(total, 2))
+            out["stopped"] = int(m.group(1))
+            rb = sh([molt, "rollback", "--timeout", "10", p.pid])
+            if rb.returncode:
+                out["errors"].append(rb.stderr.strip())
+                break
+            m = re.search(r"stopped for ([\d.]+) ms", rb.stdout)
+            if m:
+                out["rollback_stop_ms"].append(float(m.group(1)))
+    finally:
+        if os.path.exists("/run/molt/attach/%d" % p.pid):
+            sh([molt, "rollback", p.pid])
+        p.kill()
+        p.wait()
+    return out
+
+
+def stats(xs):
+    if not xs:
+        return None
+    return {"p50": pct(xs, 0.5), "p99": pct(xs, 0.99), "max": max(xs), "n": len(xs)}
+
+
+# ---------------------------------------------------------------------------
+# Part 2: memcached (examples/attach)
+# ---------------------------------------------------------------------------
+
+def run_server(server_work, molt, runs, port0):
+    sys.path.insert(0, os.path.join(ROOT, "examples", "attach"))
+    import mcsasl
+    import memcached as ex
+    tree = os.path.join(server_work, ex.SRC)
+    so = os.path.join(server_work, ex.FIXES[0][0].replace(".patch", ".so"))
+    if not os.path.exists(os.path.join(tree, "memcached")) or not os.path.exists(so):
+        return {"skipped": "no memcached build and patch in %s: run examples/attach/run.sh "
+                           "(MOLT_ATTACH_WORK=%s) first" % (server_work, server_work)}
+    out = {"runs": []}
+    for k in range(runs):
+        port = ex.free_port(port0)
+        mc = ex.Memcached(server_work, tree, port, 4)
+        load = mcsasl.Load(port, ex.USER, "first", 4)
+        try:
+            load.start()
+            time.sleep(2.0)
+            mark = time.time() - load.t0
+            r = sh([molt, "attach", mc.pid, so])
+            m = re.search(r"(\d+) threads stopped for ([\d.]+) ms", r.stdout)
+            time.sleep(2.0)
+            res = load.finish()
+        finally:
+            if not load.stop:
+                load.finish()
+            mc.close()
+        w = res["windows"]
+        before = [c for t, c, _ in w if 0.5 <= t < mark - 0.1]
+        before_max = [x for t, _, x in w if 0.5 <= t < mark - 0.1]
+        at = [(c, x) for t, c, x in w if mark - 0.1 <= t < mark + 0.2]
+        after = [c for t, c, _ in w if mark + 0.5 <= t < mark + 1.8]
+        out["runs"].append({
+            "attach_rc": r.returncode, "stop_ms": float(m.group(2)) if m else None,
+            "threads": int(m.group(1)) if m else None, "mark_s": round(mark, 3),
+            "requests": res["requests"], "failed": res["failed"],
+            "per_window_before_median": pct(before, 0.5),
+            "per_window_at_attach": [c for c, _ in at],
+            "per_window_after_median": pct(after, 0.5),
+            "slowest_ms_before_p50_window": pct(before_max, 0.5),
+            "slowest_ms_before_max": max(before_max) if before_max else None,
+            "slowest_ms_at_attach": max((x for _, x in at), default=None),
+            "latency_ms": res["latency_ms"]})
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+
+def section(res):
+    L = []
+    w = L.append
+    w("## P11 — molt attach (issue 13)")
+    w("")
+    w("`bench/attach/run.sh%s` (%s). Machine: %s, %d CPUs; load average at the end %s "
+      "(shared with other jobs: a stop's tail is the scheduler's as much as molt's)."
+      % (" --quick" if res["quick"] else "", res["date"], res["cpu"], res["ncpu"], res["load"]))
+    w("")
+    w("**Targets:** ≤ %g ms stopped at 100 threads, ≤ %g ms for the whole `molt attach`. "
+      "**Anchor:** POLUS, under 200 ms in total, about 30%% throughput dip during its update."
+      % (STOP_TARGET_MS, TOTAL_TARGET_MS))
+    w("")
+    w("A generated target (`bench/attach/target.c`, gcc -O2): T threads *blocked* in `read()` "
+      "or *busy* calling the F functions; its attach patch replaces all F (64 is molt "
+      "attach's limit per patch, MOLT__ATTACH_MAX_FUNCS: the 256 rows are refused). Per row "
+      "%d x (1000 busy threads: at most %d x) "
+      "`molt attach` + `molt rollback` on one process; stop = every thread stopped (as "
+      "`molt attach` prints it), total = the `molt attach` command from exec to exit. "
+      "p50 / p99 / max in ms." % (res["runs"], res["busy_crowd_runs"]))
+    w("")
+    w("| threads | functions | mode | stop p50 | p99 | max | attempts max | total p50 | p99 | max | "
+      "rollback stop p50 | note |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in res["rows"]:
+        s, t, rb = row.get("stop"), row.get("total"), row.get("rollback_stop")
+        note = "; ".join(row["errors"])[:160] if row["errors"] else ""
+        if s is None:
+            w("| %d | %d | %s | – | – | – | – | – | – | – | – | %s |" % (
+                row["threads"], row["funcs"], row["mode"], note or "no run"))
+            continue
+        w("| %d | %d | %s | %.3f | %.3f | %.3f | %d | %.1f | %.1f | %.1f | %s | %s |" % (
+            row["threads"], row["funcs"], row["mode"], s["p50"], s["p99"], s["max"],
+            max(row["attempts"]), t["p50"], t["p99"], t["max"],
+            "%.3f" % rb["p50"] if rb else "–", note))
+    w("")
+    v = res["verdict"]
+    w("**Verdict at 100 threads (the rows that completed):** stop %s; total %s." % (
+        v["stop"], v["total"]))
+    w("")
+    w("How to read the rows. *Blocked* threads are stopped at once (the kernel has them "
+      "asleep); their stop is molt's own work: interrupting and waiting for T threads, "
+      "reading their registers, writing the jumps. *Busy* threads must each be scheduled to "
+      "take the interrupt: with T runnable threads on 2 CPUs (and the other jobs of this "
+      "machine) the stop grows with T time slices -- the scheduler's cost, not the work done "
+      "while stopped -- and a stop that finds a thread inside the first bytes of a function "
+      "resumes, backs off and stops again, which multiplies the total. With 1000 busy threads "
+      "some thread is inside the first bytes of one of the functions at every stop, and the "
+      "attach gives up at its timeout (5 s here) naming the thread and the function. A row "
+      "with a note ended early: the note is molt's message. Rows with 256 functions are "
+      "refused by molt attach itself (at most 64 functions per patch).")
+    w("")
+    srv = res.get("server") or {}
+    if srv.get("skipped"):
+        w("**memcached:** skipped: %s." % srv["skipped"])
+    elif srv.get("runs"):
+        w("**memcached** (examples/attach: plainly built, SASL, 10 threads; 4 checking clients; "
+          "the SASL fix attached at 2 s of a 4 s load, %d fresh servers). Requests per 100 ms "
+          "window: median before the attach, the windows around it, median after; the slowest "
+          "request of a window:" % len(srv["runs"]))
+        w("")
+        w("| run | stop ms | failed | req/window before | around the attach | after | "
+          "slowest ms: median window before | worst before | around the attach |")
+        w("|---|---|---|---|---|---|---|---|---|")
+        for i, r in enumerate(srv["runs"], 1):
+            w("| %d | %s | %d of %d | %s | %s | %s | %s | %s | %s |" % (
+                i, r["stop_ms"], r["failed"], r["requests"], r["per_window_before_median"],
+                ", ".join(map(str, r["per_window_at_attach"])), r["per_window_after_median"],
+                r["slowest_ms_before_p50_window"], r["slowest_ms_before_max"],
+                r["slowest_ms_at_attach"]))
+    w("")
+    w("Numbers: `bench/results/attach.json`.")
+    w("")
+    return "\n".join(L) + "\n"
+
+
+def verdict(rows):
+    """Per mode, at 100 threads: the worst p50 and max over the function
+    counts, against the targets; rows that ended early say so."""
+    out = {"stop": [], "total": []}
+    for mode in ("blocked", "busy"):
+        at100 = [r for r in rows if r["threads"] == 100 and r["mode"] == mode and r.get("stop")]
+        failed = [r for r in rows if r["threads"] == 100 and r["mode"] == mode and r["errors"]
+                  and r["funcs"] <= 64]
+        if not at100:
+            continue
+        tail = " (%d of its rows ended early: %s)" % (len(failed), ", ".join(
+            "%d functions" % r["funcs"] for r in failed)) if failed else ""
+        for key, target, fmt in (("stop", STOP_TARGET_MS, "%.3f"), ("total", TOTAL_TARGET_MS, "%.1f")):
+            p50 = max(r[key]["p50"] for r in at100)
+            mx = max(r[key]["max"] for r in at100)
+            out[key].append(("%s: p50 " + fmt + " ms (%s), max " + fmt + " ms (%s)%s") % (
+                mode, p50, "holds" if p50 <= target else "**misses**", mx,
+                "holds" if mx <= target else "**misses**", tail if key == "stop" else ""))
+    return {k: "; ".join(v) or "not measured" for k, v in out.items()}
+
+
+def write_report(res, no_report=False):
+    text = section(res)
+    if no_report:
+        print(text)
+        return
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "attach.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(RESULTS, "attach.md"), "w") as f:
+        f.write(text)
+    md = os.path.join(ROOT, "bench", "RESULTS.md")
+    with open(md) as f:
+        cur = f.read()
+    block = BEGIN + "\n" + text + END
+    if BEGIN in cur:
+        cur = cur[:cur.index(BEGIN)] + block + cur[cur.index(END) + len(END):]
+    else:
+        cur = cur.replace("## Proposals, collected", block + "\n\n## Proposals, collected", 1)
+    with open(md, "w") as f:
+        f.write(cur)
+    print(text)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--molt-build", default=os.environ.get("MOLT_BUILD",
+                                                           os.path.join(ROOT, "build")))
+    ap.add_argument("--work", default="/var/tmp/molt-bench-attach")
+    ap.add_argument("--server-work", default=os.environ.get("MOLT_ATTACH_WORK",
+                                                            "/var/tmp/molt-attach"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--runs", type=int)
+    ap.add_argument("--threads", default="1,10,100,1000")
+    ap.add_argument("--funcs", default="1,16,64,256")
+    ap.add_argument("--modes", default="blocked,busy")
+    ap.add_argument("--server-runs", type=int)
+    ap.add_argument("--busy-crowd-runs", type=int, default=2,
+                    help="runs of the rows with 1000 busy threads")
+    ap.add_argument("--no-report", action="store_true", help="print only (the smoke run)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="write the report again from results/attach.json")
+    a = ap.parse_args()
+    if a.report_only:
+        with open(os.path.join(RESULTS, "attach.json")) as f:
+            res = json.load(f)
+        res["verdict"] = verdict(res["rows"])
+        write_report(res)
+        return 0
+    runs = a.runs or (3 if a.quick else 10)
+    molt = os.path.join(a.molt_build, "bin", "molt")
+    rows = []
+    for nf in [int(x) for x in a.funcs.split(",")]:
+        exe, so = build_target(a.work, nf, a.molt_build)
+        for nt in [int(x) for x in a.threads.split(",")]:
+            for mode in a.modes.split(","):
+                # 1000 runnable threads hold the whole (shared) machine:
+                # fewer runs there
+                n = min(runs, a.busy_crowd_runs) if mode == "busy" and nt >= 1000 else runs
+                r = run_target(exe, so, nt, mode, n, molt)
+                row = {"threads": nt, "funcs": nf, "mode": mode, "errors": r["errors"],
+                       "attempts": r["attempts"], "stop": stats(r["stop_ms"]),
+                       "total": stats(r["total_ms"]), "rollback_stop": stats(r["rollback_stop_ms"]),
+                       "raw": r}
+                rows.append(row)
+                s, t = row["stop"], row["total"]
+                print("threads %4d funcs %3d %-7s stop p50 %s max %s  total p50 %s max %s  %s" % (
+                    nt, nf, mode, s and s["p50"], s and s["max"], t and t["p50"], t and t["max"],
+                    "; ".join(r["errors"])[:120]), flush=True)
+    server = run_server(a.server_work, molt, a.server_runs or (1 if a.quick else 5), 27700)
+    print("memcached: %s" % json.dumps(server)[:600], flush=True)
+    res = {"quick": a.quick, "runs": runs, "busy_crowd_runs": a.busy_crowd_runs,
+           "rows": rows, "server": server,
+           "verdict": verdict(rows), "date": time.strftime("%Y-%m-%d"),
+           "cpu": platform.processor() or "x86_64", "ncpu": os.cpu_count(),
+           "load": " ".join("%.2f" % x for x in os.getloadavg())}
+    try:
+        with open("/proc/cpuinfo") as f:
+            res["cpu"] = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    write_report(res, a.no_report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
