@@ -47,8 +47,9 @@ typedef struct cli_args {
   int timeout_ms;          /* -1: not given */
   int callback_timeout_ms; /* -1: not given */
   bool check_interior;
-  pid_t pid; /* pos[0], for commands that take one */
-  int argc;  /* the whole command line (molt run) */
+  bool shadow; /* update --shadow: the operation shadow */
+  pid_t pid;   /* pos[0], for commands that take one */
+  int argc;    /* the whole command line (molt run) */
   char **argv;
 } cli_args;
 
@@ -192,6 +193,7 @@ int cli_cmd_apply(const cli_args *a);
 int cli_cmd_rollback(const cli_args *a);
 int cli_cmd_log(const cli_args *a);
 int cli_cmd_update(const cli_args *a);
+int cli_cmd_shadow(const cli_args *a);
 int cli_cmd_attach(const cli_args *a);
 /* cmd_attach.c: a process patched by `molt attach` (it has an attach
  * record), and what rollback and status do for it. */

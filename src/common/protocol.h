@@ -74,7 +74,11 @@
   XX(UPDATE, update, 5, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT | MOLT__OPF_INTERIOR, \
      MOLT__MODE_FULL, "image",                                                 \
      "full update: replace the running program image, migrate its state "     \
-     "and restart its threads in the new version (default 10 s)")
+     "and restart its threads in the new version (default 10 s)")             \
+  XX(SHADOW, shadow, 6, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT, MOLT__MODE_FULL, \
+     "image",                                                                 \
+     "shadowed full update (also 'molt update --shadow'): a forked follower "  \
+     "updates and replays the leader's calls, the leader serves on")
 /* clang-format on */
 
 typedef enum {
