@@ -191,9 +191,9 @@ def test_divergence_caught_leader_unharmed():
         # the one request v2 answers differently: the leader answers it as v1
         with srv.connect() as s:
             s.sendall(b"SET magic 42\nGET magic\n")
-            f = s.makefile("rb")
-            assert f.readline() == b"OK\n"
-            assert f.readline() == b"VALUE 42\n"
+            with s.makefile("rb") as f:   # the socket closes with its last file
+                assert f.readline() == b"OK\n"
+                assert f.readline() == b"VALUE 42\n"
         sh = ended(srv)
         assert sh["divergences"] == 1, sh
         assert "divergence in thread" in sh["outcome"], sh

@@ -88,7 +88,9 @@ static int get(const char *k, char *out, size_t len) {
 
 /* One request line -> its reply. */
 static void execute(char *line, char *reply, size_t len) {
-  char *cmd = strtok(line, " "), *k = strtok(NULL, " "), *v = strtok(NULL, " ");
+  char *save = NULL; /* strtok_r: the workers parse at the same time */
+  char *cmd = strtok_r(line, " ", &save), *k = strtok_r(NULL, " ", &save),
+       *v = strtok_r(NULL, " ", &save);
   char val[64];
   if (cmd && strcmp(cmd, "PING") == 0) {
     snprintf(reply, len, "PONG\n");
