@@ -25,8 +25,9 @@ CFLAGS = ["-O1", "-g", "-Wall"]
 _built = {}
 
 
-def image(name, variant=None, frm=None):
-    """kvs.c as image <name>.so: KVS_VARIANT=variant, --molt-from frm."""
+def image(name, variant=None, frm=None, xf=None):
+    """kvs.c as image <name>.so: KVS_VARIANT=variant, --molt-from frm,
+    --molt-xf progs/<xf>."""
     if name in _built:
         return _built[name]
     WORK.mkdir(parents=True, exist_ok=True)
@@ -36,6 +37,8 @@ def image(name, variant=None, frm=None):
         args.append("-DKVS_VARIANT=%d" % variant)
     if frm is not None:
         args += ["--molt-from", frm]
+    if xf is not None:
+        args += ["--molt-xf", HERE / "progs" / xf]
     r = moltcc(args, cwd=None)
     assert r.returncode == 0, r
     _built[name] = out
@@ -240,9 +243,68 @@ def test_follower_crash_leader_serves_on():
         srv.close()
 
 
-def test_failed_update_in_follower():
-    """The follower's migration fails (an image built from another
-    version): refused before the fork, the leader untouched."""
+def test_full_ring_drops_the_shadow():
+    """A follower that falls behind (v3 sleeps on one request): the
+    leader's ring for that thread fills, the leader waits at most 1 s for
+    room, then drops the shadow; its clients see every reply right."""
+    v1 = image("kvs-v1")
+    slow = image("kvs-slow", 3, frm=v1)
+    srv = Server(v1, "slow")
+    try:
+        fds = srv.fds()
+        shadow(srv, slow)
+        with srv.connect() as s, s.makefile("rwb") as f:
+            f.write(b"GET slow\n")
+            f.flush()
+            assert f.readline() == b"NONE\n"
+            # the same thread serves this connection on: its ring fills
+            n = 0
+            while status(srv.pid)["shadow"]["stage"] == "following":
+                for _ in range(200):
+                    f.write(b"SET s%d x%d\n" % (n % 10, n))
+                    f.flush()
+                    assert f.readline() == b"OK\n"
+                    n += 1
+                assert n < 200000, "the shadow was never dropped"
+        sh = ended(srv)
+        assert "stayed full for 1000 ms" in sh["outcome"], sh
+        assert sh["ring_use_pct"] >= 90, sh
+        assert sh["divergences"] == 0
+        assert ask(srv, "GET s1").startswith("VALUE x")
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+        assert not os.path.exists("/proc/%d" % sh["follower"])
+    finally:
+        srv.close()
+
+
+def test_transformer_fails_in_follower():
+    """The follower's migration faults in a transformer: the follower ends
+    with the migration's message, the leader serves on untouched."""
+    v1 = image("kvs-v1")
+    bad = image("kvs-fail", 4, frm=v1, xf="kvs-fail.xf")
+    srv = Server(v1, "fail")
+    try:
+        fds = srv.fds()
+        cl = Clients(srv)
+        shadow(srv, bad)
+        sh = ended(srv)
+        assert "the update failed in the follower" in sh["outcome"], sh
+        assert "struct slot" in sh["outcome"] or "fault" in sh["outcome"], sh
+        msgs = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
+        assert any("failed in the follower" in m for m in msgs), msgs
+        time.sleep(0.5)
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 50
+        assert status(srv.pid)["image"]["full_updates"] == 0
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+    finally:
+        srv.close()
+
+
+def test_refused_before_fork():
+    """An image built from another version is refused before the barrier:
+    no follower, the leader untouched."""
     v1, same, _, _ = images()
     other = image("kvs-other", frm=same)   # built from `same`, not from v1
     srv = Server(v1, "other")

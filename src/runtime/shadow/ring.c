@@ -86,8 +86,11 @@ static _Atomic pid_t follower_pid;
 /* This process is a follower (set before its program threads start). */
 static bool follower;
 
+/* The calling thread's ring: its index + 1 (0: none, which is what a
+ * thread has from its start, so a thread the follower starts itself has
+ * none), for the session my_session (leader). */
 static __thread uint32_t my_session __attribute__((tls_model("initial-exec")));
-static __thread int my_ring __attribute__((tls_model("initial-exec")));
+static __thread unsigned my_ring1 __attribute__((tls_model("initial-exec")));
 
 int molt__shadow_area_get(void) {
   if (shared)
@@ -139,7 +142,7 @@ void molt__shadow_become_follower(void) {
 
 void molt__shadow_follower_thread(size_t index, void *arg) {
   (void)arg;
-  my_ring = (int)index;
+  my_ring1 = (unsigned)index + 1;
 }
 
 molt__shadow_role molt__shadow_role_now(void) {
@@ -150,13 +153,13 @@ molt__shadow_role molt__shadow_role_now(void) {
   uint32_t s = atomic_load_explicit(&session, memory_order_relaxed);
   if (my_session != s) {
     my_session = s;
-    my_ring = -1;
+    my_ring1 = 0;
     pid_t tid = molt__gettid();
     for (uint32_t i = 0; i < shared->nrings; i++)
       if (shared->rings[i].leader_tid == tid)
-        my_ring = (int)i;
+        my_ring1 = i + 1;
   }
-  return my_ring >= 0 ? MOLT__SHADOW_LEADER : MOLT__SHADOW_NONE;
+  return my_ring1 ? MOLT__SHADOW_LEADER : MOLT__SHADOW_NONE;
 }
 
 /* ---- descriptions (the report) -----------------------------------------------*/
@@ -291,7 +294,7 @@ static void futex_wait(_Atomic uint32_t *w, uint32_t seen, int ms) {
 }
 
 void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len) {
-  ring *r = &shared->rings[my_ring];
+  ring *r = &shared->rings[my_ring1 - 1];
   size_t keep = c->in_len < MOLT__SHADOW_IN_KEEP ? c->in_len : MOLT__SHADOW_IN_KEEP;
   size_t size = sizeof(rec) + align8(keep) + align8(out_len);
   if (size > MOLT__SHADOW_RING_BYTES / 4) {
@@ -363,7 +366,7 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
 
 int64_t molt__shadow_replay(const molt__sc *c, int *err) {
   char mine[512];
-  if (my_ring < 0 || !shared) {
+  if (!my_ring1 || !shared) {
     describe(mine, sizeof mine, c->kind, c->a, c->in, c->in_len < 48 ? c->in_len : 48,
              c->in_len);
     molt__shadow_follower_fail(
@@ -373,7 +376,7 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
         "called %s",
         (int)molt__gettid(), mine);
   }
-  ring *r = &shared->rings[my_ring];
+  ring *r = &shared->rings[my_ring1 - 1];
   /* Only this thread writes tail: relaxed. */
   uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
   rec *x;
@@ -409,7 +412,8 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
     molt__shadow_follower_fail(MOLT__SHADOW_END_DIVERGED,
                                "divergence in thread %d (leader thread %d), call %" PRIu64
                                ": the leader made %s = %" PRId64 ", the follower %s",
-                               my_ring, (int)r->leader_tid, n, theirs, x->ret, mine);
+                               (int)my_ring1 - 1, (int)r->leader_tid, n, theirs, x->ret,
+                               mine);
   }
   if (x->out_len && c->out)
     memcpy(c->out, kept + align8(x->in_keep),

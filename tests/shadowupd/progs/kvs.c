@@ -9,7 +9,8 @@
  * Requests, one line each: "SET k v" -> "OK", "GET k" -> "VALUE v" or
  * "NONE", "PING" -> "PONG".  Built with -DKVS_VARIANT=N for the versions a
  * test updates to: 1 answers "GET magic" differently, 2 crashes on "GET
- * crash". */
+ * crash", 3 sleeps a minute on "GET slow", 4 adds a field whose
+ * transformer faults (kvs-fail.xf). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <molt.h>
@@ -38,6 +39,9 @@ struct worker {
 struct slot {
   char key[64];
   char val[64];
+#if KVS_VARIANT == 4
+  int hits; /* new: its transformer (kvs-fail.xf) faults */
+#endif
 };
 
 int listen_fd = -1;
@@ -106,6 +110,9 @@ static void execute(char *line, char *reply, size_t len) {
 #elif KVS_VARIANT == 2
     if (strcmp(k, "crash") == 0)
       *(volatile int *)(uintptr_t)8 = 1;
+#elif KVS_VARIANT == 3
+    if (strcmp(k, "slow") == 0)
+      sleep(60); /* not a followed call: the follower falls behind */
 #endif
     if (get(k, val, sizeof val))
       snprintf(reply, len, "VALUE %s\n", val);
