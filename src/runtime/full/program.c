@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -1116,10 +1117,31 @@ int molt__program_relaunch(void (*on_start)(size_t index, void *arg), void *arg,
     relaunch *r = malloc(sizeof *r);
     pthread_t th;
     int rc = ENOMEM;
-    if (r) {
-      *r = (relaunch){thread_at(l), i, on_start, arg};
-      rc = pthread_create(&th, NULL, relaunched, r);
+    /* A stack of our own: the stacks of the leader's threads, which
+     * glibc keeps in the child as cached stacks, would give the new
+     * threads the very pthread_t values of threads the child's copy of a
+     * sanitizer's registry still holds (ThreadSanitizer then ends the
+     * process: "dup thread with used id").  Kept for the follower's life
+     * (its threads restart, they do not exit). */
+    pthread_attr_t a;
+    size_t size = 0;
+    if (pthread_getattr_default_np(&a) == 0) {
+      pthread_attr_getstacksize(&a, &size);
+      pthread_attr_destroy(&a);
     }
+    if (size < 1u << 20)
+      size = 8u << 20;
+    void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    if (r && stack != MAP_FAILED && pthread_attr_init(&a) == 0) {
+      *r = (relaunch){thread_at(l), i, on_start, arg};
+      rc = pthread_attr_setstack(&a, stack, size);
+      if (rc == 0)
+        rc = pthread_create(&th, &a, relaunched, r);
+      pthread_attr_destroy(&a);
+    }
+    if (rc != 0 && stack != MAP_FAILED)
+      munmap(stack, size);
     if (rc != 0) {
       free(r);
       molt__errmsg(err, errlen, "cannot start program thread %zu in the follower: %s", i,
