@@ -12,7 +12,8 @@ or in steps, as a Makefile does (make CC="moltcc --molt-program"):
 
 Every source is compiled with the user's flags plus -g -fPIC
 -fno-omit-frame-pointer, the objects are linked -shared with
---wrap=pthread_create, -Bsymbolic and a build-id against libmolt, together
+--wrap=pthread_create (and --wrap for the calls a shadowed update records
+and replays: SHADOWED_CALLS), -Bsymbolic and a build-id against libmolt, together
 with one generated TU (molt__program.c) that defines `molt__program` and
 embeds the image's annotations (read with libclang) as JSON in the section
 .molt_types.  With --molt-from the generated TU also carries the migration
