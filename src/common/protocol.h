@@ -68,7 +68,9 @@
      MOLT__OPF_CALLBACKS,                                                     \
      MOLT__MODE_HOT, "patch", "apply a hot patch (default: immediate, 10 s)")  \
   XX(ROLLBACK, rollback, 3, MOLT__OPF_CHANGES | MOLT__OPF_POLICY | MOLT__OPF_TIMEOUT, \
-     MOLT__MODE_HOT, NULL, "return to the previous generation")               \
+     MOLT__MODE_HOT | MOLT__MODE_FULL, NULL,                                   \
+     "return to the previous generation; in a program image, end a "         \
+     "shadowed update's follower")                                             \
   XX(LOG, log, 4, MOLT__OPF_REPORT, MOLT__MODES_ANY, NULL,                     \
      "the process's update log")                                              \
   XX(UPDATE, update, 5, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT | MOLT__OPF_INTERIOR, \

@@ -188,11 +188,23 @@ def test_same_version_no_false_divergence():
         r = molt("update", "--shadow", srv.pid, same, check=1)
         assert "already running" in r.err, r
         assert ask(srv, "PING") == "PONG\n"
+        # molt rollback ends the follower; the leader never switched
+        r = molt("rollback", srv.pid, check=0)
+        assert "follower %d" % follower in r.out, r
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "ended" and "dropped by molt rollback" in sh["outcome"], sh
+        assert not os.path.exists("/proc/%d" % follower)
+        assert status(srv.pid)["image"]["full_updates"] == 0
+        assert ask(srv, "PING") == "PONG\n"
         poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+        # without a follower, rollback is refused as before
+        r = molt("rollback", srv.pid, check=1)
+        assert "hot patches are not supported" in r.err, r
+        # a new follower, which dies with the leader
+        follower = shadow(srv, same)["follower"]
         srv.assert_clean()
     finally:
         srv.close()
-    # the follower dies with the leader
     poll(lambda: not os.path.exists("/proc/%d" % follower) or
          open("/proc/%d/stat" % follower).read().split()[2] == "Z",
          timeout=10, what="the follower to end with the leader")

@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef enum { STAGE_NONE, STAGE_FOLLOWING, STAGE_ENDED } stage_t;
@@ -49,6 +50,7 @@ static pid_t follower;           /* shd_lock: the live or last follower */
 static char image[4096];         /* shd_lock: the new image's path */
 static char outcome[2048 + 256]; /* shd_lock: how the last session ended */
 static uint64_t divergences;     /* shd_lock: sessions ended by a divergence */
+static bool dropping;            /* shd_lock: molt rollback killed the follower */
 
 /* What the step needs, on the runtime thread's stack. */
 typedef struct fork_ctx {
@@ -131,7 +133,13 @@ static void *monitor(void *arg) {
   unsigned use = 0;
   molt__shadow_counts(&rec, &cmp, &use);
   char text[2048 + 256];
-  if (kind == MOLT__SHADOW_END_DIVERGED)
+  molt__lock_acquire(&shd_lock);
+  bool dropped = dropping;
+  dropping = false;
+  molt__lock_release(&shd_lock);
+  if (dropped && !kind)
+    snprintf(text, sizeof text, "dropped by molt rollback: follower %d killed", (int)pid);
+  else if (kind == MOLT__SHADOW_END_DIVERGED)
     snprintf(text, sizeof text, "diverged: %s; follower %d ended", report, (int)pid);
   else if (kind)
     snprintf(text, sizeof text, "%s; follower %d ended", report, (int)pid);
@@ -226,6 +234,45 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
   return 0;
 }
 
+/* molt rollback in a program image: ends a following shadow's follower
+ * (the leader never switched: nothing else to undo).  Without one, the
+ * full mode's answer (hot patches are not supported there). */
+static int op_rollback(const molt__request *req, molt__buf *out, char *err,
+                       size_t errlen) {
+  (void)req;
+  molt__lock_acquire(&shd_lock);
+  pid_t pid = stage == STAGE_FOLLOWING ? follower : 0;
+  if (pid > 0) {
+    dropping = true;
+    kill(pid, SIGKILL);
+  }
+  molt__lock_release(&shd_lock);
+  if (pid <= 0) {
+    const molt__mode *m = molt__mode_current();
+    const molt__op_info *oi = molt__op_find(MOLT__OP_ROLLBACK);
+    int rc = m && m->refuse && oi ? m->refuse(oi, err, errlen) : MOLT_ENOTSUP;
+    molt__log(MOLT__EV_REFUSE, molt__gen_number_now(), NULL, "rollback refused: %s", err);
+    return rc;
+  }
+  /* The monitor reaps it and records the outcome: wait for that, so that
+   * `molt status` right after shows it ended. */
+  for (int ms = 0; ms < 5000; ms += 10) {
+    molt__lock_acquire(&shd_lock);
+    bool done = stage != STAGE_FOLLOWING;
+    molt__lock_release(&shd_lock);
+    if (done)
+      break;
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  char num[24], msg[96];
+  snprintf(num, sizeof num, "%" PRIu64, molt__gen_number_now());
+  molt__buf_pair(out, "generation", num);
+  snprintf(msg, sizeof msg, "follower %d of the shadowed update ended", (int)pid);
+  molt__buf_pair(out, "message", msg);
+  return 0;
+}
+
 /* ---- status, fork ------------------------------------------------------------------*/
 
 /* shadow <stage> <follower pid> <image> <recorded> <compared> <ring use %>
@@ -265,7 +312,7 @@ static void shadow_fork_child(void) {
 static const molt__mode shadow_mode = {
     .name = "shadow",
     .within = MOLT__MODE_FULL,
-    .ops = {[MOLT__OP_SHADOW] = op_shadow},
+    .ops = {[MOLT__OP_SHADOW] = op_shadow, [MOLT__OP_ROLLBACK] = op_rollback},
     .fork_prepare = shadow_fork_prepare,
     .fork_parent = shadow_fork_parent,
     .fork_child = shadow_fork_child,
