@@ -118,8 +118,6 @@ typedef struct molt__full_update molt__full_update;
 MOLT__HIDDEN int molt__full_update_prepare(const char *path, int fd, int timeout_ms,
                                            molt__full_update **out, char *err,
                                            size_t errlen);
-/* The build-id of the new image. */
-MOLT__HIDDEN const char *molt__full_update_build_id(const molt__full_update *u);
 /* The migration and the commit (steps 6-8), as a barrier's step: in the
  * follower, after molt__program_keep_threads_at_fork and fork(), on the
  * forking (runtime) thread.  0 or MOLT_E* with a one-line err. */

@@ -645,7 +645,6 @@ void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_local *l), vo
 /* ---- the update -------------------------------------------------------------------*/
 
 typedef struct molt__full_update {
-  const char *path; /* as given (messages); the request's */
   molt__image *old, *new;
   bool check_interior;
   unsigned timeout_ms; /* also the migration's deadline */
@@ -807,8 +806,7 @@ static int update_prepare(const char *path, int fd, int timeout_ms, bool check_i
     molt__log(MOLT__EV_REFUSE, gen, NULL, "update %s refused: %s", path, err);
     return MOLT_ENOPROGRAM;
   }
-  upd u = {.path = path,
-           .check_interior = check_interior,
+  upd u = {.check_interior = check_interior,
            .timeout_ms = timeout_ms > 0 ? (unsigned)timeout_ms
                                         : (unsigned)MOLT__DEFAULT_TIMEOUT_MS};
   /* current changes only here, on the runtime thread under op_lock. */
@@ -1037,10 +1035,6 @@ void molt__full_update_discard(molt__full_update *u) {
   drop_snapshots();
   molt__image_close(u->new);
   free(u);
-}
-
-const char *molt__full_update_build_id(const molt__full_update *u) {
-  return u->new->build_id;
 }
 
 int molt__full_update_step(molt__full_update *u, char *err, size_t errlen) {
