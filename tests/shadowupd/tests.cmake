@@ -4,5 +4,5 @@
 # Under ThreadSanitizer the follower (a child of a multi-threaded fork()
 # that starts threads) needs die_after_fork=0, which the test sets.
 molt_pytest(shadowupd ${CMAKE_CURRENT_LIST_DIR}/test_shadowupd.py
-  TIMEOUT 300 LABELS fullupdate concurrency moltcc cli
+  TIMEOUT 300 LABELS shadowupd fullupdate concurrency moltcc cli
   ENV SHADOW_WORK=${CMAKE_CURRENT_BINARY_DIR}/shadowupd)
