@@ -34,7 +34,9 @@ LAYERS = [
     ("src/runtime/switch", 4),   # points, barrier, policies, modes' hooks
     ("src/runtime/hot", 5),      # the modes, side by side
     ("src/runtime/full", 5),
-    ("src/runtime/shadow", 5),
+    # shadowed updates: a full update rehearsed in a forked follower, so
+    # on full/ (its steps, threads and relaunch), below the service
+    ("src/runtime/shadow", 5.5),
     ("src/runtime/service", 6),  # runtime thread, requests, control, status
 ]
 INCLUDE_PATH = ["include", "src", "src/runtime"]

@@ -15,6 +15,10 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -140,6 +144,19 @@ MOLT_EXTERN void molt__xf_fail(molt__xf_ctx *cx, const char *fmt, ...)
  * updates from their first instruction (a plain pthread_create otherwise). */
 MOLT_EXTERN int __wrap_pthread_create(pthread_t *th, const pthread_attr_t *attr,
                                       void *(*fn)(void *), void *arg);
+
+/* Program images are linked with --wrap for the calls a shadowed update
+ * records in the leader and replays in the follower (docs/design.md §17);
+ * outside a shadowed update each is the plain call. */
+MOLT_EXTERN ssize_t __wrap_read(int fd, void *buf, size_t n);
+MOLT_EXTERN ssize_t __wrap_write(int fd, const void *buf, size_t n);
+MOLT_EXTERN ssize_t __wrap_recv(int fd, void *buf, size_t n, int flags);
+MOLT_EXTERN ssize_t __wrap_send(int fd, const void *buf, size_t n, int flags);
+MOLT_EXTERN int __wrap_accept(int fd, struct sockaddr *addr, socklen_t *len);
+MOLT_EXTERN int __wrap_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
+MOLT_EXTERN int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout);
+MOLT_EXTERN int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout);
+MOLT_EXTERN int __wrap_close(int fd);
 
 /* The driver behind `molt run` (bin/molt-run): loads the program image at
  * `path` and runs its main(argc, argv, environ) as the main program thread

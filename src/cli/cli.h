@@ -49,6 +49,7 @@ typedef struct cli_args {
   bool check_interior;
   bool all;          /* attach --all: pos[0] is a program, not a pid */
   bool check_active; /* molt attach */
+  bool shadow;       /* update --shadow: the operation shadow */
   pid_t pid;         /* pos[0], for commands that take one */
   int argc;          /* the whole command line (molt run) */
   char **argv;
@@ -194,6 +195,7 @@ int cli_cmd_apply(const cli_args *a);
 int cli_cmd_rollback(const cli_args *a);
 int cli_cmd_log(const cli_args *a);
 int cli_cmd_update(const cli_args *a);
+int cli_cmd_shadow(const cli_args *a);
 int cli_cmd_attach(const cli_args *a);
 /* cmd_attach.c: a process patched by `molt attach` (it has an attach
  * record), and what rollback and status do for it. */

@@ -71,6 +71,13 @@ static const cli_field image[] = {{"path", 1, CLI_STR},         {"build_id", 2, 
                                   {"last_abort", 5, CLI_OPT},   {"file", 6, CLI_STR},
                                   {"sha256", 7, CLI_STR},       {NULL, 0, 0}};
 
+/* The one "shadow" record (a shadowed update, docs/design.md §17), a JSON
+ * object of its own; null when the process never had one. */
+static const cli_field shadow[] = {
+    {"stage", 1, CLI_STR},       {"follower", 2, CLI_NUM}, {"image", 3, CLI_STR},
+    {"recorded", 4, CLI_NUM},    {"compared", 5, CLI_NUM}, {"ring_use_pct", 6, CLI_NUM},
+    {"divergences", 7, CLI_NUM}, {"outcome", 8, CLI_OPT},  {NULL, 0, 0}};
+
 static const char *field(const molt__records *rs, const char *key, size_t i,
                          const char *dflt);
 
@@ -219,6 +226,16 @@ static void status_json(pid_t pid, const molt__records *rs) {
     cli_json_null(&j);
   }
   cli_json_records(&j, rs, &program_threads);
+  cli_json_key(&j, "shadow");
+  const molt__record *sh = molt__tsv_find(rs, "shadow");
+  if (sh) {
+    cli_json_object(&j, true);
+    for (const cli_field *f = shadow; f->json; f++)
+      cli_json_field(&j, sh, f);
+    cli_json_end(&j);
+  } else {
+    cli_json_null(&j);
+  }
   cli_json_records(&j, rs, &refused);
   old_code_json(&j, rs);
   cli_json_end(&j);
@@ -278,6 +295,23 @@ static void status_human(pid_t pid, const molt__records *rs) {
       printf("last abort     %s\n", line);
     }
     section(rs, &program_threads);
+  }
+  const molt__record *sh = molt__tsv_find(rs, "shadow");
+  if (sh != NULL) {
+    char line[8192];
+    snprintf(line, sizeof line,
+             "%s, follower %s, to %s: %s calls recorded, %s compared, ring use up to "
+             "%s%%, %s divergence(s)",
+             cli_field_of(sh, 1), cli_field_of(sh, 2), cli_field_of(sh, 3),
+             cli_field_of(sh, 4), cli_field_of(sh, 5), cli_field_of(sh, 6),
+             cli_field_of(sh, 7));
+    cli_sanitize(line);
+    printf("\nshadowed update  %s\n", line);
+    if (cli_field_of(sh, 8)[0]) {
+      snprintf(line, sizeof line, "%s", cli_field_of(sh, 8));
+      cli_sanitize(line);
+      printf("outcome          %s\n", line);
+    }
   }
   /* Shown only when there were any: most processes never see one. */
   if (cli_count(rs, refused.key) > 0)

@@ -1,5 +1,6 @@
-/* molt update <pid> <image.so> [--timeout SEC] [--check-interior]: a full
- * update of a process started with `molt run`. */
+/* molt update <pid> <image.so> [--timeout SEC] [--check-interior] [--shadow]:
+ * a full update of a process started with `molt run`; with --shadow, the
+ * operation shadow (cmd_shadow.c): the update rehearsed in a follower. */
 #include "cli/cli.h"
 
 #include <limits.h>
@@ -9,6 +10,8 @@
 int cli_cmd_update(const cli_args *a) {
   char what[PATH_MAX + 64];
   snprintf(what, sizeof what, "update %ld to %s", (long)a->pid, a->pos[1]);
+  if (a->shadow)
+    return cli_cmd_shadow(a);
   molt__request req = {.op = MOLT__OP_UPDATE};
   char *abs;
   int fd;

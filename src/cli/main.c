@@ -1,8 +1,8 @@
 /*
  * molt -- the command-line client of the molt control protocol.
  *
- *   molt ps | status | apply | rollback | log | update | attach | run | help |
- *   --version
+ *   molt ps | status | apply | rollback | log | update | shadow | attach | run |
+ *   help | --version
  *
  * One command table: the commands of the operations come from the table of
  * operations (MOLT__OPS, common/protocol.h) -- name, what they send,
@@ -73,6 +73,8 @@ static void synopsis(const command *c, char *buf, size_t len) {
            c->flags & MOLT__OPF_TIMEOUT ? " [--timeout SEC]" : "");
   if (c->flags & MOLT__OPF_INTERIOR)
     snprintf(buf + strlen(buf), len - strlen(buf), " [--check-interior]");
+  if (c->op == MOLT__OP_UPDATE)
+    snprintf(buf + strlen(buf), len - strlen(buf), " [--shadow]");
   if (c->flags & MOLT__OPF_CALLBACKS)
     snprintf(buf + strlen(buf), len - strlen(buf), " [--callback-timeout SEC]");
 }
@@ -208,6 +210,8 @@ static int parse_args(int argc, char **argv, cli_args *o) {
         o->check_interior = true;
       } else if (strcmp(a, "--check-active") == 0) {
         o->check_active = true;
+      } else if (strcmp(a, "--shadow") == 0) {
+        o->shadow = true;
       } else if (klen == 8 && strncmp(a, "--policy", 8) == 0) {
         if (!molt__policy_parse(val, &p))
           return cli_fail(EXIT_USAGE,
@@ -280,6 +284,14 @@ static int check_args(const command *c, const cli_args *o) {
   if (o->check_active && strcmp(c->name, "attach") != 0)
     return cli_fail(EXIT_USAGE,
                     "%s: --check-active applies only to attach; see 'molt help'", o->cmd);
+  if (o->shadow && c->op != MOLT__OP_UPDATE)
+    return cli_fail(EXIT_USAGE, "%s: --shadow applies only to update; see 'molt help'",
+                    o->cmd);
+  if (o->shadow && o->check_interior)
+    return cli_fail(EXIT_USAGE,
+                    "%s: --check-interior does not apply to a shadowed update yet; see "
+                    "'molt help'",
+                    o->cmd);
   int npos = (c->pid ? 1 : 0) + (c->file ? 1 : 0);
   if (o->npos != npos) {
     synopsis(c, syn, sizeof syn);

@@ -68,13 +68,19 @@
      MOLT__OPF_CALLBACKS,                                                     \
      MOLT__MODE_HOT, "patch", "apply a hot patch (default: immediate, 10 s)")  \
   XX(ROLLBACK, rollback, 3, MOLT__OPF_CHANGES | MOLT__OPF_POLICY | MOLT__OPF_TIMEOUT, \
-     MOLT__MODE_HOT, NULL, "return to the previous generation")               \
+     MOLT__MODE_HOT | MOLT__MODE_FULL, NULL,                                   \
+     "return to the previous generation; in a program image, end a "         \
+     "shadowed update's follower")                                             \
   XX(LOG, log, 4, MOLT__OPF_REPORT, MOLT__MODES_ANY, NULL,                     \
      "the process's update log")                                              \
   XX(UPDATE, update, 5, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT | MOLT__OPF_INTERIOR, \
      MOLT__MODE_FULL, "image",                                                 \
      "full update: replace the running program image, migrate its state "     \
-     "and restart its threads in the new version (default 10 s)")
+     "and restart its threads in the new version (default 10 s)")             \
+  XX(SHADOW, shadow, 6, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT, MOLT__MODE_FULL, \
+     "image",                                                                 \
+     "shadowed full update (also 'molt update --shadow'): a forked follower "  \
+     "updates and replays the leader's calls, the leader serves on")
 /* clang-format on */
 
 typedef enum {

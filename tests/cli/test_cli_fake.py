@@ -163,7 +163,7 @@ def test_status_json(fake):
     assert list(s) == ["pid", "state", "refusing_reason", "generation",
                        "reclaim", "programs", "patches", "objects",
                        "live_generations", "functions", "threads", "image",
-                       "program_threads", "refused_connections", "old_code",
+                       "program_threads", "shadow", "refused_connections", "old_code",
                        "old_code_uninspected"]
     assert s["pid"] == fake
     assert s["state"] == "ok" and s["refusing_reason"] is None
@@ -182,6 +182,7 @@ def test_status_json(fake):
          "generation": 3, "active_calls": 0},
     ]
     assert s["old_code"] == [] and s["old_code_uninspected"] == 1
+    assert s["shadow"] is None   # never a shadowed update
 
 
 def test_old_code_apply_warning_and_status(fake, patch_file, tmp_path):

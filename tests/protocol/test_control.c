@@ -271,7 +271,8 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
           "thread 4242 (worker-1) is still running version 0 of handle_get");
     break;
   }
-  case MOLT__OP_UPDATE: { /* echoes the request */
+  case MOLT__OP_UPDATE:
+  case MOLT__OP_SHADOW: { /* echoes the request */
     char t[32];
     snprintf(t, sizeof t, "%d", req->timeout_ms);
     rec(out, 4, "echo", req->path, req->check_interior ? "1" : "0", t);

@@ -105,7 +105,7 @@ static void test_header_malformed(void) {
   CHECK_EQ(decode(RS, M, 0xffff, 0, 0, 0), MOLT_EVERSION);
   /* bad op */
   CHECK_EQ(decode(RQ, M, 1, 0, 0, 0), MOLT_EPROTO);
-  CHECK_EQ(decode(RQ, M, 1, MOLT__OP_UPDATE + 1, 0, 0), MOLT_EPROTO);
+  CHECK_EQ(decode(RQ, M, 1, MOLT__OP_END, 0, 0), MOLT_EPROTO);
   CHECK_EQ(decode(RQ, M, 1, 0xffff, 0, 0), MOLT_EPROTO);
   /* request with a status, response with a kind or a positive status */
   CHECK_EQ(decode(RQ, M, 1, 1, -1, 0), MOLT_EPROTO);

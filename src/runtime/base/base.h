@@ -89,6 +89,9 @@
      "the program-thread registry and images of a program image -- the "       \
      "runtime thread inside op; program threads alone at start, exit and "     \
      "their first update point after a restart; never across dlopen/dlclose") \
+  XX(shd, "shadow/shadow.c",                                                   \
+     "a shadowed update's stage, follower and outcome -- the runtime thread "  \
+     "inside op, the shadow's monitor thread alone; logs inside")             \
   XX(rt, "base/state.c",                                                       \
      "the runtime state: modules, generations, entries, patch objects -- the " \
      "runtime thread; application threads when a module registers from a "    \
@@ -175,7 +178,8 @@ MOLT__HIDDEN unsigned molt__lock_violations(void);
   XX(INFO, "info")                                                             \
   XX(UPDATE, "update")     /* a full update committed                 */      \
   XX(ABORT, "abort")       /* a full update aborted after the barrier */ \
-  XX(CALLBACK, "callback") /* a patch's pre/post-update callback ran  */
+  XX(CALLBACK, "callback") /* a patch's pre/post-update callback ran  */ \
+  XX(SHADOW, "shadow")     /* a shadowed update's follower: forked, ended */
 /* clang-format on */
 
 typedef enum {

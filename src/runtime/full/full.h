@@ -108,4 +108,35 @@ MOLT__HIDDEN void molt__xf_end(molt__xf_ctx *cx, bool commit);
 MOLT__HIDDEN void molt__xf_stats(const molt__xf_ctx *cx, uint64_t *objects,
                                  uint64_t *bytes, uint64_t *ns);
 
+/* ---- program.c: for a shadowed update (shadow/, the layer above) -------------
+ * A shadowed update is a full update rehearsed in a forked follower: the
+ * shadow layer drives these steps, and the leader never switches. */
+typedef struct molt__full_update molt__full_update;
+/* Steps 1-4 of a full update (runtime thread, op_lock held): the new image
+ * open, checked and loaded, the threads' entries resolved in it.  Logs a
+ * refusal itself; nothing stays loaded on failure. */
+MOLT__HIDDEN int molt__full_update_prepare(const char *path, int fd, int timeout_ms,
+                                           molt__full_update **out, char *err,
+                                           size_t errlen);
+/* The migration and the commit (steps 6-8), as a barrier's step: in the
+ * follower, after molt__program_keep_threads_at_fork and fork(), on the
+ * forking (runtime) thread.  0 or MOLT_E* with a one-line err. */
+MOLT__HIDDEN int molt__full_update_step(molt__full_update *u, char *err, size_t errlen);
+/* In the leader after the fork (or after a failure): the parked threads'
+ * snapshots dropped, the new image closed, u freed. */
+MOLT__HIDDEN void molt__full_update_discard(molt__full_update *u);
+/* The program threads' tids in the registry's order (the number of threads;
+ * at most max stored). */
+MOLT__HIDDEN size_t molt__program_tids(pid_t *tids, size_t max);
+/* The child of the next fork() keeps every program-thread record (the
+ * parent forgets the request when fork() returns). */
+MOLT__HIDDEN void molt__program_keep_threads_at_fork(void);
+/* In the follower, after molt__full_update_step: one new OS thread per
+ * record, in the registry's order (index: the position molt__program_tids
+ * gave its leader thread), each calling on_start(index, arg) and then the
+ * new version's main (argc, argv of `molt run`; its return ends the
+ * follower with _exit) or entry function. */
+MOLT__HIDDEN int molt__program_relaunch(void (*on_start)(size_t index, void *arg),
+                                        void *arg, char *err, size_t errlen);
+
 #endif /* MOLT_FULL_H */

@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -110,6 +111,15 @@ static char *last_abort;
 /* Set once by the driver before the image runs; read by the wrapper and
  * the runtime.  release/acquire: a reader that sees true sees `current`. */
 static _Atomic bool active;
+
+/* The driver's arguments (set once before the image runs): a follower of a
+ * shadowed update calls the new main with them in a new thread. */
+static int run_argc;
+static char **run_argv;
+/* The next fork() is a shadowed update's (set by the runtime thread under
+ * op_lock while every program thread is parked, read by the fork
+ * handlers): its child keeps every thread record, to relaunch them. */
+static bool keep_at_fork;
 
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
@@ -383,6 +393,8 @@ int molt__program_run(const char *path, int argc, char **argv, int *status, char
   }
   t->is_main = true;
   t->main_fn = im->main;
+  run_argc = argc;
+  run_argv = argv;
   t->entry_name = mname;
   /* A participant and in the registry BEFORE updates are accepted: an
    * update that ran in between would find no thread, commit, and leave
@@ -632,7 +644,7 @@ void molt__program_foreach_local(void (*fn)(void *arg, molt__saved_local *l), vo
 
 /* ---- the update -------------------------------------------------------------------*/
 
-typedef struct upd {
+typedef struct molt__full_update {
   molt__image *old, *new;
   bool check_interior;
   unsigned timeout_ms; /* also the migration's deadline */
@@ -779,10 +791,11 @@ static int parked_step(void *arg, char *err, size_t errlen) {
   return 0;
 }
 
-/* The full update (runtime thread, op_lock held): docs/full-updates.md.
- * Logs its own outcome (refused before the barrier, aborted after). */
-static int program_update(const char *path, int fd, int timeout_ms, bool check_interior,
-                          molt__buf *out, char *err, size_t errlen) {
+/* Steps 1 to 4 of a full update (runtime thread, op_lock held): opens and
+ * checks the new image, loads it, resolves the threads' entries in it.
+ * Fills *u; logs a refusal.  On failure nothing is left loaded. */
+static int update_prepare(const char *path, int fd, int timeout_ms, bool check_interior,
+                          upd *u_out, char *err, size_t errlen) {
   uint64_t gen = molt__gen_number_now();
   if (!program_active()) {
     molt__errmsg(err, errlen,
@@ -801,7 +814,6 @@ static int program_update(const char *path, int fd, int timeout_ms, bool check_i
   u.old = current;
   molt__lock_release(&prog_lock);
 
-  uint64_t t_start = molt__now_ns();
   int rc = fd >= 0 ? molt__image_open(path, fd, &u.new, err, errlen) : MOLT_EPROTO;
   if (fd < 0) /* issue 16: never a path a client names */
     molt__errmsg(err, errlen,
@@ -838,6 +850,20 @@ static int program_update(const char *path, int fd, int timeout_ms, bool check_i
     molt__log(MOLT__EV_REFUSE, gen, NULL, "update %s refused: %s", path, err);
     return rc;
   }
+  *u_out = u;
+  return 0;
+}
+
+/* The full update (runtime thread, op_lock held): docs/full-updates.md.
+ * Logs its own outcome (refused before the barrier, aborted after). */
+static int program_update(const char *path, int fd, int timeout_ms, bool check_interior,
+                          molt__buf *out, char *err, size_t errlen) {
+  uint64_t gen = molt__gen_number_now();
+  uint64_t t_start = molt__now_ns();
+  upd u;
+  int rc = update_prepare(path, fd, timeout_ms, check_interior, &u, err, errlen);
+  if (rc < 0)
+    return rc;
 
   rc = molt__barrier(timeout_ms, parked_step, &u, MOLT__VERDICT_RESTART, err, errlen);
   if (rc < 0) {
@@ -950,9 +976,21 @@ static void full_status(molt__buf *out) {
 
 /* fork(): hold the registry across it; in the child keep only the caller. */
 static void full_fork_prepare(void) { molt__lock_acquire(&prog_lock); }
-static void full_fork_parent(void) { molt__lock_release(&prog_lock); }
+static void full_fork_parent(void) {
+  keep_at_fork = false;
+  molt__lock_release(&prog_lock);
+}
 
 static void full_fork_child(void) {
+  if (keep_at_fork) {
+    /* A shadowed update's follower (the runtime thread forked while every
+     * program thread was parked): the records stay, with their snapshots,
+     * for molt__full_update_step and molt__program_relaunch. */
+    keep_at_fork = false;
+    nupdating = 0;
+    molt__lock_reinit(&prog_lock);
+    return;
+  }
   /* Only the forking thread exists in the child. */
   molt__pthread *me = pthread_self_rec;
   molt__pthread *t = thread_at(threads);
@@ -971,6 +1009,142 @@ static void full_fork_child(void) {
       nupdating = 1;
   }
   molt__lock_reinit(&prog_lock);
+}
+
+/* ---- for a shadowed update (shadow/, the layer above) -----------------------------*/
+
+int molt__full_update_prepare(const char *path, int fd, int timeout_ms,
+                              molt__full_update **out, char *err, size_t errlen) {
+  upd *u = malloc(sizeof *u);
+  if (!u) {
+    molt__errmsg(err, errlen, "out of memory");
+    return MOLT_ENOMEM;
+  }
+  int rc = update_prepare(path, fd, timeout_ms, false, u, err, errlen);
+  if (rc < 0) {
+    free(u);
+    return rc;
+  }
+  *out = u;
+  return 0;
+}
+
+void molt__full_update_discard(molt__full_update *u) {
+  if (!u)
+    return;
+  drop_snapshots();
+  molt__image_close(u->new);
+  free(u);
+}
+
+int molt__full_update_step(molt__full_update *u, char *err, size_t errlen) {
+  return parked_step(u, err, errlen);
+}
+
+size_t molt__program_tids(pid_t *tids, size_t max) {
+  size_t n = 0;
+  molt__lock_acquire(&prog_lock);
+  for (molt__pthread *t = thread_at(threads); t; t = thread_at(t->link.next), n++)
+    if (n < max)
+      tids[n] = t->tid;
+  molt__lock_release(&prog_lock);
+  return n;
+}
+
+void molt__program_keep_threads_at_fork(void) {
+  molt__lock_acquire(&prog_lock);
+  keep_at_fork = true;
+  molt__lock_release(&prog_lock);
+}
+
+typedef struct relaunch {
+  molt__pthread *t;
+  size_t index;
+  void (*on_start)(size_t index, void *arg);
+  void *arg;
+} relaunch;
+
+/* A follower's program thread: record t of a thread of the leader,
+ * committed by molt__full_update_step (entry, argument and main of the new
+ * version), run by a new OS thread.  Like a restart (restart_self) but on a
+ * fresh stack: the leader's thread does not exist in the follower. */
+static void *relaunched(void *p) {
+  relaunch r = *(relaunch *)p;
+  free(p);
+  molt__pthread *t = r.t;
+  t->tid = molt__gettid();
+  stack_bounds(t);
+  pthread_self_rec = t;
+  molt__point_join();
+  if (key_ok)
+    pthread_setspecific(exit_key, t);
+  t->restart = false;
+  t->nregs = 0;
+  molt__point_restarted();
+  if (atomic_load_explicit(&t->updating, memory_order_relaxed))
+    molt__point_call_next(first_point);
+  r.on_start(r.index, r.arg);
+  sigjmp_buf env;
+  t->restart_env = &env;
+  (void)sigsetjmp(env, 1);
+  if (t->is_main) {
+    int status = t->main_fn(run_argc, run_argv, environ);
+    /* The follower's main returned: the follower ends as `molt run` would
+     * (without atexit handlers: they belong to the program's leader). */
+    _exit(status & 0xff);
+  }
+  void *ret = t->entry(t->arg);
+  if (key_ok)
+    pthread_setspecific(exit_key, NULL);
+  end_thread(t);
+  return ret;
+}
+
+int molt__program_relaunch(void (*on_start)(size_t index, void *arg), void *arg,
+                           char *err, size_t errlen) {
+  /* The follower's only thread: nobody else touches the list until the
+   * threads start, and they do not change it (end_thread later does). */
+  size_t i = 0;
+  molt__link *next;
+  for (molt__link *l = threads; l; l = next, i++) {
+    next = l->next;
+    relaunch *r = malloc(sizeof *r);
+    pthread_t th;
+    int rc = ENOMEM;
+    /* A stack of our own: the stacks of the leader's threads, which
+     * glibc keeps in the child as cached stacks, would give the new
+     * threads the very pthread_t values of threads the child's copy of a
+     * sanitizer's registry still holds (ThreadSanitizer then ends the
+     * process: "dup thread with used id").  Kept for the follower's life
+     * (its threads restart, they do not exit). */
+    pthread_attr_t a;
+    size_t size = 0;
+    if (pthread_getattr_default_np(&a) == 0) {
+      pthread_attr_getstacksize(&a, &size);
+      pthread_attr_destroy(&a);
+    }
+    if (size < 1u << 20)
+      size = 8u << 20;
+    void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    if (r && stack != MAP_FAILED && pthread_attr_init(&a) == 0) {
+      *r = (relaunch){thread_at(l), i, on_start, arg};
+      rc = pthread_attr_setstack(&a, stack, size);
+      if (rc == 0)
+        rc = pthread_create(&th, &a, relaunched, r);
+      pthread_attr_destroy(&a);
+    }
+    if (rc != 0 && stack != MAP_FAILED)
+      munmap(stack, size);
+    if (rc != 0) {
+      free(r);
+      molt__errmsg(err, errlen, "cannot start program thread %zu in the follower: %s", i,
+                   strerror(rc));
+      return MOLT_ENOMEM;
+    }
+    pthread_detach(th);
+  }
+  return 0;
 }
 
 /* ---- the mode ------------------------------------------------------------------------*/

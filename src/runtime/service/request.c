@@ -15,8 +15,9 @@
  * common/protocol.h): its flags say whether an operation changes the
  * program (then it is refused in the refusing state and runs under op_lock
  * after a reclamation pass) and in which modes it is carried out.  The
- * handler is the service's own (status, log) or the current mode's
- * (switch.h, molt__mode.ops).
+ * handler is the service's own (status, log), the current mode's
+ * (switch.h, molt__mode.ops) or that of a mode working within it (the
+ * shadow mode's, in a process running a program image).
  *
  * Lock: req_lock protects the queue (the lock table: base.h); nothing else
  * is taken while it is held. */
@@ -54,6 +55,7 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
     err[0] = '\0';
   const molt__op_info *oi = molt__op_find(req->op);
   const molt__mode *mode = molt__mode_current();
+  const molt__mode *handler; /* mode, or a mode that works within it */
   int rc = 0;
   char reason[256];
   if (!oi) {
@@ -70,7 +72,7 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
     molt__log(MOLT__EV_REFUSE, molt__gen_number_now(), NULL, "%s%s%s refused: %s",
               oi->name, req->path[0] ? " " : "", req->path,
               err[0] ? err : molt_strerror(rc));
-  } else if (!mode->ops[oi->op]) {
+  } else if (!(handler = molt__mode_for_op(oi->op))) {
     molt__errmsg(err, errlen, "mode %s has no handler for %s", mode->name, oi->name);
     rc = MOLT_EINTERNAL;
   } else {
@@ -79,7 +81,7 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
      * runtime thread's passes and run out of generation slots. */
     if (oi->flags & MOLT__OPF_CHANGES)
       molt__reclaim_locked();
-    rc = mode->ops[oi->op](req, out, err, errlen);
+    rc = handler->ops[oi->op](req, out, err, errlen);
     molt__op_unlock();
   }
   if (rc == 0 && out->oom) {

@@ -48,8 +48,18 @@ static int listener_lost = -1;
 static bool listener_missing;
 static pthread_t rt_thread;
 
-void molt__op_lock(void) { molt__lock_acquire(&op_lock); }
-void molt__op_unlock(void) { molt__lock_release(&op_lock); }
+/* The calling thread holds op_lock through molt__op_lock (an operation
+ * runs): only the thread itself reads or writes it. */
+static __thread bool op_mine __attribute__((tls_model("initial-exec")));
+
+void molt__op_lock(void) {
+  molt__lock_acquire(&op_lock);
+  op_mine = true;
+}
+void molt__op_unlock(void) {
+  op_mine = false;
+  molt__lock_release(&op_lock);
+}
 int molt__control_error(void) { return listen_err; }
 
 /* ---- reclamation ----------------------------------------------------------*/
@@ -222,9 +232,18 @@ static void fork_prepare(void) {
    * the registry (reg), req, log, fd.  No thread is then inside any of
    * them while fork() copies the process, and the child makes each anew.
    * (bar: a barrier holds op_lock throughout, so none is running once we
-   * hold op; application threads hold bar only briefly.) */
-  molt__shadow_fork_prepare();
-  molt__lock_acquire(&op_lock);
+   * hold op; application threads hold bar only briefly.)
+   *
+   * An operation that forks -- a shadowed update forks its follower from
+   * the runtime thread, inside its barrier step -- already holds op_lock:
+   * it is not taken again, and neither are shadow data's locks, which
+   * rank before it.  That fork happens only in a process running a program
+   * image, which takes no hot patches and so keeps no shadow data, with
+   * every program thread parked. */
+  if (!op_mine) {
+    molt__shadow_fork_prepare();
+    molt__lock_acquire(&op_lock);
+  }
   molt__switch_fork_prepare();
   molt__modes_fork_prepare();
   molt__rt_lock_acquire();
@@ -245,8 +264,10 @@ static void fork_parent(void) {
   molt__rt_lock_release();
   molt__modes_fork_parent();
   molt__switch_fork_parent();
-  molt__lock_release(&op_lock);
-  molt__shadow_fork_parent();
+  if (!op_mine) {
+    molt__lock_release(&op_lock);
+    molt__shadow_fork_parent();
+  }
   /* Back to program code: like passing an update point (a barrier that
    * started meanwhile holds this thread until it ends). */
   molt__point_fork_end();
@@ -266,8 +287,14 @@ static void fork_child(void) {
   molt__modes_fork_child();
   molt__requests_after_fork_child();
   molt__rt_lock_after_fork_child();
+  /* A forking operation's thread (a shadowed update's follower) never
+   * returns into the operation: it does not release op_lock.  Shadow
+   * data's locks were not taken for that fork (fork_prepare). */
+  bool forked_by_op = op_mine;
+  op_mine = false;
   molt__lock_reinit(&op_lock);
-  molt__shadow_fork_child();
+  if (!forked_by_op)
+    molt__shadow_fork_child();
   /* The parent's listener, unless the host closed it before fork() (then
    * the number is the host's: left alone). */
   molt__fd_close(&listener);

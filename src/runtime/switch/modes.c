@@ -44,6 +44,19 @@ const molt__mode *molt__mode_current(void) {
   return NULL;
 }
 
+const molt__mode *molt__mode_for_op(unsigned op) {
+  const molt__mode *cur = molt__mode_current();
+  if (!cur || op >= MOLT__OP_END)
+    return NULL;
+  if (cur->ops[op])
+    return cur;
+  unsigned n = count();
+  for (unsigned i = 0; i < n; i++)
+    if ((modes[i]->within & cur->bit) && modes[i]->ops[op])
+      return modes[i];
+  return NULL;
+}
+
 void molt__modes_on_park(void *frame, const char *point, molt__verdict pending) {
   unsigned n = count();
   for (unsigned i = 0; i < n; i++)

@@ -8,7 +8,7 @@
  *             molt__switch_publish (immediate, local, global)
  *   modes.c   modes register here and are called only through their hooks
  *
- * A mode (hot/, full/, later attach/ and shadow/) is a layer above this one.
+ * A mode (hot/, full/, shadow/) is a layer above this one.
  * Nothing below the modes names a mode: the service layer dispatches an
  * operation to the current mode's handler, and the points call the modes'
  * hooks.
@@ -46,7 +46,11 @@ MOLT__HIDDEN int molt__switch_publish(molt__gen *g, molt_policy_t policy, int ti
  * else with MOLT__VERDICT_NONE.  A barrier with on_success RESTART is a
  * full update: its participants must reach a real update point (they
  * restart from there), so a thread waiting in molt_apply does not count as
- * arrived for it.  Returns 0 or the error of the wait or of while_parked. */
+ * arrived for it.  Returns 0 or the error of the wait or of while_parked;
+ * a step that returns a positive value releases them with
+ * MOLT__VERDICT_NONE and molt__barrier returns that value (a shadowed
+ * update's leader: the step forked the follower, the leader does not
+ * switch). */
 MOLT__HIDDEN int molt__barrier(int timeout_ms,
                                int (*while_parked)(void *arg, char *err, size_t errlen),
                                void *arg, molt__verdict on_success, char *err,
@@ -97,9 +101,13 @@ typedef int (*molt__op_handler)(const molt__request *req, molt__buf *out, char *
  * then reached only through this table.  Every hook is optional.
  */
 typedef struct molt__mode {
-  const char *name; /* "hot", "full" */
+  const char *name; /* "hot", "full", "shadow" */
   unsigned bit;     /* MOLT__MODE_* (protocol.h) */
   bool initial;     /* the mode of a process that has not entered another */
+  /* MOLT__MODE_* bits of the modes this one works on top of: its ops are
+   * carried out while the process is in one of them (the shadow mode, on
+   * a process running a program image).  0: only while it is current. */
+  unsigned within;
   /* Its operations (runtime thread, op_lock held, after a reclamation pass):
    * the request's result records into out, or MOLT_E* with a one-line err.
    * A handler logs its own outcome. */
@@ -133,6 +141,10 @@ MOLT__HIDDEN void molt__mode_register(const molt__mode *m);
 MOLT__HIDDEN void molt__mode_enter(const molt__mode *m);
 /* The mode the process is in; NULL only if no mode registered. */
 MOLT__HIDDEN const molt__mode *molt__mode_current(void);
+/* The mode that carries out op in the current mode: the current mode if
+ * it has a handler for op, else a registered mode that works within it
+ * and has one; NULL if none. */
+MOLT__HIDDEN const molt__mode *molt__mode_for_op(unsigned op);
 /* Hooks of every registered mode, in registration order (fork_parent and
  * fork_child in reverse). */
 MOLT__HIDDEN void molt__modes_on_park(void *frame, const char *point,

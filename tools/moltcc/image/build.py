@@ -12,7 +12,8 @@ or in steps, as a Makefile does (make CC="moltcc --molt-program"):
 
 Every source is compiled with the user's flags plus -g -fPIC
 -fno-omit-frame-pointer, the objects are linked -shared with
---wrap=pthread_create, -Bsymbolic and a build-id against libmolt, together
+--wrap=pthread_create (and --wrap for the calls a shadowed update records
+and replays: SHADOWED_CALLS), -Bsymbolic and a build-id against libmolt, together
 with one generated TU (molt__program.c) that defines `molt__program` and
 embeds the image's annotations (read with libclang) as JSON in the section
 .molt_types.  With --molt-from the generated TU also carries the migration
@@ -29,6 +30,11 @@ from ..errors import PROG, Diagnostic, Fatal
 from ..toolchain import color_flags, strip_lto
 from . import GEN_NAME, xf, xfgen
 from .annotations import annotations_json, collect_annotations
+
+# The calls of the image that libmolt's wrappers record in a shadowed
+# update's leader and replay in its follower (src/runtime/shadow/calls.c).
+SHADOWED_CALLS = ("read", "write", "recv", "send", "accept", "accept4", "poll",
+                  "epoll_wait", "close")
 
 
 # ---------------------------------------------------------------------------
@@ -281,7 +287,10 @@ def _compile_and_link(s, sources, others, old, rules):
 
     link_tail = [x.path for x in others] + link + san + [
         "-L" + layout.libdir, "-lmolt", "-Wl,-rpath," + layout.libdir, "-pthread",
-        "-Wl,--wrap=pthread_create", "-Wl,-Bsymbolic", "-Wl,--build-id"]
+        "-Wl,--wrap=pthread_create", "-Wl,-Bsymbolic", "-Wl,--build-id"] + [
+        # the calls a shadowed update records and replays (libmolt's
+        # __wrap_*, docs/design.md §17)
+        "-Wl,--wrap=" + c for c in SHADOWED_CALLS]
     gen_dir = work.subdir()
     gen = os.path.join(gen_dir, GEN_NAME)
     gen_obj = gen[:-2] + ".o"

@@ -1,0 +1,428 @@
+/* The shared rings of a shadowed update (shadow.h): record and replay.
+ *
+ * One MAP_SHARED anonymous area, made once and kept (a process runs one
+ * shadowed update at a time; the next one empties it), inherited by the
+ * follower at fork().  It holds one ring per program thread of the leader
+ * (the registry's order at the fork, the same order in which the follower
+ * relaunches them) and the report of how a session ended.
+ *
+ * A ring has a single producer, the leader's thread, and a single
+ * consumer, the follower's thread of the same index.  Records are
+ * variable-sized (a header, the input bytes kept, the output bytes) and
+ * never wrap: a record that would not fit before the end is preceded by a
+ * SKIP filler.  head and tail count bytes from the session's start.
+ *
+ * Ordering between threads is neither recorded nor compared: each follower
+ * thread sees its own leader thread's calls in their order, and nothing
+ * says how they interleaved with other threads' calls (docs/design.md §17).
+ */
+#include "shadow/shadow.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct rec {
+  uint32_t size; /* of the whole record, a multiple of 8 */
+  uint16_t kind; /* molt__sc_kind */
+  uint16_t unused;
+  int64_t a[3];
+  int64_t ret;
+  int32_t err;
+  uint32_t in_keep; /* input bytes kept after the header */
+  uint64_t in_len;  /* the input's whole length */
+  uint64_t in_hash; /* FNV-1a of the whole input */
+  uint32_t out_len; /* output bytes after the kept input */
+  uint32_t unused2;
+} rec;
+
+typedef struct ring {
+  /* Bytes published by the leader: release store after the record is
+   * written, acquire load by the follower before it reads it. */
+  _Atomic uint64_t head;
+  /* Bytes the follower consumed: release store after it copied a record
+   * out, acquire load by the leader before it reuses the space. */
+  _Atomic uint64_t tail;
+  /* The follower sleeps on seq (a futex across the two processes) after
+   * setting waiting; the leader bumps seq after head and wakes it if
+   * waiting.  seq_cst on both sides: either the follower sees the new
+   * head on its re-check, or the leader sees waiting (Dekker). */
+  _Atomic uint32_t seq;
+  _Atomic uint32_t waiting;
+  pid_t leader_tid;                    /* written before the fork, read-only after */
+  _Atomic uint64_t recorded, compared; /* relaxed: counters for status */
+  _Atomic uint64_t max_use;            /* relaxed: bytes, for status */
+  char data[MOLT__SHADOW_RING_BYTES];
+} ring;
+
+typedef struct area {
+  /* How the session ended: 0 until one side writes a report.  The writer
+   * claims it with a compare-exchange from 0 (the first one wins), writes
+   * the text and then stores `written` with release; the leader reads the
+   * text after an acquire load of `written` (or after waitpid). */
+  _Atomic int kind;
+  _Atomic int written;
+  char text[2048];
+  uint32_t nrings; /* written before the fork */
+  ring rings[MOLT__SHADOW_MAX_THREADS];
+} area;
+
+static area *shared;
+/* The leader records (process-local; release store when a session starts,
+ * with every program thread parked; acquire load in every wrapper). */
+static _Atomic bool recording;
+/* The session's number, so that a thread's cached ring index is not taken
+ * from an earlier session. */
+static _Atomic uint32_t session;
+static _Atomic pid_t follower_pid;
+/* This process is a follower (set before its program threads start). */
+static bool follower;
+
+/* The calling thread's ring: its index + 1 (0: none, which is what a
+ * thread has from its start, so a thread the follower starts itself has
+ * none), for the session my_session (leader). */
+static __thread uint32_t my_session __attribute__((tls_model("initial-exec")));
+static __thread unsigned my_ring1 __attribute__((tls_model("initial-exec")));
+
+int molt__shadow_area_get(void) {
+  if (shared)
+    return 0;
+  void *p = mmap(NULL, sizeof(area), PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    return MOLT_ENOMEM;
+  shared = p;
+  return 0;
+}
+
+void molt__shadow_session_begin(const pid_t *tids, size_t n) {
+  area *s = shared;
+  for (size_t i = 0; i < n; i++) {
+    ring *r = &s->rings[i];
+    atomic_store_explicit(&r->head, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->tail, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->waiting, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->recorded, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->compared, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->max_use, 0, memory_order_relaxed);
+    r->leader_tid = tids[i];
+  }
+  s->nrings = (uint32_t)n;
+  atomic_store_explicit(&s->kind, 0, memory_order_relaxed);
+  atomic_store_explicit(&s->written, 0, memory_order_relaxed);
+  s->text[0] = '\0';
+  atomic_store_explicit(&follower_pid, 0, memory_order_relaxed);
+  atomic_fetch_add_explicit(&session, 1, memory_order_relaxed);
+  /* release: a thread that sees recording sees the rings made above (the
+   * program threads are parked anyway; the barrier orders it too). */
+  atomic_store_explicit(&recording, true, memory_order_release);
+}
+
+void molt__shadow_session_follower(pid_t pid) {
+  atomic_store_explicit(&follower_pid, pid, memory_order_relaxed);
+}
+
+void molt__shadow_session_end(void) {
+  atomic_store_explicit(&recording, false, memory_order_release);
+}
+
+void molt__shadow_become_follower(void) {
+  atomic_store_explicit(&recording, false, memory_order_relaxed);
+  follower = true;
+}
+
+void molt__shadow_follower_thread(size_t index, void *arg) {
+  (void)arg;
+  my_ring1 = (unsigned)index + 1;
+}
+
+molt__shadow_role molt__shadow_role_now(void) {
+  if (follower)
+    return MOLT__SHADOW_FOLLOWER;
+  if (!atomic_load_explicit(&recording, memory_order_acquire))
+    return MOLT__SHADOW_NONE;
+  uint32_t s = atomic_load_explicit(&session, memory_order_relaxed);
+  if (my_session != s) {
+    my_session = s;
+    my_ring1 = 0;
+    pid_t tid = molt__gettid();
+    for (uint32_t i = 0; i < shared->nrings; i++)
+      if (shared->rings[i].leader_tid == tid)
+        my_ring1 = i + 1;
+  }
+  return my_ring1 ? MOLT__SHADOW_LEADER : MOLT__SHADOW_NONE;
+}
+
+/* ---- descriptions (the report) -----------------------------------------------*/
+
+static const char *const kind_names[] = {"skip",
+#define MOLT__SC_NAME(NAME, name) #name,
+                                         MOLT__SHADOW_CALLS(MOLT__SC_NAME)
+#undef MOLT__SC_NAME
+};
+
+static const char *kind_name(unsigned k) {
+  return k < MOLT__SC_END ? kind_names[k] : "?";
+}
+
+/* Up to 48 bytes of p, quoted with C escapes. */
+static void quote(char *buf, size_t len, const void *p, size_t n) {
+  const unsigned char *c = p;
+  size_t w = 0;
+  if (len < 8)
+    return;
+  buf[w++] = '"';
+  for (size_t i = 0; i < n && i < 48 && w + 6 < len; i++) {
+    if (c[i] == '\n')
+      w += (size_t)snprintf(buf + w, len - w, "\\n");
+    else if (c[i] >= 0x20 && c[i] < 0x7f && c[i] != '"' && c[i] != '\\')
+      buf[w++] = (char)c[i];
+    else
+      w += (size_t)snprintf(buf + w, len - w, "\\x%02x", c[i]);
+  }
+  if (n > 48 && w + 4 < len)
+    w += (size_t)snprintf(buf + w, len - w, "...");
+  if (w + 2 < len)
+    buf[w++] = '"';
+  buf[w] = '\0';
+}
+
+static void describe(char *buf, size_t len, unsigned kind, const int64_t *a,
+                     const void *in, size_t in_keep, uint64_t in_len) {
+  char q[256] = "";
+  if (in)
+    quote(q, sizeof q, in, in_keep);
+  snprintf(buf, len, "%s(%" PRId64 ", %" PRId64 ", %" PRId64 ")%s%s", kind_name(kind),
+           a[0], a[1], a[2], in ? " with " : "", q);
+  if (in && in_len > in_keep)
+    snprintf(buf + strlen(buf), len - strlen(buf), " (%" PRIu64 " bytes)", in_len);
+}
+
+/* ---- the report ----------------------------------------------------------------*/
+
+static bool report(int kind, const char *fmt, va_list ap) {
+  area *s = shared;
+  int expected = 0;
+  /* relaxed on failure: the loser writes nothing. */
+  if (!atomic_compare_exchange_strong_explicit(
+          &s->kind, &expected, kind, memory_order_relaxed, memory_order_relaxed))
+    return false;
+  vsnprintf(s->text, sizeof s->text, fmt, ap);
+  /* release: the text is complete before a reader sees `written`. */
+  atomic_store_explicit(&s->written, 1, memory_order_release);
+  return true;
+}
+
+void molt__shadow_follower_fail(int kind, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  report(kind, fmt, ap);
+  va_end(ap);
+  _exit(111);
+}
+
+/* A leader thread drops the shadow: reports why, stops recording, kills
+ * the follower (the monitor logs it when it reaps it). */
+static void drop(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void drop(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  bool first = report(MOLT__SHADOW_END_DROPPED, fmt, ap);
+  va_end(ap);
+  atomic_store_explicit(&recording, false, memory_order_release);
+  pid_t pid = atomic_load_explicit(&follower_pid, memory_order_relaxed);
+  if (first && pid > 0)
+    kill(pid, SIGKILL);
+}
+
+int molt__shadow_report(char *text, size_t len) {
+  area *s = shared;
+  if (!s || !atomic_load_explicit(&s->written, memory_order_acquire))
+    return 0;
+  snprintf(text, len, "%s", s->text);
+  return atomic_load_explicit(&s->kind, memory_order_relaxed);
+}
+
+void molt__shadow_counts(uint64_t *recorded, uint64_t *compared, unsigned *max_use_pct) {
+  *recorded = *compared = 0;
+  *max_use_pct = 0;
+  area *s = shared;
+  if (!s)
+    return;
+  uint64_t max = 0;
+  for (uint32_t i = 0; i < s->nrings; i++) {
+    ring *r = &s->rings[i];
+    *recorded += atomic_load_explicit(&r->recorded, memory_order_relaxed);
+    *compared += atomic_load_explicit(&r->compared, memory_order_relaxed);
+    uint64_t m = atomic_load_explicit(&r->max_use, memory_order_relaxed);
+    if (m > max)
+      max = m;
+  }
+  *max_use_pct = (unsigned)(max * 100 / MOLT__SHADOW_RING_BYTES);
+}
+
+/* ---- the leader --------------------------------------------------------------*/
+
+static uint64_t fnv1a(const void *p, size_t n) {
+  const unsigned char *c = p;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) {
+    h ^= c[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+static void futex_wake(_Atomic uint32_t *w) {
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t seen, int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len) {
+  ring *r = &shared->rings[my_ring1 - 1];
+  size_t keep = c->in_len < MOLT__SHADOW_IN_KEEP ? c->in_len : MOLT__SHADOW_IN_KEEP;
+  size_t size = sizeof(rec) + align8(keep) + align8(out_len);
+  if (size > MOLT__SHADOW_RING_BYTES / 4) {
+    drop("thread %d: %s of %zu bytes is too large to record (at most %u); the shadow "
+         "was dropped",
+         (int)molt__gettid(), kind_name(c->kind), out_len + keep,
+         MOLT__SHADOW_RING_BYTES / 4);
+    return;
+  }
+  /* Only this thread writes head: relaxed. */
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+  size_t pos = (size_t)(head % MOLT__SHADOW_RING_BYTES);
+  size_t skip = pos + size > MOLT__SHADOW_RING_BYTES ? MOLT__SHADOW_RING_BYTES - pos : 0;
+  uint64_t need = skip + size;
+  uint64_t t0 = 0;
+  for (;;) {
+    /* acquire: the follower is done reading the bytes we reuse. */
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+    if (head + need - tail <= MOLT__SHADOW_RING_BYTES)
+      break;
+    if (!atomic_load_explicit(&recording, memory_order_relaxed))
+      return; /* dropped meanwhile */
+    uint64_t now = molt__now_ns();
+    if (!t0)
+      t0 = now;
+    else if (now - t0 > (uint64_t)MOLT__SHADOW_FULL_WAIT_MS * 1000000u) {
+      drop("the ring of thread %d stayed full for %d ms (the follower fell behind by "
+           "%" PRIu64 " bytes); the shadow was dropped",
+           (int)molt__gettid(), MOLT__SHADOW_FULL_WAIT_MS, head - tail);
+      return;
+    }
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+  if (skip) {
+    rec *f = (rec *)(r->data + pos);
+    f->size = (uint32_t)skip;
+    f->kind = MOLT__SC_SKIP;
+    pos = 0;
+  }
+  rec *x = (rec *)(r->data + pos);
+  *x = (rec){.size = (uint32_t)size,
+             .kind = (uint16_t)c->kind,
+             .ret = ret,
+             .err = err,
+             .in_keep = (uint32_t)keep,
+             .in_len = c->in_len,
+             .in_hash = c->in ? fnv1a(c->in, c->in_len) : 0,
+             .out_len = (uint32_t)out_len};
+  memcpy(x->a, c->a, sizeof x->a);
+  char *p = (char *)(x + 1);
+  if (keep)
+    memcpy(p, c->in, keep);
+  if (out_len)
+    memcpy(p + align8(keep), c->out, out_len);
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  if (head + need - tail > atomic_load_explicit(&r->max_use, memory_order_relaxed))
+    atomic_store_explicit(&r->max_use, head + need - tail, memory_order_relaxed);
+  atomic_fetch_add_explicit(&r->recorded, 1, memory_order_relaxed);
+  /* release: the record's bytes before the new head (the follower's
+   * acquire load); seq_cst for the futex handshake (see struct ring). */
+  atomic_store_explicit(&r->head, head + need, memory_order_seq_cst);
+  atomic_fetch_add_explicit(&r->seq, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&r->waiting, memory_order_seq_cst))
+    futex_wake(&r->seq);
+}
+
+/* ---- the follower --------------------------------------------------------------*/
+
+int64_t molt__shadow_replay(const molt__sc *c, int *err) {
+  char mine[512];
+  if (!my_ring1 || !shared) {
+    describe(mine, sizeof mine, c->kind, c->a, c->in, c->in_len < 48 ? c->in_len : 48,
+             c->in_len);
+    molt__shadow_follower_fail(
+        MOLT__SHADOW_END_DIVERGED,
+        "thread %d of the follower is not one the leader had at the "
+        "update (threads started after it are not followed yet); it "
+        "called %s",
+        (int)molt__gettid(), mine);
+  }
+  ring *r = &shared->rings[my_ring1 - 1];
+  /* Only this thread writes tail: relaxed. */
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  rec *x;
+  for (;;) {
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    if (head == tail) {
+      uint32_t seen = atomic_load_explicit(&r->seq, memory_order_seq_cst);
+      atomic_store_explicit(&r->waiting, 1, memory_order_seq_cst);
+      if (atomic_load_explicit(&r->head, memory_order_seq_cst) == tail)
+        futex_wait(&r->seq, seen, 100);
+      atomic_store_explicit(&r->waiting, 0, memory_order_relaxed);
+      continue;
+    }
+    x = (rec *)(r->data + tail % MOLT__SHADOW_RING_BYTES);
+    if (x->kind == MOLT__SC_SKIP) {
+      tail += x->size;
+      atomic_store_explicit(&r->tail, tail, memory_order_release);
+      continue;
+    }
+    break;
+  }
+  const char *kept = (const char *)(x + 1);
+  bool same = x->kind == c->kind && memcmp(x->a, c->a, sizeof x->a) == 0 &&
+              x->in_len == c->in_len && (!c->in || x->in_hash == fnv1a(c->in, c->in_len));
+  uint64_t n = atomic_load_explicit(&r->compared, memory_order_relaxed) + 1;
+  if (!same) {
+    char theirs[512];
+    describe(theirs, sizeof theirs, x->kind, x->a, x->in_keep ? kept : NULL, x->in_keep,
+             x->in_len);
+    describe(mine, sizeof mine, c->kind, c->a, c->in,
+             c->in_len < MOLT__SHADOW_IN_KEEP ? c->in_len : MOLT__SHADOW_IN_KEEP,
+             c->in_len);
+    molt__shadow_follower_fail(MOLT__SHADOW_END_DIVERGED,
+                               "divergence in thread %d (leader thread %d), call %" PRIu64
+                               ": the leader made %s = %" PRId64 ", the follower %s",
+                               (int)my_ring1 - 1, (int)r->leader_tid, n, theirs, x->ret,
+                               mine);
+  }
+  if (x->out_len && c->out)
+    memcpy(c->out, kept + align8(x->in_keep),
+           x->out_len < c->out_cap ? x->out_len : c->out_cap);
+  int64_t ret = x->ret;
+  *err = x->err;
+  atomic_store_explicit(&r->compared, n, memory_order_relaxed);
+  /* release: we are done with the record's bytes before the leader may
+   * overwrite them (its acquire load of tail). */
+  atomic_store_explicit(&r->tail, tail + x->size, memory_order_release);
+  return ret;
+}

@@ -1,0 +1,111 @@
+/*
+ * shadow -- shadowed full updates (M1 in docs/guarantees.md, MVEDSUA), on
+ * full/: a full update rehearsed in a forked follower while the process
+ * (the leader) serves on in the old version.  It plugs in as a molt__mode
+ * that works within the full mode (switch.h, `within`): the operation
+ * shadow, fork hooks, records in status.  docs/design.md §17.
+ *
+ *   shadow.c  the mode: the operation, the fork at the barrier, the
+ *             follower's start, the leader's monitor of the follower
+ *   ring.c    the shared rings: the leader records each covered call and
+ *             its result, the follower compares its own and replays
+ *   calls.c   the covered calls (__wrap_read ... of molt/program.h)
+ *
+ * Nothing outside this folder includes this header.
+ */
+#ifndef MOLT_SHADOW_H
+#define MOLT_SHADOW_H
+
+#include "full/full.h"
+
+/* Program threads a shadowed update follows at most (one ring each). */
+#define MOLT__SHADOW_MAX_THREADS 64
+/* Bytes of one thread's ring: records and their payloads. */
+#define MOLT__SHADOW_RING_BYTES (256u * 1024u)
+/* How long a leader thread waits for room in its full ring before the
+ * shadow is dropped. */
+#define MOLT__SHADOW_FULL_WAIT_MS 1000
+/* Bytes of a call's input kept in its record (the rest is compared by
+ * length and hash only). */
+#define MOLT__SHADOW_IN_KEEP 4096
+
+/* The covered calls: XX(NAME, name). */
+#define MOLT__SHADOW_CALLS(XX)                                                           \
+  XX(READ, read)                                                                         \
+  XX(WRITE, write)                                                                       \
+  XX(RECV, recv)                                                                         \
+  XX(SEND, send)                                                                         \
+  XX(ACCEPT, accept)                                                                     \
+  XX(ACCEPT4, accept4)                                                                   \
+  XX(POLL, poll)                                                                         \
+  XX(EPOLL_WAIT, epoll_wait)                                                             \
+  XX(CLOSE, close)
+
+typedef enum {
+  MOLT__SC_SKIP = 0, /* ring filler: the next record is at the ring's start */
+#define MOLT__SC_ENUM(NAME, name) MOLT__SC_##NAME,
+  MOLT__SHADOW_CALLS(MOLT__SC_ENUM)
+#undef MOLT__SC_ENUM
+      MOLT__SC_END
+} molt__sc_kind;
+
+/* One covered call as a wrapper sees it. */
+typedef struct molt__sc {
+  molt__sc_kind kind;
+  int64_t a[3];   /* its scalar arguments, compared */
+  const void *in; /* bytes it passes (a write's buffer), compared */
+  size_t in_len;
+  void *out; /* where its results go (a read's buffer) */
+  size_t out_cap;
+} molt__sc;
+
+/* What the calling thread is in a shadowed update. */
+typedef enum {
+  MOLT__SHADOW_NONE = 0, /* no shadow: the call runs as it is */
+  MOLT__SHADOW_LEADER,   /* runs the call, then molt__shadow_record */
+  MOLT__SHADOW_FOLLOWER  /* molt__shadow_replay instead of the call */
+} molt__shadow_role;
+
+/* How a session ended (the shared report's kind). */
+enum {
+  MOLT__SHADOW_END_NONE = 0,
+  MOLT__SHADOW_END_DIVERGED, /* the follower's call differed from the leader's */
+  MOLT__SHADOW_END_FAILED,   /* the update failed in the follower */
+  MOLT__SHADOW_END_DROPPED   /* the leader dropped the shadow (ring full) */
+};
+
+/* ---- ring.c ------------------------------------------------------------------*/
+/* The shared area (MAP_SHARED, made once, kept): 0 or MOLT_ENOMEM. */
+MOLT__HIDDEN int molt__shadow_area_get(void);
+/* A new session (runtime thread, every program thread parked): one ring per
+ * tid, emptied; the calling process records from now on. */
+MOLT__HIDDEN void molt__shadow_session_begin(const pid_t *tids, size_t n);
+/* The follower's pid, once forked (the leader kills it to drop the shadow). */
+MOLT__HIDDEN void molt__shadow_session_follower(pid_t pid);
+/* The leader stops recording (the follower is gone or dropped). */
+MOLT__HIDDEN void molt__shadow_session_end(void);
+/* In the follower, before any program thread starts. */
+MOLT__HIDDEN void molt__shadow_become_follower(void);
+/* A follower's program thread: its ring (on_start of molt__program_relaunch). */
+MOLT__HIDDEN void molt__shadow_follower_thread(size_t index, void *arg);
+MOLT__HIDDEN molt__shadow_role molt__shadow_role_now(void);
+/* calls.c, in the follower before its threads start: which descriptors it
+ * inherited (a close the leader made is made on those too). */
+MOLT__HIDDEN void molt__shadow_note_inherited(void);
+/* Leader: appends c with its result (out: out_len bytes the call wrote). */
+MOLT__HIDDEN void molt__shadow_record(const molt__sc *c, int64_t ret, int err,
+                                      size_t out_len);
+/* Follower: the leader's result of the same call, compared first (a
+ * divergence ends the follower and does not return); fills c->out. */
+MOLT__HIDDEN int64_t molt__shadow_replay(const molt__sc *c, int *err);
+/* The follower ends with a report (first one wins): never returns. */
+MOLT__HIDDEN void molt__shadow_follower_fail(int kind, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 2, 3)));
+/* The report of the session that ended: its kind (0: none) and text. */
+MOLT__HIDDEN int molt__shadow_report(char *text, size_t len);
+/* Counters for status: calls recorded and compared, the highest ring use
+ * in percent. */
+MOLT__HIDDEN void molt__shadow_counts(uint64_t *recorded, uint64_t *compared,
+                                      unsigned *max_use_pct);
+
+#endif /* MOLT_SHADOW_H */

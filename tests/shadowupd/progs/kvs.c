@@ -1,0 +1,213 @@
+/* kvs: a small multi-threaded TCP key-value server for shadowed updates
+ * (tests/shadowupd).  Every worker accepts its own connections on the
+ * shared listening socket and serves each to its end, so no connection
+ * passes between threads (the follower of a shadowed update compares each
+ * thread's calls in that thread's order only, docs/design.md §17).
+ *
+ *   molt run kvs.so PORTFILE [WORKERS]
+ *
+ * Requests, one line each: "SET k v" -> "OK", "GET k" -> "VALUE v" or
+ * "NONE", "PING" -> "PONG".  Built with -DKVS_VARIANT=N for the versions a
+ * test updates to: 1 answers "GET magic" differently, 2 crashes on "GET
+ * crash", 3 sleeps a minute on "GET slow", 4 adds a field whose
+ * transformer faults (kvs-fail.xf). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <molt.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#ifndef KVS_VARIANT
+#define KVS_VARIANT 0
+#endif
+
+#define WORKERS_MAX 8
+#define SLOTS 1024
+
+struct worker {
+  int conn;       /* the connection it serves, -1: none */
+  size_t len;     /* bytes in buf */
+  char buf[4096]; /* a request line not complete yet */
+};
+
+struct slot {
+  char key[64];
+  char val[64];
+#if KVS_VARIANT == 4
+  int hits; /* new: its transformer (kvs-fail.xf) faults */
+#endif
+};
+
+int listen_fd = -1;
+int nworkers;
+struct worker workers[WORKERS_MAX];
+struct slot store[SLOTS];
+pthread_mutex_t store_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_t threads[WORKERS_MAX];
+
+static unsigned hash(const char *s) {
+  unsigned h = 5381;
+  while (*s)
+    h = h * 33 + (unsigned char)*s++;
+  return h % SLOTS;
+}
+
+static void set(const char *k, const char *v) {
+  pthread_mutex_lock(&store_lock);
+  unsigned h = hash(k);
+  for (unsigned i = 0; i < SLOTS; i++) {
+    struct slot *s = &store[(h + i) % SLOTS];
+    if (!s->key[0] || strcmp(s->key, k) == 0) {
+      snprintf(s->key, sizeof s->key, "%s", k);
+      snprintf(s->val, sizeof s->val, "%s", v);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&store_lock);
+}
+
+static int get(const char *k, char *out, size_t len) {
+  int found = 0;
+  pthread_mutex_lock(&store_lock);
+  unsigned h = hash(k);
+  for (unsigned i = 0; i < SLOTS; i++) {
+    struct slot *s = &store[(h + i) % SLOTS];
+    if (!s->key[0])
+      break;
+    if (strcmp(s->key, k) == 0) {
+      snprintf(out, len, "%s", s->val);
+      found = 1;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&store_lock);
+  return found;
+}
+
+/* One request line -> its reply. */
+static void execute(char *line, char *reply, size_t len) {
+  char *save = NULL; /* strtok_r: the workers parse at the same time */
+  char *cmd = strtok_r(line, " ", &save), *k = strtok_r(NULL, " ", &save),
+       *v = strtok_r(NULL, " ", &save);
+  char val[64];
+  if (cmd && strcmp(cmd, "PING") == 0) {
+    snprintf(reply, len, "PONG\n");
+  } else if (cmd && k && v && strcmp(cmd, "SET") == 0) {
+    set(k, v);
+    snprintf(reply, len, "OK\n");
+  } else if (cmd && k && strcmp(cmd, "GET") == 0) {
+#if KVS_VARIANT == 1
+    if (strcmp(k, "magic") == 0) {
+      snprintf(reply, len, "VALUE changed-by-v2\n");
+      return;
+    }
+#elif KVS_VARIANT == 2
+    if (strcmp(k, "crash") == 0)
+      *(volatile int *)(uintptr_t)8 = 1;
+#elif KVS_VARIANT == 3
+    if (strcmp(k, "slow") == 0)
+      sleep(60); /* not a followed call: the follower falls behind */
+#endif
+    if (get(k, val, sizeof val))
+      snprintf(reply, len, "VALUE %s\n", val);
+    else
+      snprintf(reply, len, "NONE\n");
+  } else {
+    snprintf(reply, len, "ERROR\n");
+  }
+}
+
+static void drop(struct worker *w) {
+  close(w->conn);
+  w->conn = -1;
+  w->len = 0;
+}
+
+/* Reads what the connection has and answers every complete line. */
+static void serve(struct worker *w) {
+  ssize_t r = recv(w->conn, w->buf + w->len, sizeof w->buf - w->len, 0);
+  if (r <= 0) {
+    if (r == 0 || (errno != EAGAIN && errno != EINTR))
+      drop(w);
+    return;
+  }
+  w->len += (size_t)r;
+  char *nl;
+  while (w->conn >= 0 && (nl = memchr(w->buf, '\n', w->len))) {
+    *nl = '\0';
+    char reply[160];
+    execute(w->buf, reply, sizeof reply);
+    size_t n = strlen(reply);
+    if (send(w->conn, reply, n, MSG_NOSIGNAL) != (ssize_t)n) {
+      drop(w);
+      return;
+    }
+    size_t used = (size_t)(nl + 1 - w->buf);
+    memmove(w->buf, nl + 1, w->len - used);
+    w->len -= used;
+  }
+  if (w->len == sizeof w->buf)
+    drop(w);
+}
+
+static void *worker_main(void *arg) {
+  struct worker *w = &workers[(intptr_t)arg];
+  for (;;) {
+    molt_update_point("worker");
+    struct pollfd p = {w->conn >= 0 ? w->conn : listen_fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0)
+      continue;
+    if (w->conn >= 0) {
+      serve(w);
+      continue;
+    }
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      w->conn = fd;
+      w->len = 0;
+    }
+  }
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  if (!molt_is_updating()) {
+    if (argc < 2)
+      return 2;
+    nworkers = argc > 2 ? atoi(argv[2]) : 3;
+    if (nworkers < 1 || nworkers > WORKERS_MAX)
+      return 2;
+    listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+    socklen_t alen = sizeof a;
+    if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        listen(listen_fd, 64) != 0 ||
+        getsockname(listen_fd, (struct sockaddr *)&a, &alen))
+      return 3;
+    for (int i = 0; i < nworkers; i++) {
+      workers[i].conn = -1;
+      if (pthread_create(&threads[i], NULL, worker_main, (void *)(intptr_t)i) != 0)
+        return 4;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", argv[1]);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+      return 5;
+    fprintf(f, "%d\n", ntohs(a.sin_port));
+    fclose(f);
+    rename(tmp, argv[1]);
+  }
+  /* The main thread only passes update points; the workers serve. */
+  for (;;) {
+    molt_update_point("main");
+    poll(NULL, 0, 50);
+  }
+  return 0;
+}

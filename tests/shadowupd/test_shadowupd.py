@@ -1,0 +1,352 @@
+"""Shadowed updates (docs/design.md §17): `molt update --shadow` forks a
+follower at the update points; the follower performs the full update and
+replays the leader's calls, compared call by call, while the leader serves.
+
+Each test runs progs/kvs.c (3 workers, each serving its own connections)
+under checking clients that keep their connections from before the shadow
+starts, and asserts on the replies the clients got (every one checked),
+on `molt status` / `molt log`, and on the leader's descriptors."""
+
+import os
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from harness.moltcc import moltcc
+from harness.proc import Program, log, molt, poll, sanitizer_reports, status
+from harness.tree import build_sanitize, molt_cli
+
+HERE = Path(__file__).resolve().parent
+WORK = Path(os.environ.get("SHADOW_WORK") or tempfile.mkdtemp(prefix="molt-shadowupd-"))
+SRC = HERE / "progs" / "kvs.c"
+CFLAGS = ["-O1", "-g", "-Wall"]
+_built = {}
+
+
+def image(name, variant=None, frm=None, xf=None):
+    """kvs.c as image <name>.so: KVS_VARIANT=variant, --molt-from frm,
+    --molt-xf progs/<xf>."""
+    if name in _built:
+        return _built[name]
+    WORK.mkdir(parents=True, exist_ok=True)
+    out = WORK / (name + ".so")
+    args = ["--molt-program"] + CFLAGS + ["-o", out, SRC]
+    if variant is not None:
+        args.append("-DKVS_VARIANT=%d" % variant)
+    if frm is not None:
+        args += ["--molt-from", frm]
+    if xf is not None:
+        args += ["--molt-xf", HERE / "progs" / xf]
+    r = moltcc(args, cwd=None)
+    assert r.returncode == 0, r
+    _built[name] = out
+    return out
+
+
+def images():
+    v1 = image("kvs-v1")
+    return v1, image("kvs-same", frm=v1), image("kvs-diff", 1, frm=v1), \
+        image("kvs-crash", 2, frm=v1)
+
+
+class Server:
+    """kvs.so run with `molt run`, its port read from a file."""
+
+    def __init__(self, so, tag):
+        self.portfile = WORK / ("port-" + tag)
+        if self.portfile.exists():
+            self.portfile.unlink()
+        env = dict(os.environ)
+        # the follower is the child of a multi-threaded fork() that starts
+        # threads, which ThreadSanitizer refuses unless told
+        env["TSAN_OPTIONS"] = (env.get("TSAN_OPTIONS", "") + " die_after_fork=0").strip()
+        self.p = Program([molt_cli(), "run", so, self.portfile, "3"], env=env, name=tag)
+        self.pid = self.p.pid
+        poll(lambda: self.portfile.exists(), timeout=30, what="kvs listening")
+        self.port = int(self.portfile.read_text())
+        self.p.wait_control()
+
+    def fds(self):
+        return sorted(os.listdir("/proc/%d/fd" % self.pid))
+
+    def settled_fds(self):
+        """Its descriptors once they stay the same for 300 ms (the control
+        connection of the last `molt status` may still be closing)."""
+        last = None
+        while True:
+            now = self.fds()
+            if now == last:
+                return now
+            last = now
+            time.sleep(0.3)
+
+    def connect(self):
+        return socket.create_connection(("127.0.0.1", self.port), timeout=10)
+
+    def assert_clean(self):
+        """No sanitizer report on the shared stderr (leader and follower)."""
+        reports = sanitizer_reports(self.p.stderr(100000))
+        assert reports == [], self.p.stderr()
+
+    def close(self):
+        if self.p.alive():
+            self.p.kill()
+
+
+class Clients:
+    """n connections made now (fewer than the 3 workers, which serve one
+    connection each at a time), each a thread that sets and reads back its
+    own keys and checks every reply until stop()."""
+
+    def __init__(self, srv, n=2, tag="c"):
+        self.socks = [srv.connect() for _ in range(n)]
+        self.go = True
+        self.replies = [0] * n
+        self.wrong = []
+        self.threads = [threading.Thread(target=self.run, args=(i, tag)) for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, i, tag):
+        f = self.socks[i].makefile("rwb")
+        n = 0
+        try:
+            while self.go:
+                k = b"%s%d-%d" % (tag.encode(), i, n % 64)
+                # one request at a time (two replies in flight would wait
+                # for each other's ACK: Nagle)
+                for req, want in ((b"SET %s v%d\n" % (k, n), b"OK\n"),
+                                  (b"GET %s\n" % k, b"VALUE v%d\n" % n)):
+                    f.write(req)
+                    f.flush()
+                    got = f.readline()
+                    if got != want:
+                        self.wrong.append((want, got))
+                        return
+                    self.replies[i] += 1
+                n += 1
+                time.sleep(0.001)
+        except OSError as e:
+            self.wrong.append(("connection", repr(e)))
+
+    def stop(self):
+        self.go = False
+        for t in self.threads:
+            t.join(20)
+        for s in self.socks:
+            s.close()
+        return sum(self.replies)
+
+
+def ask(srv, line):
+    """One request on a new connection: its reply line."""
+    with srv.connect() as s:
+        s.sendall(line.encode() + b"\n")
+        return s.makefile("rb").readline().decode()
+
+
+def shadow(srv, so):
+    r = molt("update", "--shadow", srv.pid, so, "--timeout", "20", check=0)
+    assert "follower" in r.out, r
+    return status(srv.pid)["shadow"]
+
+
+def ended(srv):
+    return poll(lambda: status(srv.pid)["shadow"], lambda s: s["stage"] == "ended",
+                timeout=20, what="the shadow to end")
+
+
+def test_same_version_no_false_divergence():
+    v1, same, _, _ = images()
+    srv = Server(v1, "same")
+    try:
+        fds = srv.settled_fds()
+        cl = Clients(srv)
+        sh = shadow(srv, same)
+        assert sh["stage"] == "following" and sh["follower"] > 0
+        follower = sh["follower"]
+        # a while under load: the follower replays every call, no divergence
+        end = time.time() + 8
+        while time.time() < end:
+            s = status(srv.pid)["shadow"]
+            assert s["stage"] == "following", (s, s["outcome"])
+            time.sleep(0.5)
+        s = poll(lambda: status(srv.pid)["shadow"],
+                 lambda s: s["compared"] > 200 and s["compared"] >= s["recorded"] - 50,
+                 timeout=20, what="the follower to keep up")
+        assert s["divergences"] == 0 and s["outcome"] is None, s
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 200
+        # the follower is a live process of its own, a child of the leader
+        assert open("/proc/%d/stat" % follower).read().split()[3] == str(srv.pid)
+        events = [e for e in log(srv.pid) if e["event"] == "shadow"]
+        assert len(events) == 1 and "forked" in events[0]["message"], events
+        # a second shadow while one runs is refused, nothing changed
+        r = molt("update", "--shadow", srv.pid, same, check=1)
+        assert "already running" in r.err, r
+        assert ask(srv, "PING") == "PONG\n"
+        # molt rollback ends the follower; the leader never switched
+        r = molt("rollback", srv.pid, check=0)
+        assert "follower %d" % follower in r.out, r
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "ended" and "dropped by molt rollback" in sh["outcome"], sh
+        assert not os.path.exists("/proc/%d" % follower)
+        assert status(srv.pid)["image"]["full_updates"] == 0
+        assert ask(srv, "PING") == "PONG\n"
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+        # without a follower, rollback is refused as before
+        r = molt("rollback", srv.pid, check=1)
+        assert "hot patches are not supported" in r.err, r
+        # a new follower, which dies with the leader
+        follower = shadow(srv, same)["follower"]
+        srv.assert_clean()
+    finally:
+        srv.close()
+    poll(lambda: not os.path.exists("/proc/%d" % follower) or
+         open("/proc/%d/stat" % follower).read().split()[2] == "Z",
+         timeout=10, what="the follower to end with the leader")
+
+
+def test_divergence_caught_leader_unharmed():
+    v1, _, diff, _ = images()
+    srv = Server(v1, "diff")
+    try:
+        fds = srv.settled_fds()
+        cl = Clients(srv)
+        shadow(srv, diff)
+        time.sleep(1)
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "following", sh
+        # the one request v2 answers differently: the leader answers it as v1
+        with srv.connect() as s:
+            s.sendall(b"SET magic 42\nGET magic\n")
+            with s.makefile("rb") as f:   # the socket closes with its last file
+                assert f.readline() == b"OK\n"
+                assert f.readline() == b"VALUE 42\n"
+        sh = ended(srv)
+        assert sh["divergences"] == 1, sh
+        assert "divergence in thread" in sh["outcome"], sh
+        # both sides, in the status and in the log
+        assert '"VALUE 42\\n"' in sh["outcome"] and "changed-by-v2" in sh["outcome"], sh
+        msgs = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
+        assert any("changed-by-v2" in m and "VALUE 42" in m for m in msgs), msgs
+        # the leader serves on: the clients saw every reply right, none lost
+        time.sleep(1)
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 200
+        assert ask(srv, "GET magic") == "VALUE 42\n"
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+        assert not os.path.exists("/proc/%d" % sh["follower"])
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def test_follower_crash_leader_serves_on():
+    v1, _, _, crash = images()
+    srv = Server(v1, "crash")
+    try:
+        fds = srv.settled_fds()
+        cl = Clients(srv)
+        shadow(srv, crash)
+        time.sleep(0.5)
+        assert ask(srv, "GET crash") == "NONE\n"   # the leader runs v1
+        sh = ended(srv)
+        # a sanitizer's handler reports the fault and exits instead
+        want = "crashed (signal 11" if not build_sanitize() else "exited with status"
+        assert want in sh["outcome"], sh
+        assert sh["divergences"] == 0
+        msgs = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
+        assert any(want in m and "the leader goes on" in m for m in msgs), msgs
+        time.sleep(0.5)
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 100
+        assert ask(srv, "PING") == "PONG\n"
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+        # a new shadow can start once the last one ended
+        sh = shadow(srv, crash)
+        assert sh["stage"] == "following"
+    finally:
+        srv.close()
+
+
+def test_full_ring_drops_the_shadow():
+    """A follower that falls behind (v3 sleeps on one request): the
+    leader's ring for that thread fills, the leader waits at most 1 s for
+    room, then drops the shadow; its clients see every reply right."""
+    v1 = image("kvs-v1")
+    slow = image("kvs-slow", 3, frm=v1)
+    srv = Server(v1, "slow")
+    try:
+        fds = srv.settled_fds()
+        shadow(srv, slow)
+        with srv.connect() as s, s.makefile("rwb") as f:
+            f.write(b"GET slow\n")
+            f.flush()
+            assert f.readline() == b"NONE\n"
+            # the same thread serves this connection on: its ring fills
+            n = 0
+            while status(srv.pid)["shadow"]["stage"] == "following":
+                for _ in range(200):
+                    f.write(b"SET s%d x%d\n" % (n % 10, n))
+                    f.flush()
+                    assert f.readline() == b"OK\n"
+                    n += 1
+                assert n < 200000, "the shadow was never dropped"
+        sh = ended(srv)
+        assert "stayed full for 1000 ms" in sh["outcome"], sh
+        assert sh["ring_use_pct"] >= 90, sh
+        assert sh["divergences"] == 0
+        assert ask(srv, "GET s1").startswith("VALUE x")
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+        assert not os.path.exists("/proc/%d" % sh["follower"])
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def test_transformer_fails_in_follower():
+    """The follower's migration faults in a transformer: the follower ends
+    with the migration's message, the leader serves on untouched."""
+    v1 = image("kvs-v1")
+    bad = image("kvs-fail", 4, frm=v1, xf="kvs-fail.xf")
+    srv = Server(v1, "fail")
+    try:
+        fds = srv.settled_fds()
+        cl = Clients(srv)
+        shadow(srv, bad)
+        sh = ended(srv)
+        assert "the update failed in the follower" in sh["outcome"], sh
+        assert "struct slot" in sh["outcome"] or "fault" in sh["outcome"], sh
+        msgs = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
+        assert any("failed in the follower" in m for m in msgs), msgs
+        time.sleep(0.5)
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 50
+        assert status(srv.pid)["image"]["full_updates"] == 0
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def test_refused_before_fork():
+    """An image built from another version is refused before the barrier:
+    no follower, the leader untouched."""
+    v1, same, _, _ = images()
+    other = image("kvs-other", frm=same)   # built from `same`, not from v1
+    srv = Server(v1, "other")
+    try:
+        r = molt("update", "--shadow", srv.pid, other, check=1)
+        assert "build-id" in r.err, r
+        assert status(srv.pid)["shadow"] is None
+        assert ask(srv, "PING") == "PONG\n"
+        srv.assert_clean()
+    finally:
+        srv.close()
