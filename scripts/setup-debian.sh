@@ -19,6 +19,7 @@ packages=(
   dpkg-dev patch xz-utils curl openssl
   libdbus-1-dev libidn2-dev libnftables-dev libnetfilter-conntrack-dev nettle-dev libgmp-dev  # dnsmasq
   libssl-dev libpcre2-dev zlib1g-dev                                                           # nginx
+  libevent-dev                                                                                  # memcached (examples/fullreal)
 )
 if [ "${MOLT_WITH_BENCH:-0}" = 1 ]; then
   packages+=(python3-matplotlib valgrind linux-perf)

@@ -79,7 +79,7 @@ done
 
 echo "== molt run img0.so; mcload; $UPDATES full updates"
 "$MOLT" run ./img0.so -u "$(id -un)" -p "$PORT" -U 0 -l 127.0.0.1 -t "$THREADS" \
-    -o no_lru_crawler,no_lru_maintainer,no_hashexpand,no_slab_reassign >mc.out 2>mc.err &
+    >mc.out 2>mc.err &
 PID=$!
 cleanup() { kill "$PID" 2>/dev/null || true; rm -f stop; }
 trap cleanup EXIT
@@ -95,10 +95,13 @@ sleep 1
 fds0=$(ls /proc/$PID/fd | wc -l)
 rss0=$(awk '/VmRSS/ {print $2}' /proc/$PID/status)
 : >pauses
+: >per-update   # update, RSS KiB, descriptors, threads after each update
+threads0=$(ls /proc/$PID/task | wc -l)
 failed=0
 for i in $(seq 1 "$UPDATES"); do
     if out=$("$MOLT" update "$PID" "./img$i.so" --timeout 10 2>&1); then
         echo "$out" | sed -n 's/.*pause \([0-9.]*\) ms.*/\1/p' >>pauses
+        echo "$i $(awk '/VmRSS/ {print $2}' /proc/$PID/status) $(ls /proc/$PID/fd | wc -l) $(ls /proc/$PID/task | wc -l)" >>per-update
     else
         failed=$((failed + 1))
         echo "update $i failed: $out"
@@ -109,18 +112,27 @@ done
 sleep 1
 fds1=$(ls /proc/$PID/fd 2>/dev/null | wc -l)
 rss1=$(awk '/VmRSS/ {print $2}' /proc/$PID/status 2>/dev/null || echo 0)
+threads1=$(ls /proc/$PID/task 2>/dev/null | wc -l)
 touch stop
 load_rc=0
 wait "$LOAD" || load_rc=$?
 tail -1 load.out
-python3 - "$UPDATES" "$failed" "$fds0" "$fds1" "$rss0" "$rss1" <<'EOF'
+python3 - "$UPDATES" "$failed" "$fds0" "$fds1" "$rss0" "$rss1" "$threads0" "$threads1" <<'EOF'
 import statistics, sys
-n, failed, fds0, fds1, rss0, rss1 = map(int, sys.argv[1:])
+n, failed, fds0, fds1, rss0, rss1, th0, th1 = map(int, sys.argv[1:])
 p = [float(x) for x in open("pauses").read().split()]
 print("updates: %d, failed: %d" % (n, failed))
 if p:
     print("pause ms: p50 %.3f, max %.3f, min %.3f" % (statistics.median(p), max(p), min(p)))
-print("fds: %d -> %d, RSS: %d -> %d KiB" % (fds0, fds1, rss0, rss1))
+print("fds: %d -> %d, RSS: %d -> %d KiB, threads: %d -> %d" % (fds0, fds1, rss0, rss1, th0, th1))
+rows = [list(map(int, l.split())) for l in open("per-update")]
+if len(rows) >= 20:
+    # RSS growth per update over the second half of the run (the first
+    # updates also fault in pages the load touches for the first time)
+    half = rows[len(rows) // 2:]
+    slope = (half[-1][1] - half[0][1]) / max(1, half[-1][0] - half[0][0])
+    print("RSS after update %d: %d KiB, after update %d: %d KiB (%.1f KiB per update over the second half)"
+          % (half[0][0], half[0][1], half[-1][0], half[-1][1], slope))
 EOF
 [ "$KEEP" = 1 ] || rm -f img*.so
 [ "$failed" = 0 ] && [ "$load_rc" = 0 ]
