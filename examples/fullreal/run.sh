@@ -2,26 +2,29 @@
 # memcached from Debian 12's source package as a program image, updated as a
 # whole (full updates) again and again under a checking load.
 #
-#   examples/fullreal/run.sh [--updates N] [--threads T] [--keep]
+#   examples/fullreal/run.sh [--updates N] [--threads T] [--keep] [--images-only]
 #
 # Fetches memcached's source with `apt-get source` through a private apt
 # configuration (scripts/apt-private.sh; the system's sources are not
-# touched), applies memcached.patch (41 added, 5 removed lines: update points
-# in the three event loops, the one-time initialisation skipped when a
-# thread resumes, two MOLT_PTRARRAY annotations), configures it with the
-# plain compiler and builds it with `make CC="moltcc --molt-program"`.
+# touched), applies memcached.patch (33 added, 15 removed lines in 8 files:
+# update points with molt.h's helpers in the event loops and in the helper
+# threads' waits, the one-time initialisation skipped when a thread
+# resumes, two MOLT_PTRARRAY annotations), configures it with the plain
+# compiler and builds it with `make CC="moltcc --molt-program"`.
 # Then builds a chain of N identical rebuilds, each linked
 # `--molt-from` the one before (the objects are compiled once), starts the
 # first with `molt run`, puts examples/realworld/mcload.py on it (8
 # connections, every reply checked) and runs the N updates one after the
 # other.  Prints the pause of each update, p50/max, failed updates, failed
-# requests, and the process's descriptors and RSS before and after;
-# exit status 0 only if every update and every request succeeded.
+# requests, and the process's descriptors, threads and RSS before and
+# after (and RSS per update over the second half of a run of 20 or more);
+# exit status 0 only if every update and every request succeeded, every
+# connection was kept and descriptors and threads are what they were.
+# --images-only: build the images and stop (bench/fullupdate/memcached_p9.py).
 #
-# memcached runs with -t T worker threads (default 4) and without the
-# helper threads that sleep in condition variables without an update point
-# (-o no_lru_crawler,no_lru_maintainer,no_hashexpand,no_slab_reassign); the
-# main thread, the workers and the logger thread take part.
+# memcached runs with its defaults and -t T worker threads (default 4): the
+# main thread, the workers, the logger, the LRU crawler and maintainer, the
+# hash table expander and the slab rebalancer all take part.
 #
 # Environment: MOLT_FULLREAL_WORK (work directory outside the repository;
 # default /var/tmp/molt-fullreal), MOLT_BUILD (molt build tree with
@@ -37,12 +40,14 @@ PORT=${MOLT_FULLREAL_PORT:-27411}
 UPDATES=20
 THREADS=4
 KEEP=0
+IMAGES_ONLY=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --updates) UPDATES=$2; shift 2 ;;
         --threads) THREADS=$2; shift 2 ;;
         --keep) KEEP=1; shift ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        --images-only) IMAGES_ONLY=1; shift ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -76,6 +81,8 @@ for i in $(seq 1 "$UPDATES"); do
         >../make-$i.log 2>&1) || { tail -30 "make-$i.log" >&2; exit 1; }
     cp mc/memcached "img$i.so"
 done
+
+[ "$IMAGES_ONLY" = 0 ] || { echo "images: $WORK/img0.so .. img$UPDATES.so"; exit 0; }
 
 echo "== molt run img0.so; mcload; $UPDATES full updates"
 "$MOLT" run ./img0.so -u "$(id -un)" -p "$PORT" -U 0 -l 127.0.0.1 -t "$THREADS" \
@@ -135,4 +142,4 @@ if len(rows) >= 20:
           % (half[0][0], half[0][1], half[-1][0], half[-1][1], slope))
 EOF
 [ "$KEEP" = 1 ] || rm -f img*.so
-[ "$failed" = 0 ] && [ "$load_rc" = 0 ]
+[ "$failed" = 0 ] && [ "$load_rc" = 0 ] && [ "$fds0" = "$fds1" ] && [ "$threads0" = "$threads1" ]

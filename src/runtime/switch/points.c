@@ -441,9 +441,9 @@ int molt__barrier(int timeout_ms,
 
   molt__lock_acquire(&bar_lock);
   /* Threads blocked in molt_update_fd loops, molt_usleep, molt_cond_wait
-   * (waits.c); a condition wait's wake-up may be lost, so those are woken
-   * again every WAKE_AGAIN_MS while some participant is missing. */
-  bool wake_again = molt__waits_wake();
+   * (waits.c); a wake-up may be lost, so they are woken again every
+   * WAKE_AGAIN_MS while some participant is missing. */
+  molt__waits_wake();
   int rc = 0;
   while (arrived() < nparts) {
     if (full && nforking > 0) {
@@ -454,13 +454,10 @@ int molt__barrier(int timeout_ms,
       describe_forking(err, errlen);
       break;
     }
-    struct timespec until = deadline;
-    if (wake_again) {
-      struct timespec soon = molt__monotonic_after_ms(WAKE_AGAIN_MS);
-      if (soon.tv_sec < until.tv_sec ||
-          (soon.tv_sec == until.tv_sec && soon.tv_nsec < until.tv_nsec))
-        until = soon;
-    }
+    struct timespec until = molt__monotonic_after_ms(WAKE_AGAIN_MS);
+    if (until.tv_sec > deadline.tv_sec ||
+        (until.tv_sec == deadline.tv_sec && until.tv_nsec > deadline.tv_nsec))
+      until = deadline;
     int w = molt__lock_timedwait(&bar_arrive, &bar_lock, &until);
     if (w == ETIMEDOUT && arrived() < nparts) {
       struct timespec now = molt__monotonic_after_ms(0);
@@ -469,7 +466,7 @@ int molt__barrier(int timeout_ms,
         rc = MOLT_ETIMEDOUT;
         break;
       }
-      wake_again = molt__waits_wake();
+      molt__waits_wake();
     }
   }
   if (rc == 0) {

@@ -99,9 +99,9 @@ MOLT__HIDDEN bool molt__point_pending(void);
 
 /* Wakes threads blocked where molt.h's waits can reach them (the pending
  * flag raised, bar_lock held): makes the update descriptor readable and
- * broadcasts every molt_cond_wait's condition variable.  true: a wake-up
- * may have been lost; the barrier calls it again a little later. */
-MOLT__HIDDEN bool molt__waits_wake(void);
+ * broadcasts every molt_cond_wait's condition variable.  A wake-up may be
+ * lost (the barrier calls it again every 20 ms while it waits). */
+MOLT__HIDDEN void molt__waits_wake(void);
 /* The barrier ends (bar_lock held): the descriptor is drained. */
 MOLT__HIDDEN void molt__waits_end(void);
 /* The child of fork(): no thread of it waits in molt_cond_wait. */

@@ -19,9 +19,9 @@
  * broadcast made under it cannot fall between its reading the flag and
  * its waiting.  When trylock fails (the thread is not in its wait yet, or
  * another thread of the program holds the mutex), the broadcast is made
- * anyway and the barrier wakes the list again every WAKE_AGAIN_MS until
- * every participant has arrived, so a lost wake-up costs that long at
- * most.  The waker never blocks on a program mutex. */
+ * anyway; the barrier wakes everything again every WAKE_AGAIN_MS
+ * (points.c) until every participant has arrived, so a lost wake-up costs
+ * that long at most.  The waker never blocks on a program mutex. */
 #include "switch/switch.h"
 
 #include <errno.h>
@@ -159,15 +159,17 @@ int molt_cond_wait(pthread_cond_t *cond, pthread_mutex_t *mutex, const char *nam
   return molt_cond_timedwait(cond, mutex, NULL, name);
 }
 
-bool molt__waits_wake(void) {
+void molt__waits_wake(void) {
   int fd = atomic_load_explicit(&update_fd, memory_order_acquire);
-  bool again = fd < 0; /* a descriptor made right now: see molt_update_fd */
-  if (fd >= 0 && !fd_written) {
-    uint64_t one = 1;
-    /* Written once per barrier, so that waking the list again does not
-     * count it up; EAGAIN (a full counter) cannot happen at 1 a barrier. */
-    fd_written = write(fd, &one, sizeof one) == sizeof one;
-    again |= !fd_written;
+  if (fd >= 0) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    /* Written when the barrier starts, and again only if it is not
+     * readable (a forked relative's barrier drained the shared counter):
+     * waking the list again must not count it up for nothing. */
+    if (!fd_written || poll(&p, 1, 0) == 0) {
+      uint64_t one = 1;
+      fd_written = write(fd, &one, sizeof one) == sizeof one;
+    }
   }
   for (molt__link *l = waiters; l; l = l->next) {
     cond_waiter *w = MOLT__CONTAINER(l, cond_waiter, link);
@@ -175,11 +177,9 @@ bool molt__waits_wake(void) {
       pthread_cond_broadcast(w->cond);
       pthread_mutex_unlock(w->mutex);
     } else {
-      pthread_cond_broadcast(w->cond);
-      again = true;
+      pthread_cond_broadcast(w->cond); /* may be lost: woken again later */
     }
   }
-  return again;
 }
 
 void molt__waits_end(void) {
