@@ -3,6 +3,7 @@
 # whole (full updates) again and again under a checking load.
 #
 #   examples/fullreal/run.sh [--updates N] [--threads T] [--keep] [--images-only]
+#                            [--failures]
 #
 # Fetches memcached's source with `apt-get source` through a private apt
 # configuration (scripts/apt-private.sh; the system's sources are not
@@ -21,6 +22,9 @@
 # exit status 0 only if every update and every request succeeded, every
 # connection was kept and descriptors and threads are what they were.
 # --images-only: build the images and stop (bench/fullupdate/memcached_p9.py).
+# --failures: after the updates, failures.py forces failures on purpose (a
+# faulting transformer, a thread that never arrives) and checks that each
+# aborts with its cause named while the old version serves on.
 #
 # memcached runs with its defaults and -t T worker threads (default 4): the
 # main thread, the workers, the logger, the LRU crawler and maintainer, the
@@ -41,13 +45,15 @@ UPDATES=20
 THREADS=4
 KEEP=0
 IMAGES_ONLY=0
+FAILURES=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --updates) UPDATES=$2; shift 2 ;;
         --threads) THREADS=$2; shift 2 ;;
         --keep) KEEP=1; shift ;;
         --images-only) IMAGES_ONLY=1; shift ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        --failures) FAILURES=1; shift ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -82,6 +88,17 @@ for i in $(seq 1 "$UPDATES"); do
     cp mc/memcached "img$i.so"
 done
 
+if [ "$FAILURES" = 1 ]; then
+    echo "== for --failures: one more link of the chain, and one with a faulting transformer (fault.xf)"
+    last=$UPDATES
+    for name in "img$((last + 1))" imgfault; do
+        xf=(); [ "$name" = imgfault ] && xf=(--molt-xf "$HERE/fault.xf")
+        rm -f mc/memcached
+        (cd mc && make memcached CC="$CC_IMAGE" LDFLAGS="--molt-from $WORK/img$last.so ${xf[*]}" \
+            >../make-$name.log 2>&1) || { tail -30 "make-$name.log" >&2; exit 1; }
+        cp mc/memcached "$name.so"
+    done
+fi
 [ "$IMAGES_ONLY" = 0 ] || { echo "images: $WORK/img0.so .. img$UPDATES.so"; exit 0; }
 
 echo "== molt run img0.so; mcload; $UPDATES full updates"
@@ -116,6 +133,11 @@ for i in $(seq 1 "$UPDATES"); do
     fi
     sleep 0.3
 done
+if [ "$FAILURES" = 1 ] && kill -0 "$PID" 2>/dev/null; then
+    echo "== failures forced on purpose, under the same load"
+    python3 "$HERE/failures.py" "$MOLT" "$PID" "./img$((UPDATES + 1)).so" ./imgfault.so ||
+        failed=$((failed + 1))
+fi
 sleep 1
 fds1=$(ls /proc/$PID/fd 2>/dev/null | wc -l)
 rss1=$(awk '/VmRSS/ {print $2}' /proc/$PID/status 2>/dev/null || echo 0)

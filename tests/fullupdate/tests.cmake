@@ -36,7 +36,7 @@ if(NOT MOLT_SANITIZE)
   string(SUBSTRING "${molt_fullreal_key}" 0 2 molt_fullreal_byte)
   math(EXPR molt_fullreal_port "27460 + 100 * (0x${molt_fullreal_byte} % 50)")
   add_test(NAME fullupdate_memcached
-    COMMAND bash ${PROJECT_SOURCE_DIR}/examples/fullreal/run.sh --updates 3)
+    COMMAND bash ${PROJECT_SOURCE_DIR}/examples/fullreal/run.sh --updates 3 --failures)
   set_tests_properties(fullupdate_memcached PROPERTIES TIMEOUT 900 LABELS "realworld;demo"
     ENVIRONMENT "MOLT_BUILD=${CMAKE_BINARY_DIR};MOLT_FULLREAL_WORK=/var/tmp/molt-fullreal-ctest-${molt_fullreal_tag};MOLT_FULLREAL_PORT=${molt_fullreal_port}")
 endif()

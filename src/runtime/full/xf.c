@@ -163,8 +163,9 @@ struct molt__xf_ctx {
   /* The work item being run (for setp and for messages). */
   const molt__xf_type *cur_t;
   bool cur_in_place;
-  const void *cur_in;  /* the old object (element) being transformed */
-  const char *cur_via; /* the field through which it was reached, or NULL */
+  const void *cur_in;   /* the old object (element) being transformed */
+  const char *cur_via;  /* the field through which it was reached, or NULL */
+  const char *cur_rule; /* the variable or INIT rule body running, or NULL */
 
   /* Pointers not followed because they point to no readable memory (a
    * dangling or uninitialised pointer): how many, and the first one. */
@@ -1109,6 +1110,11 @@ void molt__xf_map_var(molt__xf_ctx *cx, const void *in, void *out, const molt__x
    * middle of one is redirected element-wise (image_redirect). */
 }
 
+void molt__xf_rule(molt__xf_ctx *cx, const char *what) {
+  deadline_check(cx);
+  cx->cur_rule = what;
+}
+
 static inline void push_work(molt__xf_ctx *cx, const void *in, void *out,
                              const molt__xf_type *t, size_t count, bool in_place) {
   VPUSH(cx, &cx->work, work_item, {in, out, t, count, in_place, NULL});
@@ -1834,9 +1840,10 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
                  "for or a condition variable it waited on may be left in an odd state; "
                  "update aborted, the old version continues",
                  cx->limit_ms, DEADLINE_STUCK_MS,
-                 hook_cx     ? "molt_on_migrated"
-                 : cx->cur_t ? tname(cx->cur_t)
-                             : "the migration code");
+                 hook_cx        ? "molt_on_migrated"
+                 : cx->cur_t    ? tname(cx->cur_t)
+                 : cx->cur_rule ? cx->cur_rule
+                                : "the migration code");
     cx->err_code = MOLT_ETIMEDOUT;
     rc = MOLT_ETIMEDOUT;
   } else if (jumped == 1) {
@@ -1855,6 +1862,10 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
                    "transformer for %s faulted (%s at %s) migrating %s; update aborted, "
                    "the old version continues",
                    tname(cx->cur_t), sig_name(cx->fault_sig), addr, where);
+    else if (cx->cur_rule)
+      molt__errmsg(cx->err, sizeof cx->err,
+                   "the %s faulted (%s at %s); update aborted, the old version continues",
+                   cx->cur_rule, sig_name(cx->fault_sig), addr);
     else
       molt__errmsg(cx->err, sizeof cx->err,
                    "the migration code of %s faulted (%s at %s); update "
@@ -1873,6 +1884,7 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
   cx->cur_in_place = false;
   cx->cur_in = NULL;
   cx->cur_via = NULL;
+  cx->cur_rule = NULL;
   cx->ns += molt__now_ns() - t0;
   if (rc < 0) {
     restore_old(cx);
