@@ -1,7 +1,8 @@
 """Threads that block (molt.h: molt_cond_wait, molt_usleep,
 molt_update_fd): an update reaches a thread waiting on a condition nobody
 signals, one sleeping for a minute and one in poll() without a timeout,
-restarts them in the new version, and leaves the descriptor drained; an
+restarts them in the new version with their MOLT_MIGRATE_LOCAL locals, and
+leaves the descriptor drained; an
 update that aborts leaves them waiting again with the mutex free.  Signal
 handlers become the new version's functions at the commit."""
 
@@ -14,6 +15,7 @@ def test_blocked_threads_are_woken_and_restart_in_the_new_version():
     with Prog(v1) as p:
         state = p.wait_for(lambda s: all(s["starts%d" % i] == "1" for i in range(3)))
         assert state["cond_eintr"] == "0"
+        assert (state["token0"], state["token1"]) == ("1001", "2001")
         assert p.cmd("signal") == "handled_by=1"
         assert p.cmd("fd") == "readable=0"
         # Each thread waits for a minute or for ever: the update's 10 s
@@ -22,6 +24,9 @@ def test_blocked_threads_are_woken_and_restart_in_the_new_version():
         s = p.wait_for(lambda s: all(s["version%d" % i] == "2" for i in range(3)))
         assert s["version"] == "2"
         assert [s["starts%d" % i] for i in range(3)] == ["2", "2", "2"]
+        # their locals came across from frames below molt_cond_wait and
+        # molt_usleep (a fresh v2 start would make 1002 and 2002)
+        assert (s["token0"], s["token1"]) == ("1001", "2001"), s
         assert p.cmd("signal") == "handled_by=2"  # the handler was redirected
         assert p.cmd("fd") == "readable=0"  # drained once the update ended
         # v2's waiter took the (migrated, unlocked) mutex and waits with it

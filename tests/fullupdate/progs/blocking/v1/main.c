@@ -15,6 +15,7 @@
 /* Written by each thread when it starts (a restart too), read by "dump":
  * under lock. */
 int starts[3], versions[3];
+long tokens[2]; /* each waiter's local `token`, carried with MOLT_MIGRATE_LOCAL */
 int cond_eintr; /* molt_cond_wait returned EINTR (an update that did not restart it) */
 pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t wait_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -28,8 +29,21 @@ static void started(int i) {
   pthread_mutex_unlock(&lock);
 }
 
+/* A fresh start makes its token from VERSION; a restarted thread gets the
+ * old one back (the frame-pointer chain from its update point, inside
+ * molt_cond_wait or molt_usleep, reaches this frame). */
+static void keep_token(int i, long *token) {
+  pthread_mutex_lock(&lock);
+  tokens[i] = *token;
+  pthread_mutex_unlock(&lock);
+}
+
 void *condwaiter(void *arg) {
+  long token = 0;
+  if (!MOLT_MIGRATE_LOCAL(token))
+    token = 1000 + VERSION;
   started(0);
+  keep_token(0, &token);
   pthread_mutex_lock(&wait_mutex);
   for (;;)
     if (molt_cond_wait(&never, &wait_mutex, "cond") == EINTR) {
@@ -41,7 +55,11 @@ void *condwaiter(void *arg) {
 }
 
 void *sleeper(void *arg) {
+  long token = 0;
+  if (!MOLT_MIGRATE_LOCAL(token))
+    token = 2000 + VERSION;
   started(1);
+  keep_token(1, &token);
   for (;;)
     molt_usleep(60 * 1000000UL, "sleep");
   return arg;
@@ -69,7 +87,7 @@ static int fu_handle(char *cmd) {
     printf("version=%d", VERSION);
     for (int i = 0; i < 3; i++)
       printf(" starts%d=%d version%d=%d", i, starts[i], i, versions[i]);
-    printf(" cond_eintr=%d\n", cond_eintr);
+    printf(" cond_eintr=%d token0=%ld token1=%ld\n", cond_eintr, tokens[0], tokens[1]);
     pthread_mutex_unlock(&lock);
   } else if (!strcmp(cmd, "signal")) {
     handled_by = 0;
