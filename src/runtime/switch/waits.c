@@ -82,21 +82,25 @@ void molt_update_fd_cb(int fd, short what, void *arg) {
  * the process's lifetime (a freed base's address reused by a new one would
  * be taken for watched: documented in molt.h). */
 #define MAX_LOOPS 256
-static void *loops[MAX_LOOPS];
-static size_t nloops;
-static pthread_mutex_t loops_lock = PTHREAD_MUTEX_INITIALIZER; /* a leaf */
+static void *loops[MAX_LOOPS]; /* bar_lock */
+static size_t nloops;          /* bar_lock */
+/* The loop this thread asked about last: MOLT_EVENT_LOOP_ONCE asks every
+ * round, and a thread runs one loop, so bar_lock is taken about once per
+ * thread (libmolt's TLS survives a full update's restart). */
+static __thread void *asked_last __attribute__((tls_model("initial-exec")));
 
 int molt_update_fd_watch(void *loop) {
-  if (molt_update_fd() < 0)
+  if (loop == asked_last || molt_update_fd() < 0)
     return 0;
   int add = 1;
-  pthread_mutex_lock(&loops_lock);
+  molt__point_lock();
   for (size_t i = 0; i < nloops && add; i++)
     if (loops[i] == loop)
       add = 0;
   if (add && nloops < MAX_LOOPS)
     loops[nloops++] = loop;
-  pthread_mutex_unlock(&loops_lock);
+  molt__point_unlock();
+  asked_last = loop;
   return add;
 }
 
@@ -195,5 +199,4 @@ void molt__waits_end(void) {
 void molt__waits_after_fork_child(void) {
   waiters = NULL;
   fd_written = false;
-  pthread_mutex_init(&loops_lock, NULL); /* a parent thread may have held it */
 }
