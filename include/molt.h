@@ -317,7 +317,9 @@ MOLT_EXTERN void molt_migrated_store(void *slot, void *value);
  * MOLT_FORALL(t) / MOLT_VAR(t) / MOLT_INST(type): a struct generic in type
  *   variable t, a void * field holding a t *, and an instantiation.
  * An unannotated void * is followed only if it points into the old image
- * (function, variable, string literal) or to an object already migrated.
+ * (function, variable, string literal) or to an object already migrated;
+ * one that points to a heap object the update then replaces (its type
+ * changed) aborts the update, naming the pointer and the type.
  */
 #if defined(__clang__)
 #define MOLT__ANNOTATE(s) __attribute__((annotate(s)))
