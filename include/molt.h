@@ -27,8 +27,10 @@
 #ifndef MOLT_H
 #define MOLT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -198,6 +200,76 @@ MOLT_EXTERN int molt_migrate_local(const char *func, const char *name, void *add
   molt_migrate_local(__func__, #var, &(var), sizeof(var), __builtin_frame_address(0))
 
 /*
+ * Threads that block (guarantee F6): every program thread must reach an
+ * update point soon after an update starts, also one that waits for I/O, a
+ * timer or a condition variable.  These do the waking for the usual waits.
+ *
+ * molt_update_fd(): a descriptor (an eventfd, close-on-exec) that is
+ *   readable exactly while an update is pending.  Add it, level-triggered,
+ *   to every event loop (epoll, poll, select, libevent) whose thread must
+ *   then return to its update point; never read it.  -1 if it cannot be
+ *   made (errno says why).  The same descriptor for the whole process,
+ *   across full updates.
+ * MOLT_EVENT_LOOP_ONCE(base, name): the update point `name`, then
+ *   event_base_loop(base, EVLOOP_ONCE) with the base watching
+ *   molt_update_fd() (the event is added once per base: the base is carried
+ *   across full updates, and the event's callback, molt_update_fd_cb, is
+ *   libmolt's).  For a loop of the program's own around EVLOOP_ONCE.
+ * MOLT_EVENT_LOOP(base, name): runs a libevent loop as event_base_loop(base,
+ *   0) does, with the update point `name` before each round and the base
+ *   watching molt_update_fd().  Returns event_base_loop's result: 0 after
+ *   event_base_loopexit / loopbreak, -1 on an error, 1 if no event is left.  A macro, so that
+ *   molt.h needs no libevent headers: include <event2/event.h> (or
+ *   <event.h>) where it is used.  molt_update_fd_watch(base) is 1 the first
+ *   time it sees base (the process keeps up to 256; a base freed and
+ *   another made at the same address counts as seen).
+ * molt_usleep(usec, name): an update point, a sleep of usec microseconds
+ *   that an update ends early, and the update point again; for helper
+ *   threads that poll with usleep().  Returns 1 if a hot-patch barrier
+ *   switched the thread at either point.
+ * molt_cond_wait(cond, mutex, name), molt_cond_timedwait(..., abstime,
+ *   name): pthread_cond_wait / pthread_cond_timedwait (called and returning
+ *   with mutex held) that an update wakes: the thread then releases mutex,
+ *   waits at update point `name`, takes mutex again and returns EINTR --
+ *   unless a full update committed: then the thread restarts in the new
+ *   version without mutex (migrated unlocked; the new version takes it
+ *   again).  EINTR is a spurious wake-up for the caller: check the
+ *   predicate and wait again.  Otherwise the pthread function's result.
+ *   Hold no other lock across the call: the update point would hold it.
+ *
+ * Signal handlers need nothing: at the commit of a full update every
+ * handler (sigaction) that is a function of the old image is replaced by
+ * the new image's function of the same name, flags and mask kept.
+ */
+MOLT_EXTERN int molt_update_fd(void);
+MOLT_EXTERN void molt_update_fd_cb(int fd, short what, void *arg);
+MOLT_EXTERN int molt_update_fd_watch(void *loop);
+MOLT_EXTERN int molt_usleep(unsigned long usec, const char *name);
+MOLT_EXTERN int molt_cond_wait(pthread_cond_t *cond, pthread_mutex_t *mutex,
+                               const char *name);
+MOLT_EXTERN int molt_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex,
+                                    const struct timespec *abstime, const char *name);
+#define MOLT_EVENT_LOOP_ONCE(base, name)                                                 \
+  __extension__({                                                                        \
+    struct event_base *molt__base = (base);                                              \
+    if (molt_update_fd_watch(molt__base))                                                \
+      event_add(event_new(molt__base, molt_update_fd(), EV_READ | EV_PERSIST,            \
+                          molt_update_fd_cb, NULL),                                      \
+                NULL);                                                                   \
+    molt_update_point(name);                                                             \
+    event_base_loop(molt__base, EVLOOP_ONCE);                                            \
+  })
+#define MOLT_EVENT_LOOP(base, name)                                                      \
+  __extension__({                                                                        \
+    struct event_base *molt__loop = (base);                                              \
+    int molt__rc;                                                                        \
+    while ((molt__rc = MOLT_EVENT_LOOP_ONCE(molt__loop, name)) == 0 &&                   \
+           !event_base_got_exit(molt__loop) && !event_base_got_break(molt__loop))        \
+      ;                                                                                  \
+    molt__rc;                                                                            \
+  })
+
+/*
  * Pointers that libraries keep into the program (libevent's events and
  * callbacks, a tsearch tree's keys, a custom allocator's hooks) are not
  * seen by the state migration, which follows the program's own types.  A
@@ -245,7 +317,9 @@ MOLT_EXTERN void molt_migrated_store(void *slot, void *value);
  * MOLT_FORALL(t) / MOLT_VAR(t) / MOLT_INST(type): a struct generic in type
  *   variable t, a void * field holding a t *, and an instantiation.
  * An unannotated void * is followed only if it points into the old image
- * (function, variable, string literal) or to an object already migrated.
+ * (function, variable, string literal) or to an object already migrated;
+ * one that points to a heap object the update then replaces (its type
+ * changed) aborts the update, naming the pointer and the type.
  */
 #if defined(__clang__)
 #define MOLT__ANNOTATE(s) __attribute__((annotate(s)))

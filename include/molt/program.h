@@ -84,6 +84,10 @@ MOLT_EXTERN void *molt__xf_newsym(molt__xf_ctx *cx, const char *name, const char
  * when t changed).  Does not transform it. */
 MOLT_EXTERN void molt__xf_map_var(molt__xf_ctx *cx, const void *in, void *out,
                                   const molt__xf_type *t, size_t count);
+/* The rule body about to run (`what`, a literal of the generated code, e.g.
+ * "variable rule stats_state -> stats_state (memcached.c)"), NULL when it
+ * has run: a fault or the deadline in it is reported naming it. */
+MOLT_EXTERN void molt__xf_rule(molt__xf_ctx *cx, const char *what);
 /* molt__xf_map_var + queues the transformation: unchanged types are copied
  * byte for byte and then visited (TRAVERSE); changed types run t->fn per
  * element (the new variable keeps its initializer where fn writes nothing). */

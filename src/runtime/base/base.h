@@ -82,7 +82,8 @@
      "whole operations: apply, rollback, update, status, reclamation; may be " \
      "held across dlopen/dlclose -- the runtime thread")    \
   XX(bar, "switch/points.c",                                                   \
-     "participants and state of the barrier (policy global, full updates) -- " \
+     "participants and state of the barrier (policy global, full updates), "   \
+     "waits.c's condition waits and event loops -- "                           \
      "the runtime thread inside op (never while the barrier's step runs); "    \
      "application threads alone, at an update point's slow path")             \
   XX(prog, "full/program.c",                                                   \

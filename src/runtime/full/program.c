@@ -33,6 +33,7 @@
 #include <inttypes.h>
 #include <semaphore.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -697,6 +698,46 @@ static void drop_snapshots(void) {
   molt__lock_release(&prog_lock);
 }
 
+/* At the commit: a signal handler that is a function of the old image
+ * becomes the new image's function of the same name (flags and mask kept),
+ * so that no program re-installs its handlers after an update and no
+ * signal runs the old image once it is unloaded.  A handler the new image
+ * lacks is left, and logged: the old image then stays callable only until
+ * it is unloaded. */
+static void redirect_signal_handlers(const molt__image *old, const molt__image *new,
+                                     uint64_t gen) {
+  for (int sig = 1; sig < NSIG; sig++) {
+    struct sigaction sa;
+    if (sigaction(sig, NULL, &sa) != 0)
+      continue; /* the C library's own, or not a signal */
+    uintptr_t h = (sa.sa_flags & SA_SIGINFO) ? (uintptr_t)sa.sa_sigaction
+                                             : (uintptr_t)sa.sa_handler;
+    if (h == (uintptr_t)SIG_DFL || h == (uintptr_t)SIG_IGN ||
+        !molt__image_prot_at(old, h))
+      continue;
+    const char *name = NULL, *tu = NULL;
+    uintptr_t start = 0;
+    size_t size = 0;
+    bool is_func = false;
+    void *to = NULL;
+    if (molt__image_sym_at(old, h, &name, &tu, &start, &size, &is_func) && is_func &&
+        start == h)
+      to = molt__image_sym(new, name, tu);
+    if (!to) {
+      molt__log(MOLT__EV_INFO, gen, NULL,
+                "full update: the handler of signal %d (%s) has no function of the same "
+                "name in the new version; it is left to the old image",
+                sig, name ? name : "not a function's start");
+      continue;
+    }
+    if (sa.sa_flags & SA_SIGINFO)
+      sa.sa_sigaction = (void (*)(int, siginfo_t *, void *))to;
+    else
+      sa.sa_handler = (void (*)(int))to;
+    sigaction(sig, &sa, NULL);
+  }
+}
+
 /* The step run while every participant is parked (bar_lock not held). */
 static int parked_step(void *arg, char *err, size_t errlen) {
   upd *u = arg;
@@ -775,6 +816,7 @@ static int parked_step(void *arg, char *err, size_t errlen) {
   nupdates++;
   molt__lock_release(&prog_lock);
   molt__xf_end(cx, true); /* frees the replaced old heap objects */
+  redirect_signal_handlers(u->old, u->new, u->gen);
   u->nthreads = n;
   /* A molt_on_update_pending callback of the old image would be called by
    * the next update after that image is unloaded: forget it (the new

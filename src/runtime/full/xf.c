@@ -90,6 +90,16 @@ typedef struct map_rec {
   size_t count;
 } map_rec;
 
+/* An untyped pointer (void *, char *: no type to follow it with) into the
+ * heap that was kept as it was because its target was not migrated (yet);
+ * with the object that held it, for the message. */
+typedef struct untyped_ref {
+  uintptr_t p;
+  const char *field;                    /* NULL if the generated code did not name it */
+  const struct molt__xf_type *holder_t; /* the object being migrated then */
+  uintptr_t holder;
+} untyped_ref;
+
 typedef struct work_item {
   const void *in;
   void *out;
@@ -159,12 +169,14 @@ struct molt__xf_ctx {
   vec locals;  /* molt__saved_local * whose new_value this migration set */
   vec objs;    /* span: interior check, migrated and visited old objects */
   vec targets; /* uintptr_t: interior check, every pointer asked for */
+  vec untyped; /* untyped_ref: heap pointers kept untyped (check_untyped) */
 
   /* The work item being run (for setp and for messages). */
   const molt__xf_type *cur_t;
   bool cur_in_place;
-  const void *cur_in;  /* the old object (element) being transformed */
-  const char *cur_via; /* the field through which it was reached, or NULL */
+  const void *cur_in;   /* the old object (element) being transformed */
+  const char *cur_via;  /* the field through which it was reached, or NULL */
+  const char *cur_rule; /* the variable or INIT rule body running, or NULL */
 
   /* Pointers not followed because they point to no readable memory (a
    * dangling or uninitialised pointer): how many, and the first one. */
@@ -1109,6 +1121,11 @@ void molt__xf_map_var(molt__xf_ctx *cx, const void *in, void *out, const molt__x
    * middle of one is redirected element-wise (image_redirect). */
 }
 
+void molt__xf_rule(molt__xf_ctx *cx, const char *what) {
+  deadline_check(cx);
+  cx->cur_rule = what;
+}
+
 static inline void push_work(molt__xf_ctx *cx, const void *in, void *out,
                              const molt__xf_type *t, size_t count, bool in_place) {
   VPUSH(cx, &cx->work, work_item, {in, out, t, count, in_place, NULL});
@@ -1223,6 +1240,47 @@ void molt__xf_var(molt__xf_ctx *cx, const void *in, void *out, const molt__xf_ty
   }
 }
 
+/* An untyped heap pointer kept as it is: remembered, in case its target is
+ * replaced later in the migration (check_untyped). */
+static void note_untyped(molt__xf_ctx *cx, uintptr_t p, const char *field) {
+  if (heap_find(cx, p))
+    VPUSH(cx, &cx->untyped, untyped_ref, {p, field, cx->cur_t, (uintptr_t)cx->cur_in});
+}
+
+/* After the work list is drained: an untyped pointer kept as it was whose
+ * target the migration then replaced (a heap object of a changed type,
+ * reached first through a typed pointer) would point to freed memory once
+ * the update commits -- the traversal could not type it, so it could not
+ * redirect it.  Abort, naming it (a MOLT_VAR/MOLT_INST annotation, a typed
+ * field or a rule lets the build know what it points to).  Untyped
+ * pointers to objects migrated BEFORE them were redirected through the
+ * map already. */
+static void check_untyped(molt__xf_ctx *cx) {
+  const untyped_ref *u = cx->untyped.p;
+  for (size_t i = 0; i < cx->untyped.n; i++) {
+    const map_rec *r = map_find(cx, u[i].p);
+    if (!r || r->val == (void *)u[i].p || !(r->t->flags & MOLT__XF_CHANGED))
+      continue;
+    char holder[160];
+    const char *name = NULL, *tu = NULL;
+    if (u[i].holder &&
+        molt__image_sym_at(cx->old, u[i].holder, &name, &tu, NULL, NULL, NULL) && name)
+      snprintf(holder, sizeof holder, "variable %s", name);
+    else if (u[i].holder)
+      snprintf(holder, sizeof holder, "%s at 0x%lx", tname(u[i].holder_t),
+               (unsigned long)u[i].holder);
+    else
+      snprintf(holder, sizeof holder, "a variable");
+    fail(cx, MOLT_EXFORM,
+         "an untyped pointer%s%s in %s points to %s at 0x%lx, which the update replaces "
+         "(its type changed): the traversal cannot type the pointer, so it would be left "
+         "to freed memory; give it a type (a typed field, MOLT_VAR/MOLT_INST) or migrate "
+         "it in a rule",
+         u[i].field ? " " : "", u[i].field ? u[i].field : "", holder, tname(r->t),
+         (unsigned long)u[i].p);
+  }
+}
+
 void *molt__xf_ptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
                    size_t count) {
   return molt__xf_fptr(cx, old, t, count, NULL);
@@ -1246,8 +1304,11 @@ void *molt__xf_fptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
    * probe of the (large, randomly accessed) map. */
   if ((!t ||
        (!(t->flags & MOLT__XF_CHANGED) && !((t->flags & MOLT__XF_TRAVERSE) && t->fn))) &&
-      p - cx->old_lo >= cx->old_hi - cx->old_lo && !maybe_key(cx, p))
+      p - cx->old_lo >= cx->old_hi - cx->old_lo && !maybe_key(cx, p)) {
+    if (!t)
+      note_untyped(cx, p, field);
     return (void *)old;
+  }
 
   /* Reserve first: the slot found below is where a new object goes. */
   map_reserve(cx);
@@ -1291,8 +1352,10 @@ void *molt__xf_fptr(molt__xf_ctx *cx, const void *old, const molt__xf_type *t,
     }
   }
 
-  if (!t)
+  if (!t) {
+    note_untyped(cx, p, field);
     return (void *)old;
+  }
   if (((t->flags & MOLT__XF_CHANGED) || ((t->flags & MOLT__XF_TRAVERSE) && t->fn)) &&
       !readable(cx, p, (t->old_size ? t->old_size : 1) * count)) {
     bad_pointer(cx, p, t, field);
@@ -1806,6 +1869,7 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
     deadline_start(cx);
     migrate(cx);
     molt__xf_run(cx); /* whatever migrate() queued after its last run */
+    check_untyped(cx);
     run_hook(cx);
     if (cx->check_interior)
       check_interior(cx);
@@ -1834,9 +1898,10 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
                  "for or a condition variable it waited on may be left in an odd state; "
                  "update aborted, the old version continues",
                  cx->limit_ms, DEADLINE_STUCK_MS,
-                 hook_cx     ? "molt_on_migrated"
-                 : cx->cur_t ? tname(cx->cur_t)
-                             : "the migration code");
+                 hook_cx        ? "molt_on_migrated"
+                 : cx->cur_t    ? tname(cx->cur_t)
+                 : cx->cur_rule ? cx->cur_rule
+                                : "the migration code");
     cx->err_code = MOLT_ETIMEDOUT;
     rc = MOLT_ETIMEDOUT;
   } else if (jumped == 1) {
@@ -1855,6 +1920,10 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
                    "transformer for %s faulted (%s at %s) migrating %s; update aborted, "
                    "the old version continues",
                    tname(cx->cur_t), sig_name(cx->fault_sig), addr, where);
+    else if (cx->cur_rule)
+      molt__errmsg(cx->err, sizeof cx->err,
+                   "the %s faulted (%s at %s); update aborted, the old version continues",
+                   cx->cur_rule, sig_name(cx->fault_sig), addr);
     else
       molt__errmsg(cx->err, sizeof cx->err,
                    "the migration code of %s faulted (%s at %s); update "
@@ -1873,6 +1942,7 @@ int molt__xf_migrate(molt__xf_ctx *cx, char *err, size_t errlen) {
   cx->cur_in_place = false;
   cx->cur_in = NULL;
   cx->cur_via = NULL;
+  cx->cur_rule = NULL;
   cx->ns += molt__now_ns() - t0;
   if (rc < 0) {
     restore_old(cx);
@@ -2286,6 +2356,7 @@ void molt__xf_end(molt__xf_ctx *cx, bool commit) {
   vec_free(&cx->readable, sizeof(span));
   vec_free(&cx->objs, sizeof(span));
   vec_free(&cx->targets, sizeof(uintptr_t));
+  vec_free(&cx->untyped, sizeof(untyped_ref));
   vec_free(&cx->ralloc, sizeof(uintptr_t)); /* the blocks are the new version's */
   free(cx->rindex);
   free(cx);

@@ -96,6 +96,9 @@ static molt__verdict pending_verdict;
 static _Atomic bool pending;
 
 static _Atomic(void (*)(void *)) pending_cb;
+
+/* How often a barrier wakes blocked threads again (waits.c). */
+#define WAKE_AGAIN_MS 20
 static _Atomic(void *) pending_arg;
 
 static participant *part_of(molt__link *l) {
@@ -367,6 +370,12 @@ void molt__point_fork_end(void) {
 void molt__switch_fork_prepare(void) { molt__lock_acquire(&bar_lock); }
 void molt__switch_fork_parent(void) { molt__lock_release(&bar_lock); }
 
+void molt__point_lock(void) { molt__lock_acquire(&bar_lock); }
+void molt__point_unlock(void) { molt__lock_release(&bar_lock); }
+bool molt__point_pending(void) {
+  return atomic_load_explicit(&pending, memory_order_relaxed);
+}
+
 void molt_on_update_pending(void (*cb)(void *), void *arg) {
   /* arg first, then cb with release: a caller that sees the new cb with
    * acquire also sees its argument. */
@@ -431,6 +440,10 @@ int molt__barrier(int timeout_ms,
     cb(atomic_load_explicit(&pending_arg, memory_order_relaxed));
 
   molt__lock_acquire(&bar_lock);
+  /* Threads blocked in molt_update_fd loops, molt_usleep, molt_cond_wait
+   * (waits.c); a wake-up may be lost, so they are woken again every
+   * WAKE_AGAIN_MS while some participant is missing. */
+  molt__waits_wake();
   int rc = 0;
   while (arrived() < nparts) {
     if (full && nforking > 0) {
@@ -441,10 +454,19 @@ int molt__barrier(int timeout_ms,
       describe_forking(err, errlen);
       break;
     }
-    int w = molt__lock_timedwait(&bar_arrive, &bar_lock, &deadline);
+    struct timespec until = molt__monotonic_after_ms(WAKE_AGAIN_MS);
+    if (until.tv_sec > deadline.tv_sec ||
+        (until.tv_sec == deadline.tv_sec && until.tv_nsec > deadline.tv_nsec))
+      until = deadline;
+    int w = molt__lock_timedwait(&bar_arrive, &bar_lock, &until);
     if (w == ETIMEDOUT && arrived() < nparts) {
-      rc = MOLT_ETIMEDOUT;
-      break;
+      struct timespec now = molt__monotonic_after_ms(0);
+      if (now.tv_sec > deadline.tv_sec ||
+          (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec)) {
+        rc = MOLT_ETIMEDOUT;
+        break;
+      }
+      molt__waits_wake();
     }
   }
   if (rc == 0) {
@@ -477,6 +499,7 @@ int molt__barrier(int timeout_ms,
     q->parked = false;
   }
   atomic_store_explicit(&pending, false, memory_order_relaxed);
+  molt__waits_end(); /* the update descriptor is not readable any more */
   pending_verdict = MOLT__VERDICT_NONE;
   nparked = 0;
   release_seq++;
@@ -543,6 +566,7 @@ void molt__switch_after_fork_child(void) {
   atomic_store(&pending, false);
   pending_verdict = MOLT__VERDICT_NONE;
   stepping = false;
+  molt__waits_after_fork_child();
 }
 
 /* For the full mode at the commit of a full update (every participant

@@ -6,6 +6,8 @@
  *
  *   points.c  participants, molt_quiesce, molt_update_point, the barrier,
  *             molt__switch_publish (immediate, local, global)
+ *   waits.c   waking threads that block: the update descriptor, molt_usleep,
+ *             molt_cond_wait
  *   modes.c   modes register here and are called only through their hooks
  *
  * A mode (hot/, full/, shadow/) is a layer above this one.
@@ -89,6 +91,25 @@ MOLT__HIDDEN void molt__point_fork_end(void);
 MOLT__HIDDEN void molt__switch_fork_prepare(void);
 MOLT__HIDDEN void molt__switch_fork_parent(void);
 MOLT__HIDDEN void molt__switch_after_fork_child(void);
+
+/* bar_lock, for waits.c's list of condition waits; and the pending flag
+ * (relaxed: under bar_lock, or with a mutex the waker takes, as waits.c
+ * explains). */
+MOLT__HIDDEN void molt__point_lock(void);
+MOLT__HIDDEN void molt__point_unlock(void);
+MOLT__HIDDEN bool molt__point_pending(void);
+
+/* ---- waits.c ----------------------------------------------------------------*/
+
+/* Wakes threads blocked where molt.h's waits can reach them (the pending
+ * flag raised, bar_lock held): makes the update descriptor readable and
+ * broadcasts every molt_cond_wait's condition variable.  A wake-up may be
+ * lost (the barrier calls it again every 20 ms while it waits). */
+MOLT__HIDDEN void molt__waits_wake(void);
+/* The barrier ends (bar_lock held): the descriptor is drained. */
+MOLT__HIDDEN void molt__waits_end(void);
+/* The child of fork(): no thread of it waits in molt_cond_wait. */
+MOLT__HIDDEN void molt__waits_after_fork_child(void);
 
 /* ---- modes.c ------------------------------------------------------------------*/
 

@@ -1565,9 +1565,12 @@ class Generator:
             L.append("        %s = %s;" % (self.nd.decl(ptr_to(vn.type), "molt_out"), self._sym("new", vn)))
             if p is not None and p.kind != "incompatible":
                 L.append("        molt__xf_map_var(cx, molt_in, molt_out, &%s, %d);" % (p.c_name, count))
+            L.append("        molt__xf_rule(cx, \"%s\");" % _cstr(
+                "variable rule %s -> %s (%s)" % (vo.name, vn.name, vn.tu)))
             L += ["        " + s if not s.startswith("#") else s
                   for s in self._body(rule, path, {"in": "(*molt_in)", "out": "(*molt_out)"},
                                       "variable rule")]
+            L.append("        molt__xf_rule(cx, NULL);")
             L.append("    }")
         for key, p in self.local_roots:
             L.append("    molt__xf_local(cx, \"%s\", \"%s\", &%s);" % (key[0], key[1], p.c_name))
@@ -1577,8 +1580,10 @@ class Generator:
             L.append("    /* %s: %s: INIT rule */" % (vn.tu, vn.name))
             L.append("    {")
             L.append("        %s = %s;" % (self.nd.decl(ptr_to(vn.type), "molt_out"), self._sym("new", vn)))
+            L.append("        molt__xf_rule(cx, \"%s\");" % _cstr("INIT rule for %s (%s)" % (vn.name, vn.tu)))
             L += ["        " + s if not s.startswith("#") else s
                   for s in self._body(rule, path, {"out": "(*molt_out)"}, "INIT rule")]
+            L.append("        molt__xf_rule(cx, NULL);")
             L.append("    }")
         if inits:
             L.append("    molt__xf_run(cx);")
