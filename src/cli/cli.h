@@ -105,6 +105,12 @@ int cli_change(const cli_args *a, const char *what, molt__request *req, const ch
  * says how to make one. */
 int cli_file_arg(const char *what, const char *arg, const char *kind,
                  const char *built_by, char **abs, int *fd);
+/* A changing operation that sends the file a->pos[1] (apply, update,
+ * shadow): cli_file_arg, then cli_change with the open file.  `done` is a
+ * format given the pid and the file's absolute path as positional
+ * arguments 1 (long) and 2 (string), e.g. "applied %2$s to %1$ld". */
+int cli_change_with_file(const cli_args *a, const char *what, molt__op op,
+                         const char *kind, const char *built_by, const char *done);
 
 /* ---- output.c -----------------------------------------------------------------*/
 /* How a field of a record is shown in JSON. */
