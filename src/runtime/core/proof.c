@@ -180,6 +180,19 @@ static void publish(void) {
   atomic_store_explicit(&seq, s + 2, memory_order_release);
 }
 
+/* The span [*min, *max) of all the ranges (empty: min >= max). */
+static void span_of(const uintptr_t (*lo)[RANGES], const uintptr_t (*hi)[RANGES],
+                    uintptr_t *min, uintptr_t *max) {
+  *min = UINTPTR_MAX;
+  *max = 0;
+  for (unsigned k = 0; k < PROOF_SLOTS; k++)
+    for (unsigned r = 0; r < RANGES; r++)
+      if (lo[k][r] < hi[k][r]) {
+        *min = lo[k][r] < *min ? lo[k][r] : *min;
+        *max = hi[k][r] > *max ? hi[k][r] : *max;
+      }
+}
+
 /* Bit k for every slot k with an owner whose code holds address a. */
 static uint32_t hits_of(uintptr_t a, const uintptr_t (*lo)[RANGES],
                         const uintptr_t (*hi)[RANGES]) {
@@ -207,17 +220,13 @@ molt__thread_prove(void) {
   uint32_t s = atomic_load_explicit(&seq, memory_order_acquire);
   if (s & 1)
     return; /* being changed: the next round asks again */
-  uintptr_t lo[PROOF_SLOTS][RANGES], hi[PROOF_SLOTS][RANGES];
-  uintptr_t min = UINTPTR_MAX, max = 0;
+  uintptr_t lo[PROOF_SLOTS][RANGES], hi[PROOF_SLOTS][RANGES], min, max;
   for (unsigned k = 0; k < PROOF_SLOTS; k++)
     for (unsigned r = 0; r < RANGES; r++) {
       lo[k][r] = atomic_load_explicit(&pub_lo[k][r], memory_order_relaxed);
       hi[k][r] = atomic_load_explicit(&pub_hi[k][r], memory_order_relaxed);
-      if (lo[k][r] < hi[k][r]) {
-        min = lo[k][r] < min ? lo[k][r] : min;
-        max = hi[k][r] > max ? hi[k][r] : max;
-      }
     }
+  span_of((const uintptr_t(*)[RANGES])lo, (const uintptr_t(*)[RANGES])hi, &min, &max);
   /* acquire fence: the range loads above complete before seq is read again. */
   atomic_thread_fence(memory_order_acquire);
   if (atomic_load_explicit(&seq, memory_order_relaxed) != s)
@@ -454,6 +463,8 @@ static bool check_blocked(pid_t tid, uint32_t *hits, uint64_t *buf,
   }
   if (shi - sp > STACK_MAX)
     goto out;
+  uintptr_t min, max;
+  span_of(lo, hi, &min, &max);
   for (int attempt = 0; attempt < CHECK_TRIES && !ok; attempt++) {
     unsigned long long c1, c2;
     if (!switches(fs, &c1) || !syscall_at(fc, line1, sizeof line1, &sp, &pc) ||
@@ -470,7 +481,8 @@ static bool check_blocked(pid_t tid, uint32_t *hits, uint64_t *buf,
         break;
       }
       for (size_t w = 0; w < (size_t)got / 8; w++)
-        h |= hits_of((uintptr_t)buf[w], lo, hi);
+        if (buf[w] >= min && buf[w] < max)
+          h |= hits_of((uintptr_t)buf[w], lo, hi);
       at += (size_t)got;
     }
     /* The same blocked state and no context switch in between: the words
