@@ -1420,6 +1420,15 @@ def main():
             R.lines += f.read().rstrip("\n").split("\n")
             R.w("<!-- patchbuild-realfixes: end -->")
             R.w()
+    # bench/p1_patched.sh's section (callgrind, measured separately), as it
+    # last wrote it
+    pp1 = os.path.join(bl.BENCH, "results", "p1_patched.md")
+    if os.path.exists(pp1):
+        with open(pp1) as f:
+            R.w("<!-- p1-patched: begin -->")
+            R.lines += f.read().rstrip("\n").split("\n")
+            R.w("<!-- p1-patched: end -->")
+            R.w()
     R.w("## Proposals, collected")
     R.w()
     R.w("| measure | proposal | evidence |")
