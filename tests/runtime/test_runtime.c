@@ -217,14 +217,31 @@ static void case_stress(int rounds) {
     pthread_create(&th[i], NULL, caller, (void *)i);
   char err[512];
   uint64_t g = 0;
+  int settled = 0;
   for (int i = 0; i < rounds && !failures; i++) {
     int rc = apply(i % 2 == 0 ? "patch_a.so" : "patch_b.so", err, sizeof err);
     CHECK(rc == 0, "apply %d: %s", i, err);
     CHECK(molt_generation() == ++g, "generation %llu after apply, expected %llu",
           (unsigned long long)molt_generation(), (unsigned long long)g);
+    /* Every 100th round the transition is let finish under the callers'
+     * load: the entries jump into the patch, and after the rollback back
+     * to version 0 once the busy callers are proved out of the patch. */
+    bool settle = i % 100 == 0;
+    if (settle)
+      CHECK(wait_entry("version_tag", "patch", 10000) &&
+                wait_entry("rec", "patch", 10000),
+            "round %d: the entries never jumped into the patch: %s", i,
+            entry_state("version_tag"));
     rc = molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err);
     CHECK(rc == 0, "rollback %d: %s", i, err);
     CHECK(molt_generation() == ++g, "generation after rollback");
+    if (settle) {
+      CHECK(wait_entry("version_tag", "direct", 10000) &&
+                wait_unmapped(i % 2 == 0 ? "patch_a.so" : "patch_b.so", 10000),
+            "round %d: the rolled-back patch is still entered or mapped: %s", i,
+            entry_state("version_tag"));
+      settled++;
+    }
   }
   atomic_store(&stop, true);
   for (int i = 0; i < THREADS; i++)
@@ -235,8 +252,9 @@ static void case_stress(int rounds) {
   CHECK(version_tag(7) == 7, "back on the program's own version");
   CHECK(wait_unmapped("patch_a.so", 5000) && wait_unmapped("patch_b.so", 5000),
         "patches still mapped after the last rollback");
-  printf("stress: %d rounds, %ld checked calls in 4 threads\n", rounds,
-         atomic_load(&calls));
+  printf("stress: %d rounds (%d with the jump into the patch), %ld checked calls in 4 "
+         "threads\n",
+         rounds, settled, atomic_load(&calls));
 }
 
 /* ---- a call in progress finishes on its old code ------------------------------*/
@@ -275,6 +293,25 @@ static void case_inflight(void) {
   CHECK(version_tag(1) == 1, "second rollback returns to the program");
   CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == MOLT_ENOHISTORY,
         "nothing left to roll back");
+}
+
+/* ---- MOLT_COUNT_CALLS=1: entries never jump into a patch ------------------*/
+
+static void case_counted(void) {
+  char err[512];
+  CHECK(getenv("MOLT_COUNT_CALLS") != NULL, "run with MOLT_COUNT_CALLS=1");
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "%s", err);
+  sleep_ms(500); /* many passes: the old generation is long reclaimed */
+  CHECK(strcmp(entry_state("version_tag"), "dispatch") == 0 &&
+            strcmp(entry_state("rec"), "dispatch") == 0,
+        "a counting program's patched entry left the dispatch path: %s",
+        entry_state("version_tag"));
+  CHECK(version_tag(4) == 1004 && rec(3) == 1, "patch a runs: %d", version_tag(4));
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  CHECK(wait_entry("version_tag", "direct", 10000),
+        "version 0 is entered direct again: %s", entry_state("version_tag"));
+  CHECK(wait_unmapped("patch_a.so", 10000), "patch a still mapped after its rollback");
+  CHECK(version_tag(4) == 4, "version 0: %d", version_tag(4));
 }
 
 /* ---- proofs: a patch entered by direct jumps is unloaded only once no
@@ -1930,7 +1967,8 @@ int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr,
             "usage: %s "
-            "stress|inflight|proof|static|maps|refuse|socket|locks|atomic|wakeup|cancel|"
+            "stress|inflight|proof|counted|static|maps|refuse|socket|locks|atomic|wakeup|"
+            "cancel|"
             "verdict|selfglobal|imports|pinned|ctor|callbacks|serve PATCH_DIR [ROUNDS]\n",
             argv[0]);
     return 2;
@@ -1947,6 +1985,8 @@ int main(int argc, char **argv) {
     case_inflight();
   else if (!strcmp(c, "proof"))
     case_proof();
+  else if (!strcmp(c, "counted"))
+    case_counted();
   else if (!strcmp(c, "static"))
     case_static();
   else if (!strcmp(c, "maps"))

@@ -88,6 +88,11 @@ foreach(case entry stress inflight proof static maps refuse socket locks atomic 
   add_test(NAME runtime_${case} COMMAND test_runtime ${case} ${RT_OUT})
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 endforeach()
+# A program that counts every call (guide §6): entries never jump into a
+# patch.
+add_test(NAME runtime_counted COMMAND test_runtime counted ${RT_OUT})
+set_tests_properties(runtime_counted PROPERTIES TIMEOUT 120 LABELS "runtime;concurrency"
+  ENVIRONMENT "MOLT_COUNT_CALLS=1")
 # Their children start a runtime thread after a fork of a threaded process,
 # which TSan refuses by default (die_after_fork).
 set_tests_properties(runtime_forkglobal runtime_forklocks PROPERTIES
