@@ -51,8 +51,9 @@
  *      acquire, after T) before reading its stack.  A thread that never
  *      blocks but calls updatable functions is proved here: while a proof
  *      waits for a thread that was not found blocked, every entry takes
- *      its dispatch path (for a second, then a second out of every 16:
- *      molt__entries_hold), and molt__proof_round changes at every pass,
+ *      its dispatch path (from 5 ms after the proof began -- most threads
+ *      are proved by a read of their stack before -- for a second, then a
+ *      second out of every 16: molt__entries_hold), and molt__proof_round changes at every pass,
  *      which makes the next dispatched call of every thread answer once.
  * A thread that is in O (blocked inside it, or spinning in it) is never
  * proved out, and O stays mapped until it is (guarantee H1); a stale word
@@ -94,6 +95,7 @@
 #define PROOF_SLOTS 32                   /* bits of a thread's answer        */
 #define RANGES 4                         /* executable segments per owner   */
 #define CHECK_TRIES 4                    /* attempts per thread and pass    */
+#define HOLD_AFTER_NS 5000000ull         /* stacks alone for 5 ms, then     */
 #define HOLD_NS 1000000000ull            /* entries dispatch for 1 s ...    */
 #define HOLD_PERIOD_NS 16000000000ull    /* ... then 1 s out of every 16 s  */
 #define STACK_MAX ((uintptr_t)256 << 20) /* deeper stacks prove nothing     */
@@ -156,7 +158,8 @@ bool molt__proof_holds_dispatch(void) {
   uint64_t now = molt__now_ns();
   for (unsigned k = 0; k < PROOF_SLOTS; k++) {
     uint64_t age = now - table[k].since_ns;
-    if (table[k].o && (age < HOLD_NS || age % HOLD_PERIOD_NS < HOLD_NS))
+    if (table[k].o && age >= HOLD_AFTER_NS &&
+        (age < HOLD_NS || age % HOLD_PERIOD_NS < HOLD_NS))
       return true;
   }
   return false;
