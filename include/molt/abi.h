@@ -103,8 +103,11 @@ typedef struct molt__thread {
  * straight to `direct` (version 0 itself: an updatable call then costs one
  * direct jump); once a patch replaces the function the runtime rewrites the
  * jump to `dispatch`, the generation-table path below (molt__enter/leave),
- * and back to `direct` when the last generation that replaced it is
- * reclaimed (src/runtime/core/entry.c). */
+ * for the transition; once every live generation maps the function to the
+ * patch's version, to a trampoline slot near the entry that jumps into the
+ * patch (two jumps, not counted: src/runtime/core/proof.c proves the patch
+ * unused before it is unloaded); and back to `direct` when the last
+ * generation that replaced it is reclaimed (src/runtime/core/entry.c). */
 typedef struct molt__fn_desc {
   uint32_t magic;   /* MOLT__DESC_MAGIC                                    */
   uint32_t index;   /* position in generation tables, set at registration */
