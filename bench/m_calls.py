@@ -55,7 +55,10 @@ def stamped_patch(ctx, cc, opt, src, prog):
     level as the program, -fPIC -shared, stamped with prog's build-id and
     not writable by group/others (the runtime refuses such files)."""
     out = prog + ".patch.so"
-    return bl.build(out, [COMPILERS[cc], "-" + opt, "-Wall", "-fPIC", "-shared", "-Wl,--build-id",
+    # (-nostartfiles, no registration constructor: as moltcc builds a patch;
+    # the runtime refuses a patch with DT_INIT)
+    return bl.build(out, [COMPILERS[cc], "-" + opt, "-Wall", "-fPIC", "-shared", "-nostartfiles",
+                          "-DMOLT__NO_AUTO_REGISTER", "-Wl,--build-id",
                           "-I" + bl.INCLUDE, "-o", out, src],
                     [src, prog] + bl.molt_deps(ctx),
                     post=[[ctx.moltstamp, out, prog], ["chmod", "go-w", out]])

@@ -15,7 +15,10 @@ def build(ctx):
     patches = []
     for tag in (1, 2):
         out = os.path.join(d, "patch_%d.so" % tag)
-        bl.build(out, ["gcc", "-O2", "-fPIC", "-shared", "-Wl,--build-id", "-DTAG=%d" % tag,
+        # As moltcc builds a patch: no start files (the runtime refuses a
+        # patch with DT_INIT), no registration constructor.
+        bl.build(out, ["gcc", "-O2", "-fPIC", "-shared", "-nostartfiles", "-DMOLT__NO_AUTO_REGISTER",
+                       "-Wl,--build-id", "-DTAG=%d" % tag,
                        "-I" + bl.INCLUDE, "-o", out, psrc],
                  [psrc, prog] + bl.molt_deps(ctx),
                  post=[[ctx.moltstamp, out, prog], ["chmod", "go-w", out]])

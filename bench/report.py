@@ -1411,31 +1411,20 @@ def main():
             sum(run["seconds"].values())))
         R.w()
     R.lines += body.lines
-    # bench/patchbuild/realfixes.py's section (measured separately: it needs
-    # the servers examples/fixes builds), as it last wrote it
-    rf = os.path.join(bl.BENCH, "results", "patchbuild_realfixes.md")
-    if os.path.exists(rf):
-        with open(rf) as f:
-            R.w("<!-- patchbuild-realfixes: begin -->")
-            R.lines += f.read().rstrip("\n").split("\n")
-            R.w("<!-- patchbuild-realfixes: end -->")
-            R.w()
-    # bench/attach/bench.py's section (P11, measured separately), as it
-    # last wrote it
-    at = os.path.join(bl.BENCH, "results", "attach.md")
-    if os.path.exists(at):
-        with open(at) as f:
-            R.w("<!-- attach: begin -->")
-            R.lines += f.read().rstrip("\n").split("\n")
-            R.w("<!-- attach: end -->")
-    # bench/fullupdate/memcached_p9.py's section (measured separately: it
-    # builds memcached with examples/fullreal), as it last wrote it
-    fp = os.path.join(bl.BENCH, "results", "fullreal_p9.md")
-    if os.path.exists(fp):
-        with open(fp) as f:
-            R.w("<!-- fullreal-p9: begin -->")
-            R.lines += f.read().rstrip("\n").split("\n")
-            R.w("<!-- fullreal-p9: end -->")
+    # The sections of benchmarks measured separately, as each last wrote
+    # it: bench/patchbuild/realfixes.py (it needs the servers examples/fixes
+    # builds), bench/attach/bench.py (P11), bench/fullupdate/memcached_p9.py
+    # (P9 on memcached, built with examples/fullreal), bench/p1_patched.sh
+    # (P1 with a live patch, callgrind).
+    for name, tag in (("patchbuild_realfixes.md", "patchbuild-realfixes"),
+                      ("attach.md", "attach"), ("fullreal_p9.md", "fullreal-p9"),
+                      ("p1_patched.md", "p1-patched")):
+        path = os.path.join(bl.BENCH, "results", name)
+        if os.path.exists(path):
+            with open(path) as f:
+                R.w("<!-- %s: begin -->" % tag)
+                R.lines += f.read().rstrip("\n").split("\n")
+                R.w("<!-- %s: end -->" % tag)
             R.w()
     R.w("## Proposals, collected")
     R.w()

@@ -5,7 +5,13 @@
  * libmolt (moltcc does all of this for you).  While the program runs, `molt
  * apply <pid> patch.so` replaces updatable functions; calls that have already
  * started finish on the code they started with, and code that no thread can
- * run any more is unloaded.
+ * run any more is unloaded.  Once the switch is over, a call of a patched
+ * function costs one jump more than a call of an unpatched one; molt then
+ * proves a superseded patch unused by reading the threads' stacks, so a
+ * program that switches stacks in user space (coroutines, swapcontext) or
+ * calls updatable functions from handlers on sigaltstack runs with
+ * MOLT_COUNT_CALLS=1 in its environment (every call of a patched function
+ * counted; guide section 6).
  *
  * Layout of this file:
  *   1. export macro, error codes (one table), version

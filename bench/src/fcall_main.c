@@ -13,9 +13,13 @@
  * applies this patch in-process (molt_apply, policy immediate).  It replaces
  * target, so the runtime moves target's stable entry from the direct jump
  * to version 0 onto the dispatch path (generation table, per-thread
- * counters), and every call of the loop takes that path: the cost of calling
- * a function that has a live patch.  The program checks that the entry's
- * jump really changed (else it fails), and prints entry_moved=1.
+ * counters) for the transition, and once the old generation is reclaimed
+ * (a few ms) straight into the patch through a trampoline slot.  The
+ * program checks that the entry's jump really changed (else it fails),
+ * waits (at most 5 s) for the jump into the patch, and prints entry_moved=1
+ * and entry=patch -- or entry=dispatch when the jump did not come (with
+ * MOLT_COUNT_CALLS=1 every call stays on the dispatch path: the cost of a
+ * call during a transition).
  *
  * Prints `loop_ns=<ns> best_ns=<ns> sum=<sum>`: loop_ns is the time of the
  * loops alone (from before the first thread starts to after the last one is
@@ -42,6 +46,8 @@ int target(int *p);
 #ifdef VARIANT_MOLT
 #include "molt.h"
 
+static int into_patch; /* the entry jumps straight into the patch */
+
 /* Destination of the `jmp rel32` at target's stable entry. */
 static const void *entry_dest(void) {
   const unsigned char *e = (const unsigned char *)(void *)&target;
@@ -65,6 +71,19 @@ static int apply_patch(const char *path) {
     fprintf(stderr, "fcall: the patch is applied but target's entry still jumps to %p\n",
             after);
     return -1;
+  }
+  /* The transition ends when the entry jumps to a trampoline slot
+   * (jmp *quad: ff 25). */
+  for (int ms = 0; ms < 5000; ms++) {
+    const unsigned char *d = entry_dest();
+    if (d && d[0] == 0xff && d[1] == 0x25) {
+      into_patch = 1;
+      break;
+    }
+    if (getenv("MOLT_COUNT_CALLS"))
+      break; /* it never comes */
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
   }
   return 0;
 }
@@ -151,8 +170,13 @@ int main(int argc, char **argv) {
   long sum = 0;
   for (int i = 0; i < threads; i++)
     sum += lanes[i].sum;
-  printf("loop_ns=%llu best_ns=%.4f sum=%ld%s\n", (unsigned long long)(t1 - t0),
+  const char *entry = "";
+#ifdef VARIANT_MOLT
+  if (moved)
+    entry = into_patch ? " entry=patch" : " entry=dispatch";
+#endif
+  printf("loop_ns=%llu best_ns=%.4f sum=%ld%s%s\n", (unsigned long long)(t1 - t0),
          lanes[0].chunk ? (double)lanes[0].best_chunk_ns / (double)lanes[0].chunk : 0.0,
-         sum, moved ? " entry_moved=1" : "");
+         sum, moved ? " entry_moved=1" : "", entry);
   return 0;
 }

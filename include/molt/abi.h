@@ -48,8 +48,9 @@ extern "C" {
  * version its caller was built with.  4: patches reach the program through
  * their own GOT (import table of symbols, resolved by the runtime from the
  * patch's dynamic relocations) instead of slots, and the patch header is
- * version 2 (provenance, pinned). */
-#define MOLT__ABI 4u
+ * version 2 (provenance, pinned).  5: molt__thread ends with the proof
+ * fields and molt__enter answers a pending proof round (core/proof.c). */
+#define MOLT__ABI 5u
 #define MOLT__DESC_MAGIC 0x6d6f6c74u  /* "molt" */
 #define MOLT__PATCH_MAGIC 0x4d4f4c54u /* "MOLT" */
 
@@ -84,6 +85,15 @@ typedef struct molt__thread {
   MOLT__ATOMIC(molt__gen *) * viewp;
   MOLT__ATOMIC(molt__gen *) view;
   MOLT__ATOMIC(uint32_t) active[MOLT__SLOTS];
+  /* Proofs that this thread runs no superseded patch code (core/proof.c):
+   * the last proof round it answered (only this thread reads or writes
+   * it), and its answer, written by this thread and read by the runtime
+   * thread: the version of the table of superseded patches it checked, in
+   * the high 32 bits, and in the low 32 bits the patches of that table its
+   * stack still named. */
+  uint32_t proof_round;
+  uint32_t proof_pad;
+  MOLT__ATOMIC(uint64_t) proof_answer;
 } molt__thread;
 
 /* Descriptor of one updatable function of the program (section molt_fns).
@@ -93,8 +103,11 @@ typedef struct molt__thread {
  * straight to `direct` (version 0 itself: an updatable call then costs one
  * direct jump); once a patch replaces the function the runtime rewrites the
  * jump to `dispatch`, the generation-table path below (molt__enter/leave),
- * and back to `direct` when the last generation that replaced it is
- * reclaimed (src/runtime/core/entry.c). */
+ * for the transition; once every live generation maps the function to the
+ * patch's version, to a trampoline slot near the entry that jumps into the
+ * patch (two jumps, not counted: src/runtime/core/proof.c proves the patch
+ * unused before it is unloaded); and back to `direct` when the last
+ * generation that replaced it is reclaimed (src/runtime/core/entry.c). */
 typedef struct molt__fn_desc {
   uint32_t magic;   /* MOLT__DESC_MAGIC                                    */
   uint32_t index;   /* position in generation tables, set at registration */
@@ -208,6 +221,12 @@ MOLT_EXTERN extern MOLT__ATOMIC(molt__gen *) molt__current;
 MOLT_EXTERN extern __thread molt__thread molt__self
     __attribute__((tls_model("initial-exec")));
 MOLT_EXTERN void molt__thread_register(void);
+/* The runtime asks every thread that runs the dispatch path to check its
+ * own stack for superseded patch code, once per round: molt__proof_round
+ * changes while such a proof is pending (core/proof.c).  relaxed: a stale
+ * value only delays the answer to the next call. */
+MOLT_EXTERN extern MOLT__ATOMIC(uint32_t) molt__proof_round;
+MOLT_EXTERN void molt__thread_prove(void);
 /* Registers the descriptors [start, stop) of one module (from the module's
  * constructor, below).  `abi` is the MOLT__ABI the module was built with:
  * a module of another version is refused (its functions stay version 0 and
@@ -241,6 +260,11 @@ static __inline__ __attribute__((always_inline)) molt__gen *molt__enter(void) {
   molt__gen *g;
   size_t s;
   uint32_t c;
+  /* A proof round is open (a patch that calls reached by a direct jump
+   * was superseded): say whether this thread's stack still holds its
+   * code.  Costs two loads and a branch while no round is open. */
+  if (__builtin_expect(t->proof_round != MOLT__LOAD(&molt__proof_round, relaxed), 0))
+    molt__thread_prove();
   for (;;) {
     vp = t->viewp;
     if (__builtin_expect(vp == NULL, 0)) {

@@ -77,7 +77,8 @@ def test_status_apply_log_rollback(served):
     st = status(served.pid)
     assert st["generation"] == 1
     assert {f["name"]: f["version"] for f in st["functions"]}["version_tag"] == "patch-a"
-    assert {f["name"]: f["entry"] for f in st["functions"]}["version_tag"] == "dispatch"
+    # the dispatch path during the transition, a jump into the patch after it
+    assert {f["name"]: f["entry"] for f in st["functions"]}["version_tag"] in ("dispatch", "patch")
     assert [p["id"] for p in st["patches"]] == ["patch-a"]
 
     molt("apply", served.pid, patch("patch_b.so"), "--policy", "local", check=0)

@@ -4,6 +4,7 @@
 #include "target.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 int counter;
 static int hits; /* static: patches must reach this very object */
@@ -14,6 +15,7 @@ volatile int block_entered;
 int cb_pre_mode, cb_post_mode; /* what patch_cb's callbacks do */
 int cb_pre_seen, cb_post_seen; /* version_tag(0) + 1 as they saw it */
 volatile int cb_hold;          /* mode 2 loops while set */
+volatile int spin_hold, spin_entered;
 
 MOLT_FUNCTION(int, version_tag, (int x), (x)) { return 0 * 1000 + x; }
 
@@ -32,6 +34,19 @@ MOLT_STATIC_FUNCTION(int, doubler, (int x), (x)) {
 }
 
 MOLT_FUNCTION(int, through_static, (int x), (x)) { return doubler(x); }
+
+MOLT_FUNCTION(int, pipe_call, (int fd), (fd)) {
+  unsigned char c;
+  return read(fd, &c, 1) == 1 ? 0 * 1000 + c : -1;
+}
+
+MOLT_FUNCTION(int, spin_call, (void), ()) {
+  int sum = 0;
+  __atomic_store_n(&spin_entered, 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(&spin_hold, __ATOMIC_SEQ_CST))
+    sum += version_tag(0);
+  return 0 * 1000 + sum % 1;
+}
 
 int hits_value(void) { return __atomic_load_n(&hits, __ATOMIC_RELAXED); }
 

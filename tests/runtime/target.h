@@ -12,6 +12,12 @@ extern int counter;            /* global the patches update   */
 int hits_value(void);          /* reads a static of target.c  */
 extern int (*stored_fp)(int);  /* &version_tag, taken at start */
 extern const char *stored_msg; /* set by patch_pinned */
+/* Reads one byte c of fd (a pipe): tag * 1000 + c. */
+int pipe_call(int fd);
+/* Calls version_tag in a loop while spin_hold is set, never blocking;
+ * returns tag * 1000. */
+int spin_call(void);
+extern volatile int spin_hold, spin_entered;
 extern volatile int block_hold;
 extern volatile int block_entered;
 /* patch_cb's callbacks: mode 0 returns 0, 2 loops while cb_hold is set,

@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -70,8 +71,12 @@ static bool wait_unmapped(const char *needle, int ms) {
 /* ---- entry: the jump at each function's address --------------------------*/
 
 /* Where the `jmp rel32` at the stable entry of `name` leads: "direct"
- * (version 0), "dispatch" (the generation-table path) or "other". */
-static const char *entry_state(const char *name) {
+ * (version 0), "dispatch" (the generation-table path), "patch" (a
+ * trampoline slot, `jmp *quad`, into a patch's version) or "other". */
+/* (Not instrumented: it reads code, which the runtime wrote -- the
+ * trampoline slots with plain stores before making them executable -- as
+ * the CPU reads it; ThreadSanitizer sees no order between the two.) */
+__attribute__((no_sanitize("thread"))) static const char *entry_state(const char *name) {
   for (molt__fn_desc *d = molt__fns_start; d < molt__fns_stop; d++) {
     if (strcmp(d->name, name) != 0)
       continue;
@@ -83,6 +88,7 @@ static const char *entry_state(const char *name) {
       return "other";
     return to == (const unsigned char *)d->direct     ? "direct"
            : to == (const unsigned char *)d->dispatch ? "dispatch"
+           : to[0] == 0xff && to[1] == 0x25           ? "patch"
                                                       : "other";
   }
   return "missing";
@@ -98,9 +104,16 @@ static bool wait_entry(const char *name, const char *state, int ms) {
 }
 
 /* An unpatched function is entered with one direct jump; a patch moves
- * exactly the functions it replaces to the dispatch path before the apply
- * returns (H2), and once the generations that replaced them are gone the
- * entries jump direct again -- with the calls' results right at each step. */
+ * exactly the functions it replaces off that jump before the apply returns
+ * (H2): to the dispatch path for the transition, then, once no older
+ * generation is alive, straight into the patch; once the generations that
+ * replaced them are gone the entries jump direct again -- with the calls'
+ * results right at each step. */
+static bool dispatch_or_patch(const char *name) {
+  return strcmp(entry_state(name), "dispatch") == 0 ||
+         strcmp(entry_state(name), "patch") == 0;
+}
+
 static void case_entry(void) {
   char err[512];
   const char *fns[] = {"version_tag", "rec", "block_call", "doubler", "through_static"};
@@ -110,9 +123,13 @@ static void case_entry(void) {
   CHECK(version_tag(5) == 5 && through_static(3) == 6,
         "version 0 through direct entries");
   CHECK(apply("patch_a.so", err, sizeof err) == 0, "%s", err);
-  /* No wait: the apply has returned, so the entries must already dispatch. */
+  /* No wait: the apply has returned, so the entries must already have left
+   * version 0 (the transition may even be over). */
   for (int i = 0; i < 4; i++)
-    CHECK(strcmp(entry_state(fns[i]), "dispatch") == 0, "%s after apply: %s", fns[i],
+    CHECK(dispatch_or_patch(fns[i]), "%s after apply: %s", fns[i], entry_state(fns[i]));
+  /* The old generation is reclaimed: the entries jump into the patch. */
+  for (int i = 0; i < 4; i++)
+    CHECK(wait_entry(fns[i], "patch", 10000), "%s after the transition: %s", fns[i],
           entry_state(fns[i]));
   CHECK(strcmp(entry_state("through_static"), "direct") == 0,
         "through_static is not in the patch and stays direct: %s",
@@ -133,14 +150,17 @@ static void case_entry(void) {
   /* And a second round trip, with patch b on top of patch a. */
   CHECK(apply("patch_a.so", err, sizeof err) == 0, "%s", err);
   CHECK(apply("patch_b.so", err, sizeof err) == 0, "%s", err);
-  CHECK(version_tag(1) == 2001 && strcmp(entry_state("version_tag"), "dispatch") == 0,
-        "patch b: %d %s", version_tag(1), entry_state("version_tag"));
+  CHECK(version_tag(1) == 2001 && dispatch_or_patch("version_tag"), "patch b: %d %s",
+        version_tag(1), entry_state("version_tag"));
+  CHECK(wait_entry("version_tag", "patch", 10000) && version_tag(1) == 2001,
+        "into patch b after the transition: %s", entry_state("version_tag"));
   CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
   CHECK(version_tag(1) == 1001, "back to patch a: %d", version_tag(1));
-  sleep_ms(200);
-  CHECK(strcmp(entry_state("version_tag"), "dispatch") == 0,
-        "patch a is current: the entry must keep dispatching: %s",
+  CHECK(wait_entry("version_tag", "patch", 10000) && version_tag(1) == 1001,
+        "patch a is current: the entry jumps into it again: %s",
         entry_state("version_tag"));
+  /* Patch b was entered by direct jumps: unloaded once proved unused. */
+  CHECK(wait_unmapped("patch_b.so", 10000), "patch b still mapped after its rollback");
   CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
   CHECK(wait_entry("version_tag", "direct", 10000), "direct after both rollbacks: %s",
         entry_state("version_tag"));
@@ -197,14 +217,31 @@ static void case_stress(int rounds) {
     pthread_create(&th[i], NULL, caller, (void *)i);
   char err[512];
   uint64_t g = 0;
+  int settled = 0;
   for (int i = 0; i < rounds && !failures; i++) {
     int rc = apply(i % 2 == 0 ? "patch_a.so" : "patch_b.so", err, sizeof err);
     CHECK(rc == 0, "apply %d: %s", i, err);
     CHECK(molt_generation() == ++g, "generation %llu after apply, expected %llu",
           (unsigned long long)molt_generation(), (unsigned long long)g);
+    /* Every 100th round the transition is let finish under the callers'
+     * load: the entries jump into the patch, and after the rollback back
+     * to version 0 once the busy callers are proved out of the patch. */
+    bool settle = i % 100 == 0;
+    if (settle)
+      CHECK(wait_entry("version_tag", "patch", 10000) &&
+                wait_entry("rec", "patch", 10000),
+            "round %d: the entries never jumped into the patch: %s", i,
+            entry_state("version_tag"));
     rc = molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err);
     CHECK(rc == 0, "rollback %d: %s", i, err);
     CHECK(molt_generation() == ++g, "generation after rollback");
+    if (settle) {
+      CHECK(wait_entry("version_tag", "direct", 10000) &&
+                wait_unmapped(i % 2 == 0 ? "patch_a.so" : "patch_b.so", 10000),
+            "round %d: the rolled-back patch is still entered or mapped: %s", i,
+            entry_state("version_tag"));
+      settled++;
+    }
   }
   atomic_store(&stop, true);
   for (int i = 0; i < THREADS; i++)
@@ -215,8 +252,9 @@ static void case_stress(int rounds) {
   CHECK(version_tag(7) == 7, "back on the program's own version");
   CHECK(wait_unmapped("patch_a.so", 5000) && wait_unmapped("patch_b.so", 5000),
         "patches still mapped after the last rollback");
-  printf("stress: %d rounds, %ld checked calls in 4 threads\n", rounds,
-         atomic_load(&calls));
+  printf("stress: %d rounds (%d with the jump into the patch), %ld checked calls in 4 "
+         "threads\n",
+         rounds, settled, atomic_load(&calls));
 }
 
 /* ---- a call in progress finishes on its old code ------------------------------*/
@@ -255,6 +293,156 @@ static void case_inflight(void) {
   CHECK(version_tag(1) == 1, "second rollback returns to the program");
   CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == MOLT_ENOHISTORY,
         "nothing left to roll back");
+}
+
+/* ---- MOLT_COUNT_CALLS=1: entries never jump into a patch ------------------*/
+
+static void case_counted(void) {
+  char err[512];
+  CHECK(getenv("MOLT_COUNT_CALLS") != NULL, "run with MOLT_COUNT_CALLS=1");
+  CHECK(apply("patch_a.so", err, sizeof err) == 0, "%s", err);
+  sleep_ms(500); /* many passes: the old generation is long reclaimed */
+  CHECK(strcmp(entry_state("version_tag"), "dispatch") == 0 &&
+            strcmp(entry_state("rec"), "dispatch") == 0,
+        "a counting program's patched entry left the dispatch path: %s",
+        entry_state("version_tag"));
+  CHECK(version_tag(4) == 1004 && rec(3) == 1, "patch a runs: %d", version_tag(4));
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  CHECK(wait_entry("version_tag", "direct", 10000),
+        "version 0 is entered direct again: %s", entry_state("version_tag"));
+  CHECK(wait_unmapped("patch_a.so", 10000), "patch a still mapped after its rollback");
+  CHECK(version_tag(4) == 4, "version 0: %d", version_tag(4));
+}
+
+/* ---- proofs: a patch entered by direct jumps is unloaded only once no
+ * thread runs it (core/proof.c) -------------------------------------------*/
+
+static atomic_bool busy_stop;
+static atomic_long busy_calls;
+
+/* Never blocks: calls updatable functions in a loop (the proof must come
+ * from its own answers on the dispatch path). */
+static void *busy_caller(void *arg) {
+  (void)arg;
+  while (!atomic_load(&busy_stop)) {
+    int r = version_tag(3) + through_static(2);
+    if (r % 1000 != 7)
+      atomic_fetch_add(&bad, 1);
+    atomic_fetch_add_explicit(&busy_calls, 1, memory_order_relaxed);
+  }
+  return NULL;
+}
+
+typedef struct pipe_thread {
+  int call_fd, after_fd; /* the patched call reads call_fd, then it waits on after_fd */
+  atomic_int tid;
+  int result;
+} pipe_thread;
+
+static void *pipe_caller(void *arg) {
+  pipe_thread *p = arg;
+  atomic_store(&p->tid, (int)syscall(SYS_gettid));
+  p->result = pipe_call(p->call_fd);
+  /* Out of the patch, but alive and blocked (in program code): proved out
+   * by a read of its stack, not by its exit. */
+  unsigned char c;
+  if (read(p->after_fd, &c, 1) != 1)
+    p->result = -2;
+  return NULL;
+}
+
+static void *spin_caller(void *arg) {
+  *(int *)arg = spin_call();
+  return NULL;
+}
+
+/* Thread tid is blocked in read(2) (syscall 0) per the kernel. */
+static bool in_read(int tid, int ms) {
+  char path[64], buf[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+  for (int t = 0; t < ms; t += 5) {
+    int fd = open(path, O_RDONLY);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+      close(fd);
+    if (n > 2 && strncmp(buf, "0 ", 2) == 0)
+      return true;
+    sleep_ms(5);
+  }
+  return false;
+}
+
+static void case_proof(void) {
+  char err[512];
+  enum { BUSY = 2 };
+  pthread_t busy[BUSY];
+  for (int i = 0; i < BUSY; i++)
+    pthread_create(&busy[i], NULL, busy_caller, NULL);
+
+  /* A thread blocked in the kernel inside the patch, entered by the direct
+   * jump, while the patch is rolled back. */
+  CHECK(apply("patch_proof.so", err, sizeof err) == 0, "%s", err);
+  CHECK(wait_entry("pipe_call", "patch", 10000),
+        "pipe_call does not jump into the patch: %s", entry_state("pipe_call"));
+  int call_pipe[2], after_pipe[2];
+  CHECK(pipe(call_pipe) == 0 && pipe(after_pipe) == 0, "pipe");
+  pipe_thread pt = {call_pipe[0], after_pipe[0], 0, -1};
+  pthread_t pth;
+  pthread_create(&pth, NULL, pipe_caller, &pt);
+  while (!atomic_load(&pt.tid))
+    sched_yield();
+  CHECK(in_read(atomic_load(&pt.tid), 10000), "the pipe thread never blocked in read");
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  CHECK(version_tag(1) == 1, "rolled back: %d", version_tag(1));
+  sleep_ms(1500); /* many passes, and past the time entries keep dispatching */
+  CHECK(maps_count("patch_proof.so") > 0,
+        "the patch was unloaded while a thread was blocked inside it");
+  CHECK(wait_entry("version_tag", "direct", 10000), "version_tag stays %s",
+        entry_state("version_tag"));
+  CHECK(write(call_pipe[1], "x", 1) == 1, "write");
+  /* The call returns into program code, and the thread blocks there. */
+  CHECK(in_read(atomic_load(&pt.tid), 10000), "the pipe thread did not block again");
+  CHECK(wait_unmapped("patch_proof.so", 10000),
+        "the patch still mapped after the blocked call returned");
+  long before = atomic_load(&busy_calls);
+  sleep_ms(50);
+  CHECK(atomic_load(&busy_calls) > before, "the busy threads stopped calling");
+
+  /* A thread spinning in the patch (never blocked; it calls an updatable
+   * function in its loop, so it answers on the dispatch path -- with
+   * the patch on its stack), while the patch is rolled back. */
+  CHECK(apply("patch_proof.so", err, sizeof err) == 0, "%s", err);
+  CHECK(wait_entry("spin_call", "patch", 10000),
+        "spin_call does not jump into the patch: %s", entry_state("spin_call"));
+  __atomic_store_n(&spin_hold, 1, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&spin_entered, 0, __ATOMIC_SEQ_CST);
+  int spin_result = -1;
+  pthread_t sth;
+  pthread_create(&sth, NULL, spin_caller, &spin_result);
+  while (!__atomic_load_n(&spin_entered, __ATOMIC_SEQ_CST))
+    sched_yield();
+  CHECK(molt_rollback(MOLT_POLICY_IMMEDIATE, -1, err, sizeof err) == 0, "%s", err);
+  sleep_ms(1500);
+  CHECK(maps_count("patch_proof.so") > 0,
+        "the patch was unloaded while a thread was spinning inside it");
+  __atomic_store_n(&spin_hold, 0, __ATOMIC_SEQ_CST);
+  pthread_join(sth, NULL);
+  CHECK(spin_result == 1000,
+        "the spinning call finished on %d, expected the patch's 1000", spin_result);
+  CHECK(wait_unmapped("patch_proof.so", 10000),
+        "the patch still mapped after the spinning thread left it");
+
+  CHECK(write(after_pipe[1], "y", 1) == 1, "write");
+  pthread_join(pth, NULL);
+  CHECK(pt.result == 1000 + 'x',
+        "the blocked call finished on %d, expected the patch's %d", pt.result,
+        1000 + 'x');
+  atomic_store(&busy_stop, true);
+  for (int i = 0; i < BUSY; i++)
+    pthread_join(busy[i], NULL);
+  CHECK(atomic_load(&bad) == 0, "%ld busy calls returned a wrong result",
+        atomic_load(&bad));
+  printf("proof: %ld calls of the busy threads\n", atomic_load(&busy_calls));
 }
 
 /* ---- H6: patch code reaches the live statics and globals ---------------------*/
@@ -1779,7 +1967,8 @@ int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr,
             "usage: %s "
-            "stress|inflight|static|maps|refuse|socket|locks|atomic|wakeup|cancel|"
+            "stress|inflight|proof|counted|static|maps|refuse|socket|locks|atomic|wakeup|"
+            "cancel|"
             "verdict|selfglobal|imports|pinned|ctor|callbacks|serve PATCH_DIR [ROUNDS]\n",
             argv[0]);
     return 2;
@@ -1794,6 +1983,10 @@ int main(int argc, char **argv) {
     case_entry();
   else if (!strcmp(c, "inflight"))
     case_inflight();
+  else if (!strcmp(c, "proof"))
+    case_proof();
+  else if (!strcmp(c, "counted"))
+    case_counted();
   else if (!strcmp(c, "static"))
     case_static();
   else if (!strcmp(c, "maps"))

@@ -44,6 +44,7 @@ endfunction()
 
 molt_runtime_patch(patch_a ${RT}/patch_a.c test_runtime)
 molt_runtime_patch(patch_b ${RT}/patch_b.c test_runtime)
+molt_runtime_patch(patch_proof ${RT}/patch_proof.c test_runtime)
 molt_runtime_patch(patch_missing ${RT}/patch_missing.c test_runtime)
 molt_runtime_patch(patch_nofunc ${RT}/patch_nofunc.c test_runtime)
 molt_runtime_patch(patch_table ${RT}/patch_table.c test_runtime)
@@ -82,11 +83,16 @@ molt_runtime_patch(fdhost_b ${RT}/patch_b.c fdhost)
 
 add_custom_target(runtime_test_files ALL DEPENDS ${RT_PATCH_FILES} plain_lib abi_other)
 
-foreach(case entry stress inflight static maps refuse socket locks atomic wakeup cancel verdict
+foreach(case entry stress inflight proof static maps refuse socket locks atomic wakeup cancel verdict
              selfglobal imports pinned forkglobal forklocks fifo ctor callbacks)
   add_test(NAME runtime_${case} COMMAND test_runtime ${case} ${RT_OUT})
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")
 endforeach()
+# A program that counts every call (guide §6): entries never jump into a
+# patch.
+add_test(NAME runtime_counted COMMAND test_runtime counted ${RT_OUT})
+set_tests_properties(runtime_counted PROPERTIES TIMEOUT 120 LABELS "runtime;concurrency"
+  ENVIRONMENT "MOLT_COUNT_CALLS=1")
 # Their children start a runtime thread after a fork of a threaded process,
 # which TSan refuses by default (die_after_fork).
 set_tests_properties(runtime_forkglobal runtime_forklocks PROPERTIES

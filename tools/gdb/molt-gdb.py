@@ -219,7 +219,7 @@ class MoltStatus(gdb.Command):
         for d in _descriptors():
             target = _entry_target(d["entry"])
             entry = "direct" if target == d["body"] else \
-                "dispatch" if target == d["dispatch"] else "?"
+                "dispatch" if target == d["dispatch"] else "patch"
             version = "?"
             if d["index"] < size:
                 v = _u64(table + 8 * d["index"])

@@ -10,11 +10,13 @@
  *   gen.c      generations: slots, tables, numbering, owners, publication,
  *              reclamation; molt_generation()
  *   module.c   registered modules and their updatable functions
+ *   proof.c    proofs that no thread still runs a superseded patch that
+ *              calls reached by a direct jump (uncounted)
  *   oldcode.c  which threads still run version 0 of a replaced function
  *   shadow.c   shadow data (molt_shadow_*, molt.h): per-object data of hot
  *              patches, which belongs to no mode and outlives its patch
  *
- * Within the layer: module -> gen -> entry, thread (no calls back up);
+ * Within the layer: module -> gen -> entry, proof -> thread (no calls back up);
  * shadow.c calls nothing of the others.
  * The functions of entry.c, gen.c and module.c run with molt__rt_lock held
  * unless their comment says otherwise; the registry (thread.c) takes its
@@ -36,6 +38,11 @@ molt__threads_foreach(void (*fn)(void *arg, const molt__thread *t, pid_t tid), v
 /* Points the view of every thread that has one at g (immediate and global
  * switches). */
 MOLT__HIDDEN void molt__threads_set_views(molt__gen *g);
+/* The calling thread's own stack as found at its registration (0, 0: not
+ * registered or not known). */
+MOLT__HIDDEN void molt__thread_own_stack(uintptr_t *lo, uintptr_t *hi);
+/* The stack of registered thread tid; false if it is not registered. */
+MOLT__HIDDEN bool molt__thread_stack_of(pid_t tid, uintptr_t *lo, uintptr_t *hi);
 /* fork(): hold the registry across it; in the child keep only the caller. */
 MOLT__HIDDEN void molt__threads_lock(void);
 MOLT__HIDDEN void molt__threads_unlock(void);
@@ -46,13 +53,23 @@ MOLT__HIDDEN void molt__threads_after_fork_child(void);
  * on failure `why` names the function. */
 MOLT__HIDDEN int molt__entries_add(const molt__fn_desc *start, uint32_t first, uint32_t n,
                                    char *why, size_t whylen);
-/* Before g is published: every entry g maps to another version than
- * version 0 jumps to its dispatch path. */
+/* Before g is published: every entry that jumps straight to a version
+ * other than the one g maps it to jumps to its dispatch path. */
 MOLT__HIDDEN int molt__entries_prepare(const molt__gen *g, char *err, size_t errlen);
-/* After reclamation: every dispatching entry that no live generation
- * replaces (replaced[i] == 0, i < n) jumps direct again. */
-MOLT__HIDDEN void molt__entries_relax(const uint32_t *replaced, uint32_t n);
-MOLT__HIDDEN bool molt__entry_dispatching(uint32_t index);
+typedef struct molt__owner molt__owner;
+/* After reclamation: every dispatching entry i (i < n) on whose version all
+ * live generations agree (agreed[i]; NULL: they do not) jumps straight to
+ * it: direct for version 0, through its trampoline to a patch version of
+ * owners[i] (NULL: that owner may not be entered uncounted, stay).  Marks
+ * such owners entered_directly. */
+MOLT__HIDDEN void molt__entries_relax(void *const *agreed, molt__owner *const *owners,
+                                      uint32_t n);
+/* Every entry that jumps direct or into a patch jumps to its dispatch path
+ * (while a proof waits for threads that never block, proof.c); the next
+ * relax moves them back. */
+MOLT__HIDDEN void molt__entries_hold(void);
+/* "direct", "patch" or "dispatch" (status). */
+MOLT__HIDDEN const char *molt__entry_state(uint32_t index);
 
 /* ---- gen.c: generations ----------------------------------------------------*/
 /*
@@ -63,13 +80,19 @@ MOLT__HIDDEN bool molt__entry_dispatching(uint32_t index);
  * outside molt__rt_lock (release may dlclose).  The fields after `release`
  * are gen.c's own.
  */
-typedef struct molt__owner molt__owner;
 struct molt__owner {
   const char *id;                  /* shown as a function's version in status */
-  void (*release)(molt__owner *o); /* no live generation points into o now */
+  void (*release)(molt__owner *o); /* no live generation points into o now,
+                                      and no thread runs its code */
   size_t gen_refs;                 /* live generations pointing into it      */
   uint64_t mark;                   /* scratch of gen.c (distinct owners)     */
   molt__owner *release_next;       /* list built by molt__gen_reclaim        */
+  /* Some entry jumped straight into its code since it was loaded (entry.c):
+   * calls it ran were not counted, so proof.c must show that no thread
+   * runs it before it is released; direct_code is such a version (where
+   * proof.c finds the object's code). */
+  bool entered_directly;
+  void *direct_code;
 };
 
 MOLT__HIDDEN void molt__gen_init(void);
@@ -124,8 +147,31 @@ MOLT__HIDDEN void molt__gen_scan(molt__gen_usage *u);
  * *released; the caller hands them to molt__owners_release AFTER releasing
  * molt__rt_lock.  Returns the number of retired generations still alive. */
 MOLT__HIDDEN size_t molt__gen_reclaim(molt__owner **released);
-/* Calls each owner's release hook (no molt__rt_lock held). */
-MOLT__HIDDEN void molt__owners_release(molt__owner *list);
+/* After a pass that freed a generation (and no proof holds the dispatch
+ * path): entries on whose version every live generation agrees jump
+ * straight to it (entry.c). */
+MOLT__HIDDEN void molt__gen_relax_if_due(void);
+/* While molt__proof_holds_dispatch: every entry dispatches, and relaxes
+ * once the hold ends; else molt__gen_relax_if_due. */
+MOLT__HIDDEN void molt__gen_hold_or_relax(void);
+
+/* ---- proof.c: no thread runs a superseded patch -----------------------------*/
+MOLT__HIDDEN void molt__proof_init(void);
+/* Whether the entries of owner o may jump straight into its code (not when
+ * the program counts every call, MOLT_COUNT_CALLS, nor while too many
+ * proofs are pending). */
+MOLT__HIDDEN bool molt__proof_accepts(const molt__owner *o);
+/* Every entry takes its dispatch path while a proof waits for a thread that
+ * does not block (for a second, then a second every 16 s): threads that
+ * never block answer there. */
+MOLT__HIDDEN bool molt__proof_holds_dispatch(void);
+/* One pass (runtime thread, op_lock held, no molt__rt_lock): the owners in
+ * `released` (no live generation points into them) are released at once
+ * if no call reached them uncounted, else once every thread has been
+ * proved out of their code.  Returns the number of owners still waiting
+ * for a proof. */
+MOLT__HIDDEN size_t molt__proof_pass(molt__owner *released);
+MOLT__HIDDEN void molt__proof_after_fork_child(void);
 
 /* ---- module.c: modules and their updatable functions -------------------------*/
 typedef struct molt__module {

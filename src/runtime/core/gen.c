@@ -7,14 +7,12 @@
  * reads molt__current, molt__gens[s] and the counters without any lock;
  * the comments at each store say how it is ordered against those readers.
  *
- * Besides the tables, gen.c keeps per function index the number of
- * published, not yet reclaimed generations that map it to something else
- * than version 0 (`replaced`; counted when a generation is published, in
- * the loop that collects its owners).  After a reclamation pass it hands
- * that array to entry.c, which moves entries that no such generation
- * replaces any more back to their direct jump -- entries learn it without
- * asking.  (A generation built but not yet published does not count: its
- * publication prepares its entries again.) */
+ * Once reclamation has freed a generation, gen.c works out per function
+ * index whether all published, not yet reclaimed generations map it to one
+ * version (molt__gen_relax_if_due) and hands that to entry.c, which makes
+ * such entries jump straight to it -- entries learn it without asking.  (A
+ * generation built but not yet published does not count: its publication
+ * prepares its entries again.) */
 #include "core/core.h"
 
 #include <stdlib.h>
@@ -28,7 +26,7 @@ typedef struct priv {
   molt__owner **entry_owner; /* per entry: owner of its version, NULL = program */
   molt__owner **owners;      /* distinct owners the table points into */
   size_t nowners;
-  bool counted; /* published: its entries count in `replaced` */
+  bool counted; /* published (its owners are referenced) */
   uint64_t retired_at_ns;
 } priv;
 
@@ -43,11 +41,10 @@ static unsigned next_slot = 1;
 static bool reclaim_ok;
 static uint64_t mark_stamp;
 static uint64_t last_number; /* highest generation number published */
+static bool relax_due;       /* a generation was freed since the last relax */
 
-/* Per function index: version 0, and how many published generations still
- * alive replace it. */
+/* Per function index: version 0. */
 static void **bodies;
-static uint32_t *replaced;
 static uint32_t nfns, capfns;
 
 void molt__gen_init(void) {
@@ -85,14 +82,9 @@ int molt__gen_add_functions(const molt__fn_desc *start, uint32_t first, uint32_t
     while (cap < first + n)
       cap *= 2;
     void **b = realloc(bodies, cap * sizeof *b);
-    if (b)
-      bodies = b;
-    uint32_t *r = realloc(replaced, cap * sizeof *r);
-    if (r)
-      replaced = r;
-    if (!b || !r)
+    if (!b)
       return MOLT_ENOMEM;
-    memset(replaced + capfns, 0, (cap - capfns) * sizeof *replaced);
+    bodies = b;
     capfns = cap;
   }
   for (uint32_t i = 0; i < n; i++)
@@ -172,9 +164,6 @@ bool molt__gen_live(unsigned s, bool *current) {
 
 static void release_slot(unsigned s) {
   priv *p = &privs[s];
-  if (p->counted)
-    for (uint32_t i = 0; i < molt__gens[s].size; i++)
-      replaced[i] -= p->entry_owner[i] != NULL;
   free(p->table);
   free(p->entry_owner);
   free(p->owners);
@@ -183,8 +172,8 @@ static void release_slot(unsigned s) {
 
 void molt__gen_discard(molt__gen *g) { release_slot(g->slot); }
 
-/* The distinct owners g's table points into, each referenced once; and
- * g's replaced entries counted (at publication). */
+/* The distinct owners g's table points into, each referenced once (at
+ * publication). */
 static int collect_owners(molt__gen *g) {
   priv *p = &privs[g->slot];
   uint64_t stamp = ++mark_stamp;
@@ -192,10 +181,7 @@ static int collect_owners(molt__gen *g) {
   molt__owner **list = NULL;
   for (uint32_t i = 0; i < g->size; i++) {
     molt__owner *o = p->entry_owner[i];
-    if (!o)
-      continue;
-    replaced[i]++;
-    if (o->mark == stamp)
+    if (!o || o->mark == stamp)
       continue;
     o->mark = stamp;
     if (n == cap) {
@@ -203,8 +189,6 @@ static int collect_owners(molt__gen *g) {
       molt__owner **nl = realloc(list, nc * sizeof *nl);
       if (!nl) {
         free(list);
-        for (uint32_t k = 0; k <= i; k++) /* not published: uncount */
-          replaced[k] -= p->entry_owner[k] != NULL;
         return MOLT_ENOMEM;
       }
       list = nl;
@@ -332,16 +316,56 @@ size_t molt__gen_reclaim(molt__owner **released) {
     retired--;
     freed = true;
   }
-  if (freed)
-    molt__entries_relax(replaced, nfns);
+  relax_due |= freed;
   return retired;
 }
 
-void molt__owners_release(molt__owner *list) {
-  while (list) {
-    molt__owner *o = list;
-    list = o->release_next;
-    o->release_next = NULL;
-    o->release(o);
+void molt__gen_relax_if_due(void) {
+  if (!relax_due || molt__proof_holds_dispatch())
+    return;
+  /* Per function: the version every published live generation maps it to
+   * (NULL: they disagree), and its owner if that one may be entered
+   * uncounted (core/proof.c decides). */
+  uint32_t n = nfns;
+  void **agreed = malloc((n ? n : 1) * sizeof *agreed);
+  molt__owner **owners = calloc(n ? n : 1, sizeof *owners);
+  if (!agreed || !owners) {
+    free(agreed);
+    free(owners);
+    return; /* entries keep dispatching; the next pass tries again */
+  }
+  bool first = true;
+  for (unsigned s = 0; s < MOLT__SLOTS; s++) {
+    const priv *p = &privs[s];
+    if (!p->in_use || !p->counted)
+      continue;
+    const molt__gen *g = &molt__gens[s];
+    for (uint32_t i = 0; i < n; i++) {
+      void *v = i < g->size ? g->table[i] : bodies[i];
+      if (first) {
+        agreed[i] = v;
+        owners[i] = i < g->size ? p->entry_owner[i] : NULL;
+      } else if (agreed[i] != v) {
+        agreed[i] = NULL;
+      }
+    }
+    first = false;
+  }
+  for (uint32_t i = 0; i < n && !first; i++)
+    if (owners[i] && !molt__proof_accepts(owners[i]))
+      owners[i] = NULL;
+  if (!first)
+    molt__entries_relax(agreed, owners, n);
+  relax_due = false;
+  free(agreed);
+  free(owners);
+}
+
+void molt__gen_hold_or_relax(void) {
+  if (molt__proof_holds_dispatch()) {
+    molt__entries_hold();
+    relax_due = true;
+  } else {
+    molt__gen_relax_if_due();
   }
 }

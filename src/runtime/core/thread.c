@@ -17,6 +17,11 @@ typedef struct reg {
   molt__thread *t;
   pid_t tid;
   bool registered;
+  /* The thread's own stack, [stack_lo, stack_hi) (0, 0: not known): every
+   * frame of the thread lies there unless it runs on another stack (a
+   * signal handler on sigaltstack, a coroutine), which proofs refuse
+   * (core/proof.c). */
+  uintptr_t stack_lo, stack_hi;
   molt__link link;
 } reg;
 
@@ -60,6 +65,20 @@ void molt__thread_register(void) {
   molt__start_if_needed();
   r->t = t;
   r->tid = molt__gettid();
+  if (!r->stack_hi) {
+    /* Once per thread (the main thread's bounds come from /proc/self/maps
+     * inside glibc). */
+    pthread_attr_t a;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+      void *addr;
+      size_t size;
+      if (pthread_attr_getstack(&a, &addr, &size) == 0) {
+        r->stack_lo = (uintptr_t)addr;
+        r->stack_hi = (uintptr_t)addr + size;
+      }
+      pthread_attr_destroy(&a);
+    }
+  }
   molt__lock_acquire(&reg_lock);
   if (!r->registered) {
     molt__list_push(&head, &r->link);
@@ -85,6 +104,26 @@ void molt__threads_foreach(void (*fn)(void *arg, const molt__thread *t, pid_t ti
     fn(arg, r->t, r->tid);
   }
   molt__lock_release(&reg_lock);
+}
+
+void molt__thread_own_stack(uintptr_t *lo, uintptr_t *hi) {
+  *lo = self_reg.stack_lo;
+  *hi = self_reg.stack_hi;
+}
+
+bool molt__thread_stack_of(pid_t tid, uintptr_t *lo, uintptr_t *hi) {
+  bool found = false;
+  molt__lock_acquire(&reg_lock);
+  for (molt__link *l = head; l && !found; l = l->next) {
+    reg *r = MOLT__CONTAINER(l, reg, link);
+    if (r->tid == tid && r->stack_hi) {
+      *lo = r->stack_lo;
+      *hi = r->stack_hi;
+      found = true;
+    }
+  }
+  molt__lock_release(&reg_lock);
+  return found;
 }
 
 void molt__threads_set_views(molt__gen *g) {

@@ -69,8 +69,15 @@ size_t molt__reclaim_locked(void) {
   molt__rt_lock_acquire();
   size_t left = molt__gen_reclaim(&released);
   molt__rt_lock_release();
-  /* Outside molt__rt_lock: releasing an owner may dlclose it. */
-  molt__owners_release(released);
+  /* Outside molt__rt_lock: releasing an owner may dlclose it, and an owner
+   * that calls reached uncounted waits for the proof that no thread runs
+   * it (core/proof.c). */
+  left += molt__proof_pass(released);
+  /* Entries on whose version every live generation agrees jump straight
+   * to it -- not while a proof holds them all on the dispatch path. */
+  molt__rt_lock_acquire();
+  molt__gen_hold_or_relax();
+  molt__rt_lock_release();
   /* A mode's own resources (an old program image whose threads have all
    * moved on, F7: the mode wakes us when the last one does). */
   molt__modes_reclaim();
@@ -283,6 +290,7 @@ static void fork_child(void) {
   molt__fd_after_fork_child();
   molt__log_after_fork_child();
   molt__threads_after_fork_child();
+  molt__proof_after_fork_child();
   molt__switch_after_fork_child();
   molt__modes_fork_child();
   molt__requests_after_fork_child();
@@ -330,6 +338,7 @@ __attribute__((constructor(102))) static void runtime_init(void) {
   molt__log_init();
   molt__threads_init();
   molt__gen_init();
+  molt__proof_init();
   molt__switch_init();
   (void)molt__wake_init(); /* failing puts the runtime into the refusing state */
   pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -112,12 +112,9 @@ void molt__status(molt__buf *out) {
   for (uint32_t i = 0; i < cur->size; i++) {
     molt__fn_desc *d = molt__fn_at(i);
     molt__owner *o = molt__gen_owner(cur, i);
-    const char *f[] = {"function",
-                       d->name,
-                       d->tu,
-                       d->is_static ? "1" : "0",
-                       o ? o->id : "base",
-                       molt__entry_dispatching(i) ? "dispatch" : "direct"};
+    const char *f[] = {
+        "function",          d->name, d->tu, d->is_static ? "1" : "0", o ? o->id : "base",
+        molt__entry_state(i)};
     molt__buf_record(out, 6, f);
   }
   molt__threads_foreach(collect_thread, &tl);

@@ -155,10 +155,21 @@ static void refresh_view(molt__thread *t) {
   }
 }
 
+/* A quiescence or update point answers an open proof round like a
+ * dispatched call (core/proof.c): a thread that calls no updatable
+ * function but passes its points is proved out here. */
+static void answer_proof(molt__thread *t) {
+  if (__builtin_expect(t->proof_round !=
+                           atomic_load_explicit(&molt__proof_round, memory_order_relaxed),
+                       0))
+    molt__thread_prove();
+}
+
 void molt_quiesce(void) {
   molt__thread *t = &molt__self;
   if (__builtin_expect(t->viewp == NULL, 0))
     molt__thread_register();
+  answer_proof(t);
   refresh_view(t);
   /* From now on this thread reads its generation through its view.  Only
    * this thread reads viewp, so a plain store suffices. */
@@ -268,6 +279,8 @@ int molt_update_point(const char *name) {
     fn();
   }
   atomic_store_explicit(&p->point, name, memory_order_relaxed);
+  if (molt__self.viewp)
+    answer_proof(&molt__self);
   if (!atomic_load_explicit(&pending, memory_order_relaxed)) {
     if (molt__self.viewp == &molt__self.view)
       refresh_view(&molt__self);

@@ -1,0 +1,689 @@
+/*
+ * core/proof.c -- proofs that no thread still runs a superseded patch whose
+ * functions were entered by a direct jump.
+ *
+ * Why a proof is needed.  Once every live generation agrees on a patch's
+ * version of a function, its entry jumps straight to that version
+ * (entry.c, "patch" mode): the call costs two jumps and is not counted.
+ * When a later generation replaces or rolls back that version, the counters
+ * (molt/abi.h) say nothing about those calls, so before the patch object is
+ * unloaded the runtime must know by other means that no thread runs its
+ * code (H1, H7), without stopping, signalling or blocking any thread (H10).
+ *
+ * When the question is asked.  An owner (a patch object) comes here from
+ * reclamation when no live generation points into it any more
+ * (molt__gen_reclaim).  From that moment T on no new call can reach its
+ * code: every entry that jumped into it was moved to its dispatch path (or
+ * elsewhere) by molt__entries_prepare, followed by a core-serializing
+ * membarrier, before the generation that stopped using it was published,
+ * and its trampoline quad was pointed at the dispatch path at the same time
+ * (a thread between the entry and the slot goes there); dispatched calls
+ * read generations, none of which names the owner; and nothing else may
+ * hold a pointer into a patch (guide §6; a patch that lets one escape is
+ * pinned and never unloaded).  So a thread that has no frame in the
+ * owner's code at some moment after T never runs it again: it could only
+ * come back by returning into a frame of it.  A frame of the owner is a
+ * return address into its code on the thread's stack (its calls push
+ * one; a tail call leaves none but also leaves the owner for good), or
+ * the program counter itself, or an interrupted context saved by a signal
+ * frame on the stack -- all words between the thread's stack pointer and
+ * the top of its stack, or its program counter.
+ *
+ * A thread is proved out of owner O when, after T, one of these held:
+ *   1. it is gone (not in /proc/self/task);
+ *   2. it was blocked in the kernel and its stack held no word inside O's
+ *      code, nor its program counter: the runtime thread reads the
+ *      thread's context-switch counts (/proc/self/task/T/status), its
+ *      stack pointer and program counter (/proc/self/task/T/syscall, which
+ *      the kernel reports only for a task that is not running), its stack
+ *      from the stack pointer to the top with process_vm_readv, then the
+ *      syscall file and the counts again: same stack pointer and program
+ *      counter, same counts means the thread did not run while its stack
+ *      was read (to block again it would have had to be switched out,
+ *      which counts), so the words read are the thread's whole stack at
+ *      one moment.  Nothing is stopped or signalled; a read that fails or
+ *      a thread that ran is simply asked again at the next pass;
+ *   3. it checked its own stack, the same way, while running the dispatch
+ *      path of any function, at molt_quiesce or at an update point
+ *      (molt__thread_prove): it is running molt's code, not O's, so its
+ *      frames are exactly the words from its current stack pointer to the
+ *      top of its stack; it read the table of owners under proof (with
+ *      acquire, after T) before reading its stack.  A thread that never
+ *      blocks but calls updatable functions is proved here: while a proof
+ *      waits for a thread that was not found blocked, every entry takes
+ *      its dispatch path (from 5 ms after the proof began -- most threads
+ *      are proved by a read of their stack before -- for a second, then a
+ *      second out of every 16: molt__entries_hold), and molt__proof_round changes at every pass,
+ *      which makes the next dispatched call of every thread answer once.
+ * A thread that is in O (blocked inside it, or spinning in it) is never
+ * proved out, and O stays mapped until it is (guarantee H1); a stale word
+ * left in a live frame can keep O mapped longer than needed (conservative).
+ *
+ * Where the stack is.  A registered thread's stack bounds were taken at its
+ * registration (pthread_getattr_np); an unregistered thread's stack is the
+ * mapping that holds its stack pointer (/proc/self/maps, cached per thread).
+ * A stack pointer outside the registered bounds (a signal handler on
+ * sigaltstack, a coroutine's stack) proves nothing.  What this cannot see
+ * -- frames on another stack than the one the thread runs on: stacks of
+ * suspended coroutines or user-level threads (swapcontext), the
+ * interrupted frames below a handler on sigaltstack of an unregistered
+ * thread -- is why such programs set MOLT_COUNT_CALLS=1: entries then never
+ * jump into patches, every call of a patch is counted, and no proof is
+ * needed (guide §6).
+ *
+ * Owners never entered by a direct jump (counted all along) are released
+ * at once, as before.  At most PROOF_SLOTS owners are under proof at once
+ * (a bit each in a thread's answer); while that many are pending, no new
+ * owner is entered directly (molt__proof_accepts), so pending proofs are
+ * bounded however many patches follow (P6).
+ *
+ * Runs on the runtime thread under op_lock (molt__proof_pass); application
+ * threads only read the published ranges (a sequence lock) and write their
+ * own answer.
+ */
+#include "core/core.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define PROOF_SLOTS 32                   /* bits of a thread's answer        */
+#define RANGES 4                         /* executable segments per owner   */
+#define CHECK_TRIES 4                    /* attempts per thread and pass    */
+#define HOLD_AFTER_NS 5000000ull         /* stacks alone for 5 ms, then     */
+#define HOLD_NS 1000000000ull            /* entries dispatch for 1 s ...    */
+#define HOLD_PERIOD_NS 16000000000ull    /* ... then 1 s out of every 16 s  */
+#define STACK_MAX ((uintptr_t)256 << 20) /* deeper stacks prove nothing     */
+#define CHUNK 65536
+
+MOLT__ATOMIC(uint32_t) molt__proof_round;
+
+typedef struct pending {
+  molt__owner *o;
+  uintptr_t lo[RANGES], hi[RANGES];
+  unsigned nr;
+  pid_t *tids; /* threads not proved out yet (sorted) */
+  size_t ntids;
+  bool capture; /* take the thread list at the next pass */
+  uint64_t since_ns;
+} pending;
+
+static pending table[PROOF_SLOTS]; /* runtime thread, op_lock */
+static molt__owner *waiting;       /* released while the table was full */
+static size_t nwaiting;
+static bool count_calls; /* MOLT_COUNT_CALLS: never enter a patch uncounted */
+/* The last pass found a thread to prove that was not blocked (it can only
+ * answer on the dispatch path). */
+static bool running_unproved;
+
+/* The code ranges of the table as application threads read them: written
+ * under `seq` odd, stable while even (a sequence lock). */
+static MOLT__ATOMIC(uint32_t) seq;
+static MOLT__ATOMIC(uintptr_t) pub_lo[PROOF_SLOTS][RANGES], pub_hi[PROOF_SLOTS][RANGES];
+
+/* Unregistered threads: the mapping that held the stack pointer. */
+typedef struct stack_cache {
+  pid_t tid;
+  uintptr_t lo, hi;
+} stack_cache;
+static stack_cache *stacks;
+static size_t nstacks;
+
+void molt__proof_init(void) {
+  const char *v = getenv("MOLT_COUNT_CALLS");
+  count_calls = v && *v && strcmp(v, "0") != 0;
+}
+
+static size_t npending(void) {
+  size_t n = nwaiting;
+  for (unsigned k = 0; k < PROOF_SLOTS; k++)
+    n += table[k].o != NULL;
+  return n;
+}
+
+bool molt__proof_accepts(const molt__owner *o) {
+  if (count_calls)
+    return false;
+  return o->entered_directly || npending() < PROOF_SLOTS;
+}
+
+bool molt__proof_holds_dispatch(void) {
+  if (!running_unproved)
+    return false;
+  uint64_t now = molt__now_ns();
+  for (unsigned k = 0; k < PROOF_SLOTS; k++) {
+    uint64_t age = now - table[k].since_ns;
+    if (table[k].o && age >= HOLD_AFTER_NS &&
+        (age < HOLD_NS || age % HOLD_PERIOD_NS < HOLD_NS))
+      return true;
+  }
+  return false;
+}
+
+/* ---- the table as application threads see it -------------------------------*/
+
+static void publish(void) {
+  uint32_t s = atomic_load_explicit(&seq, memory_order_relaxed);
+  atomic_store_explicit(&seq, s + 1, memory_order_relaxed);
+  /* release fence: the odd value is visible before any range changes, so a
+   * reader that saw a changed range sees seq changed when it checks. */
+  atomic_thread_fence(memory_order_release);
+  for (unsigned k = 0; k < PROOF_SLOTS; k++)
+    for (unsigned r = 0; r < RANGES; r++) {
+      bool on = table[k].o && r < table[k].nr;
+      atomic_store_explicit(&pub_lo[k][r], on ? table[k].lo[r] : 0, memory_order_relaxed);
+      atomic_store_explicit(&pub_hi[k][r], on ? table[k].hi[r] : 0, memory_order_relaxed);
+    }
+  /* release: the ranges happen before a reader's acquire load of s + 2. */
+  atomic_store_explicit(&seq, s + 2, memory_order_release);
+}
+
+/* The span [*min, *max) of all the ranges (empty: min >= max). */
+static void span_of(const uintptr_t (*lo)[RANGES], const uintptr_t (*hi)[RANGES],
+                    uintptr_t *min, uintptr_t *max) {
+  *min = UINTPTR_MAX;
+  *max = 0;
+  for (unsigned k = 0; k < PROOF_SLOTS; k++)
+    for (unsigned r = 0; r < RANGES; r++)
+      if (lo[k][r] < hi[k][r]) {
+        *min = lo[k][r] < *min ? lo[k][r] : *min;
+        *max = hi[k][r] > *max ? hi[k][r] : *max;
+      }
+}
+
+/* Bit k for every slot k with an owner whose code holds address a. */
+static uint32_t hits_of(uintptr_t a, const uintptr_t (*lo)[RANGES],
+                        const uintptr_t (*hi)[RANGES]) {
+  uint32_t hits = 0;
+  for (unsigned k = 0; k < PROOF_SLOTS; k++)
+    for (unsigned r = 0; r < RANGES; r++)
+      if (a >= lo[k][r] && a < hi[k][r])
+        hits |= 1u << k;
+  return hits;
+}
+
+/* The calling thread checks its own stack (argument 3 of the file comment).
+ * Not instrumented: it reads every word of its own stack, the sanitizers'
+ * redzones between frames included. */
+__attribute__((noinline, no_sanitize("address", "thread", "undefined"))) void
+molt__thread_prove(void) {
+  molt__thread *t = &molt__self;
+  if (!t->viewp)
+    return; /* registers on this very call, answers on the next */
+  /* relaxed: any value that differs from the last one answered asks again. */
+  t->proof_round = atomic_load_explicit(&molt__proof_round, memory_order_relaxed);
+  /* acquire: pairs with publish's release; everything the runtime did
+   * before publishing (the entries moved, the owners' generations freed:
+   * time T of the file comment) happens before the stack read below. */
+  uint32_t s = atomic_load_explicit(&seq, memory_order_acquire);
+  if (s & 1)
+    return; /* being changed: the next round asks again */
+  uintptr_t lo[PROOF_SLOTS][RANGES], hi[PROOF_SLOTS][RANGES], min, max;
+  for (unsigned k = 0; k < PROOF_SLOTS; k++)
+    for (unsigned r = 0; r < RANGES; r++) {
+      lo[k][r] = atomic_load_explicit(&pub_lo[k][r], memory_order_relaxed);
+      hi[k][r] = atomic_load_explicit(&pub_hi[k][r], memory_order_relaxed);
+    }
+  span_of((const uintptr_t(*)[RANGES])lo, (const uintptr_t(*)[RANGES])hi, &min, &max);
+  /* acquire fence: the range loads above complete before seq is read again. */
+  atomic_thread_fence(memory_order_acquire);
+  if (atomic_load_explicit(&seq, memory_order_relaxed) != s)
+    return;
+  uintptr_t slo, shi;
+  molt__thread_own_stack(&slo, &shi);
+  uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+  uint32_t hits = 0;
+  if (!shi || sp < slo || sp >= shi) {
+    hits = UINT32_MAX; /* not on its own stack: proves nothing */
+  } else if (min < max) {
+    for (const volatile uintptr_t *w = (const volatile uintptr_t *)(sp & ~(uintptr_t)7);
+         (uintptr_t)(w + 1) <= shi; w++) {
+      uintptr_t v = *w;
+      if (v >= min && v < max)
+        hits |=
+            hits_of(v, (const uintptr_t(*)[RANGES])lo, (const uintptr_t(*)[RANGES])hi);
+    }
+  }
+  /* release: the runtime reads it with acquire (nothing else is ordered by
+   * it; the value is the whole message). */
+  atomic_store_explicit(&t->proof_answer, (uint64_t)s << 32 | hits, memory_order_release);
+}
+
+/* ---- the runtime thread's side ------------------------------------------------*/
+
+typedef struct find_code {
+  uintptr_t at;
+  pending *p;
+} find_code;
+
+static int code_ranges(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  find_code *f = data;
+  bool mine = false;
+  for (int i = 0; i < info->dlpi_phnum && !mine; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    mine = ph->p_type == PT_LOAD && f->at >= lo && f->at < lo + ph->p_memsz;
+  }
+  if (!mine)
+    return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+      continue;
+    if (f->p->nr == RANGES) {
+      /* More executable segments than we track: one range over them all
+       * (conservative). */
+      f->p->hi[RANGES - 1] = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+      continue;
+    }
+    f->p->lo[f->p->nr] = info->dlpi_addr + ph->p_vaddr;
+    f->p->hi[f->p->nr++] = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+  }
+  return 1;
+}
+
+/* Puts o under proof in a free slot; false if there is none. */
+static bool admit(molt__owner *o) {
+  for (unsigned k = 0; k < PROOF_SLOTS; k++) {
+    pending *p = &table[k];
+    if (p->o)
+      continue;
+    *p = (pending){.o = o, .capture = true, .since_ns = molt__now_ns()};
+    find_code f = {(uintptr_t)o->direct_code, p};
+    /* (The loader's lock: op_lock is above it, molt__rt_lock is not held.) */
+    dl_iterate_phdr(code_ranges, &f);
+    if (!p->nr) {
+      /* Its code is not found (never happens while it is loaded): one
+       * range around the version called directly keeps it mapped. */
+      p->lo[0] = (uintptr_t)o->direct_code;
+      p->hi[0] = p->lo[0] + 1;
+      p->nr = 1;
+    }
+    return true;
+  }
+  return false;
+}
+
+static void drop(pending *p) {
+  free(p->tids);
+  *p = (pending){0};
+}
+
+static int by_tid(const void *a, const void *b) {
+  pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* The process's threads but the caller, sorted. */
+static size_t list_threads(pid_t **out) {
+  *out = NULL;
+  DIR *d = opendir("/proc/self/task");
+  if (!d)
+    return 0;
+  pid_t self = molt__gettid(), *v = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    pid_t tid = (pid_t)atoi(e->d_name);
+    if (tid <= 0 || tid == self)
+      continue;
+    if (n == cap) {
+      size_t nc = cap ? cap * 2 : 16;
+      pid_t *nv = realloc(v, nc * sizeof *nv);
+      if (!nv)
+        break;
+      v = nv;
+      cap = nc;
+    }
+    v[n++] = tid;
+  }
+  closedir(d);
+  if (n)
+    qsort(v, n, sizeof *v, by_tid);
+  *out = v;
+  return n;
+}
+
+static bool has_tid(const pid_t *v, size_t n, pid_t tid) {
+  return bsearch(&tid, v, n, sizeof tid, by_tid) != NULL;
+}
+
+/* Thread tid is proved out of slot k's owner. */
+static void proved(pending *p, pid_t tid) {
+  pid_t *at = bsearch(&tid, p->tids, p->ntids, sizeof tid, by_tid);
+  if (!at)
+    return;
+  memmove(at, at + 1, (size_t)(p->tids + p->ntids - at - 1) * sizeof *at);
+  p->ntids--;
+}
+
+static bool read_at0(int fd, char *buf, size_t len) {
+  ssize_t n = pread(fd, buf, len - 1, 0);
+  if (n <= 0)
+    return false;
+  buf[n] = '\0';
+  return true;
+}
+
+/* Voluntary + involuntary context switches from a status file. */
+static bool switches(int fd, unsigned long long *out) {
+  char buf[4096];
+  if (!read_at0(fd, buf, sizeof buf))
+    return false;
+  const char *v = strstr(buf, "\nvoluntary_ctxt_switches:");
+  const char *nv = strstr(buf, "\nnonvoluntary_ctxt_switches:");
+  if (!v || !nv)
+    return false;
+  *out = strtoull(strchr(v, ':') + 1, NULL, 10) + strtoull(strchr(nv, ':') + 1, NULL, 10);
+  return true;
+}
+
+/* The whole syscall line (compared as is) and its stack pointer and program
+ * counter; false if the thread is running. */
+static bool syscall_at(int fd, char *line, size_t len, uintptr_t *sp, uintptr_t *pc) {
+  if (!read_at0(fd, line, len) || strncmp(line, "running", 7) == 0)
+    return false;
+  char copy[256];
+  snprintf(copy, sizeof copy, "%s", line);
+  char *last = strrchr(copy, ' ');
+  if (!last)
+    return false;
+  *last = '\0';
+  char *prev = strrchr(copy, ' ');
+  if (!prev)
+    return false;
+  *sp = (uintptr_t)strtoull(prev + 1, NULL, 16);
+  *pc = (uintptr_t)strtoull(last + 1, NULL, 16);
+  return *sp != 0;
+}
+
+/* The mapping that holds sp (from /proc/self/maps), cached per thread. */
+static bool mapping_of(pid_t tid, uintptr_t sp, uintptr_t *lo, uintptr_t *hi) {
+  for (size_t i = 0; i < nstacks; i++)
+    if (stacks[i].tid == tid && sp >= stacks[i].lo && sp < stacks[i].hi) {
+      *lo = stacks[i].lo;
+      *hi = stacks[i].hi;
+      return true;
+    }
+  FILE *f = fopen("/proc/self/maps", "re");
+  if (!f)
+    return false;
+  char line[512];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f)) {
+    unsigned long a, b;
+    found = sscanf(line, "%lx-%lx", &a, &b) == 2 && sp >= a && sp < b;
+    if (found) {
+      *lo = a;
+      *hi = b;
+    }
+    /* A line longer than the buffer: skip its rest. */
+    while (!strchr(line, '\n') && fgets(line, sizeof line, f))
+      ;
+  }
+  fclose(f);
+  if (!found)
+    return false;
+  size_t i = 0;
+  while (i < nstacks && stacks[i].tid != tid)
+    i++;
+  if (i == nstacks) {
+    stack_cache *n = realloc(stacks, (nstacks + 1) * sizeof *n);
+    if (!n)
+      return true;
+    stacks = n;
+    nstacks++;
+  }
+  stacks[i] = (stack_cache){tid, *lo, *hi};
+  return true;
+}
+
+/* Argument 2 of the file comment: thread tid, blocked, and the owners its
+ * stack or program counter names (bits of *hits).  False: nothing was
+ * proved (running, ran meanwhile, gone, not on its stack). */
+static bool check_blocked(pid_t tid, uint32_t *hits, uint64_t *buf,
+                          const uintptr_t (*lo)[RANGES], const uintptr_t (*hi)[RANGES]) {
+  char path[64], line1[256], line2[256];
+  snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+  int fs = open(path, O_RDONLY | O_CLOEXEC);
+  snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
+  int fc = open(path, O_RDONLY | O_CLOEXEC);
+  bool ok = false;
+  uintptr_t sp, pc, sp2, pc2, slo = 0, shi = 0;
+  if (fs < 0 || fc < 0 || !syscall_at(fc, line1, sizeof line1, &sp, &pc))
+    goto out;
+  if (molt__thread_stack_of(tid, &slo, &shi)) {
+    if (sp < slo || sp >= shi)
+      goto out; /* on another stack than its own */
+  } else if (!mapping_of(tid, sp, &slo, &shi)) {
+    goto out;
+  }
+  if (shi - sp > STACK_MAX)
+    goto out;
+  uintptr_t min, max;
+  span_of(lo, hi, &min, &max);
+  for (int attempt = 0; attempt < CHECK_TRIES && !ok; attempt++) {
+    unsigned long long c1, c2;
+    if (!switches(fs, &c1) || !syscall_at(fc, line1, sizeof line1, &sp, &pc) ||
+        sp < slo || sp >= shi)
+      continue;
+    uint32_t h = hits_of(pc, lo, hi);
+    bool read_all = true;
+    for (uintptr_t at = sp & ~(uintptr_t)7; at < shi && read_all;) {
+      size_t len = shi - at < CHUNK ? shi - at : CHUNK;
+      struct iovec local = {buf, len}, remote = {(void *)at, len};
+      ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+      if (got <= 0) {
+        read_all = false;
+        break;
+      }
+      for (size_t w = 0; w < (size_t)got / 8; w++)
+        if (buf[w] >= min && buf[w] < max)
+          h |= hits_of((uintptr_t)buf[w], lo, hi);
+      at += (size_t)got;
+    }
+    /* The same blocked state and no context switch in between: the words
+     * are the thread's stack at one moment. */
+    if (read_all && syscall_at(fc, line2, sizeof line2, &sp2, &pc2) &&
+        strcmp(line1, line2) == 0 && switches(fs, &c2) && c1 == c2) {
+      *hits = h;
+      ok = true;
+    }
+  }
+out:
+  if (fs >= 0)
+    close(fs);
+  if (fc >= 0)
+    close(fc);
+  return ok;
+}
+
+typedef struct answers {
+  uint32_t seq;
+} answers;
+
+/* Argument 3: the answers registered threads gave on their own. */
+static void take_answer(void *arg, const molt__thread *t, pid_t tid) {
+  answers *a = arg;
+  /* acquire: pairs with the thread's release store of its answer. */
+  uint64_t v =
+      atomic_load_explicit(&((molt__thread *)t)->proof_answer, memory_order_acquire);
+  if ((uint32_t)(v >> 32) != a->seq)
+    return; /* an answer about another table (or none) */
+  uint32_t hits = (uint32_t)v;
+  for (unsigned k = 0; k < PROOF_SLOTS; k++)
+    if (table[k].o && !table[k].capture && !(hits & (1u << k)))
+      proved(&table[k], tid);
+}
+
+static void release_owner(molt__owner *o) {
+  molt__rt_lock_acquire();
+  /* A rollback may have taken it up again meanwhile: then it is live. */
+  bool live = o->gen_refs != 0;
+  if (!live)
+    o->entered_directly = false; /* counted again until an entry jumps in */
+  molt__rt_lock_release();
+  if (!live)
+    o->release(o);
+}
+
+size_t molt__proof_pass(molt__owner *released) {
+  bool changed = false;
+  /* Owners no generation points into any more: at once if every call was
+   * counted, else under proof (a slot, or the waiting list). */
+  while (released) {
+    molt__owner *o = released;
+    released = o->release_next;
+    o->release_next = NULL;
+    molt__rt_lock_acquire();
+    bool direct = o->entered_directly;
+    molt__rt_lock_release();
+    if (!direct) {
+      o->release(o);
+      continue;
+    }
+    /* Taken up again by a rollback while under proof, and superseded
+     * again: the proof starts over, and answers given before (about the
+     * same table) no longer count -- a new table version. */
+    bool again = false;
+    for (unsigned k = 0; k < PROOF_SLOTS && !again; k++)
+      if (table[k].o == o) {
+        free(table[k].tids);
+        table[k].tids = NULL;
+        table[k].ntids = 0;
+        table[k].capture = true;
+        table[k].since_ns = molt__now_ns();
+        again = changed = true;
+      }
+    if (!again) {
+      o->release_next = waiting;
+      waiting = o;
+      nwaiting++;
+    }
+  }
+  /* Admit waiting owners (oldest first would be nicer; any order is
+   * correct). */
+  while (waiting) {
+    molt__owner *o = waiting;
+    if (!admit(o))
+      break;
+    waiting = o->release_next;
+    o->release_next = NULL;
+    nwaiting--;
+    changed = true;
+  }
+  if (changed)
+    publish();
+  bool any = false;
+  for (unsigned k = 0; k < PROOF_SLOTS; k++)
+    any |= table[k].o != NULL;
+  if (!any) {
+    nstacks = 0;
+    running_unproved = false;
+    return nwaiting;
+  }
+  pid_t *now;
+  size_t nnow = list_threads(&now);
+  /* The thread list of new proofs: every thread now (after T).  One that
+   * starts later cannot reach the owner's code. */
+  for (unsigned k = 0; k < PROOF_SLOTS; k++) {
+    pending *p = &table[k];
+    if (!p->o || !p->capture)
+      continue;
+    p->tids = nnow ? malloc(nnow * sizeof *p->tids) : NULL;
+    if (nnow && !p->tids)
+      continue; /* asked again at the next pass */
+    if (nnow)
+      memcpy(p->tids, now, nnow * sizeof *now);
+    p->ntids = nnow;
+    p->capture = false;
+  }
+  /* 1: gone.  3: answered on their own. */
+  for (unsigned k = 0; k < PROOF_SLOTS; k++)
+    for (size_t i = 0; table[k].o && i < table[k].ntids;)
+      if (!has_tid(now, nnow, table[k].tids[i]))
+        proved(&table[k], table[k].tids[i]);
+      else
+        i++;
+  answers a = {atomic_load_explicit(&seq, memory_order_relaxed)};
+  molt__threads_foreach(take_answer, &a);
+  /* 2: blocked threads, each once for every owner it is not proved out of. */
+  uintptr_t lo[PROOF_SLOTS][RANGES], hi[PROOF_SLOTS][RANGES];
+  for (unsigned k = 0; k < PROOF_SLOTS; k++)
+    for (unsigned r = 0; r < RANGES; r++) {
+      bool on = table[k].o && r < table[k].nr;
+      lo[k][r] = on ? table[k].lo[r] : 0;
+      hi[k][r] = on ? table[k].hi[r] : 0;
+    }
+  uint64_t *buf = malloc(CHUNK);
+  running_unproved = false;
+  for (size_t i = 0; buf && i < nnow; i++) {
+    bool wanted = false;
+    for (unsigned k = 0; k < PROOF_SLOTS && !wanted; k++)
+      wanted = table[k].o && !table[k].capture &&
+               bsearch(&now[i], table[k].tids, table[k].ntids, sizeof(pid_t), by_tid);
+    uint32_t hits;
+    if (!wanted)
+      continue;
+    if (!check_blocked(now[i], &hits, buf, (const uintptr_t(*)[RANGES])lo,
+                       (const uintptr_t(*)[RANGES])hi)) {
+      running_unproved = true;
+      continue;
+    }
+    for (unsigned k = 0; k < PROOF_SLOTS; k++)
+      if (table[k].o && !table[k].capture && !(hits & (1u << k)))
+        proved(&table[k], now[i]);
+  }
+  free(buf);
+  /* Forget cached stacks of threads that are gone (a new thread may get
+   * the number and another stack). */
+  size_t kept = 0;
+  for (size_t i = 0; i < nstacks; i++)
+    if (has_tid(now, nnow, stacks[i].tid))
+      stacks[kept++] = stacks[i];
+  nstacks = kept;
+  free(now);
+  /* Owners every thread is proved out of are released. */
+  changed = false;
+  size_t left = nwaiting;
+  for (unsigned k = 0; k < PROOF_SLOTS; k++) {
+    pending *p = &table[k];
+    if (!p->o)
+      continue;
+    if (p->capture || p->ntids) {
+      left++;
+      continue;
+    }
+    molt__owner *o = p->o;
+    drop(p);
+    changed = true;
+    release_owner(o);
+  }
+  if (changed)
+    publish();
+  if (left)
+    /* A new round: every thread's next dispatched call answers again.
+     * relaxed: the answer carries the table's version, which is what the
+     * answer is checked against. */
+    atomic_fetch_add_explicit(&molt__proof_round, 1, memory_order_relaxed);
+  return left;
+}
+
+/* In the child of fork() only the forking thread exists, with a copy of
+ * its stack, under a new number: every proof takes the thread list again. */
+void molt__proof_after_fork_child(void) {
+  for (unsigned k = 0; k < PROOF_SLOTS; k++)
+    if (table[k].o) {
+      free(table[k].tids);
+      table[k].tids = NULL;
+      table[k].ntids = 0;
+      table[k].capture = true;
+    }
+  nstacks = 0;
+}
