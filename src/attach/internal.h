@@ -110,6 +110,15 @@ MOLT__HIDDEN void molt__os_resume_all(attach_stop *s);
 MOLT__HIDDEN int molt__os_syscall(attach_thread *t, uint64_t insn, long nr,
                                   const uint64_t args[6], long *ret, char *err,
                                   size_t errlen);
+/* Single-steps stopped thread t (PTRACE_SINGLESTEP) while still(its ip)
+ * holds, at most max_steps instructions (*steps: how many ran); t->regs
+ * follow.  0 once still() is false; 1 if it is not after max_steps, or t
+ * holds a signal its stop kept back, or a signal came in, or the next
+ * instruction is a system call (never stepped: it may block).  The
+ * thread stays stopped. */
+MOLT__HIDDEN int molt__os_step_while(pid_t pid, attach_thread *t,
+                                     bool (*still)(uint64_t ip, void *arg), void *arg,
+                                     int max_steps, int *steps);
 /* Runs stopped thread t from registers r until it stops with SIGSEGV at
  * `trap` (0: returned, *out its registers), a synchronous signal of its
  * own (1: crashed, *sig the signal, *out where), or timeout_ms passes (2:

@@ -750,6 +750,50 @@ int molt__os_syscall(attach_thread *t, uint64_t insn, long nr, const uint64_t ar
   return rc;
 }
 
+int molt__os_step_while(pid_t pid, attach_thread *t,
+                        bool (*still)(uint64_t ip, void *arg), void *arg, int max_steps,
+                        int *steps) {
+  *steps = 0;
+  if (!t->stopped || t->sig != 0)
+    return 1; /* a signal held back by its stop: a frame would be pushed */
+  if (t->regs_changed && ptrace(PTRACE_SETREGS, t->tid, 0, &t->regs) != 0)
+    return 1;
+  t->regs_changed = false;
+  while (still(molt__arch_ip(&t->regs), arg)) {
+    /* A system call is never stepped: it may block (pause, read), and the
+     * step with it, while every other thread waits. */
+    uint8_t insn[ATTACH_SYSCALL_LEN];
+    if (*steps >= max_steps ||
+        molt__os_read(pid, molt__arch_ip(&t->regs), insn, sizeof insn) != 0 ||
+        molt__arch_is_syscall(insn))
+      return 1;
+    if (ptrace(PTRACE_SINGLESTEP, t->tid, 0, 0) != 0)
+      return 1;
+    (*steps)++;
+    int st;
+    pid_t w;
+    do
+      w = waitpid(t->tid, &st, __WALL);
+    while (w < 0 && errno == EINTR);
+    if (w < 0 || !WIFSTOPPED(st)) {
+      t->stopped = false; /* gone (killed meanwhile): nothing to resume */
+      return 1;
+    }
+    if (ptrace(PTRACE_GETREGS, t->tid, 0, &t->regs) != 0)
+      return 1;
+    if ((st >> 16) == 0 && WSTOPSIG(st) != SIGTRAP) {
+      /* a signal came in before the instruction ran: kept for the resume
+       * (its frame would save an ip inside the bytes: the caller backs
+       * off and a later stop sees the handler's frame) */
+      t->sig = WSTOPSIG(st);
+      return 1;
+    }
+    if ((st >> 16) != 0)
+      return 1; /* an event stop (clone): not stepped further */
+  }
+  return 0;
+}
+
 /* ---- running code on a stopped thread (callback.c) ------------------------------ */
 
 /* A signal the kernel raises for the instruction a thread runs: a crash of

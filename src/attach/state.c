@@ -70,6 +70,7 @@ void molt__state_format(const molt__attach_state *st, molt__buf *b) {
   molt__buf_printf(b, "stop_ms\t%.3f\n", st->stop_ms);
   molt__buf_printf(b, "threads\t%d\n", st->threads);
   molt__buf_printf(b, "attempts\t%d\n", st->attempts);
+  molt__buf_printf(b, "stepped\t%d\n", st->stepped);
   molt__buf_printf(b, "time\t%lld\n", st->time);
   molt__buf_pair(b, "note", st->note);
   molt__buf_pair(b, "callbacks", st->callbacks);
@@ -123,6 +124,8 @@ int molt__state_parse(const char *text, molt__attach_state *st) {
       st->threads = atoi(v);
     else if (strcmp(k, "attempts") == 0)
       st->attempts = atoi(v);
+    else if (strcmp(k, "stepped") == 0)
+      st->stepped = atoi(v);
     else if (strcmp(k, "time") == 0)
       st->time = strtoll(v, NULL, 10);
     else if (strcmp(k, "note") == 0)
