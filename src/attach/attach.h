@@ -35,7 +35,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define MOLT__ATTACH_MAX_FUNCS 64
+#define MOLT__ATTACH_MAX_FUNCS 1024
 #define MOLT__ATTACH_MAX_BYTES 16  /* rewritten bytes per function, at most */
 #define MOLT__ATTACH_MAX_LEVELS 16 /* patches stacked on one process, at most */
 

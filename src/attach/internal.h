@@ -373,9 +373,15 @@ MOLT__HIDDEN void molt__callbacks_post(pid_t pid, molt__attach_state *st,
 #define ATTACH_PAGE 4096u
 #define ATTACH_STATE_PAGE(st) ((st)->code_end - ATTACH_STATE_SIZE)
 /* The state pages at the end of the staged mapping: room for the longest
- * record (64 functions of 127-character names, a 4095-character patch
- * path, a full note: about 21 KiB; molt__state_save refuses a longer one
- * rather than cut it). */
-#define ATTACH_STATE_SIZE (8 * ATTACH_PAGE)
+ * record -- MOLT__ATTACH_MAX_FUNCS functions of at most 256 bytes each (a
+ * 127-character name, three addresses, 16 bytes twice in hex), plus 8 KiB
+ * for the rest (a 4095-character patch path, a full note, the callbacks):
+ * 264 KiB for 1024 functions; molt__state_save refuses a longer one rather
+ * than cut it.  The memfd is sparse: only the pages the record fills take
+ * memory in the target (two for a small patch, about 64 KiB for 256
+ * functions). */
+#define ATTACH_STATE_SIZE                                                                \
+  ((((unsigned)MOLT__ATTACH_MAX_FUNCS * 256u + 8192u) + ATTACH_PAGE - 1) / ATTACH_PAGE * \
+   ATTACH_PAGE)
 
 #endif /* MOLT_ATTACH_INTERNAL_H */

@@ -270,12 +270,12 @@ int molt__state_load_level(pid_t pid, int level, molt__attach_state *st, char *e
   char *text = NULL;
   FILE *f = fopen(path, "re");
   if (f) {
-    text = calloc(1, 1 << 16);
+    text = calloc(1, ATTACH_STATE_SIZE + 1);
     if (!text) {
       fclose(f);
       return MOLT_ENOMEM;
     }
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
+    size_t n = fread(text, 1, ATTACH_STATE_SIZE, f);
     text[n] = '\0';
     fclose(f);
   }

@@ -1118,6 +1118,64 @@ def test_long_record_in_the_state_pages(built, server, tmp_path):
     threads_free(srv.pid)
 
 
+def test_patch_of_256_functions(built, tmp_path):
+    """bench/attach's generated target with 256 functions, 8 threads
+    calling them all in a loop: the patch replacing every one attaches
+    (was: refused past 64 functions), its record is whole in the state
+    pages (found there without the file under /run), and the rollback puts
+    every function's bytes back."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "attach_bench", os.path.join(HERE, "..", "..", "bench", "attach", "bench.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    exe, so = bench.build_target(str(tmp_path), 256, os.path.dirname(os.path.dirname(MOLTCC)))
+    nm = sh(["nm", exe]).stdout
+    addrs = {m.group(2): int(m.group(1), 16)
+             for m in re.finditer(r"^([0-9a-f]+) T (f\d+)$", nm, re.M)}
+    assert len(addrs) == 256
+    p = subprocess.Popen([exe, "8", "busy"], stdout=subprocess.PIPE, text=True)
+
+    def entries():
+        base = None
+        for l in open("/proc/%d/maps" % p.pid):
+            f = l.split()
+            if len(f) >= 6 and f[5] == os.path.realpath(exe) and int(f[2], 16) == 0:
+                base = int(f[0].split("-")[0], 16)
+                break
+        with open("/proc/%d/mem" % p.pid, "rb") as m:
+            out = {}
+            for name, a in addrs.items():
+                m.seek(base + a)
+                out[name] = m.read(16)
+            return out
+    try:
+        assert p.stdout.readline() == "ready\n"
+        before = entries()
+        r = molt("attach", "--timeout", "20", p.pid, so)
+        assert r.returncode == 0, r.stderr
+        assert "256 functions" in r.stdout, r.stdout
+        after = entries()
+        assert all(after[n] != before[n] for n in addrs), "a function was not rewritten"
+        os.unlink("/run/molt/attach/%d" % p.pid)
+        import json
+        r = molt("status", "--json", p.pid)
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout)
+        assert sorted(f["name"] for f in j["functions"]) == sorted(addrs)
+        assert all(f["state"] == "patched" for f in j["functions"])
+        r = molt("rollback", p.pid)
+        assert r.returncode == 0, r.stderr
+        assert "256 functions restored" in r.stdout, r.stdout
+        assert entries() == before
+        threads_free(p.pid)
+    finally:
+        if os.path.exists("/run/molt/attach/%d" % p.pid):
+            molt("rollback", p.pid)
+        p.kill()
+        p.wait()
+
+
 @pytest.mark.parametrize("kind,why", [
     ("memfd", "refuses memfd_create (EPERM)"),
     ("killexec", "kills the process on mmap of a shared file mapping with "
