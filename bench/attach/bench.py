@@ -210,8 +210,8 @@ def section(res):
       % (STOP_TARGET_MS, TOTAL_TARGET_MS))
     w("")
     w("A generated target (`bench/attach/target.c`, gcc -O2): T threads *blocked* in `read()` "
-      "or *busy* calling the F functions; its attach patch replaces all F (64 is molt "
-      "attach's limit per patch, MOLT__ATTACH_MAX_FUNCS: the 256 rows are refused). Per row "
+      "or *busy* calling the F functions; its attach patch replaces all F (molt "
+      "attach takes up to 1024 per patch, MOLT__ATTACH_MAX_FUNCS). Per row "
       "%d x (1000 busy threads: at most %d x) "
       "`molt attach` + `molt rollback` on one process; stop = every thread stopped (as "
       "`molt attach` prints it), total = the `molt attach` command from exec to exit. "
@@ -240,13 +240,19 @@ def section(res):
       "asleep); their stop is molt's own work: interrupting and waiting for T threads, "
       "reading their registers, writing the jumps. *Busy* threads must each be scheduled to "
       "take the interrupt: with T runnable threads on 2 CPUs (and the other jobs of this "
-      "machine) the stop grows with T time slices -- the scheduler's cost, not the work done "
-      "while stopped -- and a stop that finds a thread inside the first bytes of a function "
-      "resumes, backs off and stops again, which multiplies the total. With 1000 busy threads "
-      "some thread is inside the first bytes of one of the functions at every stop, and the "
-      "attach gives up at its timeout (5 s here) naming the thread and the function. A row "
-      "with a note ended early: the note is molt's message. Rows with 256 functions are "
-      "refused by molt attach itself (at most 64 functions per patch).")
+      "machine) the wait for the last one grows with the run queue -- the scheduler's cost, "
+      "not the work done while stopped. A thread found inside the first bytes of a function "
+      "is single-stepped out of them in the same stop (so *attempts* stays 1), and molt runs "
+      "at SCHED_FIFO 1 from the first interrupt to the last detach, so the threads it "
+      "resumed first do not hold up the others. The *total* of a busy row is mostly waiting "
+      "too: molt's own CPU time is about 10 ms (`time`: 0.01 s user + sys at 100 busy "
+      "threads), the rest waits for target threads to get a core -- likely most of it in "
+      "the staging step, which runs its system calls on one hijacked thread, one "
+      "single-step each, that thread competing with T-1 busy ones at every step (not yet "
+      "measured step by step). A row with a note ended early: the note is molt's "
+      "message. Rows not listed (1000 threads, 64 functions) were not run this time; the "
+      "previous run of them is in git history (1000 busy threads never attached within "
+      "5 s then, a thread always being inside the first bytes).")
     w("")
     srv = res.get("server") or {}
     if srv.get("skipped"):

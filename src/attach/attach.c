@@ -614,14 +614,21 @@ static bool in_function(const molt__attach_state *st, uint64_t a, bool entry,
  * (any word of its stack: conservative).  Its index, the function's and
  * why; or -1. */
 static int in_the_way(const attach_stop *s, const molt__attach_state *st, bool active,
-                      attach_view *v, size_t *fi, const char **why) {
-  for (size_t i = 0; i < s->n; i++) {
+                      attach_view *v, size_t from, size_t *fi, const char **why,
+                      bool *steppable) {
+  *steppable = false;
+  for (size_t i = from; i < s->n; i++) {
     uint64_t ip = molt__arch_ip(&s->t[i].regs);
     /* a system call the thread is restarted in runs from ip - 2 */
     uint64_t back =
         molt__arch_syscall_nr(&s->t[i].regs) >= 0 ? ip - ATTACH_SYSCALL_LEN : ip;
     if (in_bytes(st, ip, fi) || in_bytes(st, back, fi)) {
       *why = "was inside the first bytes of";
+      /* Interrupted in user code (not in a system call, which a step
+       * would restart and maybe block in), no signal held back: it can
+       * be stepped out of them.  With --check-active it would still be
+       * running the function. */
+      *steppable = !active && back == ip && s->t[i].sig == 0;
       return (int)i;
     }
     if (active && in_function(st, ip, true, fi)) {
@@ -661,13 +668,29 @@ static int in_the_way(const attach_stop *s, const molt__attach_state *st, bool a
   return -1;
 }
 
+/* How many instructions a thread is single-stepped to leave the bytes: a
+ * prologue's few are enough; a long first instruction (rep movs, which
+ * traps after each of its rounds when stepped) is left to finish on its
+ * own while molt backs off. */
+#define STEP_MAX 64
+
+static bool still_in_bytes(uint64_t ip, void *arg) {
+  size_t fi;
+  return in_bytes(arg, ip, &fi);
+}
+
 /* Stops every thread with none in the way, retrying with back-off until
- * the deadline.  0 with s stopped, or MOLT_ETIMEDOUT naming who blocked. */
+ * the deadline.  A thread whose ip is inside the bytes to be rewritten is
+ * first single-stepped out of them while the others stay stopped (one
+ * stop, not a retry of the whole stop, for each thread caught there);
+ * *stepped counts them.  0 with s stopped, or MOLT_ETIMEDOUT naming who
+ * blocked. */
 static int stop_clear(pid_t pid, const molt__attach_state *st, bool active,
-                      int timeout_ms, attach_stop *s, int *attempts, char *err,
-                      size_t errlen) {
+                      int timeout_ms, attach_stop *s, int *attempts, int *stepped,
+                      char *err, size_t errlen) {
   uint64_t deadline = molt__os_now_ns() + (uint64_t)timeout_ms * 1000000u;
   long backoff_us = 200;
+  *stepped = 0;
   for (*attempts = 1;; (*attempts)++) {
     /* The maps before the stop (read again during it only for a stack
      * that is not in them). */
@@ -692,7 +715,21 @@ static int stop_clear(pid_t pid, const molt__attach_state *st, bool active,
     }
     size_t fi = 0;
     const char *why = "";
-    int ti = rc == 0 && st ? in_the_way(s, st, active, &v, &fi, &why) : -1;
+    int ti = -1;
+    for (size_t from = 0; rc == 0 && st;) {
+      bool steppable;
+      int steps;
+      ti = in_the_way(s, st, active, &v, from, &fi, &why, &steppable);
+      if (ti < 0 || !steppable ||
+          molt__os_step_while(pid, &s->t[ti], still_in_bytes, (void *)st, STEP_MAX,
+                              &steps) != 0)
+        break;
+      /* out of the bytes: the threads before it were clear already, and
+       * its stack is the one looked at (a step pushes or pops a word at
+       * most: looked at again from it) */
+      (*stepped)++;
+      from = (size_t)ti;
+    }
     if (st)
       molt__view_close(&v);
     if (rc == 0 && ti < 0)
@@ -895,12 +932,13 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
                              errlen);
   attach_stop s;
   memset(&s, 0, sizeof s);
-  int attempts = 0;
+  int attempts = 0, stepped = 0;
   const char *undone = "the staged code was removed, the program is unchanged";
   if (rc == 0)
     rc = safe_point(undone, err, errlen);
   if (rc == 0)
-    rc = stop_clear(pid, st, o->check_active, timeout_ms, &s, &attempts, err, errlen);
+    rc = stop_clear(pid, st, o->check_active, timeout_ms, &s, &attempts, &stepped, err,
+                    errlen);
   if (rc == 0) {
     snprintf(st->phase, sizeof st->phase, "applying");
     rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
@@ -921,6 +959,7 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     molt__os_resume_all(&s);
     st->stop_ms = s.ms;
     st->attempts = attempts;
+    st->stepped = stepped;
   }
   if (rc) {
     /* The functions are untouched (no thread ever ran the staged code):
@@ -1016,13 +1055,13 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   if (rc == 0)
     rc = molt__os_find_syscall(pid, v.maps, v.n, &insn, err, errlen);
   attach_stop s;
-  int attempts = 0;
+  int attempts = 0, stepped = 0;
   if (rc == 0)
     rc = safe_point("nothing was changed", err, errlen);
   /* Restoring needs no thread out of the way: the jump is one instruction,
    * a thread is before it or past it. */
   if (rc == 0)
-    rc = stop_clear(pid, NULL, false, timeout_ms, &s, &attempts, err, errlen);
+    rc = stop_clear(pid, NULL, false, timeout_ms, &s, &attempts, &stepped, err, errlen);
   if (rc) {
     molt__view_close(&v);
     return rc;

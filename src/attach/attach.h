@@ -35,7 +35,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define MOLT__ATTACH_MAX_FUNCS 64
+#define MOLT__ATTACH_MAX_FUNCS 1024
 #define MOLT__ATTACH_MAX_BYTES 16  /* rewritten bytes per function, at most */
 #define MOLT__ATTACH_MAX_LEVELS 16 /* patches stacked on one process, at most */
 
@@ -66,6 +66,7 @@ typedef struct molt__attach_state {
   double stop_ms;                /* how long the threads were stopped */
   int threads;                   /* how many were stopped */
   int attempts;                  /* stops until no thread was in the way */
+  int stepped;                   /* threads single-stepped out of the bytes */
   long long time;                /* of the last change (Unix time) */
   char note[256];                /* e.g. why the staged code is kept mapped */
   char callbacks[256];           /* what its pre/post-update callbacks did */

@@ -110,6 +110,15 @@ MOLT__HIDDEN void molt__os_resume_all(attach_stop *s);
 MOLT__HIDDEN int molt__os_syscall(attach_thread *t, uint64_t insn, long nr,
                                   const uint64_t args[6], long *ret, char *err,
                                   size_t errlen);
+/* Single-steps stopped thread t (PTRACE_SINGLESTEP) while still(its ip)
+ * holds, at most max_steps instructions (*steps: how many ran); t->regs
+ * follow.  0 once still() is false; 1 if it is not after max_steps, or t
+ * holds a signal its stop kept back, or a signal came in, or the next
+ * instruction is a system call (never stepped: it may block).  The
+ * thread stays stopped. */
+MOLT__HIDDEN int molt__os_step_while(pid_t pid, attach_thread *t,
+                                     bool (*still)(uint64_t ip, void *arg), void *arg,
+                                     int max_steps, int *steps);
 /* Runs stopped thread t from registers r until it stops with SIGSEGV at
  * `trap` (0: returned, *out its registers), a synchronous signal of its
  * own (1: crashed, *sig the signal, *out where), or timeout_ms passes (2:
@@ -364,9 +373,15 @@ MOLT__HIDDEN void molt__callbacks_post(pid_t pid, molt__attach_state *st,
 #define ATTACH_PAGE 4096u
 #define ATTACH_STATE_PAGE(st) ((st)->code_end - ATTACH_STATE_SIZE)
 /* The state pages at the end of the staged mapping: room for the longest
- * record (64 functions of 127-character names, a 4095-character patch
- * path, a full note: about 21 KiB; molt__state_save refuses a longer one
- * rather than cut it). */
-#define ATTACH_STATE_SIZE (8 * ATTACH_PAGE)
+ * record -- MOLT__ATTACH_MAX_FUNCS functions of at most 256 bytes each (a
+ * 127-character name, three addresses, 16 bytes twice in hex), plus 8 KiB
+ * for the rest (a 4095-character patch path, a full note, the callbacks):
+ * 264 KiB for 1024 functions; molt__state_save refuses a longer one rather
+ * than cut it.  The memfd is sparse: only the pages the record fills take
+ * memory in the target (two for a small patch, about 64 KiB for 256
+ * functions). */
+#define ATTACH_STATE_SIZE                                                                \
+  ((((unsigned)MOLT__ATTACH_MAX_FUNCS * 256u + 8192u) + ATTACH_PAGE - 1) / ATTACH_PAGE * \
+   ATTACH_PAGE)
 
 #endif /* MOLT_ATTACH_INTERNAL_H */

@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/ptrace.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -539,6 +541,49 @@ static int wait_stop(attach_stop *s, attach_thread *t, uint64_t deadline_ns, cha
   }
 }
 
+/* While every thread is stopped, molt runs ahead of them.  Resuming is
+ * one detach per thread, and each detached thread of a busy program is
+ * runnable at once: on a machine with fewer cores than threads, molt at
+ * the threads' priority shares a core with those it resumed already, and
+ * the last ones stay stopped for as many time slices (measured: 100 busy
+ * threads on 2 cores, 120-600 ms from the first interrupt to the last
+ * detach, all but a few ms of it after the jumps were written).  So from
+ * the first interrupt to the last detach molt takes the lowest real-time
+ * priority (SCHED_FIFO 1), else the highest nice, else (neither allowed)
+ * stays as it is; it only ever sleeps for a bounded time in between
+ * (naps while threads stop, the back-off), so it takes no core away for
+ * longer than the stop itself.  Its own policy comes back at the last
+ * detach. */
+static int hurried; /* 0, 1 real-time, 2 nice */
+static int old_policy, old_nice;
+static struct sched_param old_param;
+
+static void hurry(void) {
+  if (hurried)
+    return;
+  old_policy = sched_getscheduler(0);
+  if (old_policy < 0 || sched_getparam(0, &old_param) != 0)
+    return;
+  errno = 0;
+  old_nice = getpriority(PRIO_PROCESS, 0);
+  if (errno)
+    return;
+  struct sched_param rt = {.sched_priority = 1};
+  if (old_policy == SCHED_OTHER &&
+      sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &rt) == 0)
+    hurried = 1;
+  else if (setpriority(PRIO_PROCESS, 0, -20) == 0)
+    hurried = 2;
+}
+
+static void unhurry(void) {
+  if (hurried == 1)
+    sched_setscheduler(0, old_policy, &old_param);
+  else if (hurried == 2)
+    setpriority(PRIO_PROCESS, 0, old_nice);
+  hurried = 0;
+}
+
 /* Seizes and interrupts thread tid (not yet in s).  0, 1 if gone, or a
  * MOLT_E* code. */
 static int seize(attach_stop *s, pid_t tid, char *err, size_t errlen) {
@@ -629,6 +674,7 @@ static int list_and_seize(attach_stop *s, bool *added, char *err, size_t errlen)
 int molt__os_stop_all(pid_t pid, attach_stop *s, char *err, size_t errlen) {
   memset(s, 0, sizeof *s);
   s->pid = pid;
+  hurry();
   s->t0_ns = molt__os_now_ns();
   bool added = true;
   int rc = 0;
@@ -705,6 +751,7 @@ void molt__os_resume_all(attach_stop *s) {
     ptrace(PTRACE_DETACH, t->tid, 0, (void *)(long)(t->sig > 0 ? t->sig : 0));
   }
   s->ms = (double)(molt__os_now_ns() - s->t0_ns) / 1e6;
+  unhurry();
   free(s->t);
   s->t = NULL;
   s->n = s->cap = 0;
@@ -748,6 +795,50 @@ int molt__os_syscall(attach_thread *t, uint64_t insn, long nr, const uint64_t ar
   if (rc)
     molt__errmsg(err, errlen, "running a system call on thread %d failed", (int)t->tid);
   return rc;
+}
+
+int molt__os_step_while(pid_t pid, attach_thread *t,
+                        bool (*still)(uint64_t ip, void *arg), void *arg, int max_steps,
+                        int *steps) {
+  *steps = 0;
+  if (!t->stopped || t->sig != 0)
+    return 1; /* a signal held back by its stop: a frame would be pushed */
+  if (t->regs_changed && ptrace(PTRACE_SETREGS, t->tid, 0, &t->regs) != 0)
+    return 1;
+  t->regs_changed = false;
+  while (still(molt__arch_ip(&t->regs), arg)) {
+    /* A system call is never stepped: it may block (pause, read), and the
+     * step with it, while every other thread waits. */
+    uint8_t insn[ATTACH_SYSCALL_LEN];
+    if (*steps >= max_steps ||
+        molt__os_read(pid, molt__arch_ip(&t->regs), insn, sizeof insn) != 0 ||
+        molt__arch_is_syscall(insn))
+      return 1;
+    if (ptrace(PTRACE_SINGLESTEP, t->tid, 0, 0) != 0)
+      return 1;
+    (*steps)++;
+    int st;
+    pid_t w;
+    do
+      w = waitpid(t->tid, &st, __WALL);
+    while (w < 0 && errno == EINTR);
+    if (w < 0 || !WIFSTOPPED(st)) {
+      t->stopped = false; /* gone (killed meanwhile): nothing to resume */
+      return 1;
+    }
+    if (ptrace(PTRACE_GETREGS, t->tid, 0, &t->regs) != 0)
+      return 1;
+    if ((st >> 16) == 0 && WSTOPSIG(st) != SIGTRAP) {
+      /* a signal came in before the instruction ran: kept for the resume
+       * (its frame would save an ip inside the bytes: the caller backs
+       * off and a later stop sees the handler's frame) */
+      t->sig = WSTOPSIG(st);
+      return 1;
+    }
+    if ((st >> 16) != 0)
+      return 1; /* an event stop (clone): not stepped further */
+  }
+  return 0;
 }
 
 /* ---- running code on a stopped thread (callback.c) ------------------------------ */

@@ -70,6 +70,7 @@ void molt__state_format(const molt__attach_state *st, molt__buf *b) {
   molt__buf_printf(b, "stop_ms\t%.3f\n", st->stop_ms);
   molt__buf_printf(b, "threads\t%d\n", st->threads);
   molt__buf_printf(b, "attempts\t%d\n", st->attempts);
+  molt__buf_printf(b, "stepped\t%d\n", st->stepped);
   molt__buf_printf(b, "time\t%lld\n", st->time);
   molt__buf_pair(b, "note", st->note);
   molt__buf_pair(b, "callbacks", st->callbacks);
@@ -123,6 +124,8 @@ int molt__state_parse(const char *text, molt__attach_state *st) {
       st->threads = atoi(v);
     else if (strcmp(k, "attempts") == 0)
       st->attempts = atoi(v);
+    else if (strcmp(k, "stepped") == 0)
+      st->stepped = atoi(v);
     else if (strcmp(k, "time") == 0)
       st->time = strtoll(v, NULL, 10);
     else if (strcmp(k, "note") == 0)
@@ -267,12 +270,12 @@ int molt__state_load_level(pid_t pid, int level, molt__attach_state *st, char *e
   char *text = NULL;
   FILE *f = fopen(path, "re");
   if (f) {
-    text = calloc(1, 1 << 16);
+    text = calloc(1, ATTACH_STATE_SIZE + 1);
     if (!text) {
       fclose(f);
       return MOLT_ENOMEM;
     }
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
+    size_t n = fread(text, 1, ATTACH_STATE_SIZE, f);
     text[n] = '\0';
     fclose(f);
   }

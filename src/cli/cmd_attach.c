@@ -141,11 +141,16 @@ int cli_cmd_attach(const cli_args *a) {
     char list[1024];
     names(st, list, sizeof list);
     cli_sanitize(list);
+    char stepped[80] = "";
+    if (st->stepped)
+      snprintf(stepped, sizeof stepped,
+               "; %d thread%s stepped out of the rewritten bytes", st->stepped,
+               st->stepped == 1 ? "" : "s");
     printf("attached %s to %ld as patch %d of its stack: %zu function%s (%s); %d "
-           "thread%s stopped for %.3f ms (%d attempt%s)\n",
+           "thread%s stopped for %.3f ms (%d attempt%s%s)\n",
            abs, (long)a->pid, st->level, st->nfuncs, st->nfuncs == 1 ? "" : "s", list,
            st->threads, st->threads == 1 ? "" : "s", st->stop_ms, st->attempts,
-           st->attempts == 1 ? "" : "s");
+           st->attempts == 1 ? "" : "s", stepped);
     if (st->callbacks[0]) {
       cli_sanitize(st->callbacks);
       printf("callbacks: %s\n", st->callbacks);

@@ -615,7 +615,7 @@ def test_spinning_thread_retried_never_corrupted(built, server):
     for _ in range(6):
         r = molt("attach", "--timeout", "30", srv.pid, built["fix"])
         assert r.returncode == 0, r.stderr
-        attempts.append(int(re.search(r"\((\d+) attempts?\)", r.stdout).group(1)))
+        attempts.append(int(re.search(r"\((\d+) attempts?[;)]", r.stdout).group(1)))
         threads_free(srv.pid)
         n = srv.stats()["new"]
         time.sleep(0.2)
@@ -631,6 +631,101 @@ def test_spinning_thread_retried_never_corrupted(built, server):
     assert st["bad"] == 0, st
     assert st["spin"] > 0
     assert max(attempts) > 1, "no attach had to retry: %s" % attempts
+
+
+# Busy threads calling one short function back to back: at almost every
+# stop one of them is inside its first bytes.  Each checks every result is
+# the old version's or the new one's; a line on stdin prints the counts.
+HAMMER = r"""
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((noinline)) long hot(long x) {
+  long r = x;
+  for (int i = 0; i < 3; i++)
+    r = r * 3 + i;
+  return r;
+}
+static long (*volatile call)(long) = hot;
+static atomic_long bad, fresh;
+static void *hammer(void *arg) {
+  for (long i = (long)arg;; i++) {
+    long want_old = ((i * 3) * 3 + 1) * 3 + 2, want_new = ((i * 5) * 5 + 1) * 5 + 2;
+    long got = call(i);
+    if (got == want_new)
+      atomic_fetch_add_explicit(&fresh, 1, memory_order_relaxed);
+    else if (got != want_old)
+      atomic_fetch_add_explicit(&bad, 1, memory_order_relaxed);
+  }
+  return NULL;
+}
+int main(int argc, char **argv) {
+  pthread_t t;
+  for (long i = 0; i < atol(argv[1]); i++)
+    pthread_create(&t, NULL, hammer, (void *)(i << 20));
+  char line[64];
+  printf("ready\n");
+  fflush(stdout);
+  while (fgets(line, sizeof line, stdin)) {
+    printf("bad %ld new %ld\n", atomic_load(&bad), atomic_load(&fresh));
+    fflush(stdout);
+  }
+  return 0;
+}
+"""
+HAMMER_FIX = """long hot(long x) {
+  long r = x;
+  for (int i = 0; i < 3; i++)
+    r = r * 5 + i;
+  return r;
+}
+"""
+
+
+def test_busy_threads_stepped_out_in_one_stop(built, tmp_path):
+    """24 threads calling hot() back to back: a stop finds some inside its
+    first bytes nearly every time.  They are single-stepped out of them
+    while the others stay stopped, and the jump is written in that same
+    stop (before, the stop was retried until, by luck, no thread was
+    there); no call returns a wrong value."""
+    exe, src, fix, so = (str(tmp_path / n) for n in ("hammer", "hammer.c", "fix.c", "fix.so"))
+    open(src, "w").write(HAMMER)
+    open(fix, "w").write(HAMMER_FIX)
+    r = sh(["gcc", "-O2", "-g", "-pthread", "-Wl,--build-id", "-o", exe, src])
+    assert r.returncode == 0, r.stderr
+    r = sh([MOLTCC, "--molt-attach", "--molt-target", exe, "-O2", "-o", so, fix])
+    assert r.returncode == 0, r.stderr
+    p = subprocess.Popen([exe, "24"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def counts():
+        p.stdin.write("\n")
+        p.stdin.flush()
+        m = re.match(r"bad (\d+) new (\d+)", p.stdout.readline())
+        return int(m.group(1)), int(m.group(2))
+    try:
+        assert p.stdout.readline() == "ready\n"
+        time.sleep(0.2)
+        stepped = 0
+        for _ in range(5):
+            r = molt("attach", "--timeout", "20", p.pid, so)
+            assert r.returncode == 0, r.stderr
+            m = re.search(r"\((\d+) attempts?(?:; (\d+) threads? stepped)?", r.stdout)
+            assert m and m.group(1) == "1", r.stdout
+            stepped += int(m.group(2) or 0)
+            fresh = counts()[1]
+            time.sleep(0.05)
+            assert counts()[1] > fresh, "the threads do not run the new hot()"
+            r = molt("rollback", p.pid)
+            assert r.returncode == 0, r.stderr
+            threads_free(p.pid)
+        assert stepped > 0, "no stop found a thread inside the first bytes"
+        assert counts()[0] == 0
+    finally:
+        if os.path.exists("/run/molt/attach/%d" % p.pid):
+            molt("rollback", p.pid)
+        p.kill()
+        p.wait()
 
 
 def wait_for(pred, what, seconds=10):
@@ -1021,6 +1116,64 @@ def test_long_record_in_the_state_pages(built, server, tmp_path):
     assert "40 functions restored" in r.stdout
     assert attach_maps(srv.pid) == []
     threads_free(srv.pid)
+
+
+def test_patch_of_256_functions(built, tmp_path):
+    """bench/attach's generated target with 256 functions, 8 threads
+    calling them all in a loop: the patch replacing every one attaches
+    (was: refused past 64 functions), its record is whole in the state
+    pages (found there without the file under /run), and the rollback puts
+    every function's bytes back."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "attach_bench", os.path.join(HERE, "..", "..", "bench", "attach", "bench.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    exe, so = bench.build_target(str(tmp_path), 256, os.path.dirname(os.path.dirname(MOLTCC)))
+    nm = sh(["nm", exe]).stdout
+    addrs = {m.group(2): int(m.group(1), 16)
+             for m in re.finditer(r"^([0-9a-f]+) T (f\d+)$", nm, re.M)}
+    assert len(addrs) == 256
+    p = subprocess.Popen([exe, "8", "busy"], stdout=subprocess.PIPE, text=True)
+
+    def entries():
+        base = None
+        for l in open("/proc/%d/maps" % p.pid):
+            f = l.split()
+            if len(f) >= 6 and f[5] == os.path.realpath(exe) and int(f[2], 16) == 0:
+                base = int(f[0].split("-")[0], 16)
+                break
+        with open("/proc/%d/mem" % p.pid, "rb") as m:
+            out = {}
+            for name, a in addrs.items():
+                m.seek(base + a)
+                out[name] = m.read(16)
+            return out
+    try:
+        assert p.stdout.readline() == "ready\n"
+        before = entries()
+        r = molt("attach", "--timeout", "20", p.pid, so)
+        assert r.returncode == 0, r.stderr
+        assert "256 functions" in r.stdout, r.stdout
+        after = entries()
+        assert all(after[n] != before[n] for n in addrs), "a function was not rewritten"
+        os.unlink("/run/molt/attach/%d" % p.pid)
+        import json
+        r = molt("status", "--json", p.pid)
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout)
+        assert sorted(f["name"] for f in j["functions"]) == sorted(addrs)
+        assert all(f["state"] == "patched" for f in j["functions"])
+        r = molt("rollback", p.pid)
+        assert r.returncode == 0, r.stderr
+        assert "256 functions restored" in r.stdout, r.stdout
+        assert entries() == before
+        threads_free(p.pid)
+    finally:
+        if os.path.exists("/run/molt/attach/%d" % p.pid):
+            molt("rollback", p.pid)
+        p.kill()
+        p.wait()
 
 
 @pytest.mark.parametrize("kind,why", [
