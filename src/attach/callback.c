@@ -90,10 +90,11 @@ static long blocked_in(pid_t pid, pid_t tid) {
   return end != buf && nr >= 0 ? nr : -1;
 }
 
-/* Stops a thread of pid that is inside a system call: the main thread
- * first, then the others, those restarted through the restart block
- * last.  0 with s holding it stopped, or MOLT_EBUSY (none is). */
-static int borrow_thread(pid_t pid, attach_stop *s, char *err, size_t errlen) {
+/* One look for a thread of pid that is inside a system call: the main
+ * thread first, then the others, those restarted through the restart
+ * block last.  0 with s holding it stopped, MOLT_ENOENT, or MOLT_EBUSY
+ * (none is). */
+static int borrow_once(pid_t pid, attach_stop *s, char *err, size_t errlen) {
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
   for (int pass = 0; pass < 2; pass++) {
@@ -126,10 +127,32 @@ static int borrow_thread(pid_t pid, attach_stop *s, char *err, size_t errlen) {
       molt__os_resume_all(s);
     }
   }
+  return MOLT_EBUSY;
+}
+
+/* Stops a thread of pid that is inside a system call (borrow_once).  Right
+ * after a stop -- the post-update callback runs just after the jumps --
+ * every thread is re-entering its call and may not be asleep yet, and on
+ * a loaded machine one may stay runnable for a while: look again, backing
+ * off, until timeout_ms.  0 with s holding it stopped, or an error. */
+static int borrow_thread(pid_t pid, int timeout_ms, attach_stop *s, char *err,
+                         size_t errlen) {
+  uint64_t deadline = molt__os_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  long backoff_us = 200;
+  int rc;
+  while ((rc = borrow_once(pid, s, err, errlen)) == MOLT_EBUSY &&
+         molt__os_now_ns() < deadline) {
+    struct timespec ts = {0, backoff_us * 1000};
+    nanosleep(&ts, NULL);
+    if (backoff_us < 50000)
+      backoff_us *= 2;
+  }
+  if (rc != MOLT_EBUSY)
+    return rc;
   molt__errmsg(err, errlen,
-               "no thread of process %d is blocked in a system call to run the "
-               "callback on (every thread is busy); try again",
-               (int)pid);
+               "no thread of process %d was blocked in a system call to run the "
+               "callback on within %.1f s (every thread is busy); try again",
+               (int)pid, timeout_ms / 1000.0);
   return MOLT_EBUSY;
 }
 
@@ -180,7 +203,7 @@ int molt__callback_run(pid_t pid, uint64_t fn, uint64_t trap, int timeout_ms, in
    * its whole run (interrupt.c) and takes them only at its safe points,
    * none of which is inside a callback. */
   attach_stop s;
-  rc = borrow_thread(pid, &s, err, errlen);
+  rc = borrow_thread(pid, timeout_ms, &s, err, errlen);
   if (rc)
     return rc;
   attach_thread *t = &s.t[0];
