@@ -50,6 +50,7 @@ typedef struct cli_args {
   bool all;          /* attach --all: pos[0] is a program, not a pid */
   bool check_active; /* molt attach */
   bool shadow;       /* update --shadow: the operation shadow */
+  const char *rules; /* update --shadow --rules FILE; NULL: none */
   pid_t pid;         /* pos[0], for commands that take one */
   int argc;          /* the whole command line (molt run) */
   char **argv;

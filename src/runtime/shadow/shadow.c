@@ -186,6 +186,20 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
     molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
     return MOLT_ENOMEM;
   }
+  /* The rules, parsed again here: the text came from a client.  No
+   * session runs (checked above, under op_lock), so nobody reads them. */
+  molt__rules *rules = molt__shadow_rules();
+  if (req->rules_len > 0) {
+    int prc = molt__rules_parse(req->rules_name, req->rules, req->rules_len, rules, err,
+                                errlen);
+    if (prc < 0) {
+      rules->n = 0;
+      molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
+      return prc;
+    }
+  } else {
+    rules->n = 0;
+  }
   fork_ctx c = {0};
   int rc = molt__full_update_prepare(req->path, req->has_fd ? req->fd : -1,
                                      req->timeout_ms, &c.u, err, errlen);
@@ -207,8 +221,9 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
   outcome[0] = '\0';
   molt__log(MOLT__EV_SHADOW, gen, NULL,
             "shadowed update to %s: follower %d forked at the update points; it updates "
-            "and replays the leader's calls, the leader goes on",
-            req->path, (int)c.pid);
+            "and replays the leader's calls under %u rule%s%s%s, the leader goes on",
+            req->path, (int)c.pid, rules->n, rules->n == 1 ? "" : "s",
+            req->rules_len ? " from " : "", req->rules_len ? req->rules_name : "");
   molt__lock_release(&shd_lock);
   if (pthread_create(&th, NULL, monitor, (void *)(intptr_t)c.pid) == 0) {
     pthread_detach(th);
