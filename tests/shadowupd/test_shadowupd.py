@@ -510,3 +510,65 @@ def test_bad_rules_refused():
         srv.assert_clean()
     finally:
         srv.close()
+
+
+RULES_ACTIONS = r"""# kvs-diff (v1 variant 1) words one reply differently: accept it
+forward send socket "VALUE changed-by-v2\n" tolerate
+# variant 6 sends PONG in two pieces: the first is not made, the second
+# is compared as the whole reply
+forward send socket "PO" drop
+forward send socket "NG\n" rewrite "PONG\n"
+# variant 6 answers nothing to QUIET; v1's "ERROR" is taken as its own
+forward send socket "ERROR\n" insert
+"""
+
+
+def test_rule_actions_on_a_live_shadow():
+    """tolerate, drop, rewrite of a reply and insert, each on the call it
+    is for, in a live shadow: no divergence; and the same requests without
+    the rules diverge."""
+    v1 = image("kvs-v1")
+    diff = image("kvs-diff", 1, frm=v1)
+    v6 = image("kvs-split", 6, frm=v1)
+    rules = rules_file("actions.rules", RULES_ACTIONS)
+    srv = Server(v1, "actions")
+    try:
+        fds = srv.settled_fds()
+        cl = Clients(srv)
+        # tolerate: the changed reply to GET magic
+        molt("update", "--shadow", srv.pid, diff, "--rules", rules, "--timeout", "20",
+             check=0)
+        assert ask(srv, "SET magic 42") == "OK\n"
+        for _ in range(3):
+            assert ask(srv, "GET magic") == "VALUE 42\n"
+        time.sleep(1)
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "following" and sh["divergences"] == 0, sh
+        molt("rollback", srv.pid, check=0)
+        # drop + rewrite of a reply, insert
+        molt("update", "--shadow", srv.pid, v6, "--rules", rules, "--timeout", "20",
+             check=0)
+        with srv.connect() as s, s.makefile("rwb") as f:
+            for _ in range(5):
+                for req, want in ((b"PING\n", b"PONG\n"), (b"QUIET\n", b"ERROR\n")):
+                    f.write(req)
+                    f.flush()
+                    assert f.readline() == want
+        time.sleep(1)
+        sh = poll(lambda: status(srv.pid)["shadow"],
+                  lambda s: s["stage"] != "following" or s["compared"] >= s["recorded"] - 50,
+                  timeout=20, what="the follower to keep up")
+        assert sh["stage"] == "following" and sh["divergences"] == 0, sh["outcome"]
+        molt("rollback", srv.pid, check=0)
+        # without the rules, the same split reply diverges
+        shadow(srv, v6)
+        assert ask(srv, "PING") == "PONG\n"
+        sh = ended(srv)
+        assert sh["divergences"] == 1 and '"PO"' in sh["outcome"], sh
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 100
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+        srv.assert_clean()
+    finally:
+        srv.close()

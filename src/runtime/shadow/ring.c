@@ -532,8 +532,7 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
     }
     /* A call only the follower makes, which a rule drops: not compared,
      * not made; it succeeded. */
-    if (rules.n && rule_for(MOLT__RULE_DROP, c->kind, fd_kind_of(c->kind, c->a[0]), c->in,
-                            c->in_len)) {
+    if (rules.n && rule_for(MOLT__RULE_DROP, c->kind, fdk, c->in, c->in_len)) {
       *err = 0; /* a dropped close: __wrap_close closes the follower's copy */
       return buffer == 2 ? (int64_t)c->in_len : 0;
     }
