@@ -77,6 +77,8 @@ static void synopsis(const command *c, char *buf, size_t len) {
     snprintf(buf + strlen(buf), len - strlen(buf), " [--shadow [--rules FILE]]");
   if (c->flags & MOLT__OPF_CALLBACKS)
     snprintf(buf + strlen(buf), len - strlen(buf), " [--callback-timeout SEC]");
+  if (c->flags & MOLT__OPF_RULES)
+    snprintf(buf + strlen(buf), len - strlen(buf), " [--rules FILE]");
 }
 
 /* Words of text, wrapped before column 80, every line indented by col. */
