@@ -419,6 +419,8 @@ def test_new_command_needs_its_rule():
         s = caught_up(srv)
         assert s["stage"] == "following" and s["follower"] == follower, s
         assert s["compared"] > 100, s
+        # the 20 INCRs, each rewritten (the reverse rule is kept, not used)
+        assert s["rules"] == 2 and s["rule_decided"] == 20, s
         assert s["divergences"] == 1, s   # the session before, no new one
         msgs = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
         assert any("under 2 rules from %s" % rules in m for m in msgs), msgs
@@ -548,6 +550,7 @@ def test_rule_actions_on_a_live_shadow():
             assert ask(srv, "GET magic") == "VALUE 42\n"
         sh = caught_up(srv)
         assert sh["stage"] == "following" and sh["divergences"] == 0, sh["outcome"]
+        assert sh["rules"] == 4 and sh["rule_decided"] == 3, sh   # the 3 GET magic
         molt("rollback", srv.pid, check=0)
         # drop + rewrite of a reply, insert
         molt("update", "--shadow", srv.pid, v6, "--rules", rules, "--timeout", "20",
@@ -560,6 +563,8 @@ def test_rule_actions_on_a_live_shadow():
                     assert f.readline() == want
         sh = caught_up(srv)
         assert sh["stage"] == "following" and sh["divergences"] == 0, sh["outcome"]
+        # 5 PINGs: a piece dropped, a piece rewritten; 5 QUIETs: a reply inserted
+        assert sh["rule_decided"] == 15, sh
         molt("rollback", srv.pid, check=0)
         # without the rules, the same split reply diverges
         shadow(srv, v6)

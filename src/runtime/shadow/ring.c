@@ -61,6 +61,7 @@ typedef struct ring {
   pid_t leader_tid;                    /* written before the fork, read-only after */
   _Atomic uint64_t recorded, compared; /* relaxed: counters for status */
   _Atomic uint64_t max_use;            /* relaxed: bytes, for status */
+  _Atomic uint64_t applied;            /* relaxed: calls a rule decided, for status */
   char data[MOLT__SHADOW_RING_BYTES];
 } ring;
 
@@ -128,6 +129,7 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
     atomic_store_explicit(&r->recorded, 0, memory_order_relaxed);
     atomic_store_explicit(&r->compared, 0, memory_order_relaxed);
     atomic_store_explicit(&r->max_use, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->applied, 0, memory_order_relaxed);
     r->leader_tid = tids[i];
   }
   s->nrings = (uint32_t)n;
@@ -258,8 +260,9 @@ int molt__shadow_report(char *text, size_t len) {
   return atomic_load_explicit(&s->kind, memory_order_relaxed);
 }
 
-void molt__shadow_counts(uint64_t *recorded, uint64_t *compared, unsigned *max_use_pct) {
-  *recorded = *compared = 0;
+void molt__shadow_counts(uint64_t *recorded, uint64_t *compared, unsigned *max_use_pct,
+                         uint64_t *applied) {
+  *recorded = *compared = *applied = 0;
   *max_use_pct = 0;
   area *s = shared;
   if (!s)
@@ -269,6 +272,7 @@ void molt__shadow_counts(uint64_t *recorded, uint64_t *compared, unsigned *max_u
     ring *r = &s->rings[i];
     *recorded += atomic_load_explicit(&r->recorded, memory_order_relaxed);
     *compared += atomic_load_explicit(&r->compared, memory_order_relaxed);
+    *applied += atomic_load_explicit(&r->applied, memory_order_relaxed);
     uint64_t m = atomic_load_explicit(&r->max_use, memory_order_relaxed);
     if (m > max)
       max = m;
@@ -527,6 +531,8 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
        * completed: it completed for the follower too, with its length. */
       if ((tol || rw) && buffer == 2 && x->ret >= 0)
         ret = (int64_t)c->in_len;
+      if (tol || rw || in_rw)
+        atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
       consume(r, &tail, x, n);
       return ret;
     }
@@ -534,6 +540,7 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
      * not made; it succeeded. */
     if (rules.n && rule_for(MOLT__RULE_DROP, c->kind, fdk, c->in, c->in_len)) {
       *err = 0; /* a dropped close: __wrap_close closes the follower's copy */
+      atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
       return buffer == 2 ? (int64_t)c->in_len : 0;
     }
     /* A call only the leader made, which a rule inserts into the
@@ -545,6 +552,7 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
                    xb, xn)) {
         if (x->kind == MOLT__SC_CLOSE && x->ret == 0)
           molt__shadow_close_inherited((int)x->a[0]);
+        atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
         consume(r, &tail, x, n);
         continue;
       }

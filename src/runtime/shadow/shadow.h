@@ -92,8 +92,8 @@ MOLT__HIDDEN void molt__shadow_follower_fail(int kind, const char *fmt, ...)
 /* The report of the session that ended: its kind (0: none) and text. */
 MOLT__HIDDEN int molt__shadow_report(char *text, size_t len);
 /* Counters for status: calls recorded and compared, the highest ring use
- * in percent. */
+ * in percent, calls a rule decided. */
 MOLT__HIDDEN void molt__shadow_counts(uint64_t *recorded, uint64_t *compared,
-                                      unsigned *max_use_pct);
+                                      unsigned *max_use_pct, uint64_t *applied);
 
 #endif /* MOLT_SHADOW_H */
