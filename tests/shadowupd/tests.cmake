@@ -8,8 +8,8 @@ molt_pytest(shadowupd ${CMAKE_CURRENT_LIST_DIR}/test_shadowupd.py
   ENV SHADOW_WORK=${CMAKE_CURRENT_BINARY_DIR}/shadowupd)
 
 # The rule language (src/common/rules.c): good and bad files with their
-# file:line:col, patterns, and a deterministic mutation loop (~0.2 s plain,
-# ~4 s under TSan;
+# file:line:col, patterns, and a deterministic mutation loop (60,000 inputs:
+# ~0.1 s plain, ~1.5 s under TSan;
 # raise the count for a soak: shadowupd_rules fuzz ITERATIONS SEED).
 add_executable(shadowupd_rules ${CMAKE_CURRENT_LIST_DIR}/test_rules.c)
 target_link_libraries(shadowupd_rules PRIVATE molt_common)
