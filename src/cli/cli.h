@@ -50,6 +50,7 @@ typedef struct cli_args {
   bool all;          /* attach --all: pos[0] is a program, not a pid */
   bool check_active; /* molt attach */
   bool shadow;       /* update --shadow: the operation shadow */
+  const char *rules; /* update --shadow --rules FILE; NULL: none */
   pid_t pid;         /* pos[0], for commands that take one */
   int argc;          /* the whole command line (molt run) */
   char **argv;
@@ -106,10 +107,11 @@ int cli_change(const cli_args *a, const char *what, molt__request *req, const ch
 int cli_file_arg(const char *what, const char *arg, const char *kind,
                  const char *built_by, char **abs, int *fd);
 /* A changing operation that sends the file a->pos[1] (apply, update,
- * shadow): cli_file_arg, then cli_change with the open file.  `done` is a
- * format given the pid and the file's absolute path as positional
- * arguments 1 (long) and 2 (string), e.g. "applied %2$s to %1$ld". */
-int cli_change_with_file(const cli_args *a, const char *what, molt__op op,
+ * shadow): cli_file_arg, then cli_change with the open file in *req
+ * (req->op, and anything else the operation sends, set by the caller).
+ * `done` is a format given the pid and the file's absolute path as
+ * positional arguments 1 (long) and 2 (string): "applied %2$s to %1$ld". */
+int cli_change_with_file(const cli_args *a, const char *what, molt__request *req,
                          const char *kind, const char *built_by, const char *done);
 
 /* ---- output.c -----------------------------------------------------------------*/

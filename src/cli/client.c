@@ -662,24 +662,23 @@ int cli_file_arg(const char *what, const char *arg, const char *kind,
   return 0;
 }
 
-int cli_change_with_file(const cli_args *a, const char *what, molt__op op,
+int cli_change_with_file(const cli_args *a, const char *what, molt__request *req,
                          const char *kind, const char *built_by, const char *done) {
-  molt__request req = {.op = op};
   char *abs;
   int fd;
   int code = cli_file_arg(what, a->pos[1], kind, built_by, &abs, &fd);
   if (code != 0)
     return code;
-  snprintf(req.path, sizeof req.path, "%s", abs);
+  snprintf(req->path, sizeof req->path, "%s", abs);
   char msg[PATH_MAX + 64];
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
   snprintf(msg, sizeof msg, done, (long)a->pid, abs);
 #pragma GCC diagnostic pop
   free(abs);
-  req.has_fd = true;
-  req.fd = fd;
-  code = cli_change(a, what, &req, msg);
+  req->has_fd = true;
+  req->fd = fd;
+  code = cli_change(a, what, req, msg);
   close(fd);
   return code;
 }

@@ -73,10 +73,17 @@ static const cli_field image[] = {{"path", 1, CLI_STR},         {"build_id", 2, 
 
 /* The one "shadow" record (a shadowed update, docs/design.md §17), a JSON
  * object of its own; null when the process never had one. */
-static const cli_field shadow[] = {
-    {"stage", 1, CLI_STR},       {"follower", 2, CLI_NUM}, {"image", 3, CLI_STR},
-    {"recorded", 4, CLI_NUM},    {"compared", 5, CLI_NUM}, {"ring_use_pct", 6, CLI_NUM},
-    {"divergences", 7, CLI_NUM}, {"outcome", 8, CLI_OPT},  {NULL, 0, 0}};
+static const cli_field shadow[] = {{"stage", 1, CLI_STR},
+                                   {"follower", 2, CLI_NUM},
+                                   {"image", 3, CLI_STR},
+                                   {"recorded", 4, CLI_NUM},
+                                   {"compared", 5, CLI_NUM},
+                                   {"ring_use_pct", 6, CLI_NUM},
+                                   {"divergences", 7, CLI_NUM},
+                                   {"outcome", 8, CLI_OPT},
+                                   {"rules", 9, CLI_NUM},
+                                   {"rule_decided", 10, CLI_NUM},
+                                   {NULL, 0, 0}};
 
 static const char *field(const molt__records *rs, const char *key, size_t i,
                          const char *dflt);
@@ -301,10 +308,11 @@ static void status_human(pid_t pid, const molt__records *rs) {
     char line[8192];
     snprintf(line, sizeof line,
              "%s, follower %s, to %s: %s calls recorded, %s compared, ring use up to "
-             "%s%%, %s divergence(s)",
+             "%s%%, %s divergence(s), %s rule(s) deciding %s call(s)",
              cli_field_of(sh, 1), cli_field_of(sh, 2), cli_field_of(sh, 3),
              cli_field_of(sh, 4), cli_field_of(sh, 5), cli_field_of(sh, 6),
-             cli_field_of(sh, 7));
+             cli_field_of(sh, 7), cli_field_of(sh, 9)[0] ? cli_field_of(sh, 9) : "0",
+             cli_field_of(sh, 10)[0] ? cli_field_of(sh, 10) : "0");
     cli_sanitize(line);
     printf("\nshadowed update  %s\n", line);
     if (cli_field_of(sh, 8)[0]) {

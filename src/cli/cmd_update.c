@@ -4,13 +4,20 @@
 #include "cli/cli.h"
 
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
 int cli_cmd_update(const cli_args *a) {
   char what[PATH_MAX + 64];
   snprintf(what, sizeof what, "update %ld to %s", (long)a->pid, a->pos[1]);
   if (a->shadow)
     return cli_cmd_shadow(a);
-  return cli_change_with_file(a, what, MOLT__OP_UPDATE, "program image",
-                              "moltcc --molt-program --molt-from <running image>",
-                              "updated %1$ld to %2$s");
+  molt__request *req = cli_xmalloc(sizeof *req); /* large: the rules' text */
+  memset(req, 0, sizeof *req);
+  req->op = MOLT__OP_UPDATE;
+  int code = cli_change_with_file(a, what, req, "program image",
+                                  "moltcc --molt-program --molt-from <running image>",
+                                  "updated %1$ld to %2$s");
+  free(req);
+  return code;
 }

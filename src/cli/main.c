@@ -74,9 +74,11 @@ static void synopsis(const command *c, char *buf, size_t len) {
   if (c->flags & MOLT__OPF_INTERIOR)
     snprintf(buf + strlen(buf), len - strlen(buf), " [--check-interior]");
   if (c->op == MOLT__OP_UPDATE)
-    snprintf(buf + strlen(buf), len - strlen(buf), " [--shadow]");
+    snprintf(buf + strlen(buf), len - strlen(buf), " [--shadow [--rules FILE]]");
   if (c->flags & MOLT__OPF_CALLBACKS)
     snprintf(buf + strlen(buf), len - strlen(buf), " [--callback-timeout SEC]");
+  if (c->flags & MOLT__OPF_RULES)
+    snprintf(buf + strlen(buf), len - strlen(buf), " [--rules FILE]");
 }
 
 /* Words of text, wrapped before column 80, every line indented by col. */
@@ -126,6 +128,8 @@ void cli_usage(FILE *out) {
         "  --json                           the report as JSON\n"
         "  --check-interior                 refuse an update whose old state has\n"
         "                                   pointers into the interior of objects\n"
+        "  --rules FILE                     update --shadow: the expected divergences\n"
+        "                                   (docs/guide.md section 9)\n"
         "  --check-active                   attach: no thread may be inside, or return\n"
         "                                   into, a function being replaced\n"
         "\n"
@@ -192,6 +196,7 @@ static int parse_args(int argc, char **argv, cli_args *o) {
       bool want_val = strncmp(a, "--policy", klen) == 0 && klen == 8;
       want_val |= strncmp(a, "--timeout", klen) == 0 && klen == 9;
       want_val |= strncmp(a, "--callback-timeout", klen) == 0 && klen == 18;
+      want_val |= strncmp(a, "--rules", klen) == 0 && klen == 7;
       if (want_val) {
         if (a[klen] == '=')
           val = a + klen + 1;
@@ -212,6 +217,8 @@ static int parse_args(int argc, char **argv, cli_args *o) {
         o->check_active = true;
       } else if (strcmp(a, "--shadow") == 0) {
         o->shadow = true;
+      } else if (klen == 7 && strncmp(a, "--rules", 7) == 0) {
+        o->rules = val;
       } else if (klen == 8 && strncmp(a, "--policy", 8) == 0) {
         if (!molt__policy_parse(val, &p))
           return cli_fail(EXIT_USAGE,
@@ -287,6 +294,12 @@ static int check_args(const command *c, const cli_args *o) {
   if (o->shadow && c->op != MOLT__OP_UPDATE)
     return cli_fail(EXIT_USAGE, "%s: --shadow applies only to update; see 'molt help'",
                     o->cmd);
+  if (o->rules && !o->shadow && c->op != MOLT__OP_SHADOW)
+    return cli_fail(
+        EXIT_USAGE,
+        "%s: --rules applies only to a shadowed update (update --shadow); see "
+        "'molt help'",
+        o->cmd);
   if (o->shadow && o->check_interior)
     return cli_fail(EXIT_USAGE,
                     "%s: --check-interior does not apply to a shadowed update yet; see "

@@ -14,6 +14,8 @@
  *   elf.c              bounds-checked ELF reader: build-ids, notes, symbols
  *   protocol.c/.h      the control protocol: the table of operations, requests,
  *                      framing, the TSV codec
+ *   rules.c            the rule language of shadowed updates (expected
+ *                      divergences): parser, patterns
  *   arch/x86_64/jump.h the `jmp rel32` of the stable entries
  *
  * The layers above (src/runtime/base, core, switch, the modes, service, and
@@ -250,5 +252,89 @@ MOLT__HIDDEN int molt__elf_import_symbols(int fd, const molt__dynrels *dr, char 
                                           size_t *n, char *err, size_t errlen);
 
 #include "common/protocol.h"
+
+/* ---- rules.c: expected divergences of a shadowed update ---------------------
+ * docs/design.md §17 and docs/guide.md §9 give the grammar.  The CLI parses a
+ * rule file to refuse a bad one with file:line:col; the runtime parses the
+ * same text again (it trusts no client) into a fixed-size table without
+ * allocating, so a hostile file can cost it no more than these bounds. */
+
+/* The calls a shadowed update covers (src/runtime/shadow/calls.c wraps
+ * them): XX(NAME, name, has_buffer) -- has_buffer: 1 the call reads bytes
+ * into a buffer, 2 it passes bytes out, 0 neither. */
+#define MOLT__SHADOW_CALLS(XX)                                                           \
+  XX(READ, read, 1)                                                                      \
+  XX(WRITE, write, 2)                                                                    \
+  XX(RECV, recv, 1)                                                                      \
+  XX(SEND, send, 2)                                                                      \
+  XX(ACCEPT, accept, 0)                                                                  \
+  XX(ACCEPT4, accept4, 0)                                                                \
+  XX(POLL, poll, 0)                                                                      \
+  XX(EPOLL_WAIT, epoll_wait, 0)                                                          \
+  XX(CLOSE, close, 0)
+
+typedef enum {
+  MOLT__SC_SKIP = 0, /* ring filler; in a rule: any call */
+#define MOLT__SC_ENUM(NAME, name, buffer) MOLT__SC_##NAME,
+  MOLT__SHADOW_CALLS(MOLT__SC_ENUM)
+#undef MOLT__SC_ENUM
+      MOLT__SC_END
+} molt__sc_kind;
+
+/* The name of a call kind ("read"; "any" for MOLT__SC_SKIP). */
+MOLT__HIDDEN const char *molt__sc_name(unsigned kind);
+/* 1: the call reads bytes in, 2: it passes bytes out, 0: neither. */
+MOLT__HIDDEN int molt__sc_buffer(unsigned kind);
+
+/* What a descriptor is, as a rule names it. */
+typedef enum {
+  MOLT__FDK_ANY = 0, /* in a rule: not constrained; of a descriptor: other */
+  MOLT__FDK_SOCKET,
+  MOLT__FDK_FILE,
+  MOLT__FDK_PIPE
+} molt__fd_kind;
+
+typedef enum { MOLT__RULE_FORWARD, MOLT__RULE_REVERSE } molt__rule_dir;
+
+typedef enum {
+  MOLT__RULE_TOLERATE, /* a differing call taken as the leader's */
+  MOLT__RULE_DROP,     /* a call only the follower makes: not compared, not made */
+  MOLT__RULE_INSERT,   /* a call only the leader made: taken as the follower's */
+  MOLT__RULE_REWRITE   /* the matched bytes replaced before they are used */
+} molt__rule_action;
+
+/* Bounds: the rule file, the rules in it, a pattern's or a text's bytes. */
+#define MOLT__RULES_MAX_TEXT 8192
+#define MOLT__RULES_MAX 64
+#define MOLT__RULE_MAX_BYTES 256
+/* A pattern element: a byte, or one of these. */
+#define MOLT__PAT_STAR 256 /* any bytes, none included */
+#define MOLT__PAT_ONE 257  /* any one byte */
+
+typedef struct molt__rule {
+  uint8_t dir;     /* molt__rule_dir */
+  uint8_t call;    /* molt__sc_kind; MOLT__SC_SKIP: any */
+  uint8_t fd_kind; /* molt__fd_kind; MOLT__FDK_ANY: any */
+  uint8_t action;  /* molt__rule_action */
+  bool has_pattern;
+  uint16_t line; /* in the rule file, for messages */
+  uint16_t pat_len, text_len;
+  uint16_t pat[MOLT__RULE_MAX_BYTES]; /* matches the whole buffer */
+  char text[MOLT__RULE_MAX_BYTES];    /* rewrite's replacement */
+} molt__rule;
+
+typedef struct molt__rules {
+  uint32_t n;
+  molt__rule r[MOLT__RULES_MAX];
+} molt__rules;
+
+/* Parses len bytes of text (named `name` in messages) into *out.  0, or
+ * MOLT_EINVAL with "name:line:col: what is wrong" in err. */
+MOLT__HIDDEN int molt__rules_parse(const char *name, const char *text, size_t len,
+                                   molt__rules *out, char *err, size_t errlen);
+/* Whether rule r's pattern matches all n bytes of buf (true without one). */
+MOLT__HIDDEN bool molt__rule_matches(const molt__rule *r, const void *buf, size_t n);
+/* "socket", "file", "pipe", "any". */
+MOLT__HIDDEN const char *molt__fd_kind_name(unsigned k);
 
 #endif /* MOLT_COMMON_H */

@@ -88,6 +88,15 @@ void molt__request_encode(const molt__request *req, molt__buf *out) {
     snprintf(t, sizeof t, "%d", req->callback_timeout_ms);
     molt__buf_pair(out, "callback_timeout_ms", t);
   }
+  if ((oi->flags & MOLT__OPF_RULES) && req->rules_len > 0) {
+    molt__buf_pair(out, "rules_name", req->rules_name);
+    /* by hand: the text is counted, not NUL-terminated */
+    molt__buf_add(out, "rules\t", 6);
+    molt__tsv_escape(out, req->rules,
+                     req->rules_len < sizeof req->rules ? req->rules_len
+                                                        : sizeof req->rules);
+    molt__buf_add(out, "\n", 1);
+  }
 }
 
 /* Parses a decimal int field (optional leading '-').  false if it is not
@@ -162,6 +171,21 @@ int molt__request_decode(unsigned op, const molt__records *recs, molt__request *
       return MOLT_EPROTO;
     }
     req->check_interior = v[0] == '1';
+  }
+  r = oi->flags & MOLT__OPF_RULES ? molt__tsv_find(recs, "rules") : NULL;
+  if (r != NULL) {
+    const char *text = molt__tsv_field(r, 1);
+    size_t n = strlen(text);
+    if (n > sizeof req->rules) {
+      molt__errmsg(err, errlen, "the rules have %zu bytes; at most %zu", n,
+                   sizeof req->rules);
+      return MOLT_EINVAL;
+    }
+    memcpy(req->rules, text, n);
+    req->rules_len = n;
+    const molt__record *nr = molt__tsv_find(recs, "rules_name");
+    snprintf(req->rules_name, sizeof req->rules_name, "%s",
+             nr ? molt__tsv_field(nr, 1) : "rules");
   }
   if (!oi->file)
     return 0;

@@ -42,6 +42,7 @@
 #define MOLT__OPF_TIMEOUT 8u  /* request record "timeout_ms"                 */
 #define MOLT__OPF_INTERIOR 16u /* request record "check_interior" (0 or 1)   */
 #define MOLT__OPF_CALLBACKS 32u /* request record "callback_timeout_ms"      */
+#define MOLT__OPF_RULES 64u   /* request records "rules_name", "rules" (text) */
 /* clang-format on */
 
 /*
@@ -77,8 +78,9 @@
      MOLT__MODE_FULL, "image",                                                 \
      "full update: replace the running program image, migrate its state "     \
      "and restart its threads in the new version (default 10 s)")             \
-  XX(SHADOW, shadow, 6, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT, MOLT__MODE_FULL, \
-     "image",                                                                 \
+  XX(SHADOW, shadow, 6, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT | MOLT__OPF_RULES,   \
+     MOLT__MODE_FULL,                                                          \
+     "image",                                                                  \
      "shadowed full update (also 'molt update --shadow'): a forked follower "  \
      "updates and replays the leader's calls, the leader serves on")
 /* clang-format on */
@@ -136,6 +138,11 @@ typedef struct molt__request {
   bool has_fd;
   int fd;
   int open_errno; /* !has_fd: why the caller could not open path (0: no try) */
+  /* shadow: the rule file's text (rules_len bytes, not NUL-terminated;
+   * 0: none) and its name for messages.  Parsed by the runtime again. */
+  size_t rules_len;
+  char rules_name[256];
+  char rules[8192]; /* MOLT__RULES_MAX_TEXT (common.h) */
 } molt__request;
 
 /* "immediate", "local", "global", or NULL for anything else. */

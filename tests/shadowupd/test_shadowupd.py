@@ -350,3 +350,231 @@ def test_refused_before_fork():
         srv.assert_clean()
     finally:
         srv.close()
+
+
+# ---- the rule language (expected divergences) ----------------------------------
+
+RULES_INCR = r"""# v5 adds INCR, which v1 answers ERROR.  Give the follower a command it
+# rejects too, so that both versions stay in related states.
+forward recv socket "INCR *" rewrite "NOSUCH\n"
+# after a promotion v5 leads; v1 cannot follow an INCR (reverse rules are
+# parsed and kept for then)
+reverse recv socket "INCR *" tolerate
+"""
+
+
+def rules_file(name, text):
+    WORK.mkdir(parents=True, exist_ok=True)
+    p = WORK / name
+    p.write_text(text)
+    return p
+
+
+def caught_up(srv):
+    """The shadow once the follower has compared every call the leader had
+    recorded when asked (or once it ended)."""
+    want = status(srv.pid)["shadow"]["recorded"]
+    return poll(lambda: status(srv.pid)["shadow"],
+                lambda s: s["stage"] != "following" or s["compared"] >= want,
+                timeout=20, what="the follower to catch up")
+
+
+def incr(srv, n=1):
+    """INCR on a connection of its own, one request at a time (each one
+    recv in the server): the leader, v1, answers ERROR every time."""
+    with srv.connect() as s, s.makefile("rwb") as f:
+        for _ in range(n):
+            f.write(b"INCR counter\n")
+            f.flush()
+            assert f.readline() == b"ERROR\n"
+
+
+def test_new_command_needs_its_rule():
+    """v5 accepts a command v1 rejects: without a rule its first use is a
+    divergence; with the rule that rewrites the command for the follower
+    into one it rejects too, the follower runs on and compares every call."""
+    v1 = image("kvs-v1")
+    v5 = image("kvs-incr", 5, frm=v1)
+    srv = Server(v1, "incr")
+    try:
+        fds = srv.settled_fds()
+        cl = Clients(srv)
+        # without a rule
+        shadow(srv, v5)
+        incr(srv)
+        sh = ended(srv)
+        assert sh["divergences"] == 1, sh
+        assert '"ERROR\\n"' in sh["outcome"] and '"VALUE 1\\n"' in sh["outcome"], sh
+        # with its rule
+        rules = rules_file("incr.rules", RULES_INCR)
+        r = molt("update", "--shadow", srv.pid, v5, "--rules", rules, "--timeout", "20",
+                 check=0)
+        assert "started" in r.out, r
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "following", sh
+        follower = sh["follower"]
+        for _ in range(4):
+            incr(srv, 5)
+        assert ask(srv, "GET counter") == "NONE\n"
+        s = caught_up(srv)
+        assert s["stage"] == "following" and s["follower"] == follower, s
+        assert s["compared"] > 100, s
+        # the 20 INCRs, each rewritten (the reverse rule is kept, not used)
+        assert s["rules"] == 2 and s["rule_decided"] == 20, s
+        assert s["divergences"] == 1, s   # the session before, no new one
+        msgs = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
+        assert any("under 2 rules from %s" % rules in m for m in msgs), msgs
+        # a new command the rule does not cover still diverges: v5 answers
+        # INCR on a line that does not start a recv ("PING\nINCR ...")
+        with srv.connect() as c, c.makefile("rwb") as f:
+            f.write(b"PING\nINCR counter\n")
+            f.flush()
+            assert f.readline() == b"PONG\n" and f.readline() == b"ERROR\n"
+        sh = ended(srv)
+        assert sh["divergences"] == 2 and '"VALUE 1\\n"' in sh["outcome"], sh
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 200
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+SHADOW_OP = 6   # MOLT__OP_SHADOW (common/protocol.h)
+
+
+def raw_shadow(pid, image_path, rules, name="hostile.rules"):
+    """A shadow request sent by hand (no CLI check of the rules), the image
+    attached as the CLI attaches it.  (status, response text)."""
+    import struct
+
+    def esc(s):
+        return s.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+    body = ("path\t%s\ntimeout_ms\t20000\nrules_name\t%s\nrules\t%s\n"
+            % (image_path, name, esc(rules))).encode()
+    hdr = struct.pack("<IHHiI", 0x544c4f4d, 1, SHADOW_OP, 0, len(body))
+    fd = os.open(image_path, os.O_RDONLY)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.settimeout(30)
+            c.connect("\0molt.%d" % pid)
+            socket.send_fds(c, [hdr], [fd])
+            c.sendall(body)
+            h = b""
+            while len(h) < 16:
+                h += c.recv(16 - len(h))
+            _, _, _, st, n = struct.unpack("<IHHiI", h)
+            data = b""
+            while len(data) < n:
+                data += c.recv(n - len(data))
+    finally:
+        os.close(fd)
+    return st, data.decode(errors="replace")
+
+
+def test_bad_rules_refused():
+    """A bad rule file is refused with file:line:col before anything starts,
+    by the CLI and, for a client that skips the CLI, by the process."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "badrules")
+    try:
+        fds = srv.settled_fds()
+        bad = rules_file("bad.rules",
+                         'forward recv socket "INCR *" rewrite "NOSUCH\\n"\n'
+                         "\n"
+                         "  forward recv sokket tolerate\n")
+        r = molt("update", "--shadow", srv.pid, same, "--rules", bad, check=2)
+        assert r.err.count("\n") == 1, r
+        assert "%s:3:16: unknown descriptor kind or action 'sokket'" % bad in r.err, r
+        r = molt("shadow", srv.pid, same, "--rules", rules_file("bad2.rules",
+                 'forward send "abc\n'), check=2)
+        assert "bad2.rules:1:14: string not closed before the end of the line" in r.err, r
+        r = molt("update", "--shadow", srv.pid, same, "--rules", WORK / "missing.rules",
+                 check=2)
+        assert "missing.rules: No such file" in r.err, r
+        r = molt("update", srv.pid, same, "--rules", bad, check=2)
+        assert "--rules applies only to a shadowed update" in r.err, r
+        assert status(srv.pid)["shadow"] is None
+        assert [e for e in log(srv.pid) if e["event"] == "shadow"] == []
+        # the process parses the text again: hostile texts are refused there
+        for text, want in (
+                ("forward recv \x01\xff tolerate", "hostile.rules:1:14: unexpected byte 0x01"),
+                ('forward send "' + "a" * 5000 + '" tolerate',
+                 "hostile.rules:1:14: string longer than 256 bytes"),
+                ("forward close drop\n" * 65, "hostile.rules:65:1: more than 64 rules"),
+                ("#" * 9000, "the rules have 9000 bytes; at most 8192")):
+            st, resp = raw_shadow(srv.pid, str(same), text)
+            assert st != 0 and want in resp, (st, resp)
+        assert status(srv.pid)["shadow"] is None
+        assert ask(srv, "PING") == "PONG\n"
+        msgs = [e["message"] for e in log(srv.pid) if e["event"] == "refuse"]
+        assert any("more than 64 rules" in m for m in msgs), msgs
+        # no child was forked: the process's only children are none
+        kids = open("/proc/%d/task/%d/children" % (srv.pid, srv.pid)).read().split()
+        assert kids == [], kids
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+RULES_ACTIONS = r"""# kvs-diff (v1 variant 1) words one reply differently: accept it
+forward send socket "VALUE changed-by-v2\n" tolerate
+# variant 6 sends PONG in two pieces: the first is not made, the second
+# is compared as the whole reply
+forward send socket "PO" drop
+forward send socket "NG\n" rewrite "PONG\n"
+# variant 6 answers nothing to QUIET; v1's "ERROR" is taken as its own
+forward send socket "ERROR\n" insert
+"""
+
+
+def test_rule_actions_on_a_live_shadow():
+    """tolerate, drop, rewrite of a reply and insert, each on the call it
+    is for, in a live shadow: no divergence; and the same requests without
+    the rules diverge."""
+    v1 = image("kvs-v1")
+    diff = image("kvs-diff", 1, frm=v1)
+    v6 = image("kvs-split", 6, frm=v1)
+    rules = rules_file("actions.rules", RULES_ACTIONS)
+    srv = Server(v1, "actions")
+    try:
+        fds = srv.settled_fds()
+        cl = Clients(srv)
+        # tolerate: the changed reply to GET magic
+        molt("update", "--shadow", srv.pid, diff, "--rules", rules, "--timeout", "20",
+             check=0)
+        assert ask(srv, "SET magic 42") == "OK\n"
+        for _ in range(3):
+            assert ask(srv, "GET magic") == "VALUE 42\n"
+        sh = caught_up(srv)
+        assert sh["stage"] == "following" and sh["divergences"] == 0, sh["outcome"]
+        assert sh["rules"] == 4 and sh["rule_decided"] == 3, sh   # the 3 GET magic
+        molt("rollback", srv.pid, check=0)
+        # drop + rewrite of a reply, insert
+        molt("update", "--shadow", srv.pid, v6, "--rules", rules, "--timeout", "20",
+             check=0)
+        with srv.connect() as s, s.makefile("rwb") as f:
+            for _ in range(5):
+                for req, want in ((b"PING\n", b"PONG\n"), (b"QUIET\n", b"ERROR\n")):
+                    f.write(req)
+                    f.flush()
+                    assert f.readline() == want
+        sh = caught_up(srv)
+        assert sh["stage"] == "following" and sh["divergences"] == 0, sh["outcome"]
+        # 5 PINGs: a piece dropped, a piece rewritten; 5 QUIETs: a reply inserted
+        assert sh["rule_decided"] == 15, sh
+        molt("rollback", srv.pid, check=0)
+        # without the rules, the same split reply diverges
+        shadow(srv, v6)
+        assert ask(srv, "PING") == "PONG\n"
+        sh = ended(srv)
+        assert sh["divergences"] == 1 and '"PO"' in sh["outcome"], sh
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 100
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+        srv.assert_clean()
+    finally:
+        srv.close()

@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -224,15 +225,29 @@ static int run_public(const molt__request *req, char *err_msg, size_t err_len) {
   return rc;
 }
 
+/* The request on the heap, not the caller's stack: it holds a rule file's
+ * text (8 KiB) and the program's thread may have a small stack. */
+static molt__request *request_new(molt__op op, molt_policy_t policy, int timeout_ms) {
+  molt__request *req = calloc(1, sizeof *req);
+  if (req) {
+    req->op = op;
+    req->policy = policy;
+    req->timeout_ms = timeout_ms;
+  }
+  return req;
+}
+
 int molt_apply(const char *path, molt_policy_t policy, int timeout_ms, char *err_msg,
                size_t err_len) {
-  molt__request req = {.op = MOLT__OP_APPLY, .policy = policy, .timeout_ms = timeout_ms};
-  if (!path || strlen(path) >= sizeof req.path) {
+  if (!path || strlen(path) >= sizeof((molt__request *)0)->path) {
     if (err_msg && err_len)
       snprintf(err_msg, err_len, "invalid patch path");
     return MOLT_EINVAL;
   }
-  strcpy(req.path, path);
+  molt__request *req = request_new(MOLT__OP_APPLY, policy, timeout_ms);
+  if (!req)
+    return MOLT_ENOMEM;
+  strcpy(req->path, path);
   /* Opened here, on the calling thread (the program's own request, its
    * own path), O_NONBLOCK: the runtime thread only ever gets a descriptor
    * (issue 16). */
@@ -242,18 +257,24 @@ int molt_apply(const char *path, molt_policy_t policy, int timeout_ms, char *err
   if (rc < 0) {
     /* Still a request: the runtime refuses it in its order (a refusing
      * runtime says so first) and logs it. */
-    req.open_errno = errno ? errno : EIO;
-    return run_public(&req, err_msg, err_len);
+    req->open_errno = errno ? errno : EIO;
+    rc = run_public(req, err_msg, err_len);
+    free(req);
+    return rc;
   }
-  req.has_fd = true;
-  req.fd = fd;
-  rc = run_public(&req, err_msg, err_len);
+  req->has_fd = true;
+  req->fd = fd;
+  rc = run_public(req, err_msg, err_len);
   close(fd);
+  free(req);
   return rc;
 }
 
 int molt_rollback(molt_policy_t policy, int timeout_ms, char *err_msg, size_t err_len) {
-  molt__request req = {
-      .op = MOLT__OP_ROLLBACK, .policy = policy, .timeout_ms = timeout_ms};
-  return run_public(&req, err_msg, err_len);
+  molt__request *req = request_new(MOLT__OP_ROLLBACK, policy, timeout_ms);
+  if (!req)
+    return MOLT_ENOMEM;
+  int rc = run_public(req, err_msg, err_len);
+  free(req);
+  return rc;
 }

@@ -40,6 +40,15 @@ static bool was_inherited(int fd) {
   return fd >= 0 && fd < INHERITED_MAX && (inherited[fd / 8] & (1u << (fd % 8)));
 }
 
+void molt__shadow_close_inherited(int fd) {
+  if (!was_inherited(fd))
+    return;
+  int e = errno;
+  close(fd);
+  inherited[fd / 8] &= (unsigned char)~(1u << (fd % 8));
+  errno = e;
+}
+
 /* The follower's result: the leader's, with its errno. */
 static int64_t replay(const molt__sc *c) {
   int e = 0;
@@ -202,12 +211,8 @@ int __wrap_close(int fd) {
   molt__sc c = {MOLT__SC_CLOSE, {fd, 0, 0}, NULL, 0, NULL, 0};
   if (role == MOLT__SHADOW_FOLLOWER) {
     int r = (int)replay(&c);
-    if (r == 0 && was_inherited(fd)) {
-      int e = errno;
-      close(fd);
-      inherited[fd / 8] &= (unsigned char)~(1u << (fd % 8));
-      errno = e;
-    }
+    if (r == 0)
+      molt__shadow_close_inherited(fd);
     return r;
   }
   int r = close(fd);

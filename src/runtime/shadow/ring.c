@@ -26,14 +26,15 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 typedef struct rec {
-  uint32_t size; /* of the whole record, a multiple of 8 */
-  uint16_t kind; /* molt__sc_kind */
-  uint16_t unused;
+  uint32_t size;    /* of the whole record, a multiple of 8 */
+  uint16_t kind;    /* molt__sc_kind */
+  uint16_t fd_kind; /* molt__fd_kind of a[0], if a forward rule names one */
   int64_t a[3];
   int64_t ret;
   int32_t err;
@@ -60,6 +61,7 @@ typedef struct ring {
   pid_t leader_tid;                    /* written before the fork, read-only after */
   _Atomic uint64_t recorded, compared; /* relaxed: counters for status */
   _Atomic uint64_t max_use;            /* relaxed: bytes, for status */
+  _Atomic uint64_t applied;            /* relaxed: calls a rule decided, for status */
   char data[MOLT__SHADOW_RING_BYTES];
 } ring;
 
@@ -85,6 +87,13 @@ static _Atomic uint32_t session;
 static _Atomic pid_t follower_pid;
 /* This process is a follower (set before its program threads start). */
 static bool follower;
+/* The rules of the session (shadow.c parses them on the runtime thread
+ * before the fork, with no session running; the follower has its own copy
+ * from the fork and only reads it). */
+static molt__rules rules;
+/* A forward rule names a descriptor kind: the leader records each call's
+ * (process-local, written before `recording` is released). */
+static bool want_fd_kind;
 
 /* The calling thread's ring: its index + 1 (0: none, which is what a
  * thread has from its start, so a thread the follower starts itself has
@@ -103,8 +112,14 @@ int molt__shadow_area_get(void) {
   return 0;
 }
 
+molt__rules *molt__shadow_rules(void) { return &rules; }
+
 void molt__shadow_session_begin(const pid_t *tids, size_t n) {
   area *s = shared;
+  want_fd_kind = false;
+  for (uint32_t i = 0; i < rules.n; i++)
+    if (rules.r[i].dir == MOLT__RULE_FORWARD && rules.r[i].fd_kind != MOLT__FDK_ANY)
+      want_fd_kind = true;
   for (size_t i = 0; i < n; i++) {
     ring *r = &s->rings[i];
     atomic_store_explicit(&r->head, 0, memory_order_relaxed);
@@ -114,6 +129,7 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
     atomic_store_explicit(&r->recorded, 0, memory_order_relaxed);
     atomic_store_explicit(&r->compared, 0, memory_order_relaxed);
     atomic_store_explicit(&r->max_use, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->applied, 0, memory_order_relaxed);
     r->leader_tid = tids[i];
   }
   s->nrings = (uint32_t)n;
@@ -164,15 +180,7 @@ molt__shadow_role molt__shadow_role_now(void) {
 
 /* ---- descriptions (the report) -----------------------------------------------*/
 
-static const char *const kind_names[] = {"skip",
-#define MOLT__SC_NAME(NAME, name) #name,
-                                         MOLT__SHADOW_CALLS(MOLT__SC_NAME)
-#undef MOLT__SC_NAME
-};
-
-static const char *kind_name(unsigned k) {
-  return k < MOLT__SC_END ? kind_names[k] : "?";
-}
+static const char *kind_name(unsigned k) { return molt__sc_name(k); }
 
 /* Up to 48 bytes of p, quoted with C escapes. */
 static void quote(char *buf, size_t len, const void *p, size_t n) {
@@ -252,8 +260,9 @@ int molt__shadow_report(char *text, size_t len) {
   return atomic_load_explicit(&s->kind, memory_order_relaxed);
 }
 
-void molt__shadow_counts(uint64_t *recorded, uint64_t *compared, unsigned *max_use_pct) {
-  *recorded = *compared = 0;
+void molt__shadow_counts(uint64_t *recorded, uint64_t *compared, unsigned *max_use_pct,
+                         uint64_t *applied) {
+  *recorded = *compared = *applied = 0;
   *max_use_pct = 0;
   area *s = shared;
   if (!s)
@@ -263,6 +272,7 @@ void molt__shadow_counts(uint64_t *recorded, uint64_t *compared, unsigned *max_u
     ring *r = &s->rings[i];
     *recorded += atomic_load_explicit(&r->recorded, memory_order_relaxed);
     *compared += atomic_load_explicit(&r->compared, memory_order_relaxed);
+    *applied += atomic_load_explicit(&r->applied, memory_order_relaxed);
     uint64_t m = atomic_load_explicit(&r->max_use, memory_order_relaxed);
     if (m > max)
       max = m;
@@ -291,6 +301,20 @@ static void futex_wake(_Atomic uint32_t *w) {
 static void futex_wait(_Atomic uint32_t *w, uint32_t seen, int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+/* What descriptor a call's first argument is (poll's is a count). */
+static molt__fd_kind fd_kind_of(unsigned kind, int64_t fd) {
+  struct stat st;
+  if (kind == MOLT__SC_POLL || fd < 0 || fd > INT32_MAX || fstat((int)fd, &st) < 0)
+    return MOLT__FDK_ANY;
+  if (S_ISSOCK(st.st_mode))
+    return MOLT__FDK_SOCKET;
+  if (S_ISREG(st.st_mode))
+    return MOLT__FDK_FILE;
+  if (S_ISFIFO(st.st_mode))
+    return MOLT__FDK_PIPE;
+  return MOLT__FDK_ANY;
 }
 
 void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len) {
@@ -345,6 +369,8 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
              .in_hash = c->in ? fnv1a(c->in, c->in_len) : 0,
              .out_len = (uint32_t)out_len};
   memcpy(x->a, c->a, sizeof x->a);
+  if (want_fd_kind)
+    x->fd_kind = (uint16_t)fd_kind_of(c->kind, c->a[0]);
   char *p = (char *)(x + 1);
   if (keep)
     memcpy(p, c->in, keep);
@@ -364,6 +390,75 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
 
 /* ---- the follower --------------------------------------------------------------*/
 
+/* The first forward rule with this action matching a call of `kind` on a
+ * descriptor of kind fdk whose buffer is bytes[0..n) (NULL: no buffer). */
+static const molt__rule *rule_for(int action, unsigned kind, unsigned fdk,
+                                  const void *bytes, size_t n) {
+  for (uint32_t i = 0; i < rules.n; i++) {
+    const molt__rule *r = &rules.r[i];
+    if (r->dir != MOLT__RULE_FORWARD || r->action != action)
+      continue;
+    if (r->call != MOLT__SC_SKIP && r->call != kind)
+      continue;
+    if (r->fd_kind != MOLT__FDK_ANY && r->fd_kind != fdk)
+      continue;
+    if (r->has_pattern && (!bytes || !molt__rule_matches(r, bytes, n)))
+      continue;
+    return r;
+  }
+  return NULL;
+}
+
+/* The bytes a rule's pattern looks at in the leader's record: the data an
+ * input call got, the (kept) bytes an output call passed. */
+static const void *rec_bytes(const rec *x, size_t *n) {
+  const char *kept = (const char *)(x + 1);
+  int b = molt__sc_buffer(x->kind);
+  if (b == 1 && x->ret >= 0) {
+    *n = x->out_len;
+    return kept + align8(x->in_keep);
+  }
+  if (b == 2) {
+    *n = x->in_keep;
+    return kept;
+  }
+  *n = 0;
+  return NULL;
+}
+
+/* Waits for the ring's next record (SKIP fillers passed): its address. */
+static rec *next_record(ring *r, uint64_t *tailp) {
+  uint64_t tail = *tailp;
+  for (;;) {
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    if (head == tail) {
+      uint32_t seen = atomic_load_explicit(&r->seq, memory_order_seq_cst);
+      atomic_store_explicit(&r->waiting, 1, memory_order_seq_cst);
+      if (atomic_load_explicit(&r->head, memory_order_seq_cst) == tail)
+        futex_wait(&r->seq, seen, 100);
+      atomic_store_explicit(&r->waiting, 0, memory_order_relaxed);
+      continue;
+    }
+    rec *x = (rec *)(r->data + tail % MOLT__SHADOW_RING_BYTES);
+    if (x->kind == MOLT__SC_SKIP) {
+      tail += x->size;
+      atomic_store_explicit(&r->tail, tail, memory_order_release);
+      continue;
+    }
+    *tailp = tail;
+    return x;
+  }
+}
+
+/* Done with record x at tail: the leader may reuse its bytes. */
+static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t n) {
+  atomic_store_explicit(&r->compared, n, memory_order_relaxed);
+  *tail += x->size;
+  /* release: we are done with the record's bytes before the leader may
+   * overwrite them (its acquire load of tail). */
+  atomic_store_explicit(&r->tail, *tail, memory_order_release);
+}
+
 int64_t molt__shadow_replay(const molt__sc *c, int *err) {
   char mine[512];
   if (!my_ring1 || !shared) {
@@ -379,30 +474,89 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
   ring *r = &shared->rings[my_ring1 - 1];
   /* Only this thread writes tail: relaxed. */
   uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-  rec *x;
+  int buffer = molt__sc_buffer(c->kind);
   for (;;) {
-    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-    if (head == tail) {
-      uint32_t seen = atomic_load_explicit(&r->seq, memory_order_seq_cst);
-      atomic_store_explicit(&r->waiting, 1, memory_order_seq_cst);
-      if (atomic_load_explicit(&r->head, memory_order_seq_cst) == tail)
-        futex_wait(&r->seq, seen, 100);
-      atomic_store_explicit(&r->waiting, 0, memory_order_relaxed);
-      continue;
+    rec *x = next_record(r, &tail);
+    const char *kept = (const char *)(x + 1);
+    uint64_t n = atomic_load_explicit(&r->compared, memory_order_relaxed) + 1;
+    /* The descriptor's kind, for rules that name one: the leader's record
+     * of the same descriptor says it (the follower may not have it, if the
+     * leader opened it after the fork); else the follower's own. */
+    unsigned fdk = MOLT__FDK_ANY;
+    if (rules.n) {
+      bool same_fd =
+          c->kind != MOLT__SC_POLL && x->kind != MOLT__SC_POLL && x->a[0] == c->a[0];
+      fdk = same_fd && want_fd_kind ? x->fd_kind : fd_kind_of(c->kind, c->a[0]);
     }
-    x = (rec *)(r->data + tail % MOLT__SHADOW_RING_BYTES);
-    if (x->kind == MOLT__SC_SKIP) {
-      tail += x->size;
-      atomic_store_explicit(&r->tail, tail, memory_order_release);
-      continue;
+    /* An output call's bytes as compared: rewritten by a rule that
+     * matches them. */
+    molt__sc f = *c;
+    const molt__rule *rw = rules.n && buffer == 2 ? rule_for(MOLT__RULE_REWRITE, c->kind,
+                                                             fdk, c->in, c->in_len)
+                                                  : NULL;
+    if (rw) {
+      f.in = rw->text;
+      f.in_len = rw->text_len;
+      f.a[1] = rw->text_len;
     }
-    break;
-  }
-  const char *kept = (const char *)(x + 1);
-  bool same = x->kind == c->kind && memcmp(x->a, c->a, sizeof x->a) == 0 &&
-              x->in_len == c->in_len && (!c->in || x->in_hash == fnv1a(c->in, c->in_len));
-  uint64_t n = atomic_load_explicit(&r->compared, memory_order_relaxed) + 1;
-  if (!same) {
+    bool same = x->kind == f.kind && memcmp(x->a, f.a, sizeof x->a) == 0 &&
+                x->in_len == f.in_len && (!f.in || x->in_hash == fnv1a(f.in, f.in_len));
+    const molt__rule *tol = NULL;
+    if (!same && rules.n && x->kind == c->kind && x->a[0] == c->a[0]) {
+      size_t xn = 0;
+      const void *xb = rec_bytes(x, &xn);
+      tol = buffer == 2 ? rule_for(MOLT__RULE_TOLERATE, c->kind, fdk, c->in, c->in_len)
+                        : rule_for(MOLT__RULE_TOLERATE, c->kind, fdk, xb, xn);
+    }
+    if (same || tol) {
+      int64_t ret = x->ret;
+      *err = x->err;
+      size_t xn = 0;
+      const void *xb = rec_bytes(x, &xn);
+      /* An input call's data as the follower gets it: rewritten by a
+       * rule that matches it. */
+      const molt__rule *in_rw = rules.n && buffer == 1 && x->ret > 0
+                                    ? rule_for(MOLT__RULE_REWRITE, c->kind, fdk, xb, xn)
+                                    : NULL;
+      if (in_rw) {
+        size_t k = in_rw->text_len < c->out_cap ? in_rw->text_len : c->out_cap;
+        if (k)
+          memcpy(c->out, in_rw->text, k);
+        ret = (int64_t)k;
+      } else if (x->out_len && c->out) {
+        memcpy(c->out, kept + align8(x->in_keep),
+               x->out_len < c->out_cap ? x->out_len : c->out_cap);
+      }
+      /* A tolerated or rewritten output call that the leader's call
+       * completed: it completed for the follower too, with its length. */
+      if ((tol || rw) && buffer == 2 && x->ret >= 0)
+        ret = (int64_t)c->in_len;
+      if (tol || rw || in_rw)
+        atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
+      consume(r, &tail, x, n);
+      return ret;
+    }
+    /* A call only the follower makes, which a rule drops: not compared,
+     * not made; it succeeded. */
+    if (rules.n && rule_for(MOLT__RULE_DROP, c->kind, fdk, c->in, c->in_len)) {
+      *err = 0; /* a dropped close: __wrap_close closes the follower's copy */
+      atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
+      return buffer == 2 ? (int64_t)c->in_len : 0;
+    }
+    /* A call only the leader made, which a rule inserts into the
+     * follower's calls: passed over as though the follower had made it. */
+    if (rules.n) {
+      size_t xn = 0;
+      const void *xb = rec_bytes(x, &xn);
+      if (rule_for(MOLT__RULE_INSERT, x->kind, want_fd_kind ? x->fd_kind : MOLT__FDK_ANY,
+                   xb, xn)) {
+        if (x->kind == MOLT__SC_CLOSE && x->ret == 0)
+          molt__shadow_close_inherited((int)x->a[0]);
+        atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
+        consume(r, &tail, x, n);
+        continue;
+      }
+    }
     char theirs[512];
     describe(theirs, sizeof theirs, x->kind, x->a, x->in_keep ? kept : NULL, x->in_keep,
              x->in_len);
@@ -415,14 +569,4 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
                                (int)my_ring1 - 1, (int)r->leader_tid, n, theirs, x->ret,
                                mine);
   }
-  if (x->out_len && c->out)
-    memcpy(c->out, kept + align8(x->in_keep),
-           x->out_len < c->out_cap ? x->out_len : c->out_cap);
-  int64_t ret = x->ret;
-  *err = x->err;
-  atomic_store_explicit(&r->compared, n, memory_order_relaxed);
-  /* release: we are done with the record's bytes before the leader may
-   * overwrite them (its acquire load of tail). */
-  atomic_store_explicit(&r->tail, tail + x->size, memory_order_release);
-  return ret;
 }

@@ -51,6 +51,7 @@ static char image[4096];         /* shd_lock: the new image's path */
 static char outcome[2048 + 256]; /* shd_lock: how the last session ended */
 static uint64_t divergences;     /* shd_lock: sessions ended by a divergence */
 static bool dropping;            /* shd_lock: molt rollback killed the follower */
+static unsigned nrules;          /* shd_lock: rules of the last session */
 
 /* What the step needs, on the runtime thread's stack. */
 typedef struct fork_ctx {
@@ -129,9 +130,9 @@ static void *monitor(void *arg) {
   molt__shadow_session_end();
   char report[2048] = "";
   int kind = molt__shadow_report(report, sizeof report);
-  uint64_t rec = 0, cmp = 0;
+  uint64_t rec = 0, cmp = 0, applied = 0;
   unsigned use = 0;
-  molt__shadow_counts(&rec, &cmp, &use);
+  molt__shadow_counts(&rec, &cmp, &use, &applied);
   char text[2048 + 256];
   molt__lock_acquire(&shd_lock);
   bool dropped = dropping;
@@ -159,8 +160,8 @@ static void *monitor(void *arg) {
     divergences++;
   molt__log(MOLT__EV_SHADOW, molt__gen_number_now(), NULL,
             "shadowed update to %s: %s (%" PRIu64 " calls recorded, %" PRIu64
-            " compared); the leader goes on",
-            image, text, rec, cmp);
+            " compared, %" PRIu64 " decided by a rule); the leader goes on",
+            image, text, rec, cmp, applied);
   molt__lock_release(&shd_lock);
   return NULL;
 }
@@ -186,6 +187,20 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
     molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
     return MOLT_ENOMEM;
   }
+  /* The rules, parsed again here: the text came from a client.  No
+   * session runs (checked above, under op_lock), so nobody reads them. */
+  molt__rules *rules = molt__shadow_rules();
+  if (req->rules_len > 0) {
+    int prc = molt__rules_parse(req->rules_name, req->rules, req->rules_len, rules, err,
+                                errlen);
+    if (prc < 0) {
+      rules->n = 0;
+      molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
+      return prc;
+    }
+  } else {
+    rules->n = 0;
+  }
   fork_ctx c = {0};
   int rc = molt__full_update_prepare(req->path, req->has_fd ? req->fd : -1,
                                      req->timeout_ms, &c.u, err, errlen);
@@ -203,12 +218,14 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
   molt__lock_acquire(&shd_lock);
   stage = STAGE_FOLLOWING;
   follower = c.pid;
+  nrules = rules->n;
   snprintf(image, sizeof image, "%s", req->path);
   outcome[0] = '\0';
   molt__log(MOLT__EV_SHADOW, gen, NULL,
             "shadowed update to %s: follower %d forked at the update points; it updates "
-            "and replays the leader's calls, the leader goes on",
-            req->path, (int)c.pid);
+            "and replays the leader's calls under %u rule%s%s%s, the leader goes on",
+            req->path, (int)c.pid, rules->n, rules->n == 1 ? "" : "s",
+            req->rules_len ? " from " : "", req->rules_len ? req->rules_name : "");
   molt__lock_release(&shd_lock);
   if (pthread_create(&th, NULL, monitor, (void *)(intptr_t)c.pid) == 0) {
     pthread_detach(th);
@@ -276,25 +293,28 @@ static int op_rollback(const molt__request *req, molt__buf *out, char *err,
 /* ---- status, fork ------------------------------------------------------------------*/
 
 /* shadow <stage> <follower pid> <image> <recorded> <compared> <ring use %>
- *        <divergences> <outcome> */
+ *        <divergences> <outcome> <rules> <calls decided by a rule> */
 static void shadow_status(molt__buf *out) {
   molt__lock_acquire(&shd_lock);
   if (stage != STAGE_NONE) {
-    uint64_t rec = 0, cmp = 0;
+    uint64_t rec = 0, cmp = 0, applied = 0;
     unsigned use = 0;
-    molt__shadow_counts(&rec, &cmp, &use);
-    char pid[16], r[24], c[24], u[16], d[24];
+    molt__shadow_counts(&rec, &cmp, &use, &applied);
+    char pid[16], r[24], c[24], u[16], d[24], nr[16], ap[24];
     snprintf(pid, sizeof pid, "%d", (int)follower);
     snprintf(r, sizeof r, "%" PRIu64, rec);
     snprintf(c, sizeof c, "%" PRIu64, cmp);
     snprintf(u, sizeof u, "%u", use);
     snprintf(d, sizeof d, "%" PRIu64, divergences);
+    snprintf(nr, sizeof nr, "%u", nrules);
+    snprintf(ap, sizeof ap, "%" PRIu64, applied);
     const char *f[] = {"shadow", stage == STAGE_FOLLOWING ? "following" : "ended",
                        pid,      image,
                        r,        c,
                        u,        d,
-                       outcome};
-    molt__buf_record(out, 9, f);
+                       outcome,  nr,
+                       ap};
+    molt__buf_record(out, 11, f);
   }
   molt__lock_release(&shd_lock);
 }

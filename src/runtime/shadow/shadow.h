@@ -29,25 +29,8 @@
  * length and hash only). */
 #define MOLT__SHADOW_IN_KEEP 4096
 
-/* The covered calls: XX(NAME, name). */
-#define MOLT__SHADOW_CALLS(XX)                                                           \
-  XX(READ, read)                                                                         \
-  XX(WRITE, write)                                                                       \
-  XX(RECV, recv)                                                                         \
-  XX(SEND, send)                                                                         \
-  XX(ACCEPT, accept)                                                                     \
-  XX(ACCEPT4, accept4)                                                                   \
-  XX(POLL, poll)                                                                         \
-  XX(EPOLL_WAIT, epoll_wait)                                                             \
-  XX(CLOSE, close)
-
-typedef enum {
-  MOLT__SC_SKIP = 0, /* ring filler: the next record is at the ring's start */
-#define MOLT__SC_ENUM(NAME, name) MOLT__SC_##NAME,
-  MOLT__SHADOW_CALLS(MOLT__SC_ENUM)
-#undef MOLT__SC_ENUM
-      MOLT__SC_END
-} molt__sc_kind;
+/* The covered calls and their kinds: MOLT__SHADOW_CALLS, molt__sc_kind
+ * (common.h, which the rule language shares). */
 
 /* One covered call as a wrapper sees it. */
 typedef struct molt__sc {
@@ -92,6 +75,11 @@ MOLT__HIDDEN molt__shadow_role molt__shadow_role_now(void);
 /* calls.c, in the follower before its threads start: which descriptors it
  * inherited (a close the leader made is made on those too). */
 MOLT__HIDDEN void molt__shadow_note_inherited(void);
+/* The follower closes its inherited copy of fd (if it has one). */
+MOLT__HIDDEN void molt__shadow_close_inherited(int fd);
+/* The forward and reverse rules of the next or running session (ring.c
+ * keeps them; shadow.c parses into them with no session running). */
+MOLT__HIDDEN molt__rules *molt__shadow_rules(void);
 /* Leader: appends c with its result (out: out_len bytes the call wrote). */
 MOLT__HIDDEN void molt__shadow_record(const molt__sc *c, int64_t ret, int err,
                                       size_t out_len);
@@ -104,8 +92,8 @@ MOLT__HIDDEN void molt__shadow_follower_fail(int kind, const char *fmt, ...)
 /* The report of the session that ended: its kind (0: none) and text. */
 MOLT__HIDDEN int molt__shadow_report(char *text, size_t len);
 /* Counters for status: calls recorded and compared, the highest ring use
- * in percent. */
+ * in percent, calls a rule decided. */
 MOLT__HIDDEN void molt__shadow_counts(uint64_t *recorded, uint64_t *compared,
-                                      unsigned *max_use_pct);
+                                      unsigned *max_use_pct, uint64_t *applied);
 
 #endif /* MOLT_SHADOW_H */

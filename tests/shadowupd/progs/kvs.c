@@ -10,7 +10,10 @@
  * "NONE", "PING" -> "PONG".  Built with -DKVS_VARIANT=N for the versions a
  * test updates to: 1 answers "GET magic" differently, 2 crashes on "GET
  * crash", 3 sleeps a minute on "GET slow", 4 adds a field whose
- * transformer faults (kvs-fail.xf). */
+ * transformer faults (kvs-fail.xf), 5 accepts a new command "INCR k" ->
+ * "VALUE n" (which the others answer "ERROR"), 6 sends "PONG" in two
+ * pieces ("PO", "NG\n") and answers nothing to "QUIET" (which the others
+ * answer "ERROR"). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <molt.h>
@@ -118,6 +121,13 @@ static void execute(char *line, char *reply, size_t len) {
       snprintf(reply, len, "VALUE %s\n", val);
     else
       snprintf(reply, len, "NONE\n");
+#if KVS_VARIANT == 5
+  } else if (cmd && k && strcmp(cmd, "INCR") == 0) {
+    long n = get(k, val, sizeof val) ? atol(val) + 1 : 1;
+    snprintf(val, sizeof val, "%ld", n);
+    set(k, val);
+    snprintf(reply, len, "VALUE %ld\n", n);
+#endif
   } else {
     snprintf(reply, len, "ERROR\n");
   }
@@ -143,8 +153,19 @@ static void serve(struct worker *w) {
     *nl = '\0';
     char reply[160];
     execute(w->buf, reply, sizeof reply);
+#if KVS_VARIANT == 6
+    if (strcmp(w->buf, "QUIET") == 0)
+      reply[0] = '\0';
+    if (strcmp(reply, "PONG\n") == 0) {
+      if (send(w->conn, "PO", 2, MSG_NOSIGNAL) != 2) {
+        drop(w);
+        return;
+      }
+      snprintf(reply, sizeof reply, "NG\n");
+    }
+#endif
     size_t n = strlen(reply);
-    if (send(w->conn, reply, n, MSG_NOSIGNAL) != (ssize_t)n) {
+    if (n && send(w->conn, reply, n, MSG_NOSIGNAL) != (ssize_t)n) {
       drop(w);
       return;
     }
