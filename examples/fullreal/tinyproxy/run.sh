@@ -3,7 +3,7 @@
 # whole (full updates) again and again under a checking load.
 #
 #   examples/fullreal/tinyproxy/run.sh [--updates N] [--keep] [--images-only]
-#                                      [--failures]
+#                                      [--failures] [--pair]
 #
 # Fetches tinyproxy's source with `apt-get source` through a private apt
 # configuration (../lib.sh, scripts/apt-private.sh; the system's sources are
@@ -28,6 +28,12 @@
 # update point, so `molt update --timeout 2` must fail naming that thread
 # while the old version serves on; once the client closes, the same update
 # must succeed.
+# --pair: instead of the series, the real version pair: tinyproxy as it was
+# before Debian's security update (1.11.1-2.1: the package's patches
+# skipped) is updated under the load to 1.11.1-2.1+deb12u1 (its two fixes,
+# CVE-2022-40468 and CVE-2023-49606; code only, no type changes); then a
+# request with `Connection: Connection` (CVE-2023-49606: a double free that
+# aborts the old version) must get its reply with the server alive.
 #
 # Environment: MOLT_FULLREAL_WORK (work directory outside the repository;
 # default /var/tmp/molt-fullreal-tinyproxy), MOLT_BUILD (molt build tree
@@ -45,13 +51,15 @@ UPDATES=20
 KEEP=0
 IMAGES_ONLY=0
 FAILURES=0
+PAIR=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --updates) UPDATES=$2; shift 2 ;;
         --keep) KEEP=1; shift ;;
         --images-only) IMAGES_ONLY=1; shift ;;
         --failures) FAILURES=1; shift ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        --pair) PAIR=1; UPDATES=0; shift ;;
+        -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -84,6 +92,23 @@ for i in $(seq 1 "$LAST"); do
         >../../make-$i.log 2>&1) || { tail -30 "make-$i.log" >&2; exit 1; }
     cp tp/src/tinyproxy "img$i.so"
 done
+if [ "$PAIR" = 1 ]; then
+    echo "== the version before the security update (the package's patches skipped), its image pre.so"
+    rm -rf pre
+    dpkg-source -x --skip-patches tinyproxy_1.11.1-2.1+deb12u1.dsc pre >dpkg-source.log 2>&1 ||
+        { cat dpkg-source.log >&2; exit 1; }
+    patch -d pre -p1 -s <"$HERE/tinyproxy.patch"
+    (cd pre && ./configure >../configure-pre.log 2>&1) || { tail -20 configure-pre.log >&2; exit 1; }
+    (cd pre && make -j"$(nproc)" CC="$CC_IMAGE" >../make-pre.log 2>&1) || { tail -30 make-pre.log >&2; exit 1; }
+    cp pre/src/tinyproxy pre.so
+    echo "== the security update (+deb12u1) linked --molt-from pre.so"
+    rm -f tp/src/tinyproxy
+    (cd tp/src && make tinyproxy CC="$CC_IMAGE" LDFLAGS="--molt-from $WORK/pre.so" >../../make-pair.log 2>&1) ||
+        { tail -30 make-pair.log >&2; exit 1; }
+    cp tp/src/tinyproxy img1.so
+    cp pre.so img0.so
+    UPDATES=1 FAILURES=0
+fi
 [ "$IMAGES_ONLY" = 0 ] || { echo "images: $WORK/img0.so .. img$UPDATES.so"; exit 0; }
 
 echo "== origin.py, molt run img0.so (a forward proxy), httpload; $UPDATES full updates"
@@ -139,6 +164,15 @@ if [ "$FAILURES" = 1 ] && kill -0 "$PID" 2>/dev/null; then
     else
         echo "client gone, the same update failed: $out"; failed=$((failed + 1))
     fi
+fi
+if [ "$PAIR" = 1 ] && kill -0 "$PID" 2>/dev/null; then
+    echo "== CVE-2023-49606 (Connection: Connection) after the update"
+    reply=$(python3 "$COMMON/rawreq.py" 127.0.0.1 "$PORT" \
+        "GET http://127.0.0.1:$ORIGIN/f1.txt HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nConnection: Connection\\r\\n\\r\\n" 3 | head -1)
+    sleep 0.5
+    if kill -0 "$PID" 2>/dev/null; then alive="server alive"; else alive="server died"; fi
+    echo "reply: ${reply%$'\r'}, $alive"
+    case "$reply $alive" in "HTTP/1."?" 200 "*"server alive") ;; *) failed=$((failed + 1)) ;; esac
 fi
 rss1=$(awk '/VmRSS/ {print $2}' /proc/$PID/status 2>/dev/null || echo 0)
 touch stop
