@@ -64,15 +64,12 @@ MOLTCC=$MOLT_BUILD/bin/moltcc
 MOLT=$MOLT_BUILD/bin/molt
 [ -x "$MOLTCC" ] && [ -x "$MOLT" ] || { echo "run.sh: build molt first ($MOLT_BUILD)" >&2; exit 2; }
 CC_IMAGE="$MOLTCC --molt-program"
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 
 cd "$WORK"
 SRC=memcached-1.6.18
-if [ ! -d "$SRC" ]; then
-    echo "== apt-get source memcached"
-    APT_CONFIG=$(MOLT_APT_DIR=$WORK/apt bash "$REPO/scripts/apt-private.sh")
-    APT_CONFIG=$APT_CONFIG apt-get source -q memcached=1.6.18-1+deb12u1 >apt-source.log 2>&1 ||
-        { cat apt-source.log >&2; exit 1; }
-fi
+fullreal_fetch memcached 1.6.18-1+deb12u1 "$SRC"
 
 echo "== patch, configure (plain compiler), make CC=\"moltcc --molt-program\""
 rm -rf mc && cp -a "$SRC" mc
@@ -118,21 +115,9 @@ LOAD=$!
 sleep 1
 fds0=$(ls /proc/$PID/fd | wc -l)
 rss0=$(awk '/VmRSS/ {print $2}' /proc/$PID/status)
-: >pauses
-: >per-update   # update, RSS KiB, descriptors, threads after each update
 threads0=$(ls /proc/$PID/task | wc -l)
-failed=0
-for i in $(seq 1 "$UPDATES"); do
-    if out=$("$MOLT" update "$PID" "./img$i.so" --timeout 10 2>&1); then
-        echo "$out" | sed -n 's/.*pause \([0-9.]*\) ms.*/\1/p' >>pauses
-        echo "$i $(awk '/VmRSS/ {print $2}' /proc/$PID/status) $(ls /proc/$PID/fd | wc -l) $(ls /proc/$PID/task | wc -l)" >>per-update
-    else
-        failed=$((failed + 1))
-        echo "update $i failed: $out"
-        kill -0 "$PID" 2>/dev/null || { echo "the server died"; break; }
-    fi
-    sleep 0.3
-done
+fullreal_updates "$PID" "$UPDATES"
+failed=$fullreal_failed
 if [ "$FAILURES" = 1 ] && kill -0 "$PID" 2>/dev/null; then
     echo "== failures forced on purpose, under the same load"
     python3 "$HERE/failures.py" "$MOLT" "$PID" "./img$((UPDATES + 1)).so" ./imgfault.so ||
@@ -146,22 +131,6 @@ touch stop
 load_rc=0
 wait "$LOAD" || load_rc=$?
 tail -1 load.out
-python3 - "$UPDATES" "$failed" "$fds0" "$fds1" "$rss0" "$rss1" "$threads0" "$threads1" <<'EOF'
-import statistics, sys
-n, failed, fds0, fds1, rss0, rss1, th0, th1 = map(int, sys.argv[1:])
-p = [float(x) for x in open("pauses").read().split()]
-print("updates: %d, failed: %d" % (n, failed))
-if p:
-    print("pause ms: p50 %.3f, max %.3f, min %.3f" % (statistics.median(p), max(p), min(p)))
-print("fds: %d -> %d, RSS: %d -> %d KiB, threads: %d -> %d" % (fds0, fds1, rss0, rss1, th0, th1))
-rows = [list(map(int, l.split())) for l in open("per-update")]
-if len(rows) >= 20:
-    # RSS growth per update over the second half of the run (the first
-    # updates also fault in pages the load touches for the first time)
-    half = rows[len(rows) // 2:]
-    slope = (half[-1][1] - half[0][1]) / max(1, half[-1][0] - half[0][0])
-    print("RSS after update %d: %d KiB, after update %d: %d KiB (%.1f KiB per update over the second half)"
-          % (half[0][0], half[0][1], half[-1][0], half[-1][1], slope))
-EOF
+fullreal_summary "$UPDATES" "$failed" "$fds0" "$fds1" "$rss0" "$rss1" "$threads0" "$threads1"
 [ "$KEEP" = 1 ] || rm -f img*.so
 [ "$failed" = 0 ] && [ "$load_rc" = 0 ] && [ "$fds0" = "$fds1" ] && [ "$threads0" = "$threads1" ]
