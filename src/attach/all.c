@@ -58,6 +58,26 @@ static bool named_like(long pid, const char *path) {
   return comm[0] && strncmp(comm, base, 15) == 0 && strlen(comm) == strnlen(base, 15);
 }
 
+/* Whether pid is gone or on its way out: no /proc entry, or a zombie
+ * (Z), dead (X) or exiting with its threads gone (/proc/PID/stat's state).
+ * Such a process is not one to patch: it was listed, or ptrace refused it
+ * with "no process", only because its exit was not over yet. */
+static bool exiting(long pid) {
+  char p[64], buf[512];
+  snprintf(p, sizeof p, "/proc/%ld/stat", pid);
+  int fd = open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return true;
+  ssize_t k = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (k <= 0)
+    return true;
+  buf[k] = '\0';
+  const char *paren = strrchr(buf, ')'); /* the name may hold spaces and ')' */
+  char state = paren && paren[1] == ' ' ? paren[2] : '?';
+  return state == 'Z' || state == 'X' || state == 'x';
+}
+
 static int by_pid(const void *a, const void *b) {
   const molt__attach_one *x = a, *y = b;
   return (x->pid > y->pid) - (x->pid < y->pid);
@@ -90,8 +110,8 @@ static int find_processes(const char *want, const char *path, molt__attach_one *
                  : brc != MOLT_EPERM ? false
                  : k > 0             ? strcmp(link, path) == 0
                                      : named_like(pid, path);
-    if (!match)
-      continue; /* another program, a kernel thread, a process gone */
+    if (!match || exiting(pid))
+      continue; /* another program, a kernel thread, a process gone or going */
     if (cnt == cap) {
       cap = cap ? 2 * cap : 16;
       molt__attach_one *nv = realloc(v, cap * sizeof *v);
@@ -182,7 +202,8 @@ int molt__attach_all(const char *program, const molt__attach_opts *o,
     molt__attach_opts one = *o;
     one.pid = v[i].pid;
     v[i].rc = molt__attach(&one, &v[i].st, v[i].err, sizeof v[i].err);
-    if (v[i].rc == MOLT_ENOENT && molt__os_start_time(v[i].pid) == 0) {
+    if (v[i].rc == MOLT_ENOENT &&
+        (molt__os_start_time(v[i].pid) == 0 || exiting(v[i].pid))) {
       /* exited since it was listed: nothing to patch there */
       v[i].outcome = MOLT__ATTACH_GONE;
       continue;
@@ -193,8 +214,14 @@ int molt__attach_all(const char *program, const molt__attach_opts *o,
       break;
     }
   }
-  if (failed == cnt)
-    return 0;
+  if (failed == cnt) {
+    for (size_t i = 0; i < cnt; i++)
+      if (v[i].outcome == MOLT__ATTACH_DONE)
+        return 0;
+    /* every one exited before it was patched */
+    molt__errmsg(err, errlen, "no running process of %s (build-id %s)", path, want);
+    return MOLT_ENOENT;
+  }
   /* All or nothing: the ones patched, newest first, each its new patch
    * popped. */
   for (size_t i = failed; i-- > 0;) {

@@ -102,11 +102,11 @@ static int attach_all(const cli_args *a) {
       kept += v[i].outcome == MOLT__ATTACH_ROLLBACK_FAILED;
     fflush(stdout);
     cli_sanitize(err);
-    code =
-        cli_fail(rc == MOLT_EPERM ? EXIT_CONNECT : EXIT_FAILED, "%s: %s; %s", what, err,
-                 kept ? "and some processes patched before it could not be rolled "
-                        "back (listed above)"
-                      : "no process is left patched by it");
+    code = cli_fail(rc == MOLT_EPERM || rc == MOLT_ENOENT ? EXIT_CONNECT : EXIT_FAILED,
+                    "%s: %s; %s", what, err,
+                    kept ? "and some processes patched before it could not be rolled "
+                           "back (listed above)"
+                         : "no process is left patched by it");
   } else {
     code = fail(what, rc, err);
   }

@@ -149,8 +149,29 @@ class Server:
         return {words[i]: int(words[i + 1]) for i in range(0, len(words), 2)}
 
     def close(self):
+        # the forked workers die with their master (PR_SET_PDEATHSIG), but
+        # only after it: wait for them too, so the next test's `attach --all`
+        # of the same program does not meet one on its way out
+        workers = []
+        for d in os.listdir("/proc"):
+            try:
+                if d.isdigit() and open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[1] \
+                        == str(self.pid):
+                    workers.append(int(d))
+            except (OSError, IndexError):
+                pass
         self.p.kill()
         self.p.wait()
+        deadline = time.time() + 10
+        for w in workers:
+            while time.time() < deadline:
+                try:
+                    state = open("/proc/%d/stat" % w).read().rsplit(")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    break
+                if state in ("Z", "X"):
+                    break
+                time.sleep(0.01)
 
 
 @pytest.fixture
