@@ -7,6 +7,7 @@ Environment: MOLT_BUILD_DIR (bin/molt, bin/moltcc); ATTACH_CYCLES (attach
 build's ctest sets 1000); ATTACH_CALL_CYCLES (the same for the recursive
 and the stored-pointer function, default 10).  Runs as root (ptrace).
 """
+import functools
 import os
 import re
 import signal
@@ -196,9 +197,17 @@ def attach_maps(pid):
     return [l for l in open("/proc/%d/maps" % pid) if "molt-attach" in l]
 
 
+@functools.lru_cache(maxsize=None)
+def nm_of(exe):
+    """nm's listing of exe (once per file: the cycle tests read the bytes of
+    a function twice per cycle, and an nm run per read made up much of a
+    cycle's time on a loaded machine)."""
+    return sh(["nm", exe]).stdout
+
+
 def symbol_bytes(exe, pid, name, n=32):
     """The first n bytes of function `name` of exe in process pid."""
-    nm = sh(["nm", exe]).stdout
+    nm = nm_of(exe)
     value = int(re.search(r"^([0-9a-f]+) T %s$" % name, nm, re.M).group(1), 16)
     base = None
     real = os.path.realpath(exe)
