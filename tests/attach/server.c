@@ -438,11 +438,11 @@ static void serve(int c) {
       snprintf(out, sizeof out,
                "eintr %ld early %ld spin %ld bad %ld new %ld branchy %ld "
                "tiny %ld churnbad %ld pre %ld post %ld presaw %ld postsaw %ld "
-               "pid %ld deepnap %ld\n",
+               "deepnap %ld pid %ld\n",
                atomic_load(&eintr_count), atomic_load(&early_count),
                atomic_load(&spin_calls), atomic_load(&spin_bad), atomic_load(&spin_new),
                branchy(3), tiny(), atomic_load(&churn_bad), cb_pre, cb_post, cb_pre_saw,
-               cb_post_saw, (long)getpid(), atomic_load(&deep_naps));
+               cb_post_saw, atomic_load(&deep_naps), (long)getpid());
     else if (strncmp(line, "ask", 3) == 0)
       snprintf(out, sizeof out, "%ld\n", ask(strtol(line + 3, NULL, 10)));
     else if (strncmp(line, "deep", 4) == 0) {
