@@ -4,7 +4,7 @@
 # Needs ptrace of a child process (root in CI).  Not under ThreadSanitizer:
 # the code under test is the CLI, whose threads are none.
 # The plain build runs 250 attach + rollback cycles on the 100-thread server
-# (about 60 s here; the issue asks 1,000, about 230 s on this 2-core
+# (about 45-60 s here; the issue asks 1,000: 180 s on the 2-core
 # machine: tests/README.md); a sanitized build keeps the default 50.
 if(MOLT_SANITIZE)
   set(molt_attach_cycles 50)
