@@ -13,7 +13,9 @@
  * and check that its copy is whole; branchy() and tiny() are functions an
  * attach must refuse.  The line "hello" is answered by "hello <banner()>"
  * (a second function a stacked patch replaces); "stats" also reports the
- * counters the attach callbacks of the tests change (cb_*).
+ * counters the attach callbacks of the tests change (cb_*).  "deep N [AT
+ * MS]" is answered by deep(N, AT, MS), a recursive function; "op K N" by
+ * ops[K](N), a call through a pointer the program stored at start.
  *
  * $SERVER_FORKS=N: the process forks N workers after it listens (each
  * serves the same socket with its own threads, and dies with its master);
@@ -77,6 +79,34 @@ long cb_pre, cb_post, cb_pre_saw, cb_post_saw;
 /* answer() called through the program's own entry: what a callback sees
  * of it (the patch's own answer() is the new version). */
 __attribute__((noipa)) long ask(long n) { return answer(n); }
+
+/* A recursive function: N + 1 levels, each adding 1 (the patch's version
+ * adds 1 + 2^20, so the answer counts the levels each version ran), level
+ * AT sleeping MS ms on its way down (deep_naps counts the naps begun: a
+ * test attaches while a recursion is half way down).  Each level checks
+ * its own frame once its callee returned; the check after the call also
+ * keeps the compiler from turning the recursion into a loop. */
+static atomic_long deep_naps;
+__attribute__((noinline)) long deep(long n, long at, long ms) {
+  volatile long mark = n ^ 0x5a5a;
+  if (n == at && ms > 0) {
+    atomic_fetch_add(&deep_naps, 1);
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  long below = n > 0 ? deep(n - 1, at, ms) : 0;
+  if (mark != (n ^ 0x5a5a) || below < 0)
+    return -1;
+  return below + 1;
+}
+
+/* Functions reached only through a table the program fills at start (a
+ * stored pointer, so no call site names them): "op 0 N" is N + 1000,
+ * "op 1 N" scale(N), 5N (the patch's version 7N). */
+static volatile long scale_factor = 5;
+__attribute__((noipa)) long shift(long n) { return n + 1000; }
+__attribute__((noipa)) long scale(long n) { return n * scale_factor; }
+static long (*ops[2])(long);
 
 /* A system call in its first bytes: a thread blocked in it has its
  * restart address (ip - 2) there. */
@@ -373,7 +403,7 @@ static void serve(int c) {
   FILE *in = fdopen(c, "r");
   char line[128];
   while (in && fgets(line, sizeof line, in)) {
-    char out[256];
+    char out[512];
     if (strlen(line) > 100) /* the program calls strlen: the patch may too */
       continue;
     if (strcmp(line, "park\n") == 0) {
@@ -408,14 +438,22 @@ static void serve(int c) {
       snprintf(out, sizeof out,
                "eintr %ld early %ld spin %ld bad %ld new %ld branchy %ld "
                "tiny %ld churnbad %ld pre %ld post %ld presaw %ld postsaw %ld "
-               "pid %ld\n",
+               "deepnap %ld pid %ld\n",
                atomic_load(&eintr_count), atomic_load(&early_count),
                atomic_load(&spin_calls), atomic_load(&spin_bad), atomic_load(&spin_new),
                branchy(3), tiny(), atomic_load(&churn_bad), cb_pre, cb_post, cb_pre_saw,
-               cb_post_saw, (long)getpid());
+               cb_post_saw, atomic_load(&deep_naps), (long)getpid());
     else if (strncmp(line, "ask", 3) == 0)
       snprintf(out, sizeof out, "%ld\n", ask(strtol(line + 3, NULL, 10)));
-    else if (strncmp(line, "hello", 5) == 0)
+    else if (strncmp(line, "deep", 4) == 0) {
+      long n = 0, at = -1, ms = 0;
+      sscanf(line + 4, "%ld %ld %ld", &n, &at, &ms);
+      snprintf(out, sizeof out, "%ld\n", n >= 0 && n <= 100000 ? deep(n, at, ms) : -2);
+    } else if (strncmp(line, "op", 2) == 0) {
+      long k = 0, n = 0;
+      sscanf(line + 2, "%ld %ld", &k, &n);
+      snprintf(out, sizeof out, "%ld\n", k == 0 || k == 1 ? ops[k](n) : -2);
+    } else if (strncmp(line, "hello", 5) == 0)
       snprintf(out, sizeof out, "hello %s\n", banner());
     else
       snprintf(out, sizeof out, "%ld\n", answer(strtol(line, NULL, 10)));
@@ -517,6 +555,8 @@ int main(int argc, char **argv) {
   int workers = argc > 1 ? atoi(argv[1]) : 8;
   int spinners = argc > 2 ? atoi(argv[2]) : 0;
   int churners = argc > 3 ? atoi(argv[3]) : 0;
+  ops[0] = shift;
+  ops[1] = scale;
   if (getenv("SERVER_MULTIPLIER"))
     multiplier = atol(getenv("SERVER_MULTIPLIER"));
   listen_fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -3,8 +3,11 @@
 checking load, rolled back, refused, and molt killed half way.
 
 Environment: MOLT_BUILD_DIR (bin/molt, bin/moltcc); ATTACH_CYCLES (attach
-+ rollback cycles under load, default 50).  Runs as root (ptrace).
++ rollback cycles under load on a 100-thread server, default 50; the plain
+build's ctest sets 250); ATTACH_CALL_CYCLES (the same for the recursive
+and the stored-pointer function, default 10).  Runs as root (ptrace).
 """
+import functools
 import os
 import re
 import signal
@@ -52,6 +55,7 @@ def built(tmp_path_factory):
         "helper": open(os.path.join(HERE, "fix_helper.c")).read(),
         "atol": open(os.path.join(HERE, "fix_atol.c")).read(),
         "park": open(os.path.join(HERE, "fix_park.c")).read(),
+        "calls": open(os.path.join(HERE, "fix_calls.c")).read(),
         "branchy": "long branchy(long n) { return n; }\n",
         "tiny": "long tiny(void) { return 1; }\n",
         "nosuch": "long no_such_function(long n) { return n; }\n",
@@ -214,9 +218,17 @@ def attach_maps(pid):
     return [l for l in open("/proc/%d/maps" % pid) if "molt-attach" in l]
 
 
+@functools.lru_cache(maxsize=None)
+def nm_of(exe):
+    """nm's listing of exe (once per file: the cycle tests read the bytes of
+    a function twice per cycle, and an nm run per read made up much of a
+    cycle's time on a loaded machine)."""
+    return sh(["nm", exe]).stdout
+
+
 def symbol_bytes(exe, pid, name, n=32):
     """The first n bytes of function `name` of exe in process pid."""
-    nm = sh(["nm", exe]).stdout
+    nm = nm_of(exe)
     value = int(re.search(r"^([0-9a-f]+) T %s$" % name, nm, re.M).group(1), 16)
     base = None
     real = os.path.realpath(exe)
@@ -230,30 +242,59 @@ def symbol_bytes(exe, pid, name, n=32):
         return m.read(n)
 
 
+DEEP = 1 << 20  # what the patch's deep() adds per level besides 1
+
+
+def deep_ok(levels, got):
+    """deep(levels - 1) ran `levels` levels, each the server's (1) or the
+    patch's (1 + 2^20): every level counted once, no frame damaged."""
+    return got % DEEP == levels and 0 <= got // DEEP <= levels
+
+
 class Load:
     """Client threads that send requests over kept connections and check
     each answer: 2n (original), 3n (fix_answer.c) or 4n (fix_stack.c on top
-    of it), nothing else, no error."""
+    of it), nothing else, no error.  `deep` more clients ask for deep(63),
+    the recursive function (64 levels, each the server's or fix_calls.c's);
+    `ops` more ask for op 0 and op 1, functions called through a stored
+    pointer (n + 1000; 5n or fix_calls.c's 7n)."""
 
-    def __init__(self, srv, nclients=4):
+    def __init__(self, srv, nclients=4, deep=0, ops=0):
         self.srv, self.stop, self.errors, self.count = srv, False, [], 0
         self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.client, args=(i,)) for i in range(nclients)]
+        kinds = [self.answers] * nclients + [self.deeps] * deep + [self.ops] * ops
+        self.threads = [threading.Thread(target=self.client, args=(i, k))
+                        for i, k in enumerate(kinds)]
         for t in self.threads:
             t.start()
 
-    def client(self, i):
+    @staticmethod
+    def answers(n):
+        return "%d" % n, lambda got: got in (2 * n, 3 * n, 4 * n)
+
+    @staticmethod
+    def deeps(n):
+        return "deep 63", lambda got: deep_ok(64, got)
+
+    @staticmethod
+    def ops(n):
+        if n % 2:
+            return "op 0 %d" % n, lambda got: got == n + 1000
+        return "op 1 %d" % n, lambda got: got in (5 * n, 7 * n)
+
+    def client(self, i, kind):
         try:
             s, f = self.srv.connect()
             n = i * 1000
             while not self.stop:
                 n += 1
-                f.write("%d\n" % n)
+                request, check = kind(n)
+                f.write(request + "\n")
                 f.flush()
                 got = f.readline()
-                if not got or int(got) not in (2 * n, 3 * n, 4 * n):
+                if not got or not check(int(got)):
                     with self.lock:
-                        self.errors.append("request %d: answer %r" % (n, got))
+                        self.errors.append("request %r: answer %r" % (request, got))
                     return
                 with self.lock:
                     self.count += 1
@@ -269,11 +310,19 @@ class Load:
         return self.errors
 
 
+# server.c's threads besides its workers: main, 6 watchers, 2 aio waiters
+SERVER_OWN_THREADS = 9
+
+
 def test_attach_rollback_cycles_under_load(built, server):
-    srv = server(workers=8)
+    """A 100-thread server (91 workers, 8 of them serving the load's kept
+    connections, the others in accept; 8 watchers in blocking calls; main)
+    patched and rolled back ATTACH_CYCLES times under a checking load."""
+    srv = server(workers=100 - SERVER_OWN_THREADS)
+    wait_for(lambda: len(os.listdir("/proc/%d/task" % srv.pid)) == 100, "100 threads")
     before = symbol_bytes(built["server1"], srv.pid, "answer")
     assert srv.answer(7) == 14
-    load = Load(srv)
+    load = Load(srv, deep=2, ops=2)
     stops = []
     try:
         for cycle in range(CYCLES):
@@ -296,10 +345,90 @@ def test_attach_rollback_cycles_under_load(built, server):
     assert load.count > CYCLES
     st = srv.stats()
     assert st["eintr"] == 0 and st["early"] == 0, st
+    assert len(os.listdir("/proc/%d/task" % srv.pid)) == 100
     # the staged code is gone once nothing runs it
     assert attach_maps(srv.pid) == []
     assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
     print("stops (ms): median %.3f max %.3f" % (sorted(stops)[len(stops) // 2], max(stops)))
+
+
+CALL_CYCLES = int(os.environ.get("ATTACH_CALL_CYCLES", "10"))
+NAP_MS = 2500  # the nap of a recursion half way down: an attach ends well within it
+
+
+def deep_half_way(srv, top, at):
+    """Sends "deep TOP AT NAP_MS" on a connection of its own and returns it
+    once level AT has begun its nap (levels TOP..AT are on the stack)."""
+    naps = srv.stats()["deepnap"]
+    s, f = srv.connect()
+    f.write("deep %d %d %d\n" % (top, at, NAP_MS))
+    f.flush()
+    wait_for(lambda: srv.stats()["deepnap"] > naps, "the recursion to nap")
+    return s, f, time.time()
+
+
+def test_recursive_and_stored_pointer_functions(built, server):
+    """fix_calls.c replaces deep(), a recursive function, and scale(), which
+    the server reaches only through a pointer it stored in a table at
+    start, while a load calls both (and shift(), the table's other entry)
+    and checks every answer.  A recursion half way down during the attach
+    finishes its old frames in the old code and runs every level it enters
+    after in the new: exactly 201 old levels and 200 new.  Rollback gives
+    back the entries byte for byte."""
+    srv = server(workers=12)
+    exe = built["server1"]
+    names = ("deep", "scale", "shift")  # 8 bytes each: scale() and shift() are short
+    before = {f: symbol_bytes(exe, srv.pid, f, 8) for f in names}
+    old, new = ["10", "30", "1006"], [str(10 + 10 * DEEP), "42", "1006"]
+    assert srv.q("deep 9", "op 1 6", "op 0 6") == old
+    load = Load(srv, nclients=2, deep=3, ops=3)
+    try:
+        for cycle in range(CALL_CYCLES):
+            r = molt("attach", srv.pid, built["calls"])
+            assert r.returncode == 0, r
+            threads_free(srv.pid)
+            assert srv.q("deep 9", "op 1 6", "op 0 6") == new, "the patch is not live"
+            now = {f: symbol_bytes(exe, srv.pid, f, 8) for f in names}
+            assert now["deep"] != before["deep"] and now["scale"] != before["scale"]
+            assert now["shift"] == before["shift"]
+            r = molt("rollback", srv.pid)
+            assert r.returncode == 0, r
+            threads_free(srv.pid)
+            assert srv.q("deep 9", "op 1 6", "op 0 6") == old, "the rollback is not live"
+            assert {f: symbol_bytes(exe, srv.pid, f, 8) for f in names} == before
+
+        # attach while a recursion naps at level 200 of 400: levels 400..200
+        # are the server's, 199..0 (entered through deep's entry) the patch's
+        s, f, t0 = deep_half_way(srv, 400, 200)
+        r = molt("attach", srv.pid, built["calls"])
+        assert r.returncode == 0, r
+        assert time.time() - t0 < NAP_MS / 1000, "the attach outlasted the nap"
+        got = int(f.readline())
+        s.close()
+        assert got == 401 + 200 * DEEP, (got % DEEP, got // DEEP)
+        threads_free(srv.pid)
+
+        # rollback while a recursion in the patch's code naps: the patch's
+        # deep() calls its own (the patch binds its own symbols), so it ends
+        # in the patch's code; the rollback restores the entries at once and
+        # unmaps the code only once the recursion has left it
+        s, f, t0 = deep_half_way(srv, 400, 200)
+        r = molt("rollback", srv.pid)
+        assert r.returncode == 0, r
+        assert srv.q("deep 9", "op 1 6") == old[:2]
+        got = int(f.readline())
+        s.close()
+        assert got == 401 * (1 + DEEP), (got % DEEP, got // DEEP)
+        threads_free(srv.pid)
+        assert {f: symbol_bytes(exe, srv.pid, f, 8) for f in names} == before
+    finally:
+        errors = load.finish()
+    assert errors == []
+    assert load.count > CALL_CYCLES
+    st = srv.stats()
+    assert st["eintr"] == 0 and st["early"] == 0, st
+    assert attach_maps(srv.pid) == []
+    assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
 
 
 def test_status_of_an_attached_process(built, server):
