@@ -350,13 +350,14 @@ static size_t list_threads(pid_t **out) {
   return n;
 }
 
+/* (an empty list may be NULL, which bsearch must not be given) */
 static bool has_tid(const pid_t *v, size_t n, pid_t tid) {
-  return bsearch(&tid, v, n, sizeof tid, by_tid) != NULL;
+  return n && bsearch(&tid, v, n, sizeof tid, by_tid) != NULL;
 }
 
 /* Thread tid is proved out of slot k's owner. */
 static void proved(pending *p, pid_t tid) {
-  pid_t *at = bsearch(&tid, p->tids, p->ntids, sizeof tid, by_tid);
+  pid_t *at = p->ntids ? bsearch(&tid, p->tids, p->ntids, sizeof tid, by_tid) : NULL;
   if (!at)
     return;
   memmove(at, at + 1, (size_t)(p->tids + p->ntids - at - 1) * sizeof *at);
@@ -627,7 +628,7 @@ size_t molt__proof_pass(molt__owner *released) {
     bool wanted = false;
     for (unsigned k = 0; k < PROOF_SLOTS && !wanted; k++)
       wanted = table[k].o && !table[k].capture &&
-               bsearch(&now[i], table[k].tids, table[k].ntids, sizeof(pid_t), by_tid);
+               has_tid(table[k].tids, table[k].ntids, now[i]);
     uint32_t hits;
     if (!wanted)
       continue;
