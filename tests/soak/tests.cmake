@@ -4,7 +4,8 @@
 # connect/close floods, as root and as nobody) and a forking thread; fails
 # on a failed update, a wrong or lost reply, a stuck fork, or fd count,
 # mappings or RSS grown past their bounds (--bounds: +2 fds, +4 mappings,
-# +2 MiB RSS from the end of the warm-up to the end).  Its work directory
+# +2 MiB RSS from the end of the warm-up to the end; under ASan only named
+# mappings and no RSS bound, since its allocator grows both).  Its work directory
 # is in this build tree.  The full run: bench/soak/soak.py (README there).
 add_test(NAME soak_short
   COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/soak/soak.py --short --bounds
