@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -47,6 +48,9 @@ static int listener_lost = -1;
  * lost one. */
 static bool listener_missing;
 static pthread_t rt_thread;
+/* Posted once by a new runtime thread when it reaches its loop;
+ * start_runtime_thread waits for it (why: there). */
+static sem_t rt_running;
 
 /* The calling thread holds op_lock through molt__op_lock (an operation
  * runs): only the thread itself reads or writes it. */
@@ -152,6 +156,7 @@ static void *runtime_main(void *arg) {
   (void)arg;
   molt__requests_serve_here();
   molt__wake_serve_here();
+  sem_post(&rt_running);
   int interval = -1; /* ms until the next reclamation pass; -1: none pending */
   for (;;) {
     int wake_fd;
@@ -215,10 +220,21 @@ static void start_runtime_thread(void) {
   sigset_t old;
   molt__block_async_signals(&old);
   molt__requests_open(); /* requests wait for the thread from now on */
+  sem_init(&rt_running, 0, 0);
   bool started = pthread_create(&rt_thread, NULL, runtime_main, NULL) == 0;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (started) {
     pthread_setname_np(rt_thread, "molt-runtime");
+    /* Start-up ends when the thread runs its loop, not when it is merely
+     * created: a thread's first steps (the C library's and a sanitizer's
+     * per-thread set-up) allocate, and a fork() by the host right after
+     * start-up would copy the allocator's lock held by a thread the child
+     * does not have.  glibc's malloc is locked around fork(); gcc 12's
+     * AddressSanitizer allocator is not, and its child hung in its first
+     * malloc (runtime_fds under ASan, about 1 run in 400 on a loaded
+     * machine).  Waiting costs start-up one thread start. */
+    while (sem_wait(&rt_running) != 0 && errno == EINTR)
+      ;
   } else {
     molt__requests_stop();
     molt__fail("cannot start the runtime thread");
