@@ -135,9 +135,10 @@ def callgrind(a, prog, patches, lib, work, name):
             text = open(f, errors="replace").read()
             m = re.search(r"^(?:summary|totals): *(\d+)", text, re.M)
             total = int(m.group(1)) if m else 0
-            if re.search(r"^fn=.*\bruntime_main\b", text, re.M):
+            # (A name is given once, in the first fn= or cfn= line naming it.)
+            if re.search(r"^c?fn=\(\d+\) runtime_main$", text, re.M):
                 rt += total
-            elif re.search(r"^fn=.*\bworker\b", text, re.M):
+            elif re.search(r"^c?fn=\(\d+\) worker$", text, re.M):
                 workers += total
         res.append((n, rt, workers, calls))
     (n1, rt1, w1, c1), (n2, rt2, w2, c2) = res
