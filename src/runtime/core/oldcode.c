@@ -206,7 +206,7 @@ int molt__oldcode_scan(void) {
      * again together after one short wait (not each after a wait of its
      * own: a process with many busy threads held every apply for
      * milliseconds per busy thread). */
-    size_t left = ntids;
+    size_t left = ntids, failed = 0;
     for (int round = 0; round < RUNNING_RETRIES && left; round++) {
       if (round) {
         struct timespec ts = {0, RUNNING_WAIT_NS};
@@ -220,10 +220,12 @@ int molt__oldcode_scan(void) {
         else if (rc == MOLT__STACK_READ)
           for (size_t k = 0; k < f.n; k++)
             note(tids[i], f.idx[k], now);
+        else
+          failed++; /* gone, on another stack, or it ran during every read */
       }
       left = running;
     }
-    uninspected = left;
+    uninspected = left + failed;
     free(f.idx);
   }
   free(buf);
