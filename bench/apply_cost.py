@@ -32,6 +32,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -158,6 +159,9 @@ def main():
     p.add_argument("--syscalls", action="store_true")
     p.add_argument("--callgrind", action="store_true")
     p.add_argument("--work", default="/tmp/molt-apply-cost")
+    p.add_argument("--results", metavar="FILE",
+                   help="also write the tables there (bench/results/apply_cost.md, which "
+                        "bench/report.py puts into RESULTS.md)")
     a = p.parse_args()
     libs = []
     for spec in a.lib:
@@ -180,38 +184,52 @@ def main():
             d["stuck"] += stuck
             d["rt"].append(kv["rt_cpu_ns"] / 1e3 / a.count)
         print("round %d/%d done" % (r + 1, a.rounds), file=sys.stderr)
-    print("%d rounds x %d applies per build, %d ms apart; %d busy + %d blocking workers"
-          % (a.rounds, a.count, a.gap_ms, a.busy, a.blocking))
-    print()
-    print("| build | apply µs median (p10-p90) | settle µs median (p10-p90) | runtime thread CPU µs/apply median (min-max of rounds) | transitions not over in 5 s |")
-    print("|---|---|---|---|---|")
+    out = []
+    out.append("%d rounds x %d applies per build, %d ms apart; %d busy + %d blocking workers"
+               % (a.rounds, a.count, a.gap_ms, a.busy, a.blocking))
+    out.append("")
+    out.append("| build | apply µs median (p10-p90) | settle µs median (p10-p90) | runtime thread CPU µs/apply median (min-max of rounds) | transitions not over in 5 s |")
+    out.append("|---|---|---|---|---|")
     for name, _ in libs:
         d = data[name]
-        print("| %s | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | %d |" % (
+        out.append("| %s | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | %.0f (%.0f-%.0f) | %d |" % (
             name, statistics.median(d["apply"]), pct(d["apply"], 10), pct(d["apply"], 90),
             statistics.median(d["settle"]), pct(d["settle"], 10), pct(d["settle"], 90),
             statistics.median(d["rt"]), min(d["rt"]), max(d["rt"]), d["stuck"]))
     if a.syscalls:
         per = {name: syscalls(a, prog, patches, lib, a.work, name) for name, lib in libs}
         keys = sorted({k for v in per.values() for k, n in v.items() if abs(n) >= 0.05})
-        print()
-        print("System calls per apply (strace -f -c, %d vs %d applies):" % (a.count, 3 * a.count))
-        print()
-        print("| call | " + " | ".join(n for n, _ in libs) + " |")
-        print("|---|" + "---|" * len(libs))
+        out.append("")
+        out.append("System calls per apply (strace -f -c, %d vs %d applies):" % (a.count, 3 * a.count))
+        out.append("")
+        out.append("| call | " + " | ".join(n for n, _ in libs) + " |")
+        out.append("|---|" + "---|" * len(libs))
         for k in keys:
-            print("| %s | " % k + " | ".join("%.1f" % per[n].get(k, 0) for n, _ in libs) + " |")
+            out.append("| %s | " % k + " | ".join("%.1f" % per[n].get(k, 0) for n, _ in libs) + " |")
     if a.callgrind:
-        print()
-        print("Instructions (callgrind --separate-threads, exact for its run; %d vs %d applies):"
-              % (a.count // 4, 3 * (a.count // 4)))
-        print()
-        print("| build | runtime thread per apply | workers per work() call (short run, long run) |")
-        print("|---|---|---|")
+        out.append("")
+        out.append("Instructions (callgrind --separate-threads, exact for its run; %d vs %d "
+                   "applies):" % (a.count // 4, 3 * (a.count // 4)))
+        out.append("")
+        out.append("| build | runtime thread per apply | workers per work() call (short run, long run) |")
+        out.append("|---|---|---|")
         for name, lib in libs:
             c = callgrind(a, prog, patches, lib, a.work, name)
-            print("| %s | %.0f | %.1f, %.1f |" % (name, c["rt_per_apply"], c["worker_per_call_1"],
-                                                c["worker_per_call_2"]))
+            out.append("| %s | %.0f | %.1f, %.1f |" % (
+                name, c["rt_per_apply"], c["worker_per_call_1"], c["worker_per_call_2"]))
+    md = ["## The cost of a transition (issue 14, item 3)", "",
+          "`bench/src/apply_main.c` under each libmolt build in turn (same program, same "
+          "patches: `src/mem_patch.c`), one run; *apply*: the `molt_apply` call in-process "
+          "(policy immediate); *settle*: from the apply to the end of the transition "
+          "(`work()`'s entry jumps into the new patch again: the old generation reclaimed, the "
+          "superseded patch proved unused); *runtime thread CPU*: schedstat of `molt-runtime` "
+          "over the loop, per apply.", ""] + out + [
+          "", "Command: `python3 bench/apply_cost.py %s` (%s)." % (
+              " ".join(sys.argv[1:]), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))]
+    print("\n".join(md))
+    if a.results:
+        with open(a.results, "w") as f:
+            f.write("\n".join(md) + "\n")
 
 
 if __name__ == "__main__":
