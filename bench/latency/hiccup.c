@@ -117,9 +117,8 @@ static void meter_stretch(void) {
     }
     prev = t;
     /* relaxed: a flag; a stretch that ends a little late costs nothing. */
-    if ((reads & 1023) == 0 &&
-        (!atomic_load_explicit(&m->on, memory_order_relaxed) || nlocal == 64 ||
-         t - stretch_start >= STRETCH_NS)) {
+    if ((reads & 1023) == 0 && (!atomic_load_explicit(&m->on, memory_order_relaxed) ||
+                                nlocal == 64 || t - stretch_start >= STRETCH_NS)) {
       pthread_mutex_lock(&merge);
       for (unsigned i = 0; i < BUCKETS; i++) {
         m->window_max[i] += window_max[i];

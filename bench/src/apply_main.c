@@ -153,7 +153,8 @@ int main(int argc, char **argv) {
       nanosleep(&ts, NULL);
     }
     uint64_t c = mono_ns();
-    printf("apply %.1f %.1f%s\n", (b - a) / 1e3, (c - a) / 1e3, in_patch() ? "" : " stuck");
+    printf("apply %.1f %.1f%s\n", (b - a) / 1e3, (c - a) / 1e3,
+           in_patch() ? "" : " stuck");
     struct timespec gap = {gap_ms / 1000, (long)(gap_ms % 1000) * 1000000L};
     nanosleep(&gap, NULL);
   }
