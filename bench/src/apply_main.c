@@ -91,7 +91,7 @@ static uint64_t runtime_cpu_ns(void) {
   uint64_t ns = 0;
   struct dirent *e;
   while (d && (e = readdir(d)) != NULL) {
-    char path[128], comm[32] = "";
+    char path[320], comm[32] = "";
     snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
     FILE *f = fopen(path, "re");
     if (!f)
