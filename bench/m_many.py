@@ -46,8 +46,11 @@ def generate(ctx):
                       [src] + hdr))
         items.append((os.path.join(d, "plain_%d.o" % k),
                       GEN_CC + ["-DPLAIN", "-c", "-o", os.path.join(d, "plain_%d.o" % k), src], [src]))
+        # As moltcc builds a patch: no registration constructor (the
+        # runtime refuses a patch with DT_INIT_ARRAY or DT_INIT).
         items.append((os.path.join(d, "patch_%d.o" % k),
-                      GEN_CC + ["-fPIC", "-I" + bl.INCLUDE, "-c", "-o", os.path.join(d, "patch_%d.o" % k), psrc],
+                      GEN_CC + ["-fPIC", "-DMOLT__NO_AUTO_REGISTER", "-I" + bl.INCLUDE, "-c", "-o",
+                                os.path.join(d, "patch_%d.o" % k), psrc],
                       [psrc] + hdr))
     t0 = time.time()
     bl.log("P4/P5: compiling %d generated TUs (%d functions, 3 variants; cached)" % (ntu, nmax))
@@ -71,7 +74,8 @@ def generate(ctx):
                  [main, probe] + pobjs)
         # The patch is stamped with the build-id of this size's program
         # (rebuilt whenever the program is).
-        bl.build(patch, ["clang-14", "-shared", "-Wl,--build-id", "-o", patch] + patch_objs,
+        bl.build(patch, ["clang-14", "-shared", "-nostartfiles", "-Wl,--build-id", "-o", patch]
+                 + patch_objs,
                  patch_objs + [molt], post=[[ctx.moltstamp, patch, molt], ["chmod", "go-w", patch]])
         progs[n] = {"molt": molt, "plain": plain, "patch": patch}
     return progs

@@ -980,10 +980,12 @@ def section_p6(R, p6):
         "thread creates with its first allocation, in its first reclamation pass right after "
         "the first apply (checked by diffing `/proc/self/maps`); the short spikes (+5) are the "
         "moment between an apply and the reclamation of the previous patch, when two patch "
-        "objects are mapped. The first apply moves the entries of both functions to the "
-        "dispatch path; with A and B alternating some live generation always replaces them, so "
-        "they stay there (an entry goes back to its direct jump only when no live generation "
-        "replaces the function), and every later apply skips the entry rewrite.")
+        "objects are mapped. Every apply moves the entries of both functions to the dispatch "
+        "path (they jumped into the previous patch) and, once the previous generation is "
+        "reclaimed, into the new patch through their trampoline slots (issue 14); the "
+        "superseded patch is unloaded once core/proof.c has proved no thread runs it. The "
+        "per-apply times include those rewrites and proofs; `bench/apply_cost.py` (below) "
+        "takes an apply apart.")
     if p6["worst_mappings_growth"] > 0:
         R.w()
         R.w("The mappings end %+d above the steady one-patch count in at least one run; see "
@@ -1415,11 +1417,15 @@ def main():
     # it: bench/patchbuild/realfixes.py (it needs the servers examples/fixes
     # builds), bench/attach/bench.py (P11), bench/fullupdate/memcached_p9.py
     # (P9 on memcached, built with examples/fullreal), bench/p1_patched.sh
-    # (P1 with a live patch, callgrind).
+    # (P1 with a live patch, callgrind), bench/apply_cost.py (the cost of a
+    # transition), bench/latency/hiccup.sh (hiccups and instructions per
+    # request around updates).
     for name, tag in (("patchbuild_realfixes.md", "patchbuild-realfixes"),
                       ("attach.md", "attach"), ("fullreal_p9.md", "fullreal-p9"),
-                      ("p1_patched.md", "p1-patched")):
-        path = os.path.join(bl.BENCH, "results", name)
+                      ("p1_patched.md", "p1-patched"), ("apply_cost.md", "apply-cost"),
+                      ("../latency/results/hiccup.md", "latency-hiccup"),
+                      ("../latency/results/instr.md", "latency-instr")):
+        path = os.path.normpath(os.path.join(bl.BENCH, "results", name))
         if os.path.exists(path):
             with open(path) as f:
                 R.w("<!-- %s: begin -->" % tag)

@@ -13,10 +13,13 @@
  *   proof.c    proofs that no thread still runs a superseded patch that
  *              calls reached by a direct jump (uncounted)
  *   oldcode.c  which threads still run version 0 of a replaced function
+ *   stack.c    reading another thread's stack while it is blocked (for
+ *              proof.c and oldcode.c)
  *   shadow.c   shadow data (molt_shadow_*, molt.h): per-object data of hot
  *              patches, which belongs to no mode and outlives its patch
  *
- * Within the layer: module -> gen -> entry, proof -> thread (no calls back up);
+ * Within the layer: module -> gen -> entry, proof -> stack -> thread,
+ * oldcode -> stack (no calls back up);
  * shadow.c calls nothing of the others.
  * The functions of entry.c, gen.c and module.c run with molt__rt_lock held
  * unless their comment says otherwise; the registry (thread.c) takes its
@@ -172,6 +175,34 @@ MOLT__HIDDEN bool molt__proof_holds_dispatch(void);
  * for a proof. */
 MOLT__HIDDEN size_t molt__proof_pass(molt__owner *released);
 MOLT__HIDDEN void molt__proof_after_fork_child(void);
+
+/* ---- stack.c: other threads' stacks -----------------------------------------*/
+/* The process's threads but the caller, sorted (*out: free it; NULL when
+ * there are none). */
+MOLT__HIDDEN size_t molt__stack_threads(pid_t **out);
+MOLT__HIDDEN bool molt__stack_has_tid(const pid_t *sorted, size_t n, pid_t tid);
+/* Forgets what is cached about threads not in live[0..nlive) (sorted). */
+MOLT__HIDDEN void molt__stack_forget(const pid_t *live, size_t nlive);
+/* What to look for: the program counter and every stack word in [min, max)
+ * go to hit(); reset() comes before each attempt (only the words of the
+ * attempt that succeeds count).  limit: bytes above the stack pointer
+ * looked at (0: all); a deeper stack fails unless truncate. */
+typedef struct molt__stack_scan {
+  uintptr_t min, max;
+  size_t limit;
+  bool truncate;
+  void (*reset)(void *arg);
+  void (*hit)(void *arg, uintptr_t word);
+  void *arg;
+} molt__stack_scan;
+enum { MOLT__STACK_READ, MOLT__STACK_RUNNING, MOLT__STACK_FAILED };
+#define MOLT__STACK_BUF 65536 /* bytes of the buffer a scan is given */
+/* Reads thread tid's whole stack at one moment while it is blocked, into
+ * s's callbacks; buf holds MOLT__STACK_BUF bytes.  MOLT__STACK_READ: done; RUNNING: it
+ * is not blocked now; FAILED: gone, on another stack, too deep, or it ran
+ * during every attempt (runtime thread, op_lock). */
+MOLT__HIDDEN int molt__stack_scan_blocked(pid_t tid, const molt__stack_scan *s,
+                                          uint64_t *buf);
 
 /* ---- module.c: modules and their updatable functions -------------------------*/
 typedef struct molt__module {

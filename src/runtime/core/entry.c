@@ -33,9 +33,11 @@
  * had not yet executed the slot's jump when the entry left patch mode (it
  * was preempted between the two) then goes to the dispatch path, which is
  * always correct -- never into a patch that core/proof.c may have proved
- * unused after the entry moved away.  The stores are ordered before later
- * calls of other threads by the core-serializing membarrier each batch
- * ends with (it is a full barrier on every CPU running the process).
+ * unused after the entry moved away.  The stores that move entries away
+ * from a version (to dispatch) are ordered before later calls of other
+ * threads by the core-serializing membarrier their batch ends with (it is
+ * a full barrier on every CPU running the process); a batch that moves
+ * entries off the dispatch path needs none (molt__entries_relax).
  *
  * Cross-modifying code.  The new displacement is written with one atomic
  * 8-byte store into a word that holds the whole instruction (only the four
@@ -49,7 +51,13 @@
  * path (guarantee H2 holds once the generation is published after it).  All
  * targets are correct at every moment in between: the dispatch path reads
  * the current generation, and direct or patch is only ever chosen when
- * every live generation maps the function to that version anyway.
+ * every live generation maps the function to that version anyway.  That
+ * is also why molt__entries_relax, which moves entries from the dispatch
+ * path to direct or patch, ends without the barrier: a thread that keeps
+ * the old jump (until its next interrupt or system call return, which
+ * serialize its core) runs the dispatch path, as correct as the new one;
+ * the same single-store instruction change, an unsynchronized window that
+ * every rewrite had already.
  *
  * The text is made writable only for the store (mprotect to RWX on the
  * pages holding the entries, then back to the segment's protection); other
@@ -303,9 +311,12 @@ static const void *target_of(const entry *e, uint8_t mode) {
 
 /* Rewrites the entries listed in idx[0..n) to modes[k] (patch: to
  * patches[k] through the entry's slot, which the caller gave it), one
- * segment at a time (one mprotect pair per segment and batch). */
+ * segment at a time (one mprotect pair per segment and batch).  serialize:
+ * end with the core-serializing membarrier (every batch that moves entries
+ * away from where they jumped must; see molt__entries_relax for the one
+ * that need not). */
 static int write_entries(const uint32_t *idx, const uint8_t *modes, void *const *patches,
-                         size_t n, char *err, size_t errlen) {
+                         size_t n, bool serialize, char *err, size_t errlen) {
   int rc = 0;
   for (size_t s = 0; s < nsegs; s++) {
     uintptr_t lo = UINTPTR_MAX, hi = 0;
@@ -359,7 +370,8 @@ static int write_entries(const uint32_t *idx, const uint8_t *modes, void *const 
   /* Every thread executes a core-serializing instruction (and a full
    * memory barrier) before this returns: from here on no thread runs a
    * jump it fetched before the stores above, nor reads an old quad. */
-  molt__sync_core();
+  if (serialize)
+    molt__sync_core();
   return rc;
 }
 
@@ -391,7 +403,7 @@ int molt__entries_prepare(const molt__gen *g, char *err, size_t errlen) {
     modes[k] = MODE_DISPATCH;
     idx[k++] = i;
   }
-  int rc = k ? write_entries(idx, modes, NULL, k, err, errlen) : 0;
+  int rc = k ? write_entries(idx, modes, NULL, k, true, err, errlen) : 0;
   free(idx);
   free(modes);
   return rc;
@@ -429,8 +441,16 @@ void molt__entries_relax(void *const *agreed, molt__owner *const *owners, uint32
     patches[k] = v;
     idx[k++] = i;
   }
+  /* Not serialized: these entries leave the dispatch path, which stays
+   * correct for as long as a thread keeps running the old jump it fetched
+   * (and a thread that reads a patch slot's quad before the new value
+   * reaches it reads the dispatch path, the value the quad holds outside
+   * patch mode).  Nothing waits for threads to see these jumps: the next
+   * move away from them (molt__entries_prepare, _hold) serializes, and
+   * that is the moment proofs count from (core/proof.c).  One barrier (an
+   * IPI to every CPU running the process) fewer per transition. */
   char err[256];
-  if (k && write_entries(idx, modes, patches, k, err, sizeof err) < 0)
+  if (k && write_entries(idx, modes, patches, k, false, err, sizeof err) < 0)
     molt__log(MOLT__EV_FAIL, 0, NULL, "entries stay on the dispatch path: %s", err);
   free(idx);
   free(modes);
@@ -454,7 +474,7 @@ void molt__entries_hold(void) {
       idx[k++] = i;
     }
   char err[256];
-  if (k && write_entries(idx, modes, NULL, k, err, sizeof err) < 0)
+  if (k && write_entries(idx, modes, NULL, k, true, err, sizeof err) < 0)
     molt__log(MOLT__EV_FAIL, 0, NULL, "entries could not all move to dispatch: %s", err);
   free(idx);
   free(modes);

@@ -287,6 +287,21 @@ size_t molt__gen_reclaim(molt__owner **released) {
     retired += privs[s].in_use && privs[s].retired;
   if (!retired || !reclaim_ok)
     return retired;
+  /* First a look without the barrier: a retired generation that some
+   * thread is seen to run (a count or a view) stays alive whatever the
+   * barrier would add.  A count read without the barrier can be stale or
+   * about to drop (a call ending, a recheck about to fail): that only
+   * keeps the generation one pass longer.  Only a count read as zero needs
+   * the barrier below before it is believed.  So while an old generation
+   * lingers, the reclaimer's polls interrupt no thread (the barrier is an
+   * IPI to every CPU running the process: issue 14, item 3). */
+  molt__gen_usage u;
+  molt__gen_scan(&u);
+  bool candidate = false;
+  for (unsigned s = 0; s < MOLT__SLOTS && !candidate; s++)
+    candidate = privs[s].in_use && privs[s].retired && !u.active[s] && !u.views[s];
+  if (!candidate)
+    return retired;
   /* After this barrier every thread either made its counter increment for
    * a generation visible to the scan below, or will fail its recheck
    * because it sees the generation that retired this one (molt/abi.h,
@@ -297,7 +312,6 @@ size_t molt__gen_reclaim(molt__owner **released) {
               "membarrier failed: old versions will no longer be unloaded");
     return retired;
   }
-  molt__gen_usage u;
   molt__gen_scan(&u);
   bool freed = false;
   for (unsigned s = 0; s < MOLT__SLOTS; s++) {

@@ -12,10 +12,10 @@
  * in a system call (/proc/self/task/T/syscall gives its stack pointer and
  * program counter; a thread that is running cannot be looked at without
  * stopping it, which the runtime never does, H10), it reads its stack from
- * the stack pointer to the end of that mapping with process_vm_readv (a
- * read that fails is an error, not a fault in the host) and looks for a
- * word that is an address inside version 0 of a replaced function, or a
- * program counter inside one.  An event loop waits in epoll_wait, poll or
+ * the stack pointer up (at most 1 MiB) at one moment, as core/stack.c does
+ * for proof.c, and looks for a word that is an address inside version 0
+ * of a replaced function, or a program counter inside one.  Threads found
+ * running are asked again, all together, after 1 ms, twice at most.  An event loop waits in epoll_wait, poll or
  * a sleep most of the time, with the return address into its own version 0
  * on the stack above.
  *
@@ -33,20 +33,14 @@
  */
 #include "core/core.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <time.h>
-#include <unistd.h>
 
 #define STACK_SCAN_MAX (1u << 20) /* bytes of one thread's stack looked at */
-#define RUNNING_RETRIES 3         /* a running thread is asked again ...   */
-#define RUNNING_WAIT_NS 1000000   /* ... after 1 ms                        */
+#define RUNNING_RETRIES 3         /* threads found running are asked again */
+#define RUNNING_WAIT_NS 1000000   /* ... together, after 1 ms              */
 
 typedef struct range {
   uintptr_t start, end;
@@ -142,57 +136,6 @@ static const range *find(const range *r, size_t n, uintptr_t a) {
   return &r[lo - 1];
 }
 
-/* The end of the mapping of the process that holds address a (0: none). */
-static uintptr_t mapping_end(uintptr_t a) {
-  FILE *f = fopen("/proc/self/maps", "re");
-  uintptr_t end = 0;
-  if (!f)
-    return 0;
-  char line[512];
-  while (fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && a >= lo && a < hi) {
-      end = hi;
-      break;
-    }
-  }
-  fclose(f);
-  return end;
-}
-
-/* Stack pointer and program counter of thread tid if it is blocked (in a
- * system call); false if it is running or gone. */
-static bool blocked_at(pid_t tid, uintptr_t *sp, uintptr_t *pc) {
-  char path[64], buf[256];
-  snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
-  for (int attempt = 0; attempt < RUNNING_RETRIES; attempt++) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-      return false;
-    buf[n] = '\0';
-    if (strncmp(buf, "running", 7) != 0) {
-      /* "nr a1 .. a6 sp pc" or "-1 sp pc": the last two fields */
-      char *last = strrchr(buf, ' ');
-      if (!last)
-        return false;
-      *last = '\0';
-      char *prev = strrchr(buf, ' ');
-      if (!prev)
-        return false;
-      *sp = (uintptr_t)strtoull(prev + 1, NULL, 16);
-      *pc = (uintptr_t)strtoull(last + 1, NULL, 16);
-      return *sp != 0;
-    }
-    struct timespec ts = {0, RUNNING_WAIT_NS};
-    nanosleep(&ts, NULL);
-  }
-  return false;
-}
-
 static void note(pid_t tid, uint32_t index, uint64_t now) {
   for (size_t i = 0; i < nseen; i++)
     if (seen[i].tid == tid && seen[i].index == index) {
@@ -210,36 +153,34 @@ static void note(pid_t tid, uint32_t index, uint64_t now) {
   seen[nseen++] = (molt__oldcode){tid, index, now, now};
 }
 
-/* Notes every range that thread tid's program counter or a word of its
- * stack points into. */
-static void scan_thread(pid_t tid, const range *r, size_t nr, uint64_t now,
-                        uint64_t *buf) {
-  uintptr_t sp, pc;
-  if (!blocked_at(tid, &sp, &pc)) {
-    uninspected++;
+/* The functions one look at a stack found (only the attempt that read the
+ * stack at one moment counts: core/stack.c resets before each). */
+typedef struct found {
+  const range *r;
+  size_t nr;
+  uint32_t *idx;
+  size_t n, cap;
+} found;
+
+static void found_reset(void *arg) { ((found *)arg)->n = 0; }
+
+static void found_add(void *arg, uintptr_t word) {
+  found *f = arg;
+  const range *hit = find(f->r, f->nr, word);
+  if (!hit)
     return;
-  }
-  const range *hit = find(r, nr, pc);
-  if (hit)
-    note(tid, hit->index, now);
-  uintptr_t end = mapping_end(sp);
-  if (end <= sp)
-    return;
-  if (end - sp > STACK_SCAN_MAX)
-    end = sp + STACK_SCAN_MAX;
-  for (uintptr_t at = sp & ~(uintptr_t)7; at < end;) {
-    size_t len = end - at < 65536 ? end - at : 65536;
-    struct iovec local = {buf, len}, remote = {(void *)at, len};
-    ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-    if (got <= 0)
+  for (size_t i = 0; i < f->n; i++)
+    if (f->idx[i] == hit->index)
       return;
-    for (size_t w = 0; w < (size_t)got / 8; w++) {
-      hit = find(r, nr, (uintptr_t)buf[w]);
-      if (hit)
-        note(tid, hit->index, now);
-    }
-    at += (size_t)got;
+  if (f->n == f->cap) {
+    size_t cap = f->cap ? f->cap * 2 : 8;
+    uint32_t *p = realloc(f->idx, cap * sizeof *p);
+    if (!p)
+      return;
+    f->idx = p;
+    f->cap = cap;
   }
+  f->idx[f->n++] = hit->index;
 }
 
 int molt__oldcode_scan(void) {
@@ -247,20 +188,48 @@ int molt__oldcode_scan(void) {
   size_t nr = replaced_ranges(&r);
   uint64_t now = molt__realtime_ns();
   uninspected = 0;
-  if (nr) {
-    uint64_t *buf = malloc(65536);
-    DIR *d = opendir("/proc/self/task");
-    pid_t self = molt__gettid();
-    struct dirent *e;
-    while (buf && d && (e = readdir(d)) != NULL) {
-      pid_t tid = (pid_t)atoi(e->d_name);
-      if (tid > 0 && tid != self)
-        scan_thread(tid, r, nr, now, buf);
+  pid_t *tids = NULL;
+  size_t ntids = nr ? molt__stack_threads(&tids) : 0;
+  uint64_t *buf = ntids ? malloc(MOLT__STACK_BUF) : NULL;
+  if (buf) {
+    found f = {r, nr, NULL, 0, 0};
+    molt__stack_scan scan = {.min = r[0].start,
+                             .max = r[0].end,
+                             .limit = STACK_SCAN_MAX,
+                             .truncate = true,
+                             .reset = found_reset,
+                             .hit = found_add,
+                             .arg = &f};
+    for (size_t i = 1; i < nr; i++)
+      scan.max = r[i].end > scan.max ? r[i].end : scan.max;
+    /* A running thread cannot be looked at; those found running are asked
+     * again together after one short wait (not each after a wait of its
+     * own: a process with many busy threads held every apply for
+     * milliseconds per busy thread). */
+    size_t left = ntids, failed = 0;
+    for (int round = 0; round < RUNNING_RETRIES && left; round++) {
+      if (round) {
+        struct timespec ts = {0, RUNNING_WAIT_NS};
+        nanosleep(&ts, NULL);
+      }
+      size_t running = 0;
+      for (size_t i = 0; i < left; i++) {
+        int rc = molt__stack_scan_blocked(tids[i], &scan, buf);
+        if (rc == MOLT__STACK_RUNNING)
+          tids[running++] = tids[i]; /* (in place: running <= i) */
+        else if (rc == MOLT__STACK_READ)
+          for (size_t k = 0; k < f.n; k++)
+            note(tids[i], f.idx[k], now);
+        else
+          failed++; /* gone, on another stack, or it ran during every read */
+      }
+      left = running;
     }
-    if (d)
-      closedir(d);
-    free(buf);
+    uninspected = left + failed;
+    free(f.idx);
   }
+  free(buf);
+  free(tids);
   free(r);
   /* Keep what this scan saw: a thread that left the function, or exited,
    * is forgotten; one still there keeps the time it was first seen. */

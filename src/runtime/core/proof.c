@@ -33,16 +33,17 @@
  *   1. it is gone (not in /proc/self/task);
  *   2. it was blocked in the kernel and its stack held no word inside O's
  *      code, nor its program counter: the runtime thread reads the
- *      thread's context-switch counts (/proc/self/task/T/status), its
- *      stack pointer and program counter (/proc/self/task/T/syscall, which
- *      the kernel reports only for a task that is not running), its stack
- *      from the stack pointer to the top with process_vm_readv, then the
- *      syscall file and the counts again: same stack pointer and program
- *      counter, same counts means the thread did not run while its stack
- *      was read (to block again it would have had to be switched out,
- *      which counts), so the words read are the thread's whole stack at
- *      one moment.  Nothing is stopped or signalled; a read that fails or
- *      a thread that ran is simply asked again at the next pass;
+ *      thread's stack pointer and program counter (/proc/self/task/T/syscall,
+ *      which the kernel reports only for a task that is not running), its
+ *      context-switch counts (/proc/self/task/T/status), its stack from the
+ *      stack pointer to the top with process_vm_readv, then the syscall
+ *      file and the counts again: same stack pointer and program counter,
+ *      same counts means the thread did not run while its stack was read
+ *      (to block again it would have had to be switched out, which
+ *      counts), so the words read are the thread's whole stack at one
+ *      moment (core/stack.c does the reading, for oldcode.c too).  Nothing
+ *      is stopped or signalled; a read that fails or a thread that ran is
+ *      simply asked again at the next pass;
  *   3. it checked its own stack, the same way, while running the dispatch
  *      path of any function, at molt_quiesce or at an update point
  *      (molt__thread_prove): it is running molt's code, not O's, so its
@@ -61,7 +62,8 @@
  *
  * Where the stack is.  A registered thread's stack bounds were taken at its
  * registration (pthread_getattr_np); an unregistered thread's stack is the
- * mapping that holds its stack pointer (/proc/self/maps, cached per thread).
+ * mapping that holds its stack pointer (/proc/self/maps, cached per thread
+ * by core/stack.c).
  * A stack pointer outside the registered bounds (a signal handler on
  * sigaltstack, a coroutine's stack) proves nothing.  What this cannot see
  * -- frames on another stack than the one the thread runs on: stacks of
@@ -83,23 +85,16 @@
  */
 #include "core/core.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <link.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #define PROOF_SLOTS 32                   /* bits of a thread's answer        */
 #define RANGES 4                         /* executable segments per owner   */
-#define CHECK_TRIES 4                    /* attempts per thread and pass    */
 #define HOLD_AFTER_NS 5000000ull         /* stacks alone for 5 ms, then     */
 #define HOLD_NS 1000000000ull            /* entries dispatch for 1 s ...    */
 #define HOLD_PERIOD_NS 16000000000ull    /* ... then 1 s out of every 16 s  */
 #define STACK_MAX ((uintptr_t)256 << 20) /* deeper stacks prove nothing     */
-#define CHUNK 65536
 
 MOLT__ATOMIC(uint32_t) molt__proof_round;
 
@@ -125,14 +120,6 @@ static bool running_unproved;
  * under `seq` odd, stable while even (a sequence lock). */
 static MOLT__ATOMIC(uint32_t) seq;
 static MOLT__ATOMIC(uintptr_t) pub_lo[PROOF_SLOTS][RANGES], pub_hi[PROOF_SLOTS][RANGES];
-
-/* Unregistered threads: the mapping that held the stack pointer. */
-typedef struct stack_cache {
-  pid_t tid;
-  uintptr_t lo, hi;
-} stack_cache;
-static stack_cache *stacks;
-static size_t nstacks;
 
 void molt__proof_init(void) {
   const char *v = getenv("MOLT_COUNT_CALLS");
@@ -320,41 +307,6 @@ static int by_tid(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The process's threads but the caller, sorted. */
-static size_t list_threads(pid_t **out) {
-  *out = NULL;
-  DIR *d = opendir("/proc/self/task");
-  if (!d)
-    return 0;
-  pid_t self = molt__gettid(), *v = NULL;
-  size_t n = 0, cap = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    pid_t tid = (pid_t)atoi(e->d_name);
-    if (tid <= 0 || tid == self)
-      continue;
-    if (n == cap) {
-      size_t nc = cap ? cap * 2 : 16;
-      pid_t *nv = realloc(v, nc * sizeof *nv);
-      if (!nv)
-        break;
-      v = nv;
-      cap = nc;
-    }
-    v[n++] = tid;
-  }
-  closedir(d);
-  if (n)
-    qsort(v, n, sizeof *v, by_tid);
-  *out = v;
-  return n;
-}
-
-/* (an empty list may be NULL, which bsearch must not be given) */
-static bool has_tid(const pid_t *v, size_t n, pid_t tid) {
-  return n && bsearch(&tid, v, n, sizeof tid, by_tid) != NULL;
-}
-
 /* Thread tid is proved out of slot k's owner. */
 static void proved(pending *p, pid_t tid) {
   pid_t *at = p->ntids ? bsearch(&tid, p->tids, p->ntids, sizeof tid, by_tid) : NULL;
@@ -364,145 +316,18 @@ static void proved(pending *p, pid_t tid) {
   p->ntids--;
 }
 
-static bool read_at0(int fd, char *buf, size_t len) {
-  ssize_t n = pread(fd, buf, len - 1, 0);
-  if (n <= 0)
-    return false;
-  buf[n] = '\0';
-  return true;
-}
+/* Argument 2 of the file comment: the owners a blocked thread's stack or
+ * program counter names (core/stack.c reads it at one moment). */
+typedef struct stack_hits {
+  uint32_t hits;
+  const uintptr_t (*lo)[RANGES], (*hi)[RANGES];
+} stack_hits;
 
-/* Voluntary + involuntary context switches from a status file. */
-static bool switches(int fd, unsigned long long *out) {
-  char buf[4096];
-  if (!read_at0(fd, buf, sizeof buf))
-    return false;
-  const char *v = strstr(buf, "\nvoluntary_ctxt_switches:");
-  const char *nv = strstr(buf, "\nnonvoluntary_ctxt_switches:");
-  if (!v || !nv)
-    return false;
-  *out = strtoull(strchr(v, ':') + 1, NULL, 10) + strtoull(strchr(nv, ':') + 1, NULL, 10);
-  return true;
-}
+static void hits_reset(void *arg) { ((stack_hits *)arg)->hits = 0; }
 
-/* The whole syscall line (compared as is) and its stack pointer and program
- * counter; false if the thread is running. */
-static bool syscall_at(int fd, char *line, size_t len, uintptr_t *sp, uintptr_t *pc) {
-  if (!read_at0(fd, line, len) || strncmp(line, "running", 7) == 0)
-    return false;
-  char copy[256];
-  snprintf(copy, sizeof copy, "%s", line);
-  char *last = strrchr(copy, ' ');
-  if (!last)
-    return false;
-  *last = '\0';
-  char *prev = strrchr(copy, ' ');
-  if (!prev)
-    return false;
-  *sp = (uintptr_t)strtoull(prev + 1, NULL, 16);
-  *pc = (uintptr_t)strtoull(last + 1, NULL, 16);
-  return *sp != 0;
-}
-
-/* The mapping that holds sp (from /proc/self/maps), cached per thread. */
-static bool mapping_of(pid_t tid, uintptr_t sp, uintptr_t *lo, uintptr_t *hi) {
-  for (size_t i = 0; i < nstacks; i++)
-    if (stacks[i].tid == tid && sp >= stacks[i].lo && sp < stacks[i].hi) {
-      *lo = stacks[i].lo;
-      *hi = stacks[i].hi;
-      return true;
-    }
-  FILE *f = fopen("/proc/self/maps", "re");
-  if (!f)
-    return false;
-  char line[512];
-  bool found = false;
-  while (!found && fgets(line, sizeof line, f)) {
-    unsigned long a, b;
-    found = sscanf(line, "%lx-%lx", &a, &b) == 2 && sp >= a && sp < b;
-    if (found) {
-      *lo = a;
-      *hi = b;
-    }
-    /* A line longer than the buffer: skip its rest. */
-    while (!strchr(line, '\n') && fgets(line, sizeof line, f))
-      ;
-  }
-  fclose(f);
-  if (!found)
-    return false;
-  size_t i = 0;
-  while (i < nstacks && stacks[i].tid != tid)
-    i++;
-  if (i == nstacks) {
-    stack_cache *n = realloc(stacks, (nstacks + 1) * sizeof *n);
-    if (!n)
-      return true;
-    stacks = n;
-    nstacks++;
-  }
-  stacks[i] = (stack_cache){tid, *lo, *hi};
-  return true;
-}
-
-/* Argument 2 of the file comment: thread tid, blocked, and the owners its
- * stack or program counter names (bits of *hits).  False: nothing was
- * proved (running, ran meanwhile, gone, not on its stack). */
-static bool check_blocked(pid_t tid, uint32_t *hits, uint64_t *buf,
-                          const uintptr_t (*lo)[RANGES], const uintptr_t (*hi)[RANGES]) {
-  char path[64], line1[256], line2[256];
-  snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
-  int fs = open(path, O_RDONLY | O_CLOEXEC);
-  snprintf(path, sizeof path, "/proc/self/task/%d/syscall", (int)tid);
-  int fc = open(path, O_RDONLY | O_CLOEXEC);
-  bool ok = false;
-  uintptr_t sp, pc, sp2, pc2, slo = 0, shi = 0;
-  if (fs < 0 || fc < 0 || !syscall_at(fc, line1, sizeof line1, &sp, &pc))
-    goto out;
-  if (molt__thread_stack_of(tid, &slo, &shi)) {
-    if (sp < slo || sp >= shi)
-      goto out; /* on another stack than its own */
-  } else if (!mapping_of(tid, sp, &slo, &shi)) {
-    goto out;
-  }
-  if (shi - sp > STACK_MAX)
-    goto out;
-  uintptr_t min, max;
-  span_of(lo, hi, &min, &max);
-  for (int attempt = 0; attempt < CHECK_TRIES && !ok; attempt++) {
-    unsigned long long c1, c2;
-    if (!switches(fs, &c1) || !syscall_at(fc, line1, sizeof line1, &sp, &pc) ||
-        sp < slo || sp >= shi)
-      continue;
-    uint32_t h = hits_of(pc, lo, hi);
-    bool read_all = true;
-    for (uintptr_t at = sp & ~(uintptr_t)7; at < shi && read_all;) {
-      size_t len = shi - at < CHUNK ? shi - at : CHUNK;
-      struct iovec local = {buf, len}, remote = {(void *)at, len};
-      ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-      if (got <= 0) {
-        read_all = false;
-        break;
-      }
-      for (size_t w = 0; w < (size_t)got / 8; w++)
-        if (buf[w] >= min && buf[w] < max)
-          h |= hits_of((uintptr_t)buf[w], lo, hi);
-      at += (size_t)got;
-    }
-    /* The same blocked state and no context switch in between: the words
-     * are the thread's stack at one moment. */
-    if (read_all && syscall_at(fc, line2, sizeof line2, &sp2, &pc2) &&
-        strcmp(line1, line2) == 0 && switches(fs, &c2) && c1 == c2) {
-      *hits = h;
-      ok = true;
-    }
-  }
-out:
-  if (fs >= 0)
-    close(fs);
-  if (fc >= 0)
-    close(fc);
-  return ok;
+static void hits_add(void *arg, uintptr_t word) {
+  stack_hits *h = arg;
+  h->hits |= hits_of(word, h->lo, h->hi);
 }
 
 typedef struct answers {
@@ -585,12 +410,12 @@ size_t molt__proof_pass(molt__owner *released) {
   for (unsigned k = 0; k < PROOF_SLOTS; k++)
     any |= table[k].o != NULL;
   if (!any) {
-    nstacks = 0;
+    molt__stack_forget(NULL, 0);
     running_unproved = false;
     return nwaiting;
   }
   pid_t *now;
-  size_t nnow = list_threads(&now);
+  size_t nnow = molt__stack_threads(&now);
   /* The thread list of new proofs: every thread now (after T).  One that
    * starts later cannot reach the owner's code. */
   for (unsigned k = 0; k < PROOF_SLOTS; k++) {
@@ -608,7 +433,7 @@ size_t molt__proof_pass(molt__owner *released) {
   /* 1: gone.  3: answered on their own. */
   for (unsigned k = 0; k < PROOF_SLOTS; k++)
     for (size_t i = 0; table[k].o && i < table[k].ntids;)
-      if (!has_tid(now, nnow, table[k].tids[i]))
+      if (!molt__stack_has_tid(now, nnow, table[k].tids[i]))
         proved(&table[k], table[k].tids[i]);
       else
         i++;
@@ -622,33 +447,31 @@ size_t molt__proof_pass(molt__owner *released) {
       lo[k][r] = on ? table[k].lo[r] : 0;
       hi[k][r] = on ? table[k].hi[r] : 0;
     }
-  uint64_t *buf = malloc(CHUNK);
+  stack_hits h = {0, (const uintptr_t(*)[RANGES])lo, (const uintptr_t(*)[RANGES])hi};
+  molt__stack_scan scan = {
+      .limit = STACK_MAX, .reset = hits_reset, .hit = hits_add, .arg = &h};
+  span_of(h.lo, h.hi, &scan.min, &scan.max);
+  uint64_t *buf = malloc(MOLT__STACK_BUF);
   running_unproved = false;
+  /* Only threads some proof still waits for are looked at (the others
+   * are gone or answered on their own above): no /proc read for them. */
   for (size_t i = 0; buf && i < nnow; i++) {
     bool wanted = false;
     for (unsigned k = 0; k < PROOF_SLOTS && !wanted; k++)
       wanted = table[k].o && !table[k].capture &&
-               has_tid(table[k].tids, table[k].ntids, now[i]);
-    uint32_t hits;
+               molt__stack_has_tid(table[k].tids, table[k].ntids, now[i]);
     if (!wanted)
       continue;
-    if (!check_blocked(now[i], &hits, buf, (const uintptr_t(*)[RANGES])lo,
-                       (const uintptr_t(*)[RANGES])hi)) {
+    if (molt__stack_scan_blocked(now[i], &scan, buf) != MOLT__STACK_READ) {
       running_unproved = true;
       continue;
     }
     for (unsigned k = 0; k < PROOF_SLOTS; k++)
-      if (table[k].o && !table[k].capture && !(hits & (1u << k)))
+      if (table[k].o && !table[k].capture && !(h.hits & (1u << k)))
         proved(&table[k], now[i]);
   }
   free(buf);
-  /* Forget cached stacks of threads that are gone (a new thread may get
-   * the number and another stack). */
-  size_t kept = 0;
-  for (size_t i = 0; i < nstacks; i++)
-    if (has_tid(now, nnow, stacks[i].tid))
-      stacks[kept++] = stacks[i];
-  nstacks = kept;
+  molt__stack_forget(now, nnow);
   free(now);
   /* Owners every thread is proved out of are released. */
   changed = false;
@@ -686,5 +509,5 @@ void molt__proof_after_fork_child(void) {
       table[k].ntids = 0;
       table[k].capture = true;
     }
-  nstacks = 0;
+  molt__stack_forget(NULL, 0);
 }

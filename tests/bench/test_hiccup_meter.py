@@ -1,0 +1,80 @@
+"""The hiccup meter of bench/latency (hiccup.c, read by hiccup.py): loaded
+into a real process, switched on through its file, it records a stall the
+test makes (the process stopped with SIGSTOP for 60 ms) as a gap of that
+length, counts the stall in every millisecond it overlaps, and records
+nothing while it is switched off."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from harness.tree import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "bench", "latency"))
+import hiccup  # noqa: E402
+
+STALL_S = 0.06
+
+
+def test_meter_records_a_stall(tmp_path):
+    lib = str(tmp_path / "hiccup.so")
+    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-pthread",
+                    "-o", lib, os.path.join(ROOT, "bench", "latency", "hiccup.c")], check=True)
+    meter_file = str(tmp_path / "meter.bin")
+    env = dict(os.environ, LD_PRELOAD=lib, MOLT_HICCUP_FILE=meter_file)
+    env.pop("ASAN_OPTIONS", None)
+    p = subprocess.Popen(["sleep", "30"], env=env)
+    try:
+        for _ in range(100):
+            if os.path.exists(meter_file) and os.path.getsize(meter_file) > 0:
+                break
+            time.sleep(0.01)
+        time.sleep(0.1)
+        off = hiccup.read_meter(meter_file)
+        assert off["reads"] == 0 and off["windows"] == 0, "the meter ran while switched off"
+        m = hiccup.Meter(meter_file)
+        m.set(True)
+        # Five stalls: one may fall into the meter's 1 ms rest out of
+        # every 10 ms, which is not metered.
+        for _ in range(5):
+            time.sleep(0.05)
+            os.kill(p.pid, signal.SIGSTOP)
+            time.sleep(STALL_S)
+            os.kill(p.pid, signal.SIGCONT)
+        time.sleep(0.05)
+        m.set(False)
+        time.sleep(0.1)
+    finally:
+        p.kill()
+        p.wait()
+    r = hiccup.read_meter(meter_file)
+    assert r["reads"] > 1000
+    # Every millisecond of metered time is one window (a few are cut at
+    # the ends of the 9 ms stretches), and each window is counted once.
+    assert sum(r["window_max"]) == r["windows"]
+    assert 0.5 * r["metered_ns"] / 1e6 <= r["windows"] <= r["metered_ns"] / 1e6 + 1
+    # A stall is one gap about as long, kept with its time, and counted in
+    # every millisecond it overlaps (at least 50 of them).
+    assert r["max_gap_ns"] >= 0.9 * STALL_S * 1e9, r["max_gap_ns"]
+    stalls = [g for _, g in r["big"] if g >= 0.9 * STALL_S * 1e9]
+    assert 1 <= len(stalls) <= 5 + 1, stalls
+    long_windows = sum(c for b, c in enumerate(r["window_max"])
+                       if hiccup.bucket_value(b) >= 0.9 * STALL_S * 1e9)
+    assert long_windows >= 50 * len(stalls) - 5, (long_windows, len(stalls))
+    assert hiccup.hist_pct(r["window_max"], 100) >= 0.9 * STALL_S * 1e9
+    assert sum(r["gaps"]) >= len(stalls)
+
+
+def test_bucket_edges_are_the_inverse_of_the_meter():
+    # hiccup.c's bucket(): values below 16 are their own bucket, above 16
+    # steps per power of two; bucket_value(b) is b's largest value.
+    def bucket(v):
+        if v < 16:
+            return v
+        e = v.bit_length() - 1
+        return (e - 3) * 16 + (v >> (e - 4)) - 16
+    for v in list(range(0, 300)) + [10 ** k + d for k in range(3, 11) for d in (-1, 0, 1)]:
+        b = bucket(v)
+        assert v <= hiccup.bucket_value(b), v
+        assert b == 0 or v > hiccup.bucket_value(b - 1), v
