@@ -78,6 +78,14 @@ def test_null_dereference_in_transformer_leaves_old_version():
     check_fault_leaves_old_version("v2null.xf")
 
 
+def test_store_into_old_memory_undone_on_abort():
+    # MOLT_XF_STORE: a rule body's store into an object the old version
+    # keeps (here box->self = NULL) is undone when the update aborts; a
+    # plain store would leave self_ok=0 in the old version's dump
+    out = check_fault_leaves_old_version("v2store.xf")
+    assert "variable rule counter -> counter" in out and "SIGSEGV at 0x10" in out, out
+
+
 def loops(p):
     return int(p.dump()["helper_loops"])
 
