@@ -5,6 +5,7 @@
                 (--duration S | --stop-file F) [--report out.json]
     mqttload.py --port P --check-retained N      a fresh client must get them
     mqttload.py --port P --shared                a shared subscription works
+    mqttload.py --port P --shared-hold GO        one made before the update
 
 Load: each of --conns clients connects once (clean session), subscribes to
 its own topic `load/I` at QoS 1, and publishes numbered QoS 1 messages to
@@ -17,6 +18,11 @@ subscribes to `keep/#` and must get every one of them with its value.
 A connection that closes, a reply that differs, or a message lost, repeated
 or late (10 s) is a failure; connections are kept for the whole run.  Exit
 status 0 only if nothing failed.
+
+--shared-hold GO: a client subscribes to `$share/molt/pre/t`, says
+"subscribed", and waits for the file GO (the update is made meanwhile);
+then a message to `pre/t` must reach it exactly once, and after its
+UNSUBSCRIBE none may (the subscription must have moved to the new tree).
 
 --shared: a client subscribes to `$share/molt/shared/t`, another publishes
 to `shared/t` at QoS 1, and the first must get it (mosquitto 2.0.11's
@@ -32,6 +38,7 @@ import threading
 import time
 
 CONNECT, CONNACK, PUBLISH, PUBACK, SUBSCRIBE, SUBACK = 1, 2, 3, 4, 8, 9
+UNSUBSCRIBE, UNSUBACK = 10, 11
 PINGREQ, PINGRESP, DISCONNECT = 12, 13, 14
 
 
@@ -106,6 +113,22 @@ class Client:
         if kind != SUBACK or body != struct.pack("!H", pid) + bytes([qos]):
             raise Failure("SUBSCRIBE %s: got packet %d %r" % (topic, kind, body))
 
+    def unsubscribe(self, topic):
+        pid = self.packet_id()
+        self.sock.sendall(packet(UNSUBSCRIBE, 2, struct.pack("!H", pid) + utf8(topic)))
+        kind, _, body = self.read()
+        if kind != UNSUBACK or body != struct.pack("!H", pid):
+            raise Failure("UNSUBSCRIBE %s: got packet %d %r" % (topic, kind, body))
+
+    def nothing_pending(self, what):
+        """PINGREQ/PINGRESP: whatever the broker sent before is read first."""
+        self.sock.sendall(packet(PINGREQ, 0, b""))
+        kind, flags, body = self.read()
+        if kind == PUBLISH:
+            raise Failure("%s: got %r" % (what, self.ack(flags, body)))
+        if kind != PINGRESP:
+            raise Failure("%s: got packet %d" % (what, kind))
+
     def publish(self, topic, payload, qos=1, retain=False):
         pid = self.packet_id() if qos else None
         body = utf8(topic) + (struct.pack("!H", pid) if qos else b"") + payload
@@ -175,6 +198,33 @@ def check_shared(port):
     sub.close()
 
 
+def publish_once(port, topic, payload):
+    pub = Client(port, "mqttload-pub-%d" % os.getpid())
+    pub.publish(topic, payload, qos=1)
+    kind, _, _ = pub.read()
+    if kind != PUBACK:
+        raise Failure("PUBLISH %s: got packet %d" % (topic, kind))
+    pub.close()
+
+
+def shared_hold(port, go_file):
+    """A shared subscription made before the update, checked after it."""
+    sub = Client(port, "mqttload-shared-hold")
+    sub.subscribe("$share/molt/pre/t")
+    print("subscribed", flush=True)
+    while not os.path.exists(go_file):
+        time.sleep(0.05)
+    publish_once(port, "pre/t", b"after the update")
+    kind, flags, body = sub.read()
+    if kind != PUBLISH or sub.ack(flags, body) != ("pre/t", b"after the update"):
+        raise Failure("shared subscription from before the update: got packet %d %r" % (kind, body))
+    sub.nothing_pending("the same message twice")
+    sub.unsubscribe("$share/molt/pre/t")
+    publish_once(port, "pre/t", b"after UNSUBSCRIBE")
+    sub.nothing_pending("a message after UNSUBSCRIBE")
+    sub.close()
+
+
 class Conn(threading.Thread):
     def __init__(self, port, index, window, stop):
         super().__init__(daemon=True)
@@ -232,11 +282,16 @@ def main():
     ap.add_argument("--report")
     ap.add_argument("--check-retained", type=int)
     ap.add_argument("--shared", action="store_true")
+    ap.add_argument("--shared-hold", metavar="GO_FILE")
     a = ap.parse_args()
     try:
         if a.check_retained is not None:
             check_retained(a.port, a.check_retained)
             print("retained: %d of %d kept" % (a.check_retained, a.check_retained))
+            return 0
+        if a.shared_hold:
+            shared_hold(a.port, a.shared_hold)
+            print("shared subscription from before the update: delivered once, then unsubscribed")
             return 0
         if a.shared:
             check_shared(a.port)

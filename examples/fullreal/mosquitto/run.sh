@@ -21,12 +21,14 @@
 # on 127.0.0.1, mqttload.py on it (100 retained messages published first;
 # 8 clients each subscribed to its own topic, publishing QoS 1 messages
 # that must be PUBACKed and come back exactly once, in order, with their
-# payload), `molt update` to deb12u2 under that load, then checks that the
-# change is live: a shared subscription ($share/...) made after the update
-# is delivered (the new code puts it in `shared_subs`), and, in the first
-# round, gdb reads the variable in the running process: `db.subs` before,
-# `db.normal_subs` (the same tree, carried across) and `db.shared_subs`
-# (the root the new code made) after.  At the end of each round every
+# payload) and a shared subscription ($share/molt/pre/t) held by one more
+# client, `molt update` to deb12u2 under that load, then checks that the
+# change is live: in the first round gdb reads the running broker's `db`
+# (before: `db.subs`; after: `db.normal_subs`, the same tree carried
+# across, and `db.shared_subs`, holding the shared subscription moved
+# there by deb12u2.xf); then that subscription must get a message exactly
+# once and, after its UNSUBSCRIBE, none (the new code removes it from
+# `shared_subs`), and a shared subscription made after the update must work.  At the end of each round every
 # client must have kept its connection and every retained message must be
 # there for a fresh client.  Prints each round's pause, p50/max, messages
 # and failures; exit status 0 only if every update, message and check
@@ -134,7 +136,14 @@ for round in $(seq 1 "$ROUNDS"); do
         sleep 0.1
     done
     fds0=$(ls /proc/$PID/fd | wc -l)
-    rm -f stop
+    rm -f stop go
+    # a shared subscription made before the update, checked after it
+    python3 "$LOAD" --port "$PORT" --shared-hold go >hold.out 2>&1 &
+    HOLDPID=$!
+    for _ in $(seq 50); do
+        grep -q subscribed hold.out 2>/dev/null && break
+        sleep 0.1
+    done
     python3 "$LOAD" --port "$PORT" --stop-file stop --retained 100 --report load.json >load.out 2>&1 &
     LOADPID=$!
     sleep 1
@@ -147,25 +156,38 @@ for round in $(seq 1 "$ROUNDS"); do
         failed=$((failed + 1))
         echo "round $round: update failed: $out"
     fi
-    if ! python3 "$LOAD" --port "$PORT" --shared; then failed=$((failed + 1)); fi
     if [ "$round" = 1 ]; then
-        after=$(peek "$PID" u2.so 'db.normal_subs' 'db.shared_subs' 'db.shared_subs->topic')
+        after=$(peek "$PID" u2.so 'db.normal_subs' 'db.shared_subs' 'db.shared_subs->topic' \
+            'db.shared_subs->children->children->topic' \
+            'db.shared_subs->children->children->children->shared->name')
         echo "gdb, before the update: ${before:-(nothing)}"
-        echo "gdb, after the update:  $(echo "$after" | tr '\n' ' ')"
-        # the tree is the one the old version built (the same pointer), and
-        # the new field holds the root "" the new sub__add() made
+        echo "gdb, after the update:"
+        echo "$after" | sed 's/^/    /'
+        # the normal tree is the one the old version built (the same
+        # pointer); the new field holds the shared tree: its root "", and
+        # the subscription $share/molt/pre/t made before the update, moved
         old_tree=$(echo "$before" | sed -n 's/.*) \(0x[0-9a-f]*\)$/\1/p')
         new_tree=$(echo "$after" | sed -n '1s/.*) \(0x[0-9a-f]*\)$/\1/p')
         shared=$(echo "$after" | sed -n '2s/.*) \(0x[0-9a-f]*\)$/\1/p')
-        root=$(echo "$after" | sed -n '3p')
-        case "$root" in *' ""') root_ok=1 ;; *) root_ok=0 ;; esac
+        names=$(echo "$after" | sed -n '3,5s/.* "\(.*\)"$/\1/p' | tr '\n' ' ')
         if [ -n "$old_tree" ] && [ "$old_tree" = "$new_tree" ] && [ -n "$shared" ] &&
-           [ "$shared" != 0x0 ] && [ "$root_ok" = 1 ]; then
-            echo "the change is live: db.normal_subs is the old db.subs, db.shared_subs holds the new tree"
+           [ "$shared" != 0x0 ] && [ "$names" = " pre molt " ]; then
+            echo "the change is live: db.normal_subs is the old db.subs;" \
+                "db.shared_subs holds \$share/molt/pre/t"
         else
             echo "the change is NOT seen in the running broker"; failed=$((failed + 1))
         fi
     fi
+    touch go
+    if wait "$HOLDPID"; then
+        [ "$round" != 1 ] || tail -1 hold.out
+    else
+        failed=$((failed + 1)); echo "round $round: $(tail -1 hold.out)"
+    fi
+    if ! python3 "$LOAD" --port "$PORT" --shared >shared.out 2>&1; then
+        failed=$((failed + 1)); echo "round $round: $(cat shared.out)"
+    fi
+    [ "$round" != 1 ] || cat shared.out
     sleep 1
     touch stop
     load_rc=0
