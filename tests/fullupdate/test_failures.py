@@ -139,7 +139,12 @@ def test_timeout_leaves_old_version():
         assert p.dump() == d
         assert p.cmd("inc") == "ok"
         assert p.cmd("release") == "ok"
-        time.sleep(0.1)
+        # the blocker leaves read() when it is next scheduled: on a loaded
+        # machine that took more than the 0.1 s once waited here (ASan, load
+        # average 120)
+        deadline = time.monotonic() + 10
+        while p.dump()["blocked"] != "0" and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert p.dump()["blocked"] == "0"
         p.update_ok(v2)
         d2 = p.dump()
