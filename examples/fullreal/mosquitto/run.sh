@@ -5,7 +5,7 @@
 # subscription tree `db.subs` (struct mosquitto_db) into `normal_subs` and a
 # new `shared_subs`.
 #
-#   examples/fullreal/mosquitto/run.sh [--rounds N] [--keep] [--images-only]
+#   examples/fullreal/mosquitto/run.sh [--rounds N] [--abort] [--keep] [--images-only]
 #
 # Fetches mosquitto's source with `apt-get source` through a private apt
 # configuration (../lib.sh, scripts/apt-private.sh).  deb12u1 is that
@@ -34,6 +34,12 @@
 # there for a fresh client.  Prints each round's pause, p50/max, messages
 # and failures; exit status 0 only if every update, message and check
 # succeeded and descriptors are what they were.
+# --abort: in the first round, before the real update, one that must
+# abort: deb12u2 linked with deb12u2.xf plus a fault at the end of its
+# variable rule (after the rule has moved the shared subscription with
+# MOLT_XF_STORE).  It must fail naming the rule, and the old version must
+# serve on with its tree exactly as it was (gdb: the shared subscription
+# back in `db.subs`); the real update and its checks follow.
 # --images-only: build the two images and stop.
 #
 # Environment: MOLT_FULLREAL_WORK (work directory outside the repository;
@@ -50,12 +56,14 @@ PORT=${MOLT_FULLREAL_PORT:-27541}
 ROUNDS=20
 KEEP=0
 IMAGES_ONLY=0
+ABORT=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS=$2; shift 2 ;;
+        --abort) ABORT=1; shift ;;
         --keep) KEEP=1; shift ;;
         --images-only) IMAGES_ONLY=1; shift ;;
-        -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -99,6 +107,17 @@ if [ ! -f u1.so ] || [ ! -f u2.so ] || [ "$HERE/mosquitto.patch" -nt u1.so ] || 
         LDFLAGS="--molt-from $WORK/u1.so --molt-xf $HERE/deb12u2.xf" >../make-u2.log 2>&1) ||
         { grep -v 'note: not migrated' make-u2.log | tail -30 >&2; exit 1; }
     cp u2/src/mosquitto u2.so
+fi
+if [ "$ABORT" = 1 ] && { [ ! -f u2fault.so ] || [ u2.so -nt u2fault.so ]; }; then
+    echo "== deb12u2 with a transformer that faults after its stores; its image u2fault.so"
+    { sed '$ d' "$HERE/deb12u2.xf"
+      echo '  { volatile long *wild = (volatile long *)16; (void)*wild; } /* run.sh --abort */'
+      echo '}'; } >fault.xf
+    rm -f u2/src/mosquitto
+    (cd u2 && make -C src mosquitto CC="$MOLTCC --molt-program" "${MAKE_OPTS[@]}" \
+        LDFLAGS="--molt-from $WORK/u1.so --molt-xf $WORK/fault.xf" >../make-u2fault.log 2>&1) ||
+        { grep -v 'note: not migrated' make-u2fault.log | tail -30 >&2; exit 1; }
+    cp u2/src/mosquitto u2fault.so
 fi
 [ "$IMAGES_ONLY" = 0 ] || { echo "images: $WORK/u1.so $WORK/u2.so"; exit 0; }
 
@@ -152,6 +171,24 @@ for round in $(seq 1 "$ROUNDS"); do
     sleep 1
     before=
     [ "$round" != 1 ] || before=$(peek "$PID" u1.so 'db.subs')
+    if [ "$ABORT" = 1 ] && [ "$round" = 1 ]; then
+        tree=$(peek "$PID" u1.so 'db.subs->children->children->children->shared->name')
+        if out=$("$MOLT" update "$PID" ./u2fault.so --timeout 10 2>&1); then
+            failed=$((failed + 1)); echo "faulting transformer: the update succeeded: $out"
+        else
+            echo "faulting transformer: $out"
+            case "$out" in *"variable rule db -> db"*SIGSEGV*) ;; *) failed=$((failed + 1)) ;; esac
+        fi
+        after=$(peek "$PID" u1.so 'db.subs' 'db.subs->children->children->children->shared->name')
+        echo "gdb, after the abort: $(echo "$after" | tr '\n' ' ')"
+        if [ "$(echo "$after" | sed -n '1s/.*) //p')" = "$(echo "$before" | sed -n 's/.*) //p')" ] &&
+           [ -n "$tree" ] && [ "${tree#* = }" = "$(echo "$after" | sed -n '2s/^[^=]*= //p')" ] &&
+           kill -0 "$PID" 2>/dev/null; then
+            echo "the old version serves on, its shared subscription back where it was"
+        else
+            failed=$((failed + 1)); echo "after the abort, the old tree is not as it was (before: $tree)"
+        fi
+    fi
     if out=$("$MOLT" update "$PID" ./u2.so --timeout 10 2>&1); then
         echo "$out" | sed -n 's/.*pause \([0-9.]*\) ms.*/\1/p' >>pauses
         echo "round $round: $out"
