@@ -113,6 +113,10 @@ MOLT_EXTERN void *molt__xf_fptr(molt__xf_ctx *cx, const void *old, const molt__x
 /* Stores a pointer into an object being fixed in place (undone on abort).
  * Generated fixers for unchanged types store every pointer this way. */
 MOLT_EXTERN void molt__xf_setp(molt__xf_ctx *cx, void *slot, void *value);
+/* Stores a pointer for a rule body (MOLT_XF_STORE) into memory the old
+ * version goes on using if the update aborts (an object kept in place,
+ * reached by hand): always undo-logged, so an abort restores it. */
+MOLT_EXTERN void molt__xf_store_old(molt__xf_ctx *cx, void *slot, void *value);
 /* Runs queued transformations until none is left. */
 MOLT_EXTERN void molt__xf_run(molt__xf_ctx *cx);
 /* Migrates the saved copies of local `var` of function `func` (registered

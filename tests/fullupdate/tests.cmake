@@ -64,3 +64,27 @@ if(NOT MOLT_SANITIZE)
   set_tests_properties(fullupdate_tinyproxy PROPERTIES TIMEOUT 600 LABELS "realworld;demo"
     ENVIRONMENT "MOLT_BUILD=${CMAKE_BINARY_DIR};MOLT_FULLREAL_WORK=/var/tmp/molt-fullreal-tinyproxy-ctest-${molt_fullreal_tag};MOLT_FULLREAL_PORT=${molt_fullreal_tp_port}")
 endif()
+
+# A real version pair that changes a type, short version
+# (examples/fullreal/mosquitto/run.sh --rounds 1 --abort): the MQTT broker mosquitto
+# from Debian's source package, its security update 2.0.11-1.2+deb12u1
+# updated under mqttload's checking load to +deb12u2, whose CVE-2024-8376
+# fix splits struct mosquitto_db's `subs` into `normal_subs` and a new
+# `shared_subs` (examples/fullreal/mosquitto/deb12u2.xf moves the shared
+# subscriptions), after an update that must abort (the same .xf with a
+# fault after its stores: the old version must serve on with its tree as it
+# was).  Fails on a failed update, a lost, repeated or wrong
+# message, a lost connection or retained message, a shared subscription
+# made before the update that is not delivered once or survives its
+# UNSUBSCRIBE, the new field not seen by gdb in the running broker, or
+# descriptors that are not what they were.  Plain build tree only,
+# labelled realworld, for the reasons of fullupdate_memcached above.  The
+# broker's port: base+94 of the same per-tree base.
+#   by hand:  ctest --test-dir build -R fullupdate_mosquitto --output-on-failure
+if(NOT MOLT_SANITIZE)
+  math(EXPR molt_fullreal_mq_port "27494 + 100 * (0x${molt_fullreal_byte} % 50)")
+  add_test(NAME fullupdate_mosquitto
+    COMMAND bash ${PROJECT_SOURCE_DIR}/examples/fullreal/mosquitto/run.sh --rounds 1 --abort)
+  set_tests_properties(fullupdate_mosquitto PROPERTIES TIMEOUT 600 LABELS "realworld;demo"
+    ENVIRONMENT "MOLT_BUILD=${CMAKE_BINARY_DIR};MOLT_FULLREAL_WORK=/var/tmp/molt-fullreal-mosquitto-ctest-${molt_fullreal_tag};MOLT_FULLREAL_PORT=${molt_fullreal_mq_port}")
+endif()

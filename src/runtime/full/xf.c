@@ -1404,6 +1404,18 @@ void molt__xf_setp(molt__xf_ctx *cx, void *slot, void *value) {
   *s = value;
 }
 
+void molt__xf_store_old(molt__xf_ctx *cx, void *slot, void *value) {
+  deadline_check(cx);
+  /* Always logged: a rule body may write anywhere, and replaying an entry
+   * for memory that turns out to be new is harmless, since restore_old
+   * replays the log before it frees what the migration allocated. */
+  void *prev;
+  memcpy(&prev, slot, sizeof prev);
+  if (prev != value)
+    VPUSH(cx, &cx->undo, undo_ent, {slot, prev});
+  memcpy(slot, &value, sizeof value);
+}
+
 void molt__xf_run(molt__xf_ctx *cx) {
   /* Transformers may call molt__xf_run themselves: keep the caller's
    * current item. */

@@ -1208,6 +1208,7 @@ class Generator:
             "#define XF_INVOKE MOLT_XF_INVOKE",
             "#define MOLT_XF_PTR(p, xf) molt__xf_ptr(cx, (p), (xf), 1)",
             "#define MOLT_XF_FREE_OLD(p) molt__xf_free_old(cx, (p))",
+            "#define MOLT_XF_STORE(slot, v) molt__xf_store_old(cx, (slot), (v))",
             "/* Memory a rule body allocates is the migration's until the update commits:",
             " * an abort frees it.  free() of old data waits for the commit. */",
             "#undef malloc",
