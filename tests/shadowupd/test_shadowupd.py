@@ -210,6 +210,64 @@ def test_same_version_no_false_divergence():
          timeout=10, what="the follower to end with the leader")
 
 
+def fd_links(pid):
+    """{number: link} of pid's descriptors (those still open when read)."""
+    out = {}
+    for n in os.listdir("/proc/%d/fd" % pid):
+        try:
+            out[int(n)] = os.readlink("/proc/%d/fd/%s" % (pid, n))
+        except OSError:
+            pass
+    return out
+
+
+def tcp_inodes():
+    """Socket inodes of TCP connections (to tell them from the shadow's own
+    unix channels)."""
+    out = set()
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        out.add("socket:[%s]" % line.split()[9])
+    return out
+
+
+def test_connection_accepted_after_fork_reaches_follower():
+    """Connections the leader accepts after the fork exist only in the
+    leader; each reaches the follower, at the same number, when it replays
+    the accept (fds.c), and the follower's copy is closed when it replays
+    the leader's close, even after the number was reused."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "latefd")
+    try:
+        before = fd_links(srv.pid)
+        follower = shadow(srv, same)["follower"]
+        cl = Clients(srv, n=2, tag="late")  # accepted by the leader after the fork
+        # short connections: numbers closed and reused while the follower lags
+        for _ in range(20):
+            assert ask(srv, "PING") == "PONG\n"
+        time.sleep(1)
+        caught_up(srv)
+        lead = fd_links(srv.pid)
+        tcp = tcp_inodes()
+        new = {n: l for n, l in lead.items() if l in tcp and before.get(n) != l}
+        assert len(new) >= 2, (before, lead)  # the two clients' connections
+        fol = fd_links(follower)
+        for n, link in new.items():
+            assert fol.get(n) == link, (n, link, fol)
+        replies = cl.stop()
+        assert cl.wrong == [] and replies > 10, (cl.wrong[:3], replies)
+        # the leader closed them: so did the follower, once it replayed that
+        s = caught_up(srv)
+        assert s["stage"] == "following" and s["divergences"] == 0, s
+        gone = set(new.values())
+        poll(lambda: fd_links(follower),
+             lambda f: not gone & set(f.values()),
+             timeout=10, what="the follower to close the connections the leader closed")
+        # no descriptor of the leader's made after the fork stays in the follower
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
 def test_divergence_caught_leader_unharmed():
     v1, _, diff, _ = images()
     srv = Server(v1, "diff")

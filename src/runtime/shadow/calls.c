@@ -10,9 +10,10 @@
  * bytes it wrote are recorded.  Follower: nothing runs; the same call is
  * compared with the leader's record and gets the leader's result (errno
  * included), the buffers the leader's call filled copied into its own.
- * A close() the leader made of a descriptor the follower inherited at the
- * fork is made in the follower too, so that a connection the leader closes
- * is not kept open by the follower's copy. */
+ * A descriptor a leader's accept created reaches the follower, at the same
+ * number, when it replays the accept; a close() the leader made is made on
+ * the follower's copy too, so that the follower does not keep open a
+ * connection the leader closed (fds.c). */
 #include "shadow/shadow.h"
 
 #include <errno.h>
@@ -25,29 +26,6 @@
 #include <unistd.h>
 
 #include "molt/program.h"
-
-/* Descriptors the follower inherited at the fork (below this bound). */
-#define INHERITED_MAX 4096
-static unsigned char inherited[INHERITED_MAX / 8];
-
-void molt__shadow_note_inherited(void) {
-  for (int fd = 0; fd < INHERITED_MAX; fd++)
-    if (fcntl(fd, F_GETFD) >= 0)
-      inherited[fd / 8] |= (unsigned char)(1u << (fd % 8));
-}
-
-static bool was_inherited(int fd) {
-  return fd >= 0 && fd < INHERITED_MAX && (inherited[fd / 8] & (1u << (fd % 8)));
-}
-
-void molt__shadow_close_inherited(int fd) {
-  if (!was_inherited(fd))
-    return;
-  int e = errno;
-  close(fd);
-  inherited[fd / 8] &= (unsigned char)~(1u << (fd % 8));
-  errno = e;
-}
 
 /* The follower's result: the leader's, with its errno. */
 static int64_t replay(const molt__sc *c) {
@@ -67,7 +45,7 @@ ssize_t __wrap_read(int fd, void *buf, size_t n) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
     return read(fd, buf, n);
-  molt__sc c = {MOLT__SC_READ, {fd, (int64_t)n, 0}, NULL, 0, buf, n};
+  molt__sc c = {MOLT__SC_READ, {fd, (int64_t)n, 0}, NULL, 0, buf, n, 0};
   if (role == MOLT__SHADOW_FOLLOWER)
     return (ssize_t)replay(&c);
   ssize_t r = read(fd, buf, n);
@@ -79,7 +57,7 @@ ssize_t __wrap_recv(int fd, void *buf, size_t n, int flags) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
     return recv(fd, buf, n, flags);
-  molt__sc c = {MOLT__SC_RECV, {fd, (int64_t)n, flags}, NULL, 0, buf, n};
+  molt__sc c = {MOLT__SC_RECV, {fd, (int64_t)n, flags}, NULL, 0, buf, n, 0};
   if (role == MOLT__SHADOW_FOLLOWER)
     return (ssize_t)replay(&c);
   ssize_t r = recv(fd, buf, n, flags);
@@ -91,7 +69,7 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
     return write(fd, buf, n);
-  molt__sc c = {MOLT__SC_WRITE, {fd, (int64_t)n, 0}, buf, n, NULL, 0};
+  molt__sc c = {MOLT__SC_WRITE, {fd, (int64_t)n, 0}, buf, n, NULL, 0, 0};
   if (role == MOLT__SHADOW_FOLLOWER)
     return (ssize_t)replay(&c);
   ssize_t r = write(fd, buf, n);
@@ -103,7 +81,7 @@ ssize_t __wrap_send(int fd, const void *buf, size_t n, int flags) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
     return send(fd, buf, n, flags);
-  molt__sc c = {MOLT__SC_SEND, {fd, (int64_t)n, flags}, buf, n, NULL, 0};
+  molt__sc c = {MOLT__SC_SEND, {fd, (int64_t)n, flags}, buf, n, NULL, 0, 0};
   if (role == MOLT__SHADOW_FOLLOWER)
     return (ssize_t)replay(&c);
   ssize_t r = send(fd, buf, n, flags);
@@ -123,7 +101,7 @@ static int accept_common(molt__sc_kind kind, int fd, struct sockaddr *addr,
     struct sockaddr_storage a;
   } out = {0};
   socklen_t cap = addr && len ? *len : 0;
-  molt__sc c = {kind, {fd, flags, cap}, NULL, 0, &out, sizeof out};
+  molt__sc c = {kind, {fd, flags, cap}, NULL, 0, &out, sizeof out, 0};
   if (role == MOLT__SHADOW_FOLLOWER) {
     int r = (int)replay(&c);
     if (r >= 0 && addr && len) {
@@ -174,7 +152,7 @@ int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout) {
   for (nfds_t i = 0; i < n; i++)
     want[i] = (typeof(want[0])){fds[i].fd, fds[i].events, 0};
   molt__sc c = {MOLT__SC_POLL, {(int64_t)n, timeout, 0}, want, n * sizeof want[0],
-                revents,       n * sizeof revents[0]};
+                revents,       n * sizeof revents[0],    0};
   int r;
   if (role == MOLT__SHADOW_FOLLOWER) {
     r = (int)replay(&c);
@@ -196,7 +174,7 @@ int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout) {
   if (role == MOLT__SHADOW_NONE)
     return epoll_wait(epfd, ev, max, timeout);
   size_t cap = max > 0 ? (size_t)max * sizeof *ev : 0;
-  molt__sc c = {MOLT__SC_EPOLL_WAIT, {epfd, max, timeout}, NULL, 0, ev, cap};
+  molt__sc c = {MOLT__SC_EPOLL_WAIT, {epfd, max, timeout}, NULL, 0, ev, cap, 0};
   if (role == MOLT__SHADOW_FOLLOWER)
     return (int)replay(&c);
   int r = epoll_wait(epfd, ev, max, timeout);
@@ -208,13 +186,10 @@ int __wrap_close(int fd) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
     return close(fd);
-  molt__sc c = {MOLT__SC_CLOSE, {fd, 0, 0}, NULL, 0, NULL, 0};
-  if (role == MOLT__SHADOW_FOLLOWER) {
-    int r = (int)replay(&c);
-    if (r == 0)
-      molt__shadow_close_inherited(fd);
-    return r;
-  }
+  molt__sc c = {MOLT__SC_CLOSE, {fd, 0, 0}, NULL, 0, NULL, 0, 0};
+  if (role == MOLT__SHADOW_FOLLOWER)
+    return (int)replay(&c); /* the follower's copy: closed by the replay (fds.c) */
+  c.fd_gen = molt__shadow_fd_gen(fd); /* before the number can be reused */
   int r = close(fd);
   record(&c, r, 0);
   return r;

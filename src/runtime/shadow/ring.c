@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -42,7 +43,7 @@ typedef struct rec {
   uint64_t in_len;  /* the input's whole length */
   uint64_t in_hash; /* FNV-1a of the whole input */
   uint32_t out_len; /* output bytes after the kept input */
-  uint32_t unused2;
+  uint32_t fd_gen;  /* the descriptor it created or closed: its generation (fds.c) */
 } rec;
 
 typedef struct ring {
@@ -133,6 +134,7 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
     r->leader_tid = tids[i];
   }
   s->nrings = (uint32_t)n;
+  molt__shadow_fds_begin(n);
   atomic_store_explicit(&s->kind, 0, memory_order_relaxed);
   atomic_store_explicit(&s->written, 0, memory_order_relaxed);
   s->text[0] = '\0';
@@ -145,10 +147,12 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
 
 void molt__shadow_session_follower(pid_t pid) {
   atomic_store_explicit(&follower_pid, pid, memory_order_relaxed);
+  molt__shadow_fds_forked();
 }
 
 void molt__shadow_session_end(void) {
   atomic_store_explicit(&recording, false, memory_order_release);
+  molt__shadow_fds_end();
 }
 
 void molt__shadow_become_follower(void) {
@@ -294,6 +298,11 @@ static uint64_t fnv1a(const void *p, size_t n) {
 
 static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
 
+/* A call whose result is a new descriptor (fds.c passes it). */
+static bool creates_fd(unsigned kind) {
+  return kind == MOLT__SC_ACCEPT || kind == MOLT__SC_ACCEPT4;
+}
+
 static void futex_wake(_Atomic uint32_t *w) {
   syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
@@ -353,6 +362,18 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
+  /* A descriptor the call created goes to the follower before the record
+   * that names it is published (fds.c). */
+  uint32_t gen = c->fd_gen;
+  if (creates_fd(c->kind) && ret >= 0) {
+    int rc = molt__shadow_fd_created(my_ring1 - 1, (int)ret, &gen);
+    if (rc < 0) {
+      drop("thread %d: descriptor %d, which %s created, could not be sent to the "
+           "follower (%s); the shadow was dropped",
+           (int)molt__gettid(), (int)ret, kind_name(c->kind), strerror(-rc));
+      return;
+    }
+  }
   if (skip) {
     rec *f = (rec *)(r->data + pos);
     f->size = (uint32_t)skip;
@@ -367,7 +388,8 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
              .in_keep = (uint32_t)keep,
              .in_len = c->in_len,
              .in_hash = c->in ? fnv1a(c->in, c->in_len) : 0,
-             .out_len = (uint32_t)out_len};
+             .out_len = (uint32_t)out_len,
+             .fd_gen = gen};
   memcpy(x->a, c->a, sizeof x->a);
   if (want_fd_kind)
     x->fd_kind = (uint16_t)fd_kind_of(c->kind, c->a[0]);
@@ -450,8 +472,14 @@ static rec *next_record(ring *r, uint64_t *tailp) {
   }
 }
 
-/* Done with record x at tail: the leader may reuse its bytes. */
+/* Done with record x at tail: a descriptor it created is placed, one it
+ * closed is closed (fds.c); then the leader may reuse its bytes. */
 static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t n) {
+  if (creates_fd(x->kind) && x->ret >= 0)
+    molt__shadow_fd_take((unsigned)(r - shared->rings), (int)x->ret, x->fd_gen,
+                         x->kind == MOLT__SC_ACCEPT4 && (x->a[1] & SOCK_CLOEXEC));
+  else if (x->kind == MOLT__SC_CLOSE && x->ret == 0)
+    molt__shadow_fd_release((int)x->a[0], x->fd_gen);
   atomic_store_explicit(&r->compared, n, memory_order_relaxed);
   *tail += x->size;
   /* release: we are done with the record's bytes before the leader may
@@ -539,7 +567,9 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
     /* A call only the follower makes, which a rule drops: not compared,
      * not made; it succeeded. */
     if (rules.n && rule_for(MOLT__RULE_DROP, c->kind, fdk, c->in, c->in_len)) {
-      *err = 0; /* a dropped close: __wrap_close closes the follower's copy */
+      *err = 0;
+      if (c->kind == MOLT__SC_CLOSE) /* the follower's own close: its copy */
+        molt__shadow_fd_release((int)c->a[0], MOLT__SHADOW_ANY_GEN);
       atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
       return buffer == 2 ? (int64_t)c->in_len : 0;
     }
@@ -550,8 +580,6 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
       const void *xb = rec_bytes(x, &xn);
       if (rule_for(MOLT__RULE_INSERT, x->kind, want_fd_kind ? x->fd_kind : MOLT__FDK_ANY,
                    xb, xn)) {
-        if (x->kind == MOLT__SC_CLOSE && x->ret == 0)
-          molt__shadow_close_inherited((int)x->a[0]);
         atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
         consume(r, &tail, x, n);
         continue;
