@@ -132,7 +132,34 @@ int __wrap_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
   return accept_common(MOLT__SC_ACCEPT4, fd, addr, len, flags);
 }
 
-/* poll: compared on (fd, events) of every entry; the output is revents. */
+/* poll: compared on its entries as a set -- (fd, events) pairs sorted --
+ * and each entry's revents taken from the leader's entry of the same fd.
+ * The order of the entries is not compared: a server that builds its set
+ * from a table shared with other threads (kvfull's connection slots) lists
+ * the same descriptors in another order when the follower's threads
+ * freed and took slots in another interleaving (docs/design.md §17). */
+typedef struct poll_entry {
+  int32_t fd;
+  int16_t events, pad;
+} poll_entry;
+
+/* want[0..n) sorted by (fd, events), idx[k] the position in fds of want[k]. */
+static void poll_sorted(const struct pollfd *fds, nfds_t n, poll_entry *want,
+                        uint16_t *idx) {
+  for (nfds_t i = 0; i < n; i++) {
+    poll_entry e = {fds[i].fd, fds[i].events, 0};
+    nfds_t k = i;
+    while (k > 0 && (want[k - 1].fd > e.fd ||
+                     (want[k - 1].fd == e.fd && want[k - 1].events > e.events))) {
+      want[k] = want[k - 1];
+      idx[k] = idx[k - 1];
+      k--;
+    }
+    want[k] = e;
+    idx[k] = (uint16_t)i;
+  }
+}
+
 int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
@@ -144,28 +171,26 @@ int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout) {
                                  (size_t)n);
     return poll(fds, n, timeout);
   }
-  struct {
-    int32_t fd;
-    int16_t events, pad;
-  } want[1024];
-  short revents[1024];
-  for (nfds_t i = 0; i < n; i++)
-    want[i] = (typeof(want[0])){fds[i].fd, fds[i].events, 0};
+  poll_entry want[1024];
+  uint16_t idx[1024];
+  short revents[1024]; /* in want's order */
+  poll_sorted(fds, n, want, idx);
   molt__sc c = {MOLT__SC_POLL, {(int64_t)n, timeout, 0}, want, n * sizeof want[0],
                 revents,       n * sizeof revents[0],    0};
   int r;
   if (role == MOLT__SHADOW_FOLLOWER) {
+    memset(revents, 0, n * sizeof revents[0]); /* a retry returns no event */
     r = (int)replay(&c);
   } else {
     r = poll(fds, n, timeout);
-    for (nfds_t i = 0; i < n; i++)
-      revents[i] = fds[i].revents;
+    for (nfds_t k = 0; k < n; k++)
+      revents[k] = fds[idx[k]].revents;
     record(&c, r, r >= 0 ? n * sizeof revents[0] : 0);
     return r;
   }
   if (r >= 0)
-    for (nfds_t i = 0; i < n; i++)
-      fds[i].revents = revents[i];
+    for (nfds_t k = 0; k < n; k++)
+      fds[idx[k]].revents = revents[k];
   return r;
 }
 

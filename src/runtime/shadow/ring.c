@@ -24,6 +24,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -44,6 +45,8 @@ typedef struct rec {
   uint64_t in_hash; /* FNV-1a of the whole input */
   uint32_t out_len; /* output bytes after the kept input */
   uint32_t fd_gen;  /* the descriptor it created or closed: its generation (fds.c) */
+  uint32_t unused;
+  uint64_t seq; /* its place among all threads' records (area.clock) */
 } rec;
 
 typedef struct ring {
@@ -63,6 +66,8 @@ typedef struct ring {
   _Atomic uint64_t recorded, compared; /* relaxed: counters for status */
   _Atomic uint64_t max_use;            /* relaxed: bytes, for status */
   _Atomic uint64_t applied;            /* relaxed: calls a rule decided, for status */
+  _Atomic uint64_t retried;            /* relaxed: readiness calls retried (retry()) */
+  _Atomic uint64_t within; /* relaxed: polls taken as a superset (poll_within()) */
   char data[MOLT__SHADOW_RING_BYTES];
 } ring;
 
@@ -75,6 +80,10 @@ typedef struct area {
   _Atomic int written;
   char text[2048];
   uint32_t nrings; /* written before the fork */
+  /* The leader's records in the order their calls returned, across threads
+   * (relaxed fetch-add: only the numbers' order matters, and a record is
+   * published with release after it takes its number). */
+  _Atomic uint64_t clock;
   ring rings[MOLT__SHADOW_MAX_THREADS];
 } area;
 
@@ -101,6 +110,27 @@ static bool want_fd_kind;
  * none), for the session my_session (leader). */
 static __thread uint32_t my_session __attribute__((tls_model("initial-exec")));
 static __thread unsigned my_ring1 __attribute__((tls_model("initial-exec")));
+/* Follower: the record a readiness call is being retried on (its seq) and
+ * since when (see retry()). */
+static __thread uint64_t retry_seq __attribute__((tls_model("initial-exec")));
+static __thread uint64_t retry_t0 __attribute__((tls_model("initial-exec")));
+/* Follower: records of its ring it consumed ahead of the tail (their
+ * positions; see find_on_fd()). */
+#define AHEAD_MAX 32
+static __thread uint64_t ahead[AHEAD_MAX] __attribute__((tls_model("initial-exec")));
+static __thread unsigned nahead __attribute__((tls_model("initial-exec")));
+
+/* Whether the record at position pos was consumed ahead of the tail
+ * (forget: and drop it from the list, the tail passing it). */
+static bool taken_ahead(uint64_t pos, bool forget) {
+  for (unsigned i = 0; i < nahead; i++)
+    if (ahead[i] == pos) {
+      if (forget)
+        ahead[i] = ahead[--nahead];
+      return true;
+    }
+  return false;
+}
 
 int molt__shadow_area_get(void) {
   if (shared)
@@ -131,9 +161,12 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
     atomic_store_explicit(&r->compared, 0, memory_order_relaxed);
     atomic_store_explicit(&r->max_use, 0, memory_order_relaxed);
     atomic_store_explicit(&r->applied, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->retried, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->within, 0, memory_order_relaxed);
     r->leader_tid = tids[i];
   }
   s->nrings = (uint32_t)n;
+  atomic_store_explicit(&s->clock, 1, memory_order_relaxed);
   molt__shadow_fds_begin(n);
   atomic_store_explicit(&s->kind, 0, memory_order_relaxed);
   atomic_store_explicit(&s->written, 0, memory_order_relaxed);
@@ -389,7 +422,8 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
              .in_len = c->in_len,
              .in_hash = c->in ? fnv1a(c->in, c->in_len) : 0,
              .out_len = (uint32_t)out_len,
-             .fd_gen = gen};
+             .fd_gen = gen,
+             .seq = atomic_fetch_add_explicit(&shared->clock, 1, memory_order_relaxed)};
   memcpy(x->a, c->a, sizeof x->a);
   if (want_fd_kind)
     x->fd_kind = (uint16_t)fd_kind_of(c->kind, c->a[0]);
@@ -462,7 +496,7 @@ static rec *next_record(ring *r, uint64_t *tailp) {
       continue;
     }
     rec *x = (rec *)(r->data + tail % MOLT__SHADOW_RING_BYTES);
-    if (x->kind == MOLT__SC_SKIP) {
+    if (x->kind == MOLT__SC_SKIP || (nahead && taken_ahead(tail, true))) {
       tail += x->size;
       atomic_store_explicit(&r->tail, tail, memory_order_release);
       continue;
@@ -474,17 +508,156 @@ static rec *next_record(ring *r, uint64_t *tailp) {
 
 /* Done with record x at tail: a descriptor it created is placed, one it
  * closed is closed (fds.c); then the leader may reuse its bytes. */
-static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t n) {
+static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t pos, uint64_t n) {
   if (creates_fd(x->kind) && x->ret >= 0)
     molt__shadow_fd_take((unsigned)(r - shared->rings), (int)x->ret, x->fd_gen,
                          x->kind == MOLT__SC_ACCEPT4 && (x->a[1] & SOCK_CLOEXEC));
   else if (x->kind == MOLT__SC_CLOSE && x->ret == 0)
     molt__shadow_fd_release((int)x->a[0], x->fd_gen);
   atomic_store_explicit(&r->compared, n, memory_order_relaxed);
+  if (pos != *tail) { /* taken ahead: the tail passes it later */
+    ahead[nahead++] = pos;
+    return;
+  }
   *tail += x->size;
   /* release: we are done with the record's bytes before the leader may
    * overwrite them (its acquire load of tail). */
   atomic_store_explicit(&r->tail, *tail, memory_order_release);
+}
+
+/* A call on one descriptor (read, write, recv, send, close, accept). */
+static bool on_fd(unsigned kind) {
+  return kind != MOLT__SC_POLL && kind != MOLT__SC_EPOLL_WAIT && kind < MOLT__SC_END &&
+         kind != MOLT__SC_SKIP;
+}
+
+/* The follower's call c is on another descriptor than the record at the
+ * tail: the record of the same call on c's descriptor further on, before
+ * the thread's next readiness call and before any other call on that
+ * descriptor, if the leader made it already (its position in *pos).
+ * Within one round of a server's loop the calls on different descriptors
+ * are compared each in its descriptor's order, not across descriptors:
+ * kvfull's worker serves the descriptors its poll found ready in the order
+ * of its connection slots, which the follower's threads may have filled
+ * in another order (docs/design.md §17). */
+static rec *find_on_fd(ring *r, uint64_t tail, const molt__sc *c, uint64_t *pos) {
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  uint64_t p = tail;
+  for (int seen = 0; p != head && seen < 64; seen++) {
+    rec *y = (rec *)(r->data + p % MOLT__SHADOW_RING_BYTES);
+    if (y->kind != MOLT__SC_SKIP && !taken_ahead(p, false)) {
+      if (!on_fd(y->kind))
+        return NULL;
+      if (y->a[0] == c->a[0]) {
+        if (y->kind != c->kind || p == tail)
+          return NULL;
+        *pos = p;
+        return y;
+      }
+    }
+    p += y->size;
+  }
+  return NULL;
+}
+
+/* Whether every other follower thread has replayed each record its leader
+ * thread made before record `seq` (its next one is later, or it has none
+ * yet).  A peek at records nobody else writes meanwhile: the leader
+ * overwrites a record only after its consumer moved past it, and a value
+ * read as that thread moves on only makes us wait once more. */
+static bool others_caught_up(const ring *mine, uint64_t seq) {
+  for (uint32_t j = 0; j < shared->nrings; j++) {
+    const ring *o = &shared->rings[j];
+    if (o == mine)
+      continue;
+    uint64_t t = atomic_load_explicit(&o->tail, memory_order_acquire);
+    uint64_t h = atomic_load_explicit(&o->head, memory_order_acquire);
+    while (t != h) {
+      const rec *y = (const rec *)(o->data + t % MOLT__SHADOW_RING_BYTES);
+      if (y->kind != MOLT__SC_SKIP) {
+        if (y->seq < seq)
+          return false;
+        break;
+      }
+      t += y->size;
+    }
+  }
+  return true;
+}
+
+/* A poll whose set holds every (fd, events) entry of the leader's record x
+ * and more: the follower's thread is ahead of the leader's (another
+ * follower thread handed it a descriptor sooner than the leader's did).
+ * Readiness is an observation, so the follower takes the leader's revents
+ * for the entries both have and none for the others, which the program
+ * then treats as not ready, exactly as the leader's did not have them.
+ * Both sets are sorted (calls.c); the output is the follower's revents in
+ * its sorted order.  *ret: the entries with events. */
+static bool poll_within(const rec *x, const molt__sc *c, int64_t *ret) {
+  typedef struct {
+    int32_t fd;
+    int16_t events, pad;
+  } entry;
+  size_t ln = (size_t)x->a[0], fn = (size_t)c->a[0];
+  if (x->a[1] != c->a[1] || x->in_keep != x->in_len || x->in_len != ln * sizeof(entry) ||
+      ln > fn || x->ret < 0 || x->out_len != ln * sizeof(short))
+    return false;
+  const entry *le = (const entry *)(const void *)(x + 1), *fe = c->in;
+  const short *lrev =
+      (const short *)(const void *)((const char *)(x + 1) + align8(x->in_keep));
+  short *frev = c->out;
+  size_t j = 0;
+  for (size_t k = 0; k < ln; k++, j++) {
+    while (j < fn && (fe[j].fd != le[k].fd || fe[j].events != le[k].events))
+      j++;
+    if (j == fn)
+      return false;
+  }
+  int64_t ready = 0;
+  j = 0;
+  for (size_t k = 0; k < ln; k++, j++) {
+    while (fe[j].fd != le[k].fd || fe[j].events != le[k].events)
+      frev[j++] = 0;
+    frev[j] = lrev[k];
+    ready += lrev[k] != 0;
+  }
+  for (; j < fn; j++)
+    frev[j] = 0;
+  *ret = ready;
+  return true;
+}
+
+/* A readiness call (poll, epoll_wait) whose descriptors differ from the
+ * leader's record x: most likely the follower's thread built its set from
+ * state another follower thread has not brought up to date yet (kvfull's
+ * acceptor hands a connection to a worker through a shared table; the
+ * follower's acceptor had not replayed that accept when the worker built
+ * its set).  Rather than a divergence, the thread waits until the others
+ * have replayed what the leader's threads did before x, and the call
+ * returns as though it timed out (EINTR for an infinite timeout), x not
+ * consumed: the program builds its set again and calls again.  For at
+ * most MOLT__SHADOW_RETRY_MS per record: then the difference is real.
+ * False: give up (the caller reports the divergence). */
+static bool retry(ring *r, const rec *x, const molt__sc *c, int64_t *ret, int *err) {
+  uint64_t now = molt__now_ns();
+  if (retry_seq != x->seq) {
+    retry_seq = x->seq;
+    retry_t0 = now;
+  }
+  if (now - retry_t0 > (uint64_t)MOLT__SHADOW_RETRY_MS * 1000000u)
+    return false;
+  struct timespec ts = {0, 100000};
+  for (int i = 0; i < 200 && !others_caught_up(r, x->seq); i++)
+    nanosleep(&ts, NULL);
+  /* and time for them to act on what they replayed (a table updated
+   * after an accept returned) before this thread looks again */
+  ts.tv_nsec = 200000;
+  nanosleep(&ts, NULL);
+  atomic_fetch_add_explicit(&r->retried, 1, memory_order_relaxed);
+  int64_t timeout = c->kind == MOLT__SC_POLL ? c->a[1] : c->a[2];
+  *err = timeout < 0 ? EINTR : 0;
+  *ret = timeout < 0 ? -1 : 0;
+  return true;
 }
 
 int64_t molt__shadow_replay(const molt__sc *c, int *err) {
@@ -505,6 +678,12 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
   int buffer = molt__sc_buffer(c->kind);
   for (;;) {
     rec *x = next_record(r, &tail);
+    uint64_t xpos = tail;
+    if (on_fd(c->kind) && on_fd(x->kind) && x->a[0] != c->a[0] && nahead < AHEAD_MAX) {
+      rec *y = find_on_fd(r, tail, c, &xpos);
+      if (y)
+        x = y;
+    }
     const char *kept = (const char *)(x + 1);
     uint64_t n = atomic_load_explicit(&r->compared, memory_order_relaxed) + 1;
     /* The descriptor's kind, for rules that name one: the leader's record
@@ -561,8 +740,20 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
         ret = (int64_t)c->in_len;
       if (tol || rw || in_rw)
         atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
-      consume(r, &tail, x, n);
+      consume(r, &tail, x, xpos, n);
       return ret;
+    }
+    if ((c->kind == MOLT__SC_POLL || c->kind == MOLT__SC_EPOLL_WAIT) &&
+        x->kind == c->kind) {
+      int64_t ret;
+      if (c->kind == MOLT__SC_POLL && poll_within(x, c, &ret)) {
+        *err = x->err;
+        atomic_fetch_add_explicit(&r->within, 1, memory_order_relaxed);
+        consume(r, &tail, x, xpos, n);
+        return ret;
+      }
+      if (retry(r, x, c, &ret, err))
+        return ret;
     }
     /* A call only the follower makes, which a rule drops: not compared,
      * not made; it succeeded. */
@@ -581,7 +772,7 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
       if (rule_for(MOLT__RULE_INSERT, x->kind, want_fd_kind ? x->fd_kind : MOLT__FDK_ANY,
                    xb, xn)) {
         atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
-        consume(r, &tail, x, n);
+        consume(r, &tail, x, xpos, n);
         continue;
       }
     }

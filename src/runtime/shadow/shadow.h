@@ -27,6 +27,9 @@
 /* How long a leader thread waits for room in its full ring before the
  * shadow is dropped. */
 #define MOLT__SHADOW_FULL_WAIT_MS 1000
+/* How long a follower's readiness call whose descriptors differ from the
+ * leader's is retried before it is a divergence (ring.c, retry()). */
+#define MOLT__SHADOW_RETRY_MS 2000
 /* Bytes of a call's input kept in its record (the rest is compared by
  * length and hash only). */
 #define MOLT__SHADOW_IN_KEEP 4096
