@@ -268,6 +268,32 @@ def test_connection_accepted_after_fork_reaches_follower():
         srv.close()
 
 
+def test_time_and_randomness_from_the_leader():
+    """NOW replies with clock_gettime, gettimeofday, time and getrandom:
+    values the follower would get differently, so each reply would be a
+    divergence if it read them itself; it gets the leader's (calls.c)."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "now")
+    try:
+        cl = Clients(srv, n=2)
+        shadow(srv, same)
+        got = set()
+        with srv.connect() as s, s.makefile("rwb") as f:
+            for _ in range(100):
+                f.write(b"NOW\n")
+                f.flush()
+                line = f.readline().split()
+                assert line[0] == b"NOW" and line[4] == b"8", line
+                got.add(line[5])
+        assert len(got) == 100  # the random bytes are random in the leader
+        s = caught_up(srv)
+        assert s["stage"] == "following" and s["divergences"] == 0, s
+        assert cl.stop() > 0 and cl.wrong == [], cl.wrong[:3]
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
 def test_divergence_caught_leader_unharmed():
     v1, _, diff, _ = images()
     srv = Server(v1, "diff")

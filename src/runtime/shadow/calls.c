@@ -21,7 +21,11 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/time.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -217,5 +221,138 @@ int __wrap_close(int fd) {
   c.fd_gen = molt__shadow_fd_gen(fd); /* before the number can be reused */
   int r = close(fd);
   record(&c, r, 0);
+  return r;
+}
+
+/* ---- descriptors made by name ---------------------------------------------------
+ * socket, open and openat: compared on their arguments (a path as bytes);
+ * the descriptor the leader got reaches the follower at the same number
+ * (fds.c), like an accepted one. */
+
+int __wrap_socket(int domain, int type, int protocol) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return socket(domain, type, protocol);
+  molt__sc c = {MOLT__SC_SOCKET, {domain, type, protocol}, NULL, 0, NULL, 0, 0};
+  if (role == MOLT__SHADOW_FOLLOWER)
+    return (int)replay(&c);
+  int r = socket(domain, type, protocol);
+  record(&c, r, 0);
+  return r;
+}
+
+/* The mode argument, present when flags create a file. */
+#define MODE_ARG(flags, last, mode)                                                      \
+  do {                                                                                   \
+    if ((flags) & (O_CREAT | O_TMPFILE)) {                                               \
+      va_list ap;                                                                        \
+      va_start(ap, last);                                                                \
+      mode = va_arg(ap, unsigned);                                                       \
+      va_end(ap);                                                                        \
+    }                                                                                    \
+  } while (0)
+
+int __wrap_open(const char *path, int flags, ...) {
+  unsigned mode = 0;
+  MODE_ARG(flags, flags, mode);
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return open(path, flags, mode);
+  molt__sc c = {MOLT__SC_OPEN, {flags, mode, 0}, path, strlen(path), NULL, 0, 0};
+  if (role == MOLT__SHADOW_FOLLOWER)
+    return (int)replay(&c);
+  int r = open(path, flags, mode);
+  record(&c, r, 0);
+  return r;
+}
+
+int __wrap_openat(int dirfd, const char *path, int flags, ...) {
+  unsigned mode = 0;
+  MODE_ARG(flags, flags, mode);
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return openat(dirfd, path, flags, mode);
+  molt__sc c = {MOLT__SC_OPENAT, {dirfd, flags, mode}, path, strlen(path), NULL, 0, 0};
+  if (role == MOLT__SHADOW_FOLLOWER)
+    return (int)replay(&c);
+  int r = openat(dirfd, path, flags, mode);
+  record(&c, r, 0);
+  return r;
+}
+
+/* ---- time and randomness ----------------------------------------------------------
+ * The leader's values: the follower gets what the leader's call returned,
+ * so that a reply carrying a time stamp or a random token is the same in
+ * both.  Compared on the clock (time, gettimeofday: whether each pointer
+ * was given; getrandom: the length and flags), never on the values. */
+
+int __wrap_clock_gettime(clockid_t clock, struct timespec *ts) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return clock_gettime(clock, ts);
+  struct timespec v = {0, 0};
+  molt__sc c = {MOLT__SC_CLOCK_GETTIME, {clock, 0, 0}, NULL, 0, &v, sizeof v, 0};
+  int r;
+  if (role == MOLT__SHADOW_FOLLOWER) {
+    r = (int)replay(&c);
+  } else {
+    r = clock_gettime(clock, &v);
+    record(&c, r, r == 0 ? sizeof v : 0);
+  }
+  if (r == 0 && ts)
+    *ts = v;
+  return r;
+}
+
+int __wrap_gettimeofday(struct timeval *tv, void *tz) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return gettimeofday(tv, tz);
+  struct {
+    struct timeval tv;
+    struct timezone tz;
+  } v = {{0, 0}, {0, 0}};
+  molt__sc c = {
+      MOLT__SC_GETTIMEOFDAY, {tv != NULL, tz != NULL, 0}, NULL, 0, &v, sizeof v, 0};
+  int r;
+  if (role == MOLT__SHADOW_FOLLOWER) {
+    r = (int)replay(&c);
+  } else {
+    r = gettimeofday(&v.tv, tz ? (void *)&v.tz : NULL);
+    record(&c, r, r == 0 ? sizeof v : 0);
+  }
+  if (r == 0 && tv)
+    *tv = v.tv;
+  if (r == 0 && tz)
+    memcpy(tz, &v.tz, sizeof v.tz);
+  return r;
+}
+
+time_t __wrap_time(time_t *t) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return time(t);
+  molt__sc c = {MOLT__SC_TIME, {t != NULL, 0, 0}, NULL, 0, NULL, 0, 0};
+  time_t r;
+  if (role == MOLT__SHADOW_FOLLOWER) {
+    r = (time_t)replay(&c);
+  } else {
+    r = time(NULL);
+    record(&c, r, 0);
+  }
+  if (t && r != (time_t)-1)
+    *t = r;
+  return r;
+}
+
+ssize_t __wrap_getrandom(void *buf, size_t n, unsigned flags) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return getrandom(buf, n, flags);
+  molt__sc c = {MOLT__SC_GETRANDOM, {(int64_t)n, flags, 0}, NULL, 0, buf, n, 0};
+  if (role == MOLT__SHADOW_FOLLOWER)
+    return (ssize_t)replay(&c);
+  ssize_t r = getrandom(buf, n, flags);
+  record(&c, r, r > 0 ? (size_t)r : 0);
   return r;
 }

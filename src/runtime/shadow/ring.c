@@ -19,6 +19,7 @@
 #include "shadow/shadow.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <linux/futex.h>
 #include <signal.h>
@@ -333,7 +334,8 @@ static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 /* A call whose result is a new descriptor (fds.c passes it). */
 static bool creates_fd(unsigned kind) {
-  return kind == MOLT__SC_ACCEPT || kind == MOLT__SC_ACCEPT4;
+  return kind == MOLT__SC_ACCEPT || kind == MOLT__SC_ACCEPT4 || kind == MOLT__SC_SOCKET ||
+         kind == MOLT__SC_OPEN || kind == MOLT__SC_OPENAT;
 }
 
 static void futex_wake(_Atomic uint32_t *w) {
@@ -506,12 +508,27 @@ static rec *next_record(ring *r, uint64_t *tailp) {
   }
 }
 
+/* Whether the descriptor the call of x created is close-on-exec. */
+static bool wants_cloexec(const rec *x) {
+  switch (x->kind) {
+  case MOLT__SC_ACCEPT4:
+  case MOLT__SC_SOCKET:
+    return x->a[1] & SOCK_CLOEXEC;
+  case MOLT__SC_OPEN:
+    return x->a[0] & O_CLOEXEC;
+  case MOLT__SC_OPENAT:
+    return x->a[1] & O_CLOEXEC;
+  default:
+    return false;
+  }
+}
+
 /* Done with record x at tail: a descriptor it created is placed, one it
  * closed is closed (fds.c); then the leader may reuse its bytes. */
 static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t pos, uint64_t n) {
   if (creates_fd(x->kind) && x->ret >= 0)
     molt__shadow_fd_take((unsigned)(r - shared->rings), (int)x->ret, x->fd_gen,
-                         x->kind == MOLT__SC_ACCEPT4 && (x->a[1] & SOCK_CLOEXEC));
+                         wants_cloexec(x));
   else if (x->kind == MOLT__SC_CLOSE && x->ret == 0)
     molt__shadow_fd_release((int)x->a[0], x->fd_gen);
   atomic_store_explicit(&r->compared, n, memory_order_relaxed);
@@ -525,10 +542,26 @@ static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t pos, uint64_
   atomic_store_explicit(&r->tail, *tail, memory_order_release);
 }
 
-/* A call on one descriptor (read, write, recv, send, close, accept). */
+/* A call on one descriptor (its first argument). */
 static bool on_fd(unsigned kind) {
-  return kind != MOLT__SC_POLL && kind != MOLT__SC_EPOLL_WAIT && kind < MOLT__SC_END &&
-         kind != MOLT__SC_SKIP;
+  switch (kind) {
+  case MOLT__SC_READ:
+  case MOLT__SC_WRITE:
+  case MOLT__SC_RECV:
+  case MOLT__SC_SEND:
+  case MOLT__SC_ACCEPT:
+  case MOLT__SC_ACCEPT4:
+  case MOLT__SC_CLOSE:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* A call that reads the time or random bytes. */
+static bool is_time(unsigned kind) {
+  return kind == MOLT__SC_CLOCK_GETTIME || kind == MOLT__SC_GETTIMEOFDAY ||
+         kind == MOLT__SC_TIME || kind == MOLT__SC_GETRANDOM;
 }
 
 /* The follower's call c is on another descriptor than the record at the
@@ -546,9 +579,11 @@ static rec *find_on_fd(ring *r, uint64_t tail, const molt__sc *c, uint64_t *pos)
   for (int seen = 0; p != head && seen < 64; seen++) {
     rec *y = (rec *)(r->data + p % MOLT__SHADOW_RING_BYTES);
     if (y->kind != MOLT__SC_SKIP && !taken_ahead(p, false)) {
-      if (!on_fd(y->kind))
-        return NULL;
-      if (y->a[0] == c->a[0]) {
+      if (!on_fd(y->kind) && !is_time(y->kind))
+        return NULL; /* a readiness call ends the round */
+      bool mine = is_time(c->kind) ? y->kind == c->kind && y->a[0] == c->a[0]
+                                   : on_fd(y->kind) && y->a[0] == c->a[0];
+      if (mine) {
         if (y->kind != c->kind || p == tail)
           return NULL;
         *pos = p;
@@ -679,7 +714,9 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
   for (;;) {
     rec *x = next_record(r, &tail);
     uint64_t xpos = tail;
-    if (on_fd(c->kind) && on_fd(x->kind) && x->a[0] != c->a[0] && nahead < AHEAD_MAX) {
+    bool natural = x->kind == c->kind && (is_time(c->kind) || x->a[0] == c->a[0]);
+    if (!natural && (on_fd(c->kind) || is_time(c->kind)) &&
+        (on_fd(x->kind) || is_time(x->kind)) && nahead < AHEAD_MAX) {
       rec *y = find_on_fd(r, tail, c, &xpos);
       if (y)
         x = y;
