@@ -294,6 +294,47 @@ def test_time_and_randomness_from_the_leader():
         srv.close()
 
 
+def test_unfollowed_io_ends_the_follower():
+    """WRITEV replies with writev, which the wrappers do not follow: the
+    follower's copy of the call would send the reply a second time on the
+    shared connection.  The backstop (trap.c, Syscall User Dispatch) traps
+    it in the follower, which ends with the call named; the client gets
+    the reply once and the leader serves on."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "writev")
+    try:
+        fds = srv.settled_fds()
+        cl = Clients(srv, n=2)
+        follower = shadow(srv, same)["follower"]
+        # the follower replays calls (its thread's futex, a received
+        # descriptor) with the trap armed, and lets memory calls through
+        assert ask(srv, "NOW").startswith("NOW ")
+        time.sleep(0.5)
+        assert status(srv.pid)["shadow"]["stage"] == "following"
+        with srv.connect() as s, s.makefile("rwb") as f:
+            f.write(b"WRITEV\n")
+            f.flush()
+            assert f.readline() == b"WV\n"
+            s.settimeout(0.5)
+            # the next reply is PONG: no second WV from the follower
+            f.write(b"PING\n")
+            f.flush()
+            assert f.readline() == b"PONG\n"
+        sh = ended(srv)
+        assert "molt does not follow: writev(" in sh["outcome"], sh
+        assert "repeat output the leader makes" in sh["outcome"], sh
+        assert not os.path.exists("/proc/%d" % follower) or \
+            open("/proc/%d/stat" % follower).read().split()[2] == "Z"
+        events = [e for e in log(srv.pid) if e["event"] == "shadow"]
+        assert any("writev(" in e["message"] for e in events), events
+        assert ask(srv, "PING") == "PONG\n"
+        assert cl.stop() > 0 and cl.wrong == [], cl.wrong[:3]
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline")
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
 def test_divergence_caught_leader_unharmed():
     v1, _, diff, _ = images()
     srv = Server(v1, "diff")

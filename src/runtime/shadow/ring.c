@@ -189,14 +189,22 @@ void molt__shadow_session_end(void) {
   molt__shadow_fds_end();
 }
 
+/* The backstop could be installed (trap.c): each thread arms it. */
+static bool trap_ok;
+
 void molt__shadow_become_follower(void) {
   atomic_store_explicit(&recording, false, memory_order_relaxed);
   follower = true;
+  trap_ok = molt__shadow_trap_install() == 0;
 }
 
 void molt__shadow_follower_thread(size_t index, void *arg) {
   (void)arg;
   my_ring1 = (unsigned)index + 1;
+  /* Without Syscall User Dispatch (kernel before 5.11, or not x86-64)
+   * the follower runs without the backstop, as the wrappers alone. */
+  if (trap_ok)
+    molt__shadow_trap_arm();
 }
 
 molt__shadow_role molt__shadow_role_now(void) {

@@ -12,6 +12,8 @@
  *   calls.c   the covered calls (__wrap_read ... of molt/program.h)
  *   fds.c     descriptors the leader creates after the fork, passed to
  *             the follower at the same number
+ *   trap.c    the backstop: unfollowed I/O system calls of the follower
+ *             trapped (Syscall User Dispatch)
  *
  * Nothing outside this folder includes this header.
  */
@@ -123,5 +125,16 @@ MOLT__HIDDEN void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool
 /* Follower: the leader closed fd (generation gen, or MOLT__SHADOW_ANY_GEN):
  * closes the follower's copy if it holds that one. */
 MOLT__HIDDEN void molt__shadow_fd_release(int fd, uint32_t gen);
+
+/* ---- trap.c: the backstop for calls the wrappers do not see --------------------*/
+/* In the follower before its threads start: the SIGSYS handler.  0 or
+ * -errno (-ENOSYS: not on this architecture). */
+MOLT__HIDDEN int molt__shadow_trap_install(void);
+/* A follower's program thread: system calls outside the wrappers trap
+ * from now on.  0 or -errno (the kernel has no Syscall User Dispatch). */
+MOLT__HIDDEN int molt__shadow_trap_arm(void);
+/* The wrappers' own calls, between these two, are not trapped. */
+MOLT__HIDDEN void molt__shadow_trap_allow(void);
+MOLT__HIDDEN void molt__shadow_trap_block(void);
 
 #endif /* MOLT_SHADOW_H */
