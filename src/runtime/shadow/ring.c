@@ -575,7 +575,8 @@ static bool is_time(unsigned kind) {
 /* The follower's call c is on another descriptor than the record at the
  * tail: the record of the same call on c's descriptor further on, before
  * the thread's next readiness call and before any other call on that
- * descriptor, if the leader made it already (its position in *pos).
+ * descriptor (its position in *pos), waiting for the leader's thread to
+ * record it (up to MOLT__SHADOW_RETRY_MS; a round's end stops the search).
  * Within one round of a server's loop the calls on different descriptors
  * are compared each in its descriptor's order, not across descriptors:
  * kvfull's worker serves the descriptors its poll found ready in the order
@@ -583,8 +584,23 @@ static bool is_time(unsigned kind) {
  * in another order (docs/design.md §17). */
 static rec *find_on_fd(ring *r, uint64_t tail, const molt__sc *c, uint64_t *pos) {
   uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-  uint64_t p = tail;
-  for (int seen = 0; p != head && seen < 64; seen++) {
+  uint64_t p = tail, t0 = 0;
+  for (int seen = 0; seen < 64; seen++) {
+    /* The round goes on past what the leader published: its thread is
+     * making the call we look for, or will end the round soon. */
+    while (p == head) {
+      uint64_t now = molt__now_ns();
+      if (!t0)
+        t0 = now;
+      else if (now - t0 > (uint64_t)MOLT__SHADOW_RETRY_MS * 1000000u)
+        return NULL;
+      uint32_t ticket = atomic_load_explicit(&r->seq, memory_order_seq_cst);
+      atomic_store_explicit(&r->waiting, 1, memory_order_seq_cst);
+      if (atomic_load_explicit(&r->head, memory_order_seq_cst) == head)
+        futex_wait(&r->seq, ticket, 100);
+      atomic_store_explicit(&r->waiting, 0, memory_order_relaxed);
+      head = atomic_load_explicit(&r->head, memory_order_acquire);
+    }
     rec *y = (rec *)(r->data + p % MOLT__SHADOW_RING_BYTES);
     if (y->kind != MOLT__SC_SKIP && !taken_ahead(p, false)) {
       if (!on_fd(y->kind) && !is_time(y->kind))

@@ -125,25 +125,74 @@ static bool is_own(long long fd) {
   return fd >= 0 && fd < OWN_MAX && atomic_load_explicit(&own[fd], memory_order_relaxed);
 }
 
-static const char *sys_name(long nr) {
-  switch (nr) {
+/* The names of the calls refused() may refuse. */
 #define N(x)                                                                             \
-  case SYS_##x:                                                                          \
-    return #x;
-    N(read)
-    N(write)
-    N(pread64) N(pwrite64) N(readv) N(writev) N(preadv) N(pwritev) N(preadv2) N(pwritev2)
-        N(recvfrom) N(sendto) N(recvmsg) N(sendmsg) N(recvmmsg) N(sendmmsg) N(sendfile)
-            N(splice) N(tee) N(vmsplice) N(copy_file_range) N(connect) N(accept)
-                N(accept4) N(bind) N(listen) N(shutdown) N(open) N(openat) N(creat)
-                    N(unlink) N(unlinkat) N(rename) N(renameat) N(renameat2) N(mkdir)
-                        N(mkdirat) N(rmdir) N(truncate) N(ftruncate) N(fallocate) N(link)
-                            N(linkat) N(symlink) N(symlinkat) N(fsync) N(fdatasync)
-                                N(io_submit) N(io_uring_enter) N(clone) N(clone3) N(fork)
-                                    N(vfork) N(execve) N(execveat)
+  { SYS_##x, #x }
+static const struct {
+  long nr;
+  const char *name;
+} names[] = {N(read),
+             N(write),
+             N(pread64),
+             N(pwrite64),
+             N(readv),
+             N(writev),
+             N(preadv),
+             N(pwritev),
+             N(preadv2),
+             N(pwritev2),
+             N(recvfrom),
+             N(sendto),
+             N(recvmsg),
+             N(sendmsg),
+             N(recvmmsg),
+             N(sendmmsg),
+             N(sendfile),
+             N(splice),
+             N(tee),
+             N(vmsplice),
+             N(copy_file_range),
+             N(connect),
+             N(accept),
+             N(accept4),
+             N(bind),
+             N(listen),
+             N(shutdown),
+             N(open),
+             N(openat),
+             N(creat),
+             N(unlink),
+             N(unlinkat),
+             N(rename),
+             N(renameat),
+             N(renameat2),
+             N(mkdir),
+             N(mkdirat),
+             N(rmdir),
+             N(truncate),
+             N(ftruncate),
+             N(fallocate),
+             N(link),
+             N(linkat),
+             N(symlink),
+             N(symlinkat),
+             N(fsync),
+             N(fdatasync),
+             N(io_submit),
+             N(io_uring_enter),
+             N(clone),
+             N(clone3),
+             N(fork),
+             N(vfork),
+             N(execve),
+             N(execveat)};
 #undef N
-                                        default : return NULL;
-  }
+
+static const char *sys_name(long nr) {
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (names[i].nr == nr)
+      return names[i].name;
+  return NULL;
 }
 
 /* Why the follower must not make call nr with arguments a (NULL: it may). */
@@ -288,12 +337,48 @@ struct ksigaction {
 #define SA_RESTORER 0x04000000
 #endif
 
+/* Fatal signals whose handler (a sanitizer's report, the program's own)
+ * runs with SIGSYS blocked: a trapped call in it would be SIGSYS forced to
+ * its default action, the report lost.  Their handlers are wrapped: the
+ * thread's calls are let through from the fault on (it is dying or
+ * handling its own fault), then the handler that was there runs. */
+static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTRAP};
+#define NFATAL (sizeof fatal / sizeof fatal[0])
+static struct ksigaction chained[NFATAL];
+
+__attribute__((no_sanitize("address", "thread", "undefined"))) static void
+on_fatal(int sig, siginfo_t *si, void *uc) {
+  molt__sud_selector = SYSCALL_DISPATCH_FILTER_ALLOW;
+  for (size_t i = 0; i < NFATAL; i++)
+    if (fatal[i] == sig) {
+      if (chained[i].flags & SA_SIGINFO)
+        chained[i].handler(sig, si, uc);
+      else
+        ((void (*)(int))(uintptr_t)chained[i].handler)(sig);
+      return;
+    }
+}
+
 int molt__shadow_trap_install(void) {
   band = molt__fd_band();
   struct ksigaction sa = {on_sigsys, SA_SIGINFO | SA_RESTORER,
                           (void (*)(void))(uintptr_t)molt__sud_restorer, ~0ull};
   if (syscall(SYS_rt_sigaction, SIGSYS, &sa, NULL, sizeof sa.mask) != 0)
     return -errno;
+  for (size_t i = 0; i < NFATAL; i++) {
+    struct ksigaction old;
+    if (syscall(SYS_rt_sigaction, fatal[i], NULL, &old, sizeof old.mask) != 0)
+      continue;
+    uintptr_t h = (uintptr_t)old.handler;
+    if (h == (uintptr_t)SIG_DFL || h == (uintptr_t)SIG_IGN)
+      continue; /* the default kills without a system call */
+    chained[i] = old;
+    /* its flags (SA_ONSTACK, SA_NODEFER, ...) and mask, our entry and a
+     * return through the allowed region */
+    struct ksigaction mine = {on_fatal, old.flags | SA_SIGINFO | SA_RESTORER,
+                              (void (*)(void))(uintptr_t)molt__sud_restorer, old.mask};
+    syscall(SYS_rt_sigaction, fatal[i], &mine, NULL, sizeof mine.mask);
+  }
   return 0;
 }
 
