@@ -67,8 +67,6 @@ typedef struct ring {
   _Atomic uint64_t recorded, compared; /* relaxed: counters for status */
   _Atomic uint64_t max_use;            /* relaxed: bytes, for status */
   _Atomic uint64_t applied;            /* relaxed: calls a rule decided, for status */
-  _Atomic uint64_t retried;            /* relaxed: readiness calls retried (retry()) */
-  _Atomic uint64_t within; /* relaxed: polls taken as a superset (poll_within()) */
   char data[MOLT__SHADOW_RING_BYTES];
 } ring;
 
@@ -162,8 +160,6 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
     atomic_store_explicit(&r->compared, 0, memory_order_relaxed);
     atomic_store_explicit(&r->max_use, 0, memory_order_relaxed);
     atomic_store_explicit(&r->applied, 0, memory_order_relaxed);
-    atomic_store_explicit(&r->retried, 0, memory_order_relaxed);
-    atomic_store_explicit(&r->within, 0, memory_order_relaxed);
     r->leader_tid = tids[i];
   }
   s->nrings = (uint32_t)n;
@@ -712,7 +708,6 @@ static bool retry(ring *r, const rec *x, const molt__sc *c, int64_t *ret, int *e
    * after an accept returned) before this thread looks again */
   ts.tv_nsec = 200000;
   nanosleep(&ts, NULL);
-  atomic_fetch_add_explicit(&r->retried, 1, memory_order_relaxed);
   int64_t timeout = c->kind == MOLT__SC_POLL ? c->a[1] : c->a[2];
   *err = timeout < 0 ? EINTR : 0;
   *ret = timeout < 0 ? -1 : 0;
@@ -809,7 +804,6 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
       int64_t ret;
       if (c->kind == MOLT__SC_POLL && poll_within(x, c, &ret)) {
         *err = x->err;
-        atomic_fetch_add_explicit(&r->within, 1, memory_order_relaxed);
         consume(r, &tail, x, xpos, n);
         return ret;
       }
