@@ -23,8 +23,9 @@
  * (`held`): it closes its copy only for a close of that generation, and
  * never replaces a newer one with an older one.
  *
- * The channels are placed at high numbers (the top of RLIMIT_NOFILE), so
- * that the numbers the program uses are not taken in either process. */
+ * The channels are placed at high numbers (just below the runtime's band of
+ * base/fd.c, 760 and up under the usual limits), so that the numbers the
+ * program uses are not taken in either process. */
 #include "shadow/shadow.h"
 
 #include <errno.h>
@@ -64,13 +65,18 @@ static int recv_end[MOLT__SHADOW_MAX_THREADS];
 static size_t nchannels;
 static pid_t leader_pid; /* the process that made the channels */
 
-/* fd moved to a high number (close-on-exec); -1 on failure. */
+/* fd moved to a high number below 1024 (close-on-exec): out of the small
+ * numbers the program uses, below the runtime's band when there is room
+ * (base/fd.c says why not near a raised limit: the kernel sizes the table
+ * to the highest number); fd itself if that fails. */
 static int high(int fd) {
   struct rlimit rl;
   long base = 0;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-      rl.rlim_cur > 4 * MOLT__SHADOW_MAX_THREADS)
-    base = (long)rl.rlim_cur - 2 * MOLT__SHADOW_MAX_THREADS - 8;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    long top = rl.rlim_cur < 1024 ? (long)rl.rlim_cur : 1024;
+    if (top > 4 * MOLT__SHADOW_MAX_THREADS)
+      base = top - top / 8 - 2 * MOLT__SHADOW_MAX_THREADS - 8;
+  }
   int h = base > fd ? fcntl(fd, F_DUPFD_CLOEXEC, (int)base) : -1;
   if (h < 0)
     return fd;
