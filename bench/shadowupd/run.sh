@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # bench/shadowupd/run.sh [ROUNDS] [SECONDS] -- the cost of a shadowed update
 # (docs/design.md §17) on tests/shadowupd/progs/kvs.c (each worker accepts
-# and serves its own connections, so connections made after the fork are
-# followed too; kvfull hands them from an acceptor to a worker, which a
-# follower does not replay in order yet): throughput under `molt run` with
+# and serves its own connections; examples/kvfull/shadow.py shadows kvfull,
+# whose acceptor hands them to workers): throughput under `molt run` with
 # no shadow, and while a follower of a shadowed update to the same version
 # (kvs rebuilt --molt-from itself) replays every call.  The two
 # alternate: each round measures SECONDS without a shadow, starts one

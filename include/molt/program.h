@@ -18,7 +18,9 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/types.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -165,6 +167,13 @@ MOLT_EXTERN int __wrap_accept4(int fd, struct sockaddr *addr, socklen_t *len, in
 MOLT_EXTERN int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout);
 MOLT_EXTERN int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout);
 MOLT_EXTERN int __wrap_close(int fd);
+MOLT_EXTERN int __wrap_socket(int domain, int type, int protocol);
+MOLT_EXTERN int __wrap_open(const char *path, int flags, ...);
+MOLT_EXTERN int __wrap_openat(int dirfd, const char *path, int flags, ...);
+MOLT_EXTERN int __wrap_clock_gettime(clockid_t clock, struct timespec *ts);
+MOLT_EXTERN int __wrap_gettimeofday(struct timeval *tv, void *tz);
+MOLT_EXTERN time_t __wrap_time(time_t *t);
+MOLT_EXTERN ssize_t __wrap_getrandom(void *buf, size_t n, unsigned flags);
 
 /* The driver behind `molt run` (bin/molt-run): loads the program image at
  * `path` and runs its main(argc, argv, environ) as the main program thread

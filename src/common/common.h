@@ -271,7 +271,14 @@ MOLT__HIDDEN int molt__elf_import_symbols(int fd, const molt__dynrels *dr, char 
   XX(ACCEPT4, accept4, 0)                                                                \
   XX(POLL, poll, 0)                                                                      \
   XX(EPOLL_WAIT, epoll_wait, 0)                                                          \
-  XX(CLOSE, close, 0)
+  XX(CLOSE, close, 0)                                                                    \
+  XX(SOCKET, socket, 0)                                                                  \
+  XX(OPEN, open, 0)                                                                      \
+  XX(OPENAT, openat, 0)                                                                  \
+  XX(CLOCK_GETTIME, clock_gettime, 0)                                                    \
+  XX(GETTIMEOFDAY, gettimeofday, 0)                                                      \
+  XX(TIME, time, 0)                                                                      \
+  XX(GETRANDOM, getrandom, 1)
 
 typedef enum {
   MOLT__SC_SKIP = 0, /* ring filler; in a rule: any call */

@@ -90,7 +90,8 @@ static void unit(void) {
       "r.rules:2:1: a rule starts with 'forward' or 'reverse', not 'backward'");
   bad("forward reed tolerate",
       "r.rules:1:9: unknown call 'reed' (read, write, recv, send, accept, accept4, poll, "
-      "epoll_wait, close or any)");
+      "epoll_wait, close, socket, open, openat, clock_gettime, gettimeofday, time, "
+      "getrandom or any)");
   bad("forward recv socket \"x\" rewrit \"y\"",
       "r.rules:1:25: unknown action 'rewrit' (tolerate, drop, insert or rewrite "
       "\"TEXT\")");

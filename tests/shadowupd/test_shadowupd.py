@@ -210,6 +210,131 @@ def test_same_version_no_false_divergence():
          timeout=10, what="the follower to end with the leader")
 
 
+def fd_links(pid):
+    """{number: link} of pid's descriptors (those still open when read)."""
+    out = {}
+    for n in os.listdir("/proc/%d/fd" % pid):
+        try:
+            out[int(n)] = os.readlink("/proc/%d/fd/%s" % (pid, n))
+        except OSError:
+            pass
+    return out
+
+
+def tcp_inodes():
+    """Socket inodes of TCP connections (to tell them from the shadow's own
+    unix channels)."""
+    out = set()
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        out.add("socket:[%s]" % line.split()[9])
+    return out
+
+
+def test_connection_accepted_after_fork_reaches_follower():
+    """Connections the leader accepts after the fork exist only in the
+    leader; each reaches the follower, at the same number, when it replays
+    the accept (fds.c), and the follower's copy is closed when it replays
+    the leader's close, even after the number was reused."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "latefd")
+    try:
+        before = fd_links(srv.pid)
+        follower = shadow(srv, same)["follower"]
+        cl = Clients(srv, n=2, tag="late")  # accepted by the leader after the fork
+        # short connections: numbers closed and reused while the follower lags
+        for _ in range(20):
+            assert ask(srv, "PING") == "PONG\n"
+        time.sleep(1)
+        caught_up(srv)
+        lead = fd_links(srv.pid)
+        tcp = tcp_inodes()
+        new = {n: l for n, l in lead.items() if l in tcp and before.get(n) != l}
+        assert len(new) >= 2, (before, lead)  # the two clients' connections
+        fol = fd_links(follower)
+        for n, link in new.items():
+            assert fol.get(n) == link, (n, link, fol)
+        replies = cl.stop()
+        assert cl.wrong == [] and replies > 10, (cl.wrong[:3], replies)
+        # the leader closed them: so did the follower, once it replayed that
+        s = caught_up(srv)
+        assert s["stage"] == "following" and s["divergences"] == 0, s
+        gone = set(new.values())
+        poll(lambda: fd_links(follower),
+             lambda f: not gone & set(f.values()),
+             timeout=10, what="the follower to close the connections the leader closed")
+        # no descriptor of the leader's made after the fork stays in the follower
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def test_time_and_randomness_from_the_leader():
+    """NOW replies with clock_gettime, gettimeofday, time and getrandom:
+    values the follower would get differently, so each reply would be a
+    divergence if it read them itself; it gets the leader's (calls.c)."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "now")
+    try:
+        cl = Clients(srv, n=2)
+        shadow(srv, same)
+        got = set()
+        with srv.connect() as s, s.makefile("rwb") as f:
+            for _ in range(100):
+                f.write(b"NOW\n")
+                f.flush()
+                line = f.readline().split()
+                assert line[0] == b"NOW" and line[4] == b"8", line
+                got.add(line[5])
+        assert len(got) == 100  # the random bytes are random in the leader
+        s = caught_up(srv)
+        assert s["stage"] == "following" and s["divergences"] == 0, s
+        assert cl.stop() > 0 and cl.wrong == [], cl.wrong[:3]
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def test_unfollowed_io_ends_the_follower():
+    """WRITEV replies with writev, which the wrappers do not follow: the
+    follower's copy of the call would send the reply a second time on the
+    shared connection.  The backstop (trap.c, Syscall User Dispatch) traps
+    it in the follower, which ends with the call named; the client gets
+    the reply once and the leader serves on."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "writev")
+    try:
+        fds = srv.settled_fds()
+        cl = Clients(srv, n=2)
+        follower = shadow(srv, same)["follower"]
+        # the follower replays calls (its thread's futex, a received
+        # descriptor) with the trap armed, and lets memory calls through
+        assert ask(srv, "NOW").startswith("NOW ")
+        time.sleep(0.5)
+        assert status(srv.pid)["shadow"]["stage"] == "following"
+        with srv.connect() as s, s.makefile("rwb") as f:
+            f.write(b"WRITEV\n")
+            f.flush()
+            assert f.readline() == b"WV\n"
+            s.settimeout(0.5)
+            # the next reply is PONG: no second WV from the follower
+            f.write(b"PING\n")
+            f.flush()
+            assert f.readline() == b"PONG\n"
+        sh = ended(srv)
+        assert "molt does not follow: writev(" in sh["outcome"], sh
+        assert "repeat output the leader makes" in sh["outcome"], sh
+        assert not os.path.exists("/proc/%d" % follower) or \
+            open("/proc/%d/stat" % follower).read().split()[2] == "Z"
+        events = [e for e in log(srv.pid) if e["event"] == "shadow"]
+        assert any("writev(" in e["message"] for e in events), events
+        assert ask(srv, "PING") == "PONG\n"
+        assert cl.stop() > 0 and cl.wrong == [], cl.wrong[:3]
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline")
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
 def test_divergence_caught_leader_unharmed():
     v1, _, diff, _ = images()
     srv = Server(v1, "diff")

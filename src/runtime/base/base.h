@@ -254,6 +254,9 @@ typedef struct molt__fd {
 #define MOLT__FD_NONE                                                                    \
   { .fd = -1 }
 
+/* The lowest number of the band where kept descriptors go (fd.c; -1 if
+ * unknown): shadow/trap.c lets the runtime's own I/O on them through. */
+MOLT__HIDDEN int molt__fd_band(void);
 /* Takes fd over where it is (a descriptor used for a moment): records what
  * file it is.  0, or MOLT_EIO if fd is not open (any more). */
 MOLT__HIDDEN int molt__fd_take(molt__fd *o, int fd);

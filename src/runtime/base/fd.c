@@ -48,6 +48,8 @@ static int band_start(void) {
   return (int)(top - top / 8);
 }
 
+int molt__fd_band(void) { return band_start(); }
+
 /* The probes below look at a number that may not be ours any more: by the
  * time they run it may be a file of the host, or one the runtime has just
  * opened on another thread.  They are made as raw system calls, outside

@@ -10,9 +10,10 @@
  * bytes it wrote are recorded.  Follower: nothing runs; the same call is
  * compared with the leader's record and gets the leader's result (errno
  * included), the buffers the leader's call filled copied into its own.
- * A close() the leader made of a descriptor the follower inherited at the
- * fork is made in the follower too, so that a connection the leader closes
- * is not kept open by the follower's copy. */
+ * A descriptor a leader's accept created reaches the follower, at the same
+ * number, when it replays the accept; a close() the leader made is made on
+ * the follower's copy too, so that the follower does not keep open a
+ * connection the leader closed (fds.c). */
 #include "shadow/shadow.h"
 
 #include <errno.h>
@@ -20,39 +21,22 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdarg.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/time.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "molt/program.h"
 
-/* Descriptors the follower inherited at the fork (below this bound). */
-#define INHERITED_MAX 4096
-static unsigned char inherited[INHERITED_MAX / 8];
-
-void molt__shadow_note_inherited(void) {
-  for (int fd = 0; fd < INHERITED_MAX; fd++)
-    if (fcntl(fd, F_GETFD) >= 0)
-      inherited[fd / 8] |= (unsigned char)(1u << (fd % 8));
-}
-
-static bool was_inherited(int fd) {
-  return fd >= 0 && fd < INHERITED_MAX && (inherited[fd / 8] & (1u << (fd % 8)));
-}
-
-void molt__shadow_close_inherited(int fd) {
-  if (!was_inherited(fd))
-    return;
-  int e = errno;
-  close(fd);
-  inherited[fd / 8] &= (unsigned char)~(1u << (fd % 8));
-  errno = e;
-}
-
 /* The follower's result: the leader's, with its errno. */
 static int64_t replay(const molt__sc *c) {
   int e = 0;
+  molt__shadow_trap_allow(); /* the replay's own calls are not trapped (trap.c) */
   int64_t r = molt__shadow_replay(c, &e);
+  molt__shadow_trap_block();
   errno = e;
   return r;
 }
@@ -67,7 +51,7 @@ ssize_t __wrap_read(int fd, void *buf, size_t n) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
     return read(fd, buf, n);
-  molt__sc c = {MOLT__SC_READ, {fd, (int64_t)n, 0}, NULL, 0, buf, n};
+  molt__sc c = {MOLT__SC_READ, {fd, (int64_t)n, 0}, NULL, 0, buf, n, 0};
   if (role == MOLT__SHADOW_FOLLOWER)
     return (ssize_t)replay(&c);
   ssize_t r = read(fd, buf, n);
@@ -79,7 +63,7 @@ ssize_t __wrap_recv(int fd, void *buf, size_t n, int flags) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
     return recv(fd, buf, n, flags);
-  molt__sc c = {MOLT__SC_RECV, {fd, (int64_t)n, flags}, NULL, 0, buf, n};
+  molt__sc c = {MOLT__SC_RECV, {fd, (int64_t)n, flags}, NULL, 0, buf, n, 0};
   if (role == MOLT__SHADOW_FOLLOWER)
     return (ssize_t)replay(&c);
   ssize_t r = recv(fd, buf, n, flags);
@@ -91,7 +75,7 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
     return write(fd, buf, n);
-  molt__sc c = {MOLT__SC_WRITE, {fd, (int64_t)n, 0}, buf, n, NULL, 0};
+  molt__sc c = {MOLT__SC_WRITE, {fd, (int64_t)n, 0}, buf, n, NULL, 0, 0};
   if (role == MOLT__SHADOW_FOLLOWER)
     return (ssize_t)replay(&c);
   ssize_t r = write(fd, buf, n);
@@ -103,7 +87,7 @@ ssize_t __wrap_send(int fd, const void *buf, size_t n, int flags) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
     return send(fd, buf, n, flags);
-  molt__sc c = {MOLT__SC_SEND, {fd, (int64_t)n, flags}, buf, n, NULL, 0};
+  molt__sc c = {MOLT__SC_SEND, {fd, (int64_t)n, flags}, buf, n, NULL, 0, 0};
   if (role == MOLT__SHADOW_FOLLOWER)
     return (ssize_t)replay(&c);
   ssize_t r = send(fd, buf, n, flags);
@@ -123,7 +107,7 @@ static int accept_common(molt__sc_kind kind, int fd, struct sockaddr *addr,
     struct sockaddr_storage a;
   } out = {0};
   socklen_t cap = addr && len ? *len : 0;
-  molt__sc c = {kind, {fd, flags, cap}, NULL, 0, &out, sizeof out};
+  molt__sc c = {kind, {fd, flags, cap}, NULL, 0, &out, sizeof out, 0};
   if (role == MOLT__SHADOW_FOLLOWER) {
     int r = (int)replay(&c);
     if (r >= 0 && addr && len) {
@@ -154,7 +138,34 @@ int __wrap_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
   return accept_common(MOLT__SC_ACCEPT4, fd, addr, len, flags);
 }
 
-/* poll: compared on (fd, events) of every entry; the output is revents. */
+/* poll: compared on its entries as a set -- (fd, events) pairs sorted --
+ * and each entry's revents taken from the leader's entry of the same fd.
+ * The order of the entries is not compared: a server that builds its set
+ * from a table shared with other threads (kvfull's connection slots) lists
+ * the same descriptors in another order when the follower's threads
+ * freed and took slots in another interleaving (docs/design.md §17). */
+typedef struct poll_entry {
+  int32_t fd;
+  int16_t events, pad;
+} poll_entry;
+
+/* want[0..n) sorted by (fd, events), idx[k] the position in fds of want[k]. */
+static void poll_sorted(const struct pollfd *fds, nfds_t n, poll_entry *want,
+                        uint16_t *idx) {
+  for (nfds_t i = 0; i < n; i++) {
+    poll_entry e = {fds[i].fd, fds[i].events, 0};
+    nfds_t k = i;
+    while (k > 0 && (want[k - 1].fd > e.fd ||
+                     (want[k - 1].fd == e.fd && want[k - 1].events > e.events))) {
+      want[k] = want[k - 1];
+      idx[k] = idx[k - 1];
+      k--;
+    }
+    want[k] = e;
+    idx[k] = (uint16_t)i;
+  }
+}
+
 int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
@@ -166,28 +177,26 @@ int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout) {
                                  (size_t)n);
     return poll(fds, n, timeout);
   }
-  struct {
-    int32_t fd;
-    int16_t events, pad;
-  } want[1024];
-  short revents[1024];
-  for (nfds_t i = 0; i < n; i++)
-    want[i] = (typeof(want[0])){fds[i].fd, fds[i].events, 0};
+  poll_entry want[1024];
+  uint16_t idx[1024];
+  short revents[1024]; /* in want's order */
+  poll_sorted(fds, n, want, idx);
   molt__sc c = {MOLT__SC_POLL, {(int64_t)n, timeout, 0}, want, n * sizeof want[0],
-                revents,       n * sizeof revents[0]};
+                revents,       n * sizeof revents[0],    0};
   int r;
   if (role == MOLT__SHADOW_FOLLOWER) {
+    memset(revents, 0, n * sizeof revents[0]); /* a retry returns no event */
     r = (int)replay(&c);
   } else {
     r = poll(fds, n, timeout);
-    for (nfds_t i = 0; i < n; i++)
-      revents[i] = fds[i].revents;
+    for (nfds_t k = 0; k < n; k++)
+      revents[k] = fds[idx[k]].revents;
     record(&c, r, r >= 0 ? n * sizeof revents[0] : 0);
     return r;
   }
   if (r >= 0)
-    for (nfds_t i = 0; i < n; i++)
-      fds[i].revents = revents[i];
+    for (nfds_t k = 0; k < n; k++)
+      fds[idx[k]].revents = revents[k];
   return r;
 }
 
@@ -196,7 +205,7 @@ int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout) {
   if (role == MOLT__SHADOW_NONE)
     return epoll_wait(epfd, ev, max, timeout);
   size_t cap = max > 0 ? (size_t)max * sizeof *ev : 0;
-  molt__sc c = {MOLT__SC_EPOLL_WAIT, {epfd, max, timeout}, NULL, 0, ev, cap};
+  molt__sc c = {MOLT__SC_EPOLL_WAIT, {epfd, max, timeout}, NULL, 0, ev, cap, 0};
   if (role == MOLT__SHADOW_FOLLOWER)
     return (int)replay(&c);
   int r = epoll_wait(epfd, ev, max, timeout);
@@ -208,14 +217,144 @@ int __wrap_close(int fd) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
     return close(fd);
-  molt__sc c = {MOLT__SC_CLOSE, {fd, 0, 0}, NULL, 0, NULL, 0};
-  if (role == MOLT__SHADOW_FOLLOWER) {
-    int r = (int)replay(&c);
-    if (r == 0)
-      molt__shadow_close_inherited(fd);
-    return r;
-  }
+  molt__sc c = {MOLT__SC_CLOSE, {fd, 0, 0}, NULL, 0, NULL, 0, 0};
+  if (role == MOLT__SHADOW_FOLLOWER)
+    return (int)replay(&c); /* the follower's copy: closed by the replay (fds.c) */
+  c.fd_gen = molt__shadow_fd_gen(fd); /* before the number can be reused */
   int r = close(fd);
   record(&c, r, 0);
+  return r;
+}
+
+/* ---- descriptors made by name ---------------------------------------------------
+ * socket, open and openat: compared on their arguments (a path as bytes);
+ * the descriptor the leader got reaches the follower at the same number
+ * (fds.c), like an accepted one. */
+
+int __wrap_socket(int domain, int type, int protocol) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return socket(domain, type, protocol);
+  molt__sc c = {MOLT__SC_SOCKET, {domain, type, protocol}, NULL, 0, NULL, 0, 0};
+  if (role == MOLT__SHADOW_FOLLOWER)
+    return (int)replay(&c);
+  int r = socket(domain, type, protocol);
+  record(&c, r, 0);
+  return r;
+}
+
+/* The mode argument, present when flags create a file. */
+#define MODE_ARG(flags, last, mode)                                                      \
+  do {                                                                                   \
+    if ((flags) & (O_CREAT | O_TMPFILE)) {                                               \
+      va_list ap;                                                                        \
+      va_start(ap, last);                                                                \
+      mode = va_arg(ap, unsigned);                                                       \
+      va_end(ap);                                                                        \
+    }                                                                                    \
+  } while (0)
+
+int __wrap_open(const char *path, int flags, ...) {
+  unsigned mode = 0;
+  MODE_ARG(flags, flags, mode);
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return open(path, flags, mode);
+  molt__sc c = {MOLT__SC_OPEN, {flags, mode, 0}, path, strlen(path), NULL, 0, 0};
+  if (role == MOLT__SHADOW_FOLLOWER)
+    return (int)replay(&c);
+  int r = open(path, flags, mode);
+  record(&c, r, 0);
+  return r;
+}
+
+int __wrap_openat(int dirfd, const char *path, int flags, ...) {
+  unsigned mode = 0;
+  MODE_ARG(flags, flags, mode);
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return openat(dirfd, path, flags, mode);
+  molt__sc c = {MOLT__SC_OPENAT, {dirfd, flags, mode}, path, strlen(path), NULL, 0, 0};
+  if (role == MOLT__SHADOW_FOLLOWER)
+    return (int)replay(&c);
+  int r = openat(dirfd, path, flags, mode);
+  record(&c, r, 0);
+  return r;
+}
+
+/* ---- time and randomness ----------------------------------------------------------
+ * The leader's values: the follower gets what the leader's call returned,
+ * so that a reply carrying a time stamp or a random token is the same in
+ * both.  Compared on the clock (time, gettimeofday: whether each pointer
+ * was given; getrandom: the length and flags), never on the values. */
+
+int __wrap_clock_gettime(clockid_t clock, struct timespec *ts) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return clock_gettime(clock, ts);
+  struct timespec v = {0, 0};
+  molt__sc c = {MOLT__SC_CLOCK_GETTIME, {clock, 0, 0}, NULL, 0, &v, sizeof v, 0};
+  int r;
+  if (role == MOLT__SHADOW_FOLLOWER) {
+    r = (int)replay(&c);
+  } else {
+    r = clock_gettime(clock, &v);
+    record(&c, r, r == 0 ? sizeof v : 0);
+  }
+  if (r == 0 && ts)
+    *ts = v;
+  return r;
+}
+
+int __wrap_gettimeofday(struct timeval *tv, void *tz) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return gettimeofday(tv, tz);
+  struct {
+    struct timeval tv;
+    struct timezone tz;
+  } v = {{0, 0}, {0, 0}};
+  molt__sc c = {
+      MOLT__SC_GETTIMEOFDAY, {tv != NULL, tz != NULL, 0}, NULL, 0, &v, sizeof v, 0};
+  int r;
+  if (role == MOLT__SHADOW_FOLLOWER) {
+    r = (int)replay(&c);
+  } else {
+    r = gettimeofday(&v.tv, tz ? (void *)&v.tz : NULL);
+    record(&c, r, r == 0 ? sizeof v : 0);
+  }
+  if (r == 0 && tv)
+    *tv = v.tv;
+  if (r == 0 && tz)
+    memcpy(tz, &v.tz, sizeof v.tz);
+  return r;
+}
+
+time_t __wrap_time(time_t *t) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return time(t);
+  molt__sc c = {MOLT__SC_TIME, {t != NULL, 0, 0}, NULL, 0, NULL, 0, 0};
+  time_t r;
+  if (role == MOLT__SHADOW_FOLLOWER) {
+    r = (time_t)replay(&c);
+  } else {
+    r = time(NULL);
+    record(&c, r, 0);
+  }
+  if (t && r != (time_t)-1)
+    *t = r;
+  return r;
+}
+
+ssize_t __wrap_getrandom(void *buf, size_t n, unsigned flags) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return getrandom(buf, n, flags);
+  molt__sc c = {MOLT__SC_GETRANDOM, {(int64_t)n, flags, 0}, NULL, 0, buf, n, 0};
+  if (role == MOLT__SHADOW_FOLLOWER)
+    return (ssize_t)replay(&c);
+  ssize_t r = getrandom(buf, n, flags);
+  record(&c, r, r > 0 ? (size_t)r : 0);
   return r;
 }

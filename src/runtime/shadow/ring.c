@@ -19,13 +19,16 @@
 #include "shadow/shadow.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -42,7 +45,9 @@ typedef struct rec {
   uint64_t in_len;  /* the input's whole length */
   uint64_t in_hash; /* FNV-1a of the whole input */
   uint32_t out_len; /* output bytes after the kept input */
-  uint32_t unused2;
+  uint32_t fd_gen;  /* the descriptor it created or closed: its generation (fds.c) */
+  uint32_t unused;
+  uint64_t seq; /* its place among all threads' records (area.clock) */
 } rec;
 
 typedef struct ring {
@@ -74,6 +79,10 @@ typedef struct area {
   _Atomic int written;
   char text[2048];
   uint32_t nrings; /* written before the fork */
+  /* The leader's records in the order their calls returned, across threads
+   * (relaxed fetch-add: only the numbers' order matters, and a record is
+   * published with release after it takes its number). */
+  _Atomic uint64_t clock;
   ring rings[MOLT__SHADOW_MAX_THREADS];
 } area;
 
@@ -100,6 +109,27 @@ static bool want_fd_kind;
  * none), for the session my_session (leader). */
 static __thread uint32_t my_session __attribute__((tls_model("initial-exec")));
 static __thread unsigned my_ring1 __attribute__((tls_model("initial-exec")));
+/* Follower: the record a readiness call is being retried on (its seq) and
+ * since when (see retry()). */
+static __thread uint64_t retry_seq __attribute__((tls_model("initial-exec")));
+static __thread uint64_t retry_t0 __attribute__((tls_model("initial-exec")));
+/* Follower: records of its ring it consumed ahead of the tail (their
+ * positions; see find_on_fd()). */
+#define AHEAD_MAX 32
+static __thread uint64_t ahead[AHEAD_MAX] __attribute__((tls_model("initial-exec")));
+static __thread unsigned nahead __attribute__((tls_model("initial-exec")));
+
+/* Whether the record at position pos was consumed ahead of the tail
+ * (forget: and drop it from the list, the tail passing it). */
+static bool taken_ahead(uint64_t pos, bool forget) {
+  for (unsigned i = 0; i < nahead; i++)
+    if (ahead[i] == pos) {
+      if (forget)
+        ahead[i] = ahead[--nahead];
+      return true;
+    }
+  return false;
+}
 
 int molt__shadow_area_get(void) {
   if (shared)
@@ -133,6 +163,8 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
     r->leader_tid = tids[i];
   }
   s->nrings = (uint32_t)n;
+  atomic_store_explicit(&s->clock, 1, memory_order_relaxed);
+  molt__shadow_fds_begin(n);
   atomic_store_explicit(&s->kind, 0, memory_order_relaxed);
   atomic_store_explicit(&s->written, 0, memory_order_relaxed);
   s->text[0] = '\0';
@@ -145,20 +177,30 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
 
 void molt__shadow_session_follower(pid_t pid) {
   atomic_store_explicit(&follower_pid, pid, memory_order_relaxed);
+  molt__shadow_fds_forked();
 }
 
 void molt__shadow_session_end(void) {
   atomic_store_explicit(&recording, false, memory_order_release);
+  molt__shadow_fds_end();
 }
+
+/* The backstop could be installed (trap.c): each thread arms it. */
+static bool trap_ok;
 
 void molt__shadow_become_follower(void) {
   atomic_store_explicit(&recording, false, memory_order_relaxed);
   follower = true;
+  trap_ok = molt__shadow_trap_install() == 0;
 }
 
 void molt__shadow_follower_thread(size_t index, void *arg) {
   (void)arg;
   my_ring1 = (unsigned)index + 1;
+  /* Without Syscall User Dispatch (kernel before 5.11, or not x86-64)
+   * the follower runs without the backstop, as the wrappers alone. */
+  if (trap_ok)
+    molt__shadow_trap_arm();
 }
 
 molt__shadow_role molt__shadow_role_now(void) {
@@ -294,6 +336,12 @@ static uint64_t fnv1a(const void *p, size_t n) {
 
 static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
 
+/* A call whose result is a new descriptor (fds.c passes it). */
+static bool creates_fd(unsigned kind) {
+  return kind == MOLT__SC_ACCEPT || kind == MOLT__SC_ACCEPT4 || kind == MOLT__SC_SOCKET ||
+         kind == MOLT__SC_OPEN || kind == MOLT__SC_OPENAT;
+}
+
 static void futex_wake(_Atomic uint32_t *w) {
   syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
@@ -353,6 +401,18 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
+  /* A descriptor the call created goes to the follower before the record
+   * that names it is published (fds.c). */
+  uint32_t gen = c->fd_gen;
+  if (creates_fd(c->kind) && ret >= 0) {
+    int rc = molt__shadow_fd_created(my_ring1 - 1, (int)ret, &gen);
+    if (rc < 0) {
+      drop("thread %d: descriptor %d, which %s created, could not be sent to the "
+           "follower (%s); the shadow was dropped",
+           (int)molt__gettid(), (int)ret, kind_name(c->kind), strerror(-rc));
+      return;
+    }
+  }
   if (skip) {
     rec *f = (rec *)(r->data + pos);
     f->size = (uint32_t)skip;
@@ -367,7 +427,9 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
              .in_keep = (uint32_t)keep,
              .in_len = c->in_len,
              .in_hash = c->in ? fnv1a(c->in, c->in_len) : 0,
-             .out_len = (uint32_t)out_len};
+             .out_len = (uint32_t)out_len,
+             .fd_gen = gen,
+             .seq = atomic_fetch_add_explicit(&shared->clock, 1, memory_order_relaxed)};
   memcpy(x->a, c->a, sizeof x->a);
   if (want_fd_kind)
     x->fd_kind = (uint16_t)fd_kind_of(c->kind, c->a[0]);
@@ -440,7 +502,7 @@ static rec *next_record(ring *r, uint64_t *tailp) {
       continue;
     }
     rec *x = (rec *)(r->data + tail % MOLT__SHADOW_RING_BYTES);
-    if (x->kind == MOLT__SC_SKIP) {
+    if (x->kind == MOLT__SC_SKIP || (nahead && taken_ahead(tail, true))) {
       tail += x->size;
       atomic_store_explicit(&r->tail, tail, memory_order_release);
       continue;
@@ -450,13 +512,206 @@ static rec *next_record(ring *r, uint64_t *tailp) {
   }
 }
 
-/* Done with record x at tail: the leader may reuse its bytes. */
-static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t n) {
+/* Whether the descriptor the call of x created is close-on-exec. */
+static bool wants_cloexec(const rec *x) {
+  switch (x->kind) {
+  case MOLT__SC_ACCEPT4:
+  case MOLT__SC_SOCKET:
+    return x->a[1] & SOCK_CLOEXEC;
+  case MOLT__SC_OPEN:
+    return x->a[0] & O_CLOEXEC;
+  case MOLT__SC_OPENAT:
+    return x->a[1] & O_CLOEXEC;
+  default:
+    return false;
+  }
+}
+
+/* Done with record x at tail: a descriptor it created is placed, one it
+ * closed is closed (fds.c); then the leader may reuse its bytes. */
+static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t pos, uint64_t n) {
+  if (creates_fd(x->kind) && x->ret >= 0)
+    molt__shadow_fd_take((unsigned)(r - shared->rings), (int)x->ret, x->fd_gen,
+                         wants_cloexec(x));
+  else if (x->kind == MOLT__SC_CLOSE && x->ret == 0)
+    molt__shadow_fd_release((int)x->a[0], x->fd_gen);
   atomic_store_explicit(&r->compared, n, memory_order_relaxed);
+  if (pos != *tail) { /* taken ahead: the tail passes it later */
+    ahead[nahead++] = pos;
+    return;
+  }
   *tail += x->size;
   /* release: we are done with the record's bytes before the leader may
    * overwrite them (its acquire load of tail). */
   atomic_store_explicit(&r->tail, *tail, memory_order_release);
+}
+
+/* A call on one descriptor (its first argument). */
+static bool on_fd(unsigned kind) {
+  switch (kind) {
+  case MOLT__SC_READ:
+  case MOLT__SC_WRITE:
+  case MOLT__SC_RECV:
+  case MOLT__SC_SEND:
+  case MOLT__SC_ACCEPT:
+  case MOLT__SC_ACCEPT4:
+  case MOLT__SC_CLOSE:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* A call that reads the time or random bytes. */
+static bool is_time(unsigned kind) {
+  return kind == MOLT__SC_CLOCK_GETTIME || kind == MOLT__SC_GETTIMEOFDAY ||
+         kind == MOLT__SC_TIME || kind == MOLT__SC_GETRANDOM;
+}
+
+/* The follower's call c is on another descriptor than the record at the
+ * tail: the record of the same call on c's descriptor further on, before
+ * the thread's next readiness call and before any other call on that
+ * descriptor (its position in *pos), waiting for the leader's thread to
+ * record it (up to MOLT__SHADOW_RETRY_MS; a round's end stops the search).
+ * Within one round of a server's loop the calls on different descriptors
+ * are compared each in its descriptor's order, not across descriptors:
+ * kvfull's worker serves the descriptors its poll found ready in the order
+ * of its connection slots, which the follower's threads may have filled
+ * in another order (docs/design.md §17). */
+static rec *find_on_fd(ring *r, uint64_t tail, const molt__sc *c, uint64_t *pos) {
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  uint64_t p = tail, t0 = 0;
+  for (int seen = 0; seen < 64; seen++) {
+    /* The round goes on past what the leader published: its thread is
+     * making the call we look for, or will end the round soon. */
+    while (p == head) {
+      uint64_t now = molt__now_ns();
+      if (!t0)
+        t0 = now;
+      else if (now - t0 > (uint64_t)MOLT__SHADOW_RETRY_MS * 1000000u)
+        return NULL;
+      uint32_t ticket = atomic_load_explicit(&r->seq, memory_order_seq_cst);
+      atomic_store_explicit(&r->waiting, 1, memory_order_seq_cst);
+      if (atomic_load_explicit(&r->head, memory_order_seq_cst) == head)
+        futex_wait(&r->seq, ticket, 100);
+      atomic_store_explicit(&r->waiting, 0, memory_order_relaxed);
+      head = atomic_load_explicit(&r->head, memory_order_acquire);
+    }
+    rec *y = (rec *)(r->data + p % MOLT__SHADOW_RING_BYTES);
+    if (y->kind != MOLT__SC_SKIP && !taken_ahead(p, false)) {
+      if (!on_fd(y->kind) && !is_time(y->kind))
+        return NULL; /* a readiness call ends the round */
+      bool mine = is_time(c->kind) ? y->kind == c->kind && y->a[0] == c->a[0]
+                                   : on_fd(y->kind) && y->a[0] == c->a[0];
+      if (mine) {
+        if (y->kind != c->kind || p == tail)
+          return NULL;
+        *pos = p;
+        return y;
+      }
+    }
+    p += y->size;
+  }
+  return NULL;
+}
+
+/* Whether every other follower thread has replayed each record its leader
+ * thread made before record `seq` (its next one is later, or it has none
+ * yet).  A peek at records nobody else writes meanwhile: the leader
+ * overwrites a record only after its consumer moved past it, and a value
+ * read as that thread moves on only makes us wait once more. */
+static bool others_caught_up(const ring *mine, uint64_t seq) {
+  for (uint32_t j = 0; j < shared->nrings; j++) {
+    const ring *o = &shared->rings[j];
+    if (o == mine)
+      continue;
+    uint64_t t = atomic_load_explicit(&o->tail, memory_order_acquire);
+    uint64_t h = atomic_load_explicit(&o->head, memory_order_acquire);
+    while (t != h) {
+      const rec *y = (const rec *)(o->data + t % MOLT__SHADOW_RING_BYTES);
+      if (y->kind != MOLT__SC_SKIP) {
+        if (y->seq < seq)
+          return false;
+        break;
+      }
+      t += y->size;
+    }
+  }
+  return true;
+}
+
+/* A poll whose set holds every (fd, events) entry of the leader's record x
+ * and more: the follower's thread is ahead of the leader's (another
+ * follower thread handed it a descriptor sooner than the leader's did).
+ * Readiness is an observation, so the follower takes the leader's revents
+ * for the entries both have and none for the others, which the program
+ * then treats as not ready, exactly as the leader's did not have them.
+ * Both sets are sorted (calls.c); the output is the follower's revents in
+ * its sorted order.  *ret: the entries with events. */
+static bool poll_within(const rec *x, const molt__sc *c, int64_t *ret) {
+  typedef struct {
+    int32_t fd;
+    int16_t events, pad;
+  } entry;
+  size_t ln = (size_t)x->a[0], fn = (size_t)c->a[0];
+  if (x->a[1] != c->a[1] || x->in_keep != x->in_len || x->in_len != ln * sizeof(entry) ||
+      ln > fn || x->ret < 0 || x->out_len != ln * sizeof(short))
+    return false;
+  const entry *le = (const entry *)(const void *)(x + 1), *fe = c->in;
+  const short *lrev =
+      (const short *)(const void *)((const char *)(x + 1) + align8(x->in_keep));
+  short *frev = c->out;
+  size_t j = 0;
+  for (size_t k = 0; k < ln; k++, j++) {
+    while (j < fn && (fe[j].fd != le[k].fd || fe[j].events != le[k].events))
+      j++;
+    if (j == fn)
+      return false;
+  }
+  int64_t ready = 0;
+  j = 0;
+  for (size_t k = 0; k < ln; k++, j++) {
+    while (fe[j].fd != le[k].fd || fe[j].events != le[k].events)
+      frev[j++] = 0;
+    frev[j] = lrev[k];
+    ready += lrev[k] != 0;
+  }
+  for (; j < fn; j++)
+    frev[j] = 0;
+  *ret = ready;
+  return true;
+}
+
+/* A readiness call (poll, epoll_wait) whose descriptors differ from the
+ * leader's record x: most likely the follower's thread built its set from
+ * state another follower thread has not brought up to date yet (kvfull's
+ * acceptor hands a connection to a worker through a shared table; the
+ * follower's acceptor had not replayed that accept when the worker built
+ * its set).  Rather than a divergence, the thread waits until the others
+ * have replayed what the leader's threads did before x, and the call
+ * returns as though it timed out (EINTR for an infinite timeout), x not
+ * consumed: the program builds its set again and calls again.  For at
+ * most MOLT__SHADOW_RETRY_MS per record: then the difference is real.
+ * False: give up (the caller reports the divergence). */
+static bool retry(ring *r, const rec *x, const molt__sc *c, int64_t *ret, int *err) {
+  uint64_t now = molt__now_ns();
+  if (retry_seq != x->seq) {
+    retry_seq = x->seq;
+    retry_t0 = now;
+  }
+  if (now - retry_t0 > (uint64_t)MOLT__SHADOW_RETRY_MS * 1000000u)
+    return false;
+  struct timespec ts = {0, 100000};
+  for (int i = 0; i < 200 && !others_caught_up(r, x->seq); i++)
+    nanosleep(&ts, NULL);
+  /* and time for them to act on what they replayed (a table updated
+   * after an accept returned) before this thread looks again */
+  ts.tv_nsec = 200000;
+  nanosleep(&ts, NULL);
+  int64_t timeout = c->kind == MOLT__SC_POLL ? c->a[1] : c->a[2];
+  *err = timeout < 0 ? EINTR : 0;
+  *ret = timeout < 0 ? -1 : 0;
+  return true;
 }
 
 int64_t molt__shadow_replay(const molt__sc *c, int *err) {
@@ -477,6 +732,14 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
   int buffer = molt__sc_buffer(c->kind);
   for (;;) {
     rec *x = next_record(r, &tail);
+    uint64_t xpos = tail;
+    bool natural = x->kind == c->kind && (is_time(c->kind) || x->a[0] == c->a[0]);
+    if (!natural && (on_fd(c->kind) || is_time(c->kind)) &&
+        (on_fd(x->kind) || is_time(x->kind)) && nahead < AHEAD_MAX) {
+      rec *y = find_on_fd(r, tail, c, &xpos);
+      if (y)
+        x = y;
+    }
     const char *kept = (const char *)(x + 1);
     uint64_t n = atomic_load_explicit(&r->compared, memory_order_relaxed) + 1;
     /* The descriptor's kind, for rules that name one: the leader's record
@@ -533,13 +796,26 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
         ret = (int64_t)c->in_len;
       if (tol || rw || in_rw)
         atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
-      consume(r, &tail, x, n);
+      consume(r, &tail, x, xpos, n);
       return ret;
+    }
+    if ((c->kind == MOLT__SC_POLL || c->kind == MOLT__SC_EPOLL_WAIT) &&
+        x->kind == c->kind) {
+      int64_t ret;
+      if (c->kind == MOLT__SC_POLL && poll_within(x, c, &ret)) {
+        *err = x->err;
+        consume(r, &tail, x, xpos, n);
+        return ret;
+      }
+      if (retry(r, x, c, &ret, err))
+        return ret;
     }
     /* A call only the follower makes, which a rule drops: not compared,
      * not made; it succeeded. */
     if (rules.n && rule_for(MOLT__RULE_DROP, c->kind, fdk, c->in, c->in_len)) {
-      *err = 0; /* a dropped close: __wrap_close closes the follower's copy */
+      *err = 0;
+      if (c->kind == MOLT__SC_CLOSE) /* the follower's own close: its copy */
+        molt__shadow_fd_release((int)c->a[0], MOLT__SHADOW_ANY_GEN);
       atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
       return buffer == 2 ? (int64_t)c->in_len : 0;
     }
@@ -550,10 +826,8 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
       const void *xb = rec_bytes(x, &xn);
       if (rule_for(MOLT__RULE_INSERT, x->kind, want_fd_kind ? x->fd_kind : MOLT__FDK_ANY,
                    xb, xn)) {
-        if (x->kind == MOLT__SC_CLOSE && x->ret == 0)
-          molt__shadow_close_inherited((int)x->a[0]);
         atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
-        consume(r, &tail, x, n);
+        consume(r, &tail, x, xpos, n);
         continue;
       }
     }

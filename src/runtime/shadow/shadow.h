@@ -10,6 +10,10 @@
  *   ring.c    the shared rings: the leader records each covered call and
  *             its result, the follower compares its own and replays
  *   calls.c   the covered calls (__wrap_read ... of molt/program.h)
+ *   fds.c     descriptors the leader creates after the fork, passed to
+ *             the follower at the same number
+ *   trap.c    the backstop: unfollowed I/O system calls of the follower
+ *             trapped (Syscall User Dispatch)
  *
  * Nothing outside this folder includes this header.
  */
@@ -25,6 +29,9 @@
 /* How long a leader thread waits for room in its full ring before the
  * shadow is dropped. */
 #define MOLT__SHADOW_FULL_WAIT_MS 1000
+/* How long a follower's readiness call whose descriptors differ from the
+ * leader's is retried before it is a divergence (ring.c, retry()). */
+#define MOLT__SHADOW_RETRY_MS 2000
 /* Bytes of a call's input kept in its record (the rest is compared by
  * length and hash only). */
 #define MOLT__SHADOW_IN_KEEP 4096
@@ -40,6 +47,7 @@ typedef struct molt__sc {
   size_t in_len;
   void *out; /* where its results go (a read's buffer) */
   size_t out_cap;
+  uint32_t fd_gen; /* a close: the generation of the descriptor it closes (fds.c) */
 } molt__sc;
 
 /* What the calling thread is in a shadowed update. */
@@ -72,11 +80,6 @@ MOLT__HIDDEN void molt__shadow_become_follower(void);
 /* A follower's program thread: its ring (on_start of molt__program_relaunch). */
 MOLT__HIDDEN void molt__shadow_follower_thread(size_t index, void *arg);
 MOLT__HIDDEN molt__shadow_role molt__shadow_role_now(void);
-/* calls.c, in the follower before its threads start: which descriptors it
- * inherited (a close the leader made is made on those too). */
-MOLT__HIDDEN void molt__shadow_note_inherited(void);
-/* The follower closes its inherited copy of fd (if it has one). */
-MOLT__HIDDEN void molt__shadow_close_inherited(int fd);
 /* The forward and reverse rules of the next or running session (ring.c
  * keeps them; shadow.c parses into them with no session running). */
 MOLT__HIDDEN molt__rules *molt__shadow_rules(void);
@@ -95,5 +98,43 @@ MOLT__HIDDEN int molt__shadow_report(char *text, size_t len);
  * in percent, calls a rule decided. */
 MOLT__HIDDEN void molt__shadow_counts(uint64_t *recorded, uint64_t *compared,
                                       unsigned *max_use_pct, uint64_t *applied);
+
+/* ---- fds.c: descriptors the leader creates after the fork ---------------------*/
+/* Any generation (molt__shadow_fd_release). */
+#define MOLT__SHADOW_ANY_GEN UINT32_MAX
+/* Leader, before the fork (every program thread parked): one channel per
+ * ring. */
+MOLT__HIDDEN void molt__shadow_fds_begin(size_t n);
+/* Leader, after the fork: its copies of the follower's ends closed. */
+MOLT__HIDDEN void molt__shadow_fds_forked(void);
+/* The session is over: the leader's ends closed once no thread sends on
+ * them (in a child of fork(), at once). */
+MOLT__HIDDEN void molt__shadow_fds_end(void);
+MOLT__HIDDEN bool molt__shadow_is_channel(int fd);
+/* Leader: the generation of the descriptor at fd (a close reads it before
+ * it closes). */
+MOLT__HIDDEN uint32_t molt__shadow_fd_gen(int fd);
+/* Leader's thread of ring `ring`: fd was just created by a followed call;
+ * sends it to the follower, *gen its new generation.  0 or -errno. */
+MOLT__HIDDEN int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen);
+/* Follower, before its threads start: the descriptors it inherited. */
+MOLT__HIDDEN void molt__shadow_note_inherited(void);
+/* Follower's thread of ring `ring`, consuming the record of a call that
+ * created fd (generation gen): receives it, places it at fd. */
+MOLT__HIDDEN void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec);
+/* Follower: the leader closed fd (generation gen, or MOLT__SHADOW_ANY_GEN):
+ * closes the follower's copy if it holds that one. */
+MOLT__HIDDEN void molt__shadow_fd_release(int fd, uint32_t gen);
+
+/* ---- trap.c: the backstop for calls the wrappers do not see --------------------*/
+/* In the follower before its threads start: the SIGSYS handler.  0 or
+ * -errno (-ENOSYS: not on this architecture). */
+MOLT__HIDDEN int molt__shadow_trap_install(void);
+/* A follower's program thread: system calls outside the wrappers trap
+ * from now on.  0 or -errno (the kernel has no Syscall User Dispatch). */
+MOLT__HIDDEN int molt__shadow_trap_arm(void);
+/* The wrappers' own calls, between these two, are not trapped. */
+MOLT__HIDDEN void molt__shadow_trap_allow(void);
+MOLT__HIDDEN void molt__shadow_trap_block(void);
 
 #endif /* MOLT_SHADOW_H */

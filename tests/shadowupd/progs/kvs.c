@@ -7,7 +7,8 @@
  *   molt run kvs.so PORTFILE [WORKERS]
  *
  * Requests, one line each: "SET k v" -> "OK", "GET k" -> "VALUE v" or
- * "NONE", "PING" -> "PONG".  Built with -DKVS_VARIANT=N for the versions a
+ * "NONE", "PING" -> "PONG", "NOW" -> "NOW" with the clocks' values and
+ * random bytes, "WRITEV" -> "WV" sent with writev (not followed).  Built with -DKVS_VARIANT=N for the versions a
  * test updates to: 1 answers "GET magic" differently, 2 crashes on "GET
  * crash", 3 sleeps a minute on "GET slow", 4 adds a field whose
  * transformer faults (kvs-fail.xf), 5 accepts a new command "INCR k" ->
@@ -23,7 +24,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef KVS_VARIANT
@@ -101,6 +106,19 @@ static void execute(char *line, char *reply, size_t len) {
   char val[64];
   if (cmd && strcmp(cmd, "PING") == 0) {
     snprintf(reply, len, "PONG\n");
+  } else if (cmd && strcmp(cmd, "NOW") == 0) {
+    /* time and randomness: a follower gets the leader's (shadow/calls.c) */
+    struct timespec ts;
+    struct timeval tv;
+    unsigned char rnd[8] = {0};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gettimeofday(&tv, NULL);
+    long t = (long)time(NULL);
+    ssize_t got = getrandom(rnd, sizeof rnd, 0);
+    snprintf(reply, len,
+             "NOW %ld.%09ld %ld.%06ld %ld %zd %02x%02x%02x%02x%02x%02x%02x%02x\n",
+             (long)ts.tv_sec, ts.tv_nsec, (long)tv.tv_sec, (long)tv.tv_usec, t, got,
+             rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
   } else if (cmd && k && v && strcmp(cmd, "SET") == 0) {
     set(k, v);
     snprintf(reply, len, "OK\n");
@@ -152,7 +170,18 @@ static void serve(struct worker *w) {
   while (w->conn >= 0 && (nl = memchr(w->buf, '\n', w->len))) {
     *nl = '\0';
     char reply[160];
-    execute(w->buf, reply, sizeof reply);
+    if (strcmp(w->buf, "WRITEV") == 0) {
+      /* a reply sent with a call shadowed updates do not wrap: a
+       * follower's copy would send it again (its backstop ends it) */
+      struct iovec iov[2] = {{"W", 1}, {"V\n", 2}};
+      if (writev(w->conn, iov, 2) != 3) {
+        drop(w);
+        return;
+      }
+      reply[0] = '\0';
+    } else {
+      execute(w->buf, reply, sizeof reply);
+    }
 #if KVS_VARIANT == 6
     if (strcmp(w->buf, "QUIET") == 0)
       reply[0] = '\0';

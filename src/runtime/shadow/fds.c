@@ -1,0 +1,292 @@
+/* Descriptors of a shadowed update (shadow.h): those the leader creates
+ * after the fork reach the follower, at the same number.
+ *
+ * The follower inherits every descriptor open at the fork.  One the leader
+ * creates afterwards (an accepted connection) exists only in the leader:
+ * the follower replays the accept and gets the number, not the descriptor.
+ * So the leader's thread, right after the call, sends the new descriptor
+ * over its ring's channel (a unix socketpair made before the fork,
+ * SCM_RIGHTS, one byte per descriptor) before it publishes the record; the
+ * follower's thread of the same index, when it consumes that record,
+ * receives it (the channel and the ring have one producer and one consumer
+ * each and the same order) and places it at the leader's number (dup3).
+ * Not pidfd_getfd: the leader may have closed the descriptor and reused
+ * its number long before the follower, which lags, replays the accept.
+ *
+ * Numbers are reused, and threads replay at their own pace: thread A's
+ * close(7) and thread B's accept that got 7 again may be replayed in
+ * either order.  The leader counts, per number, the descriptors its
+ * followed calls created there (its generation, `made`); a record that
+ * creates a descriptor carries the new generation, a close the one it
+ * closed (read before the close: the number cannot be reused before it
+ * returns).  The follower keeps, per number, the generation it holds
+ * (`held`): it closes its copy only for a close of that generation, and
+ * never replaces a newer one with an older one.
+ *
+ * The channels are placed at high numbers (just below the runtime's band of
+ * base/fd.c, 760 and up under the usual limits), so that the numbers the
+ * program uses are not taken in either process. */
+#include "shadow/shadow.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Descriptors whose generations are kept (a higher number is placed
+ * without the checks). */
+#define TRACKED 4096
+/* held[]: a descriptor is being placed or closed there. */
+#define BUSY UINT32_MAX
+
+/* Leader: descriptors its followed calls created per number (relaxed
+ * atomics: a number's creation and close are ordered by the kernel, which
+ * cannot hand out a number before its close returns). */
+static _Atomic uint32_t made[TRACKED];
+/* Follower: generation + 1 of the leader's descriptor it holds at a number
+ * (0: none of the leader's).  A placement or close claims the number by
+ * compare-exchange to BUSY (acquire), does its dup3/close, and stores the
+ * new value (release): two follower threads never act on one number at
+ * once, and the next one sees the descriptor table as the last one left
+ * it. */
+static _Atomic uint32_t held[TRACKED];
+
+/* The channels, one per ring: the leader's sending ends (-1: none), the
+ * follower's receiving ends.  A leader thread counts itself in `senders`
+ * (seq_cst) before it loads its end (seq_cst); the session's end swaps the
+ * end to -1 (seq_cst) before it reads `senders` (seq_cst): either the
+ * thread sees -1, or the end waits for it before it closes (Dekker). */
+static _Atomic int send_end[MOLT__SHADOW_MAX_THREADS];
+static _Atomic int senders[MOLT__SHADOW_MAX_THREADS];
+static int recv_end[MOLT__SHADOW_MAX_THREADS];
+static size_t nchannels;
+static pid_t leader_pid; /* the process that made the channels */
+
+/* fd moved to a high number below 1024 (close-on-exec): out of the small
+ * numbers the program uses, below the runtime's band when there is room
+ * (base/fd.c says why not near a raised limit: the kernel sizes the table
+ * to the highest number); fd itself if that fails. */
+static int high(int fd) {
+  struct rlimit rl;
+  long base = 0;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    long top = rl.rlim_cur < 1024 ? (long)rl.rlim_cur : 1024;
+    if (top > 4 * MOLT__SHADOW_MAX_THREADS)
+      base = top - top / 8 - 2 * MOLT__SHADOW_MAX_THREADS - 8;
+  }
+  int h = base > fd ? fcntl(fd, F_DUPFD_CLOEXEC, (int)base) : -1;
+  if (h < 0)
+    return fd;
+  close(fd);
+  return h;
+}
+
+void molt__shadow_fds_begin(size_t n) {
+  leader_pid = getpid();
+  nchannels = n;
+  for (size_t i = 0; i < n; i++) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+      /* No channel: a descriptor created on this thread drops the shadow. */
+      atomic_store_explicit(&send_end[i], -1, memory_order_relaxed);
+      recv_end[i] = -1;
+      continue;
+    }
+    atomic_store_explicit(&send_end[i], high(sv[0]), memory_order_relaxed);
+    atomic_store_explicit(&senders[i], 0, memory_order_relaxed);
+    recv_end[i] = high(sv[1]);
+  }
+}
+
+void molt__shadow_fds_forked(void) {
+  for (size_t i = 0; i < nchannels; i++)
+    if (recv_end[i] >= 0) {
+      close(recv_end[i]);
+      recv_end[i] = -1;
+    }
+}
+
+void molt__shadow_fds_end(void) {
+  /* In a child of fork() (the follower, or the program's own child) no
+   * other thread runs: a sender counted in the copy never finishes. */
+  bool child = getpid() != leader_pid;
+  for (size_t i = 0; i < nchannels; i++) {
+    int fd = atomic_exchange_explicit(&send_end[i], -1, memory_order_seq_cst);
+    if (fd < 0)
+      continue;
+    while (!child && atomic_load_explicit(&senders[i], memory_order_seq_cst) > 0) {
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    }
+    close(fd);
+  }
+}
+
+bool molt__shadow_is_channel(int fd) {
+  for (size_t i = 0; i < nchannels; i++)
+    if (fd >= 0 && (fd == recv_end[i] ||
+                    fd == atomic_load_explicit(&send_end[i], memory_order_relaxed)))
+      return true;
+  return false;
+}
+
+/* ---- the leader --------------------------------------------------------------*/
+
+uint32_t molt__shadow_fd_gen(int fd) {
+  return fd >= 0 && fd < TRACKED ? atomic_load_explicit(&made[fd], memory_order_relaxed)
+                                 : 0;
+}
+
+int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen) {
+  *gen = fd < TRACKED ? atomic_fetch_add_explicit(&made[fd], 1, memory_order_relaxed) + 1
+                      : 0;
+  if (ring >= nchannels)
+    return -EINVAL;
+  atomic_fetch_add_explicit(&senders[ring], 1, memory_order_seq_cst);
+  int ch = atomic_load_explicit(&send_end[ring], memory_order_seq_cst);
+  int rc = 0;
+  if (ch < 0) {
+    rc = -ENOTCONN;
+  } else {
+    char byte = 'F';
+    struct iovec iov = {&byte, 1};
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr m = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = u.buf,
+                       .msg_controllen = sizeof u.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    ssize_t w;
+    /* Never blocks: a follower that far behind is dropped by the caller. */
+    while ((w = sendmsg(ch, &m, MSG_DONTWAIT | MSG_NOSIGNAL)) < 0 && errno == EINTR)
+      ;
+    if (w != 1)
+      rc = w < 0 ? -errno : -EIO;
+  }
+  /* release: done with the end before the session's end may close it. */
+  atomic_fetch_sub_explicit(&senders[ring], 1, memory_order_release);
+  return rc;
+}
+
+/* ---- the follower --------------------------------------------------------------*/
+
+void molt__shadow_note_inherited(void) {
+  for (int fd = 0; fd < TRACKED; fd++)
+    if (fcntl(fd, F_GETFD) >= 0 && !molt__shadow_is_channel(fd))
+      atomic_store_explicit(&held[fd],
+                            atomic_load_explicit(&made[fd], memory_order_relaxed) + 1,
+                            memory_order_relaxed);
+}
+
+/* Claims number fd (BUSY): the value it had. */
+static uint32_t claim(int fd) {
+  for (;;) {
+    uint32_t cur = atomic_load_explicit(&held[fd], memory_order_relaxed);
+    if (cur != BUSY &&
+        atomic_compare_exchange_weak_explicit(&held[fd], &cur, BUSY, memory_order_acquire,
+                                              memory_order_relaxed))
+      return cur;
+    sched_yield();
+  }
+}
+
+static void unclaim(int fd, uint32_t v) {
+  atomic_store_explicit(&held[fd], v, memory_order_release);
+}
+
+void molt__shadow_fd_release(int fd, uint32_t gen) {
+  if (fd < 0 || fd >= TRACKED)
+    return;
+  int e = errno;
+  uint32_t cur = claim(fd);
+  if (cur != 0 && (gen == MOLT__SHADOW_ANY_GEN || cur == gen + 1)) {
+    close(fd);
+    cur = 0;
+  }
+  unclaim(fd, cur);
+  errno = e;
+}
+
+void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
+  int e = errno;
+  if (ring >= nchannels || recv_end[ring] < 0)
+    molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
+                               "descriptor %d, which the leader created after the fork, "
+                               "cannot reach the follower (no channel for thread %u)",
+                               fd, ring);
+  char byte;
+  struct iovec iov = {&byte, 1};
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } u;
+  struct msghdr m = {.msg_iov = &iov,
+                     .msg_iovlen = 1,
+                     .msg_control = u.buf,
+                     .msg_controllen = sizeof u.buf};
+  ssize_t r;
+  /* The leader sent it before it published the record: it is there. */
+  while ((r = recvmsg(recv_end[ring], &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+    ;
+  struct cmsghdr *c = r == 1 ? CMSG_FIRSTHDR(&m) : NULL;
+  if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+      c->cmsg_len != CMSG_LEN(sizeof(int)))
+    molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
+                               "descriptor %d, which the leader created after the fork, "
+                               "did not reach the follower (%s)",
+                               fd,
+                               r < 0 ? strerror(errno) : "no descriptor in the message");
+  int got;
+  memcpy(&got, CMSG_DATA(c), sizeof got);
+  if (fd >= TRACKED) {
+    if (got != fd && dup3(got, fd, cloexec ? O_CLOEXEC : 0) < 0)
+      molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
+                                 "cannot place descriptor %d in the follower: %s", fd,
+                                 strerror(errno));
+    if (got != fd)
+      close(got);
+    errno = e;
+    return;
+  }
+  uint32_t cur = claim(fd);
+  if (cur > gen + 1) {
+    /* A newer descriptor is there already: the leader closed this one. */
+    unclaim(fd, cur);
+    close(got);
+    errno = e;
+    return;
+  }
+  if (got != fd) {
+    if (cur == 0 && fcntl(fd, F_GETFD) >= 0) {
+      unclaim(fd, cur);
+      molt__shadow_follower_fail(
+          MOLT__SHADOW_END_FAILED,
+          "descriptor %d, which the leader created after the fork, "
+          "is taken in the follower by one of its own",
+          fd);
+    }
+    if (dup3(got, fd, cloexec ? O_CLOEXEC : 0) < 0) {
+      int de = errno;
+      unclaim(fd, cur);
+      molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
+                                 "cannot place descriptor %d in the follower: %s", fd,
+                                 strerror(de));
+    }
+    close(got);
+  } else if (!cloexec) {
+    fcntl(fd, F_SETFD, 0);
+  }
+  unclaim(fd, gen + 1);
+  errno = e;
+}
