@@ -28,8 +28,10 @@
  * program uses are not taken in either process. */
 #include "shadow/shadow.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -289,4 +291,47 @@ void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
   }
   unclaim(fd, gen + 1);
   errno = e;
+}
+
+/* ---- kernel objects a fork shares -------------------------------------------------*/
+
+/* An epoll instance and an io_uring are kernel objects that fork() shares
+ * rather than copies: the follower's epoll_ctl would change the leader's
+ * interest list (with data pointers into the follower's memory), and its
+ * submissions would go into the leader's rings, which the kernel may read
+ * without any system call (SQPOLL), out of the backstop's sight (trap.c).
+ * Neither can be followed yet, so a program that holds one is refused at
+ * the barrier, before the fork, with nothing changed. */
+int molt__shadow_fds_check_forkable(char *err, size_t errlen) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) {
+    int e = errno;
+    molt__errmsg(err, errlen, "cannot list the process's descriptors: %s", strerror(e));
+    return molt__from_errno(e);
+  }
+  int rc = 0, dfd = dirfd(d);
+  for (struct dirent *de; rc == 0 && (de = readdir(d)) != NULL;) {
+    char *end;
+    long fd = strtol(de->d_name, &end, 10);
+    if (*end || end == de->d_name || fd == dfd)
+      continue;
+    char link[64];
+    ssize_t n = readlinkat(dfd, de->d_name, link, sizeof link - 1);
+    if (n <= 0)
+      continue;
+    link[n] = '\0';
+    const char *what = !strcmp(link, "anon_inode:[eventpoll]")  ? "an epoll instance"
+                       : !strcmp(link, "anon_inode:[io_uring]") ? "an io_uring"
+                                                                : NULL;
+    if (what) {
+      molt__errmsg(err, errlen,
+                   "the program holds %s (fd %ld), which a forked follower would share "
+                   "with the leader; shadowed updates follow poll-based servers only: "
+                   "use a plain full update (molt update)",
+                   what, fd);
+      rc = MOLT_ENOTSUP;
+    }
+  }
+  closedir(d);
+  return rc;
 }

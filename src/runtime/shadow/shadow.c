@@ -101,6 +101,10 @@ static int fork_step(void *arg, char *err, size_t errlen) {
                  MOLT__SHADOW_MAX_THREADS);
     return MOLT_ENOTSUP;
   }
+  /* Here, with every program thread parked: none can open one after it. */
+  int rc = molt__shadow_fds_check_forkable(err, errlen);
+  if (rc < 0)
+    return rc;
   molt__shadow_session_begin(tids, n);
   molt__program_keep_threads_at_fork();
   pid_t pid = fork();

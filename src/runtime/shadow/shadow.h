@@ -105,6 +105,9 @@ MOLT__HIDDEN void molt__shadow_counts(uint64_t *recorded, uint64_t *compared,
 /* Leader, before the fork (every program thread parked): one channel per
  * ring. */
 MOLT__HIDDEN void molt__shadow_fds_begin(size_t n);
+/* 0, or an error naming a descriptor whose kernel object a fork would share
+ * with the follower (an epoll instance, an io_uring). */
+MOLT__HIDDEN int molt__shadow_fds_check_forkable(char *err, size_t errlen);
 /* Leader, after the fork: its copies of the follower's ends closed. */
 MOLT__HIDDEN void molt__shadow_fds_forked(void);
 /* The session is over: the leader's ends closed once no thread sends on

@@ -8,7 +8,9 @@
  *
  * Requests, one line each: "SET k v" -> "OK", "GET k" -> "VALUE v" or
  * "NONE", "PING" -> "PONG", "NOW" -> "NOW" with the clocks' values and
- * random bytes, "WRITEV" -> "WV" sent with writev (not followed).  Built with -DKVS_VARIANT=N for the versions a
+ * random bytes, "WRITEV" -> "WV" sent with writev (not followed), "EPOLL" ->
+ * "EPOLL fd" after opening an epoll instance (kept open: a shadowed update
+ * is then refused).  Built with -DKVS_VARIANT=N for the versions a
  * test updates to: 1 answers "GET magic" differently, 2 crashes on "GET
  * crash", 3 sleeps a minute on "GET slow", 4 adds a field whose
  * transformer faults (kvs-fail.xf), 5 accepts a new command "INCR k" ->
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -106,6 +109,8 @@ static void execute(char *line, char *reply, size_t len) {
   char val[64];
   if (cmd && strcmp(cmd, "PING") == 0) {
     snprintf(reply, len, "PONG\n");
+  } else if (cmd && strcmp(cmd, "EPOLL") == 0) {
+    snprintf(reply, len, "EPOLL %d\n", epoll_create1(EPOLL_CLOEXEC));
   } else if (cmd && strcmp(cmd, "NOW") == 0) {
     /* time and randomness: a follower gets the leader's (shadow/calls.c) */
     struct timespec ts;
