@@ -3,7 +3,7 @@
 # started with `molt run`, replaced with `molt update`.  One ctest test per
 # pytest file, each with its own work directory so they can run in
 # parallel; plus the kvfull demo (examples/kvfull) in its short form.
-foreach(area values heap control failures abort real blocking untyped)
+foreach(area values heap control failures abort real blocking untyped memory)
   molt_pytest(fullupdate_${area} ${CMAKE_CURRENT_LIST_DIR}/test_${area}.py
     TIMEOUT 300 LABELS fullupdate moltcc cli
     ENV FU_WORK=${CMAKE_CURRENT_BINARY_DIR}/fullupdate/${area})
