@@ -9,7 +9,8 @@ load of run.sh (examples/fullreal/run.sh --failures):
      thread stuck in a long system call would be), with --timeout 2.
 
 Each `molt update` must fail, answer within its timeout (plus 5 s), and
-say why: the variable and the fault; the thread's id and name.  Then the
+say why: the variable and the fault; the thread's id, name and entry
+function.  Then the
 old version must still serve (the caller's load checks every reply), the
 image of the failed update must not stay mapped, and an ordinary update
 must still succeed.
@@ -91,6 +92,8 @@ def main():
         fail("molt update --timeout 2 answered after %.1f s" % took)
     if str(tid) not in out or comm not in out:
         fail("the message does not name thread %d (%s)" % (tid, comm))
+    if "started in item_crawler_thread" not in out:
+        fail("the message does not name the thread's entry function item_crawler_thread")
 
     # the old version goes on, and updates again
     rc, out, took = update(molt, pid, good, 10)

@@ -9,7 +9,8 @@
  *   errors.c           the error table (MOLT_ERRNO_MAP) -> names, messages;
  *                      errno -> MOLT_E* (the one mapping)
  *   buf.c              growable text buffer, TSV records, error messages
- *   proc.c             names of processes and threads (/proc/.../comm)
+ *   proc.c             names of processes and threads (/proc/.../comm), where
+ *                      a thread is blocked (/proc/self/task/TID/syscall)
  *   sha256.c           SHA-256 (the identity of a loaded file)
  *   elf.c              bounds-checked ELF reader: build-ids, notes, symbols
  *   protocol.c/.h      the control protocol: the table of operations, requests,
@@ -117,6 +118,11 @@ static inline void molt__list_unlink(molt__link **head, molt__link *l) {
  * process `pid`, without its newline.  false, and name "", if it cannot be
  * read (the thread or process is gone, or /proc is not mounted). */
 MOLT__HIDDEN bool molt__proc_name(pid_t pid, pid_t tid, char *name, size_t len);
+/* Where thread tid of this process is blocked: the system call's number
+ * (-1: blocked outside one), its stack pointer and instruction pointer.
+ * false if it is running or /proc cannot tell. */
+MOLT__HIDDEN bool molt__proc_blocked_at(pid_t tid, long *nr, uintptr_t *sp,
+                                        uintptr_t *pc);
 
 /* ---- elf.c ---------------------------------------------------------------*/
 /* Build-id (hex) of the loaded module that contains addr. 0 or MOLT_E*. */

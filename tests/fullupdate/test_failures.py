@@ -133,8 +133,14 @@ def test_timeout_leaves_old_version():
         took = time.monotonic() - t0
         assert r.returncode != 0, "the update succeeded although a thread was blocked"
         assert 0.9 <= took < 8, "molt update --timeout 1 took %.2f s" % took
-        # the thread that did not arrive is named (by tid or entry function)
-        assert d["blocker_tid"] in r.stdout or "blocker" in r.stdout, r.stdout
+        # the thread that did not arrive is named by its tid, the entry
+        # function it was started in (its kernel name is its creator's),
+        # the C library function it blocks in and the image's function
+        # that called it
+        assert " %s (" % d["blocker_tid"] in r.stdout, r.stdout
+        assert "started in blocker, blocked in " in r.stdout, r.stdout
+        assert "read" in r.stdout.split("blocked in ", 1)[1], r.stdout
+        assert "called from blocker" in r.stdout, r.stdout
         assert p.alive()
         assert p.dump() == d
         assert p.cmd("inc") == "ok"

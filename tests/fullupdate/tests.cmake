@@ -3,7 +3,7 @@
 # started with `molt run`, replaced with `molt update`.  One ctest test per
 # pytest file, each with its own work directory so they can run in
 # parallel; plus the kvfull demo (examples/kvfull) in its short form.
-foreach(area values heap control failures abort real blocking untyped)
+foreach(area values heap control failures abort real blocking untyped memory)
   molt_pytest(fullupdate_${area} ${CMAKE_CURRENT_LIST_DIR}/test_${area}.py
     TIMEOUT 300 LABELS fullupdate moltcc cli
     ENV FU_WORK=${CMAKE_CURRENT_BINARY_DIR}/fullupdate/${area})
@@ -44,17 +44,20 @@ endif()
 # The second real server, short version (examples/fullreal/tinyproxy/run.sh
 # --updates 3 --failures): tinyproxy from Debian's source package (apt-get source)
 # made a program image with make CC="moltcc --molt-program" and
-# examples/fullreal/tinyproxy/tinyproxy.patch (19 changed lines), a forward
+# examples/fullreal/tinyproxy/tinyproxy.patch (30 changed lines), a forward
 # proxy with a thread per connection, updated 3 times under httpload's
 # checking load (a new connection per request, status and body checked)
 # through the proxy to examples/fixes/common/origin.py, then an update
-# while a client holds a connection open and sends nothing (its thread has
-# no update point: the update must time out naming it, the old version
-# serving on) and the same update after the client closed.  Fails on a
-# failed update or reply, a wrong outcome of those two, or descriptors or
-# threads that are not what they were once the load stopped.  Plain build tree only, labelled realworld, for the
-# reasons of fullupdate_memcached above; about a minute (configure, 4 image
-# links).  Ports: the proxy at base+92 and the origin at base+91 of the same
+# while a CONNECT tunnel is open (its thread relays and has an update point
+# there: the update must succeed and the tunnel carry a checked request
+# before and after it), then an update while a client holds a connection
+# open and sends nothing (its thread has no update point while it reads the
+# request: the update must time out naming it by its entry function, the
+# old version serving on) and the same update after the client closed.
+# Fails on a failed update or reply, a wrong outcome of those three, or
+# descriptors or threads that are not what they were once the load stopped.
+# Plain build tree only, labelled realworld, for the reasons of
+# fullupdate_memcached above; about a minute (configure, 5 image links).  Ports: the proxy at base+92 and the origin at base+91 of the same
 # per-tree base as fullupdate_memcached's (+60) and realworld_fixes' (+80..+89).
 #   by hand:  ctest --test-dir build -R fullupdate_tinyproxy --output-on-failure
 if(NOT MOLT_SANITIZE)

@@ -7,9 +7,11 @@
 #
 # Fetches tinyproxy's source with `apt-get source` through a private apt
 # configuration (../lib.sh, scripts/apt-private.sh; the system's sources are
-# not touched), applies tinyproxy.patch (2 files, 16 added and 3 removed
-# lines: the update point and molt_update_fd() in the accept loop's poll,
-# the start-up skipped when the main thread resumes), configures it with the
+# not touched), applies tinyproxy.patch (3 files, 25 added and 5 removed
+# lines: the update point and molt_update_fd() in the accept loop's poll
+# and in the relay loop's, the start-up skipped when the main thread
+# resumes, a connection's thread resumed relaying after an update),
+# configures it with the
 # plain compiler and builds it with `make CC="moltcc --molt-program"`.
 # Then builds a chain of N identical rebuilds, each linked `--molt-from` the
 # one before (the objects are compiled once), starts the first with `molt
@@ -23,11 +25,16 @@
 # exit status 0 only if every update and every request succeeded and
 # descriptors and threads are what they were.
 # --images-only: build the images and stop.
-# --failures: after the updates, under the same load, a client connects and
-# sends nothing: its connection thread waits in read(), where it has no
-# update point, so `molt update --timeout 2` must fail naming that thread
-# while the old version serves on; once the client closes, the same update
-# must succeed.
+# --failures: after the updates, under the same load, a CONNECT tunnel
+# (tunnel.py) through the proxy to the origin is opened and used, an update
+# runs while it is open (its thread relays in relay_connection, which has
+# an update point and polls molt_update_fd(): the thread restarts in the
+# new version and resumes relaying) and the tunnel must carry a second
+# request, right, afterwards.  Then a client connects and sends nothing:
+# its connection thread waits in read(), where it has no update point, so
+# `molt update --timeout 2` must fail naming that thread (its entry
+# function child_thread) while the old version serves on; once the client
+# closes, the same update must succeed.
 # --pair: instead of the series, the real version pair: tinyproxy as it was
 # before Debian's security update (1.11.1-2.1: the package's patches
 # skipped) is updated under the load to 1.11.1-2.1+deb12u1 (its two fixes,
@@ -59,7 +66,7 @@ while [ $# -gt 0 ]; do
         --images-only) IMAGES_ONLY=1; shift ;;
         --failures) FAILURES=1; shift ;;
         --pair) PAIR=1; UPDATES=0; shift ;;
-        -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -85,7 +92,7 @@ patch -d tp -p1 -s <"$HERE/tinyproxy.patch"
 (cd tp && make -j"$(nproc)" CC="$CC_IMAGE" >../make.log 2>&1) || { tail -30 make.log >&2; exit 1; }
 cp tp/src/tinyproxy img0.so
 echo "== $UPDATES identical rebuilds, each linked --molt-from the one before"
-LAST=$UPDATES; [ "$FAILURES" = 0 ] || LAST=$((UPDATES + 1))  # one more for --failures
+LAST=$UPDATES; [ "$FAILURES" = 0 ] || LAST=$((UPDATES + 2))  # two more for --failures
 for i in $(seq 1 "$LAST"); do
     rm -f tp/src/tinyproxy
     (cd tp/src && make tinyproxy CC="$CC_IMAGE" LDFLAGS="--molt-from $WORK/img$((i - 1)).so" \
@@ -147,6 +154,23 @@ rss0=$(awk '/VmRSS/ {print $2}' /proc/$PID/status)
 fullreal_updates "$PID" "$UPDATES"
 failed=$fullreal_failed
 if [ "$FAILURES" = 1 ] && kill -0 "$PID" 2>/dev/null; then
+    echo "== a CONNECT tunnel kept open across an update, under the same load"
+    rm -f tunnel-go
+    python3 "$HERE/tunnel.py" "$PORT" "$ORIGIN" files/f7.txt tunnel-go >tunnel.out 2>&1 &
+    TUNNEL=$!
+    for _ in $(seq 100); do grep -q '^open$' tunnel.out && break; sleep 0.1; done
+    if ! grep -q '^open$' tunnel.out; then
+        echo "the tunnel did not open: $(cat tunnel.out)"; failed=$((failed + 1))
+    elif out=$("$MOLT" update "$PID" "./img$((UPDATES + 1)).so" --timeout 10 2>&1); then
+        echo "tunnel open, update: $out"
+    else
+        echo "tunnel open, the update failed: $out"; failed=$((failed + 1))
+    fi
+    touch tunnel-go
+    tunnel_rc=0
+    wait "$TUNNEL" || tunnel_rc=$?
+    sed 's/^/tunnel: /' tunnel.out
+    [ "$tunnel_rc" = 0 ] || { echo "the tunnel failed across the update"; failed=$((failed + 1)); }
     echo "== a connection that sends nothing, under the same load"
     exec 9<>"/dev/tcp/127.0.0.1/$PORT"
     sleep 0.3
@@ -155,7 +179,7 @@ if [ "$FAILURES" = 1 ] && kill -0 "$PID" 2>/dev/null; then
         echo "idle connection: the update succeeded, expected a timeout: $out"; failed=$((failed + 1))
     else
         echo "idle connection: $(python3 -c "import sys; print('%.2f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$t0" "$(date +%s.%N)") s: $out"
-        case "$out" in *"did not reach an update point"*) ;; *) failed=$((failed + 1)) ;; esac
+        case "$out" in *"did not reach an update point"*"started in child_thread"*) ;; *) failed=$((failed + 1)) ;; esac
     fi
     exec 9>&-
     sleep 0.5

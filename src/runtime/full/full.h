@@ -7,7 +7,8 @@
  * status.  Nothing outside this folder includes this header (but the tests
  * of the engine, tests/xf).
  *
- *   image.c    program images: loading, symbols, address ranges
+ *   image.c    program images: loading, symbols, address ranges, the
+ *              innermost call of the image on a thread's stack
  *   xf.c       the state transformation engine (molt__xf_*, the ABI of
  *              molt/program.h)
  *   program.c  the driver, program threads, restarts, migrated locals, the
@@ -65,6 +66,14 @@ MOLT__HIDDEN unsigned molt__image_prot_at(const molt__image *im, uintptr_t a);
  * .data.rel.ro (gcc does that with a static it sees never written, whatever
  * DWARF says about const) is not. */
 MOLT__HIDDEN bool molt__image_writable(const molt__image *im, uintptr_t a, size_t size);
+/* The function of the image whose call is innermost on the stack [sp, hi)
+ * of a blocked thread of this process: the first word above sp that is a
+ * return address into the image (it follows a call instruction).  A guess
+ * from the stack's contents (a stale word can look like one): for
+ * messages only.  false if none is found in the first 16 KiB. */
+MOLT__HIDDEN bool molt__image_caller_on_stack(const molt__image *im, uintptr_t sp,
+                                              uintptr_t hi, const char **name,
+                                              const char **tu);
 
 /* ---- xf.c --------------------------------------------------------------------*/
 /* A migrated local (MOLT_MIGRATE_LOCAL) of one thread, saved at the update

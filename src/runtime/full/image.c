@@ -1,6 +1,7 @@
 /* Program images (full updates): opening and checking an image file,
- * loading it, and looking at it -- its own symbols (statics included) and
- * the address ranges of its segments.
+ * loading it, and looking at it -- its own symbols (statics included), the
+ * address ranges of its segments, and its innermost call in progress on a
+ * thread's stack.
  *
  * An image is found through its OWN file symbol table, never through
  * dlsym: both versions of a program are loaded at once, RTLD_LOCAL, and a
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* A program image is a whole program; 1 GiB is far beyond a real one and
@@ -289,5 +291,60 @@ bool molt__image_writable(const molt__image *im, uintptr_t a, size_t size) {
   for (size_t i = 0; i < im->nranges; i++)
     if (a >= im->ranges[i].lo && end <= im->ranges[i].hi)
       return (im->ranges[i].prot & PF_W) && (end <= im->relro_lo || a >= im->relro_hi);
+  return false;
+}
+
+/* Whether the instruction that ends right before ret, in the image's code,
+ * is a call: then ret is the return address of a call in progress. */
+static bool after_call(const molt__image *im, uintptr_t ret) {
+#if defined(__x86_64__)
+  /* call rel32 (E8, 5 bytes), call *disp32(%rip) (FF 15, 6 bytes),
+   * call *%reg (FF D0+r, 2 bytes, 3 with a REX prefix), call *off(%reg)
+   * (FF /2 with an 8-bit offset: 3 bytes) */
+  if (ret < 6 || !(molt__image_prot_at(im, ret - 6) & PF_X))
+    return false;
+  const unsigned char *c = (const unsigned char *)ret;
+  return c[-5] == 0xe8 || (c[-6] == 0xff && c[-5] == 0x15) ||
+         (c[-2] == 0xff && (c[-1] & 0xf8) == 0xd0) ||
+         (c[-3] == 0xff && (c[-2] & 0x38) == 0x10 && (c[-2] & 0xc0) == 0x40);
+#elif defined(__aarch64__)
+  if (ret < 4 || !(molt__image_prot_at(im, ret - 4) & PF_X))
+    return false;
+  uint32_t insn;
+  memcpy(&insn, (const void *)(ret - 4), sizeof insn);
+  return (insn & 0xfc000000u) == 0x94000000u /* bl */ ||
+         (insn & 0xfffffc1fu) == 0xd63f0000u /* blr */;
+#else
+  (void)im;
+  (void)ret;
+  return false;
+#endif
+}
+
+bool molt__image_caller_on_stack(const molt__image *im, uintptr_t sp, uintptr_t hi,
+                                 const char **name, const char **tu) {
+  /* The first 16 KiB above the stack pointer: the frames of the C library
+   * (or whatever the thread blocks in) below the image's are short. */
+  uintptr_t words[2048];
+  if (!im || sp == 0 || hi <= sp || (sp & (sizeof(uintptr_t) - 1)))
+    return false;
+  size_t len = hi - sp < sizeof words ? hi - sp : sizeof words;
+  struct iovec local = {words, len}, remote = {(void *)sp, len};
+  /* Another thread's stack, which it may be writing (it is blocked, but a
+   * signal handler may run): read by the kernel, so a word that changes
+   * underneath gives a wrong answer at worst, never a data race. */
+  ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  if (got <= 0)
+    return false;
+  for (size_t i = 0; i < (size_t)got / sizeof words[0]; i++) {
+    uintptr_t w = words[i], start = 0;
+    size_t size = 0;
+    bool is_func = false;
+    if (!(molt__image_prot_at(im, w) & PF_X) ||
+        !molt__image_sym_at(im, w, name, tu, &start, &size, &is_func) || !is_func ||
+        w <= start || w > start + size || !after_call(im, w))
+      continue;
+    return true;
+  }
   return false;
 }

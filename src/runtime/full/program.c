@@ -29,6 +29,7 @@
  * bar_lock orders the two (see switch/points.c). */
 #include "full/full.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <semaphore.h>
@@ -1212,6 +1213,67 @@ static int full_refuse(const molt__op_info *op, char *err, size_t errlen) {
   return MOLT_ENOTSUP;
 }
 
+/* " (tu)" after a static's name, or nothing. */
+static const char *tu_open(const char *tu) { return tu ? " (" : ""; }
+static const char *tu_text(const char *tu) { return tu ? tu : ""; }
+static const char *tu_close(const char *tu) { return tu ? ")" : ""; }
+
+/* The mode's describe_thread hook (runtime thread, op_lock and bar_lock
+ * held): the entry function a program thread was started in -- its kernel
+ * name is its creator's unless the program renames it -- and, if it is
+ * blocked, the function it blocks in and the image's innermost call on its
+ * stack. */
+static void full_describe_thread(pid_t tid, char *buf, size_t len) {
+  char entry[160] = "";
+  uintptr_t stack_hi = 0;
+  bool found = false;
+  molt__lock_acquire(&prog_lock);
+  for (molt__pthread *t = thread_at(threads); t; t = thread_at(t->link.next)) {
+    if (t->tid != tid)
+      continue;
+    found = true;
+    stack_hi = t->stack_hi;
+    if (t->is_main)
+      snprintf(entry, sizeof entry, "the main thread");
+    else if (t->entry_name)
+      snprintf(entry, sizeof entry, "started in %s%s%s%s", t->entry_name,
+               tu_open(t->entry_tu), tu_text(t->entry_tu), tu_close(t->entry_tu));
+    else
+      snprintf(entry, sizeof entry, "started outside the image");
+    break;
+  }
+  /* Images are opened and closed by the runtime thread only, which is
+   * this one: current stays loaded after the lock is released. */
+  const molt__image *im = current;
+  molt__lock_release(&prog_lock);
+  if (!found)
+    return;
+  long nr = 0;
+  uintptr_t sp = 0, pc = 0;
+  if (!molt__proc_blocked_at(tid, &nr, &sp, &pc)) {
+    snprintf(buf, len, "%s, running", entry);
+    return;
+  }
+  const char *in = NULL, *in_tu = NULL, *from = NULL, *from_tu = NULL;
+  uintptr_t start = 0;
+  bool is_func = false;
+  Dl_info di;
+  if (im && molt__image_prot_at(im, pc))
+    (void)molt__image_sym_at(im, pc, &in, &in_tu, &start, NULL, &is_func);
+  else if (dladdr((void *)pc, &di) && di.dli_sname)
+    in = di.dli_sname;
+  bool called =
+      stack_hi && im && molt__image_caller_on_stack(im, sp, stack_hi, &from, &from_tu);
+  char syscall[48] = "";
+  if (nr >= 0)
+    snprintf(syscall, sizeof syscall, " (system call %ld)", nr);
+  snprintf(buf, len, "%s, blocked in %s%s%s%s%s%s%s%s%s%s", entry, in ? in : "?",
+           tu_open(in_tu), tu_text(in_tu), tu_close(in_tu), syscall,
+           called ? " called from " : "", called ? from : "",
+           tu_open(called ? from_tu : NULL), tu_text(called ? from_tu : NULL),
+           tu_close(called ? from_tu : NULL));
+}
+
 static const molt__mode full_mode = {
     .name = "full",
     .bit = MOLT__MODE_FULL,
@@ -1224,6 +1286,7 @@ static const molt__mode full_mode = {
     .fork_parent = full_fork_parent,
     .fork_child = full_fork_child,
     .status = full_status,
+    .describe_thread = full_describe_thread,
     .reclaim = full_reclaim,
 };
 

@@ -106,6 +106,16 @@ void molt__modes_status(molt__buf *out) {
       modes[i]->status(out);
 }
 
+void molt__modes_describe_thread(pid_t tid, char *buf, size_t len) {
+  if (!len)
+    return;
+  buf[0] = '\0';
+  unsigned n = count();
+  for (unsigned i = 0; i < n && !buf[0]; i++)
+    if (modes[i]->describe_thread)
+      modes[i]->describe_thread(tid, buf, len);
+}
+
 void molt__modes_reclaim(void) {
   unsigned n = count();
   for (unsigned i = 0; i < n; i++)

@@ -407,12 +407,16 @@ static void describe_missing(char *err, size_t errlen, int timeout_ms, bool full
     participant *q = part_of(l);
     if (counts_arrived(q))
       continue;
-    char name[32];
+    char name[32], where[384];
     molt__proc_name(0, q->tid, name, sizeof name);
+    /* The kernel's name is inherited from the creator unless the program
+     * names its threads: the mode says what the thread runs and where it
+     * is. */
+    molt__modes_describe_thread(q->tid, where, sizeof where);
     const char *point = atomic_load_explicit(&q->point, memory_order_relaxed);
-    n = snprintf(err + used, errlen - used, " %d (%s, last point %s%s%s)", (int)q->tid,
-                 name[0] ? name : "?", point ? "\"" : "", point ? point : "(none)",
-                 point ? "\"" : "");
+    n = snprintf(err + used, errlen - used, " %d (%s%s%s, last point %s%s%s)",
+                 (int)q->tid, name[0] ? name : "?", where[0] ? ", " : "", where,
+                 point ? "\"" : "", point ? point : "(none)", point ? "\"" : "");
     if (n < 0)
       break;
     used += (size_t)n;

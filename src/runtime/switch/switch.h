@@ -151,6 +151,12 @@ typedef struct molt__mode {
   void (*fork_prepare)(void);
   void (*fork_parent)(void);
   void (*fork_child)(void);
+  /* Where participant tid is, for the message of a barrier that timed out
+   * without it: a phrase such as "started in f (f.c), in read() called from
+   * g (g.c)" into buf, or nothing (buf[0] stays '\0') if tid is none of the
+   * mode's threads.  Runtime thread, op_lock and bar_lock held (it may take
+   * locks further down the table). */
+  void (*describe_thread)(pid_t tid, char *buf, size_t len);
   /* Its records for `molt status` (op_lock held, molt__rt_lock not held). */
   void (*status)(molt__buf *out);
   /* Each reclamation pass (runtime thread, op_lock held). */
@@ -176,6 +182,8 @@ MOLT__HIDDEN void molt__modes_fork_prepare(void);
 MOLT__HIDDEN void molt__modes_fork_parent(void);
 MOLT__HIDDEN void molt__modes_fork_child(void);
 MOLT__HIDDEN void molt__modes_status(molt__buf *out);
+/* The first mode's describe_thread that says something; buf "" if none. */
+MOLT__HIDDEN void molt__modes_describe_thread(pid_t tid, char *buf, size_t len);
 MOLT__HIDDEN void molt__modes_reclaim(void);
 
 #endif /* MOLT_SWITCH_H */
