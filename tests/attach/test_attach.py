@@ -4,7 +4,7 @@ checking load, rolled back, refused, and molt killed half way.
 
 Environment: MOLT_BUILD_DIR (bin/molt, bin/moltcc); ATTACH_CYCLES (attach
 + rollback cycles under load on a 100-thread server, default 50; the plain
-build's ctest sets 250); ATTACH_CALL_CYCLES (the same for the recursive
+build's ctest sets 1,000); ATTACH_CALL_CYCLES (the same for the recursive
 and the stored-pointer function, default 10).  Runs as root (ptrace).
 """
 import functools
