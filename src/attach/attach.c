@@ -363,10 +363,42 @@ static int safe_point(const char *then, char *err, size_t errlen) {
   return MOLT_EBUSY;
 }
 
+/* Ends step `name` of st's run, begun at *since: its wall time is kept in
+ * st->phases (what `molt attach` and `molt rollback` report), and the next
+ * step begins now. */
+static void phase_end(molt__attach_state *st, const char *name, uint64_t *since) {
+  uint64_t now = molt__os_now_ns();
+  if (st->nphases < sizeof st->phases / sizeof st->phases[0]) {
+    st->phases[st->nphases].name = name;
+    st->phases[st->nphases].ms = (double)(now - *since) / 1e6;
+    st->nphases++;
+  }
+  *since = now;
+}
+
 /* ---- staging -------------------------------------------------------------------- */
 
-static int stop_some_thread(pid_t pid, attach_stop *s, char *err, size_t errlen) {
-  int rc = molt__os_stop_one(pid, pid, s, err, errlen);
+/* Stops one thread to run system calls on (the main thread, else another),
+ * raised to real-time priority first (os_linux.c: molt__os_boost) so that
+ * it stops and runs each call at once, also among busy threads; give it
+ * back with release_thread. */
+static int stop_boosted(pid_t pid, pid_t tid, attach_stop *s, attach_boost *b, char *err,
+                        size_t errlen) {
+  molt__os_boost(tid, b);
+  int rc = molt__os_stop_one(pid, tid, s, err, errlen);
+  if (rc)
+    molt__os_unboost(b);
+  return rc;
+}
+
+static void release_thread(attach_stop *s, attach_boost *b) {
+  molt__os_unboost(b); /* its policy back while it is still stopped */
+  molt__os_resume_all(s);
+}
+
+static int stop_some_thread(pid_t pid, attach_stop *s, attach_boost *b, char *err,
+                            size_t errlen) {
+  int rc = stop_boosted(pid, pid, s, b, err, errlen);
   if (rc != MOLT_ENOENT)
     return rc;
   /* the main thread has exited (pthread_exit; a zombie, which cannot be
@@ -378,7 +410,7 @@ static int stop_some_thread(pid_t pid, attach_stop *s, char *err, size_t errlen)
   while (d && rc == MOLT_ENOENT && (e = readdir(d))) {
     pid_t tid = (pid_t)atoi(e->d_name);
     if (tid > 0 && tid != pid)
-      rc = molt__os_stop_one(pid, tid, s, err, errlen);
+      rc = stop_boosted(pid, tid, s, b, err, errlen);
   }
   if (d)
     closedir(d);
@@ -460,7 +492,8 @@ static int check_staging_calls(pid_t pid, pid_t tid, const attach_patch *p, uint
 static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
                  molt__attach_state *st, char *err, size_t errlen) {
   attach_stop s;
-  int rc = stop_some_thread(pid, &s, err, errlen);
+  attach_boost boost;
+  int rc = stop_some_thread(pid, &s, &boost, err, errlen);
   if (rc)
     return rc;
   attach_thread *th = &s.t[0];
@@ -473,7 +506,7 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
   /* Before any of them runs: does a seccomp filter let them all through? */
   rc = check_staging_calls(pid, th->tid, p, base, name_at, insn, err, errlen);
   if (rc) {
-    molt__os_resume_all(&s);
+    release_thread(&s, &boost);
     return rc;
   }
   rc = molt__os_write(pid, name_at, name, sizeof name);
@@ -540,7 +573,7 @@ static int stage(pid_t pid, const attach_patch *p, uint64_t base, uint64_t insn,
     char cerr[128];
     rsys(th, insn, SYS_close, (uint64_t)fd, 0, 0, 0, 0, 0, &r, cerr, sizeof cerr);
   }
-  molt__os_resume_all(&s);
+  release_thread(&s, &boost);
   return rc;
 }
 
@@ -562,12 +595,13 @@ static void unstage(pid_t pid, const molt__attach_state *st) {
   }
   free(maps);
   attach_stop s;
-  if (!ours || stop_some_thread(pid, &s, e2, sizeof e2) != 0)
+  attach_boost boost;
+  if (!ours || stop_some_thread(pid, &s, &boost, e2, sizeof e2) != 0)
     return;
   long r;
   int rc = rsys(&s.t[0], insn, SYS_munmap, st->code_start, st->code_end - st->code_start,
                 0, 0, 0, 0, &r, e2, sizeof e2);
-  molt__os_resume_all(&s);
+  release_thread(&s, &boost);
   if (rc == 0)
     molt__state_remove(pid, st->level);
 }
@@ -735,6 +769,8 @@ static int stop_clear(pid_t pid, const molt__attach_state *st, bool active,
     if (rc == 0 && ti < 0)
       return 0;
     pid_t tid = rc == 0 ? s->t[ti].tid : 0;
+    uint64_t runs = 0;
+    bool counted = rc == 0 && molt__os_runs(pid, tid, &runs);
     if (rc == 0)
       molt__os_resume_all(s);
     if (rc == 0 && molt__os_now_ns() >= deadline) {
@@ -756,8 +792,10 @@ static int stop_clear(pid_t pid, const molt__attach_state *st, bool active,
                      timeout_ms / 1000.0);
       return MOLT_ETIMEDOUT;
     }
-    struct timespec ts = {0, backoff_us * 1000};
-    nanosleep(&ts, NULL);
+    /* tried again after the back-off, and not before the thread in the way
+     * has run (it would be found where it was) */
+    molt__os_wait_ran(pid, counted ? tid : 0, runs,
+                      molt__os_now_ns() + (uint64_t)backoff_us * 1000u, deadline);
     if (backoff_us < 50000)
       backoff_us *= 2;
     if (st &&
@@ -788,8 +826,8 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
 /* The stack a new patch goes on: its rolled-back levels whose code was
  * kept mapped are tried again first (reclaimed if no thread runs them
  * now); then the level the new patch takes, or a refusal (levels.c). */
-static int stack_below(pid_t pid, int timeout_ms, molt__attach_stack *below, int *level,
-                       char *err, size_t errlen) {
+static int stack_below(pid_t pid, molt__attach_stack *below, int *level, char *err,
+                       size_t errlen) {
   char ignored[256];
   int rc = molt__attach_stack_load(pid, below, ignored, sizeof ignored);
   if (rc == MOLT_ENOHISTORY) {
@@ -804,7 +842,8 @@ static int stack_below(pid_t pid, int timeout_ms, molt__attach_stack *below, int
   bool kept = false;
   for (size_t i = 0; i < below->n; i++) {
     if (!molt__levels_active(&below->levels[i])) {
-      rollback_level(pid, timeout_ms, &below->levels[i], ignored, sizeof ignored);
+      /* one look (timeout 0): the attach does not wait for them */
+      rollback_level(pid, 0, &below->levels[i], ignored, sizeof ignored);
       kept = true;
     }
   }
@@ -831,13 +870,14 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
                          size_t errlen) {
   pid_t pid = o->pid;
   int timeout_ms = o->timeout_ms < 0 ? MOLT__DEFAULT_TIMEOUT_MS : o->timeout_ms;
+  uint64_t since = molt__os_now_ns();
   int rc = molt__os_check_traceable(pid, err, errlen);
   if (rc)
     return rc;
   /* The patches attached already: the new one goes on top of them. */
   molt__attach_stack below;
   int level = 1;
-  rc = stack_below(pid, timeout_ms, &below, &level, err, errlen);
+  rc = stack_below(pid, &below, &level, err, errlen);
   if (rc)
     return rc;
   memset(st, 0, sizeof *st);
@@ -913,8 +953,10 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     snprintf(st->phase, sizeof st->phase, "staged");
     if (rc == 0)
       rc = safe_point("nothing was changed", err, errlen);
+    phase_end(st, "prepare", &since);
     if (rc == 0)
       rc = stage(pid, &p, base, insn, st, err, errlen);
+    phase_end(st, "staging", &since);
     if (rc)
       molt__state_remove(pid, st->level); /* stage() unmapped what it mapped */
   }
@@ -930,6 +972,8 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   if (rc == 0)
     rc = molt__callbacks_pre(pid, st, &cbs, st->code_start, o->callback_timeout_ms, err,
                              errlen);
+  if (cbs.pre.present)
+    phase_end(st, "pre", &since);
   attach_stop s;
   memset(&s, 0, sizeof s);
   int attempts = 0, stepped = 0;
@@ -961,6 +1005,7 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     st->attempts = attempts;
     st->stepped = stepped;
   }
+  phase_end(st, "stop", &since);
   if (rc) {
     /* The functions are untouched (no thread ever ran the staged code):
      * undo the staging, on one thread. */
@@ -975,6 +1020,7 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
     molt__callbacks_post(pid, st, &cbs, st->code_start, o->callback_timeout_ms);
     rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
   }
+  phase_end(st, "finish", &since);
   return rc;
 }
 
@@ -1034,6 +1080,8 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
                           size_t errlen) {
   if (timeout_ms < 0)
     timeout_ms = MOLT__DEFAULT_TIMEOUT_MS;
+  uint64_t since = molt__os_now_ns();
+  st->nphases = 0;
   int rc = 0;
   bool restore = molt__levels_active(st);
   /* rolled back already, its code kept mapped: this run only reclaims it */
@@ -1058,6 +1106,7 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   int attempts = 0, stepped = 0;
   if (rc == 0)
     rc = safe_point("nothing was changed", err, errlen);
+  phase_end(st, "prepare", &since);
   /* Restoring needs no thread out of the way: the jump is one instruction,
    * a thread is before it or past it. */
   if (rc == 0)
@@ -1084,9 +1133,14 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
    * already, the code stays mapped as after a timeout) */
   for (long backoff_us = 500; rc == 0 && user >= 0 && molt__os_now_ns() < deadline &&
                               !molt__interrupt_pending();) {
+    /* looked at again after the back-off, and not before the thread in
+     * the way has run (it would be found where it was) */
+    pid_t waited = s.t[user].tid;
+    uint64_t runs = 0;
+    bool counted = molt__os_runs(pid, waited, &runs);
     molt__os_resume_all(&s);
-    struct timespec ts = {0, backoff_us * 1000};
-    nanosleep(&ts, NULL);
+    molt__os_wait_ran(pid, counted ? waited : 0, runs,
+                      molt__os_now_ns() + (uint64_t)backoff_us * 1000u, deadline);
     if (backoff_us < 100000)
       backoff_us *= 2;
     molt__view_close(&v);
@@ -1140,6 +1194,7 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   }
   st->threads = (int)s.n;
   molt__os_resume_all(&s);
+  phase_end(st, "stop", &since);
   molt__view_close(&v);
   st->stop_ms = s.ms;
   st->attempts = attempts;
@@ -1153,11 +1208,14 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
     molt__log_append(pid, reclaim ? "reclaim" : "rollback", st,
                      reclaim ? "staged code unmapped"
                              : "functions restored, staged code unmapped");
+    phase_end(st, "finish", &since);
     return 0;
   }
   if (!reclaim)
     molt__log_append(pid, "rollback", st, st->note);
-  return molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+  rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+  phase_end(st, "finish", &since);
+  return rc;
 }
 
 /* molt rollback: pops the newest applied patch (or, with none applied,
@@ -1223,6 +1281,7 @@ int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
     return lock;
   sigset_t old;
   molt__interrupt_block(&old);
+  molt__os_hurry();
   memset(st, 0, sizeof *st);
   int rc = attach_locked(o, st, err, errlen);
   late_interrupt(rc, err, errlen);
@@ -1233,6 +1292,7 @@ int molt__attach(const molt__attach_opts *o, molt__attach_state *st, char *err,
   } else {
     log_failure(o->pid, rc, st, o->patch, "attach", err);
   }
+  molt__os_unhurry();
   close(lock);
   molt__interrupt_restore(&old);
   return rc;
@@ -1247,11 +1307,13 @@ int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_state *st, cha
     return lock;
   sigset_t old;
   molt__interrupt_block(&old);
+  molt__os_hurry();
   memset(st, 0, sizeof *st);
   int rc = rollback_locked(pid, timeout_ms, st, err, errlen);
   late_interrupt(rc, err, errlen);
   if (rc)
     log_failure(pid, rc, st, NULL, "rollback", err);
+  molt__os_unhurry();
   close(lock);
   molt__interrupt_restore(&old);
   return rc;

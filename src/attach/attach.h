@@ -72,6 +72,14 @@ typedef struct molt__attach_state {
   char callbacks[256];           /* what its pre/post-update callbacks did */
   size_t nfuncs;
   molt__attach_func funcs[MOLT__ATTACH_MAX_FUNCS];
+  /* Where this run's time went (not saved in the record): its steps in
+   * order, each with its wall time (attach: prepare, staging, pre, stop,
+   * finish; rollback: prepare, stop, finish). */
+  size_t nphases;
+  struct {
+    const char *name;
+    double ms;
+  } phases[8];
 } molt__attach_state;
 
 typedef struct molt__attach_opts {

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sched.h>
 #include <sys/types.h>
 #include <sys/user.h>
 
@@ -92,6 +93,7 @@ typedef struct attach_stop {
   size_t n, cap;
   double ms; /* from the first interrupt to the last resume */
   uint64_t t0_ns;
+  bool hurried; /* took molt__os_hurry (a stop of every thread) */
 } attach_stop;
 
 /* Seizes and interrupts every thread of pid, including threads created in
@@ -102,6 +104,36 @@ MOLT__HIDDEN int molt__os_stop_all(pid_t pid, attach_stop *s, char *err, size_t 
 /* Seizes and interrupts one thread only (the staging step). */
 MOLT__HIDDEN int molt__os_stop_one(pid_t pid, pid_t tid, attach_stop *s, char *err,
                                    size_t errlen);
+/* molt's own priority raised (SCHED_FIFO 1, else nice -20) for a run, and
+ * put back; nested calls count (os_linux.c says why). */
+MOLT__HIDDEN void molt__os_hurry(void);
+MOLT__HIDDEN void molt__os_unhurry(void);
+/* A thread that was in the way at a stop must run to get out of it, and
+ * a stop interrupts it as soon as it gets a CPU: a stop taken again before
+ * it has run finds it where it was, and takes its turn again (measured:
+ * 100 busy threads on 2 cores, the same thread at the same ip for 60 stops
+ * in a row, 128 ms apart).  molt__os_runs reads how many times thread tid
+ * has been given a CPU (false: unknown).  molt__os_wait_ran sleeps until
+ * min_ns has passed and the count has passed `runs` (the thread has run
+ * since it was resumed; tid 0 or a count unknown: at once), or max_ns, or
+ * a SIGINT/SIGTERM of molt is pending (molt__interrupt_pending). */
+MOLT__HIDDEN bool molt__os_runs(pid_t pid, pid_t tid, uint64_t *runs);
+MOLT__HIDDEN void molt__os_wait_ran(pid_t pid, pid_t tid, uint64_t runs, uint64_t min_ns,
+                                    uint64_t max_ns);
+/* A thread of the target at SCHED_FIFO 1 for the staging window (only a
+ * thread under a normal policy, and only if molt may), with a guardian
+ * process that puts its policy back if molt dies inside the window;
+ * unboost puts it back and ends the guardian (os_linux.c says why). */
+typedef struct attach_boost {
+  pid_t tid;
+  int policy; /* as sched_getscheduler returned it */
+  struct sched_param param;
+  pid_t guard; /* the guardian, 0: none */
+  int fd;      /* molt's end of the guardian's pipe */
+  bool on;     /* raised */
+} attach_boost;
+MOLT__HIDDEN void molt__os_boost(pid_t tid, attach_boost *b);
+MOLT__HIDDEN void molt__os_unboost(attach_boost *b);
 /* Writes back changed registers and detaches from every stopped thread;
  * sets s->ms.  Frees s. */
 MOLT__HIDDEN void molt__os_resume_all(attach_stop *s);

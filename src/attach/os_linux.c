@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -541,25 +542,31 @@ static int wait_stop(attach_stop *s, attach_thread *t, uint64_t deadline_ns, cha
   }
 }
 
-/* While every thread is stopped, molt runs ahead of them.  Resuming is
- * one detach per thread, and each detached thread of a busy program is
- * runnable at once: on a machine with fewer cores than threads, molt at
- * the threads' priority shares a core with those it resumed already, and
- * the last ones stay stopped for as many time slices (measured: 100 busy
- * threads on 2 cores, 120-600 ms from the first interrupt to the last
- * detach, all but a few ms of it after the jumps were written).  So from
- * the first interrupt to the last detach molt takes the lowest real-time
- * priority (SCHED_FIFO 1), else the highest nice, else (neither allowed)
- * stays as it is; it only ever sleeps for a bounded time in between
- * (naps while threads stop, the back-off), so it takes no core away for
- * longer than the stop itself.  Its own policy comes back at the last
- * detach. */
+/* molt runs ahead of the target's threads.  While every thread is
+ * stopped, resuming is one detach per thread, and each detached thread of a
+ * busy program is runnable at once: on a machine with fewer cores than
+ * threads, molt at the threads' priority shares a core with those it
+ * resumed already, and the last ones stay stopped for as many time slices
+ * (measured: 100 busy threads on 2 cores, 120-600 ms from the first
+ * interrupt to the last detach).  Outside the stop the same holds for
+ * molt's own work: it needs about 10 ms of CPU for an attach, which the
+ * scheduler spread over more than a second among 100 busy threads of the
+ * target (measured: 0.9-1.5 s to prepare a one-function patch).  So for a
+ * whole attach or rollback (molt__os_hurry ... molt__os_unhurry, nested:
+ * the stop takes it too) molt takes the lowest real-time priority
+ * (SCHED_FIFO 1), else the highest nice, else (neither allowed) stays as
+ * it is.  It never spins: between its bursts of work it sleeps (waiting
+ * for a thread, the back-off, naps of bounded length), so it takes a core
+ * away only for the CPU time it needs.  Its own policy comes back when the
+ * run ends; a child it forks does not inherit the priority
+ * (SCHED_RESET_ON_FORK). */
+static int hurry_depth;
 static int hurried; /* 0, 1 real-time, 2 nice */
 static int old_policy, old_nice;
 static struct sched_param old_param;
 
-static void hurry(void) {
-  if (hurried)
+void molt__os_hurry(void) {
+  if (hurry_depth++ > 0)
     return;
   old_policy = sched_getscheduler(0);
   if (old_policy < 0 || sched_getparam(0, &old_param) != 0)
@@ -576,12 +583,142 @@ static void hurry(void) {
     hurried = 2;
 }
 
-static void unhurry(void) {
+void molt__os_unhurry(void) {
+  if (hurry_depth == 0 || --hurry_depth > 0)
+    return;
   if (hurried == 1)
     sched_setscheduler(0, old_policy, &old_param);
   else if (hurried == 2)
     setpriority(PRIO_PROCESS, 0, old_nice);
   hurried = 0;
+}
+
+/* How many times thread tid has been given a CPU (the third field of its
+ * schedstat); false if unknown (gone, or a kernel without it). */
+bool molt__os_runs(pid_t pid, pid_t tid, uint64_t *runs) {
+  char path[96], buf[128];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", (int)pid, (int)tid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  unsigned long long on_cpu, waited, count;
+  buf[n > 0 ? n : 0] = '\0';
+  if (n <= 0 || sscanf(buf, "%llu %llu %llu", &on_cpu, &waited, &count) != 3)
+    return false;
+  *runs = count;
+  return true;
+}
+
+void molt__os_wait_ran(pid_t pid, pid_t tid, uint64_t runs, uint64_t min_ns,
+                       uint64_t max_ns) {
+  long nap_us = 200;
+  for (;;) {
+    uint64_t now = molt__os_now_ns(), r = runs;
+    if (now >= max_ns || molt__interrupt_pending())
+      return;
+    bool ran = !tid || !molt__os_runs(pid, tid, &r) || r != runs;
+    if (now >= min_ns && ran)
+      return;
+    uint64_t until = now < min_ns ? min_ns : now + (uint64_t)nap_us * 1000u;
+    if (until > max_ns)
+      until = max_ns;
+    struct timespec ts = {(time_t)((until - now) / 1000000000u),
+                          (long)((until - now) % 1000000000u)};
+    nanosleep(&ts, NULL);
+    if (now >= min_ns && nap_us < 10000)
+      nap_us *= 2;
+  }
+}
+
+/* The hijacked thread of the staging step.  It runs a few system calls,
+ * each a round trip: molt sets its registers and single-steps it, the
+ * thread must get a core to run the call, then molt must get one to read
+ * the result.  A busy thread at its own priority waits for its turn among
+ * the target's other runnable threads each time -- to take the interrupt
+ * that stops it, and again for the first call (measured: 100 busy
+ * threads on 2 cores, 0.2-0.7 s to stop it, 0.3-0.4 s more for
+ * memfd_create; once, 2 s without stopping at all).  So for the staging
+ * window only, from before the interrupt until before it is let go, the
+ * thread takes the lowest real-time priority (SCHED_FIFO 1, reset on
+ * fork); its own policy and parameters come back before it is detached,
+ * on every path (an interrupted run goes through the same path).  Only a
+ * thread under a normal policy (other, batch, idle) is raised; one under a
+ * real-time or deadline policy is left as it is, and so is any thread when
+ * molt may not raise it (no CAP_SYS_NICE): the staging is slower then,
+ * not different.
+ *
+ * A molt killed (SIGKILL) inside the window cannot put the policy back:
+ * before raising it, molt forks a guardian that holds the read end of a
+ * pipe; molt writes one byte once the policy is back.  The guardian reads
+ * end of file instead when molt died, and then puts the thread's policy
+ * back itself -- if the thread still has the priority molt gave it (else
+ * someone changed it since, and it is left alone). */
+static bool boosted_now(pid_t tid) {
+  struct sched_param p;
+  return sched_getscheduler(tid) == (SCHED_FIFO | SCHED_RESET_ON_FORK) &&
+         sched_getparam(tid, &p) == 0 && p.sched_priority == 1;
+}
+
+static void guard(const attach_boost *b, int fd) {
+  prctl(PR_SET_NAME, "molt-guard", 0, 0, 0);
+  /* nothing of molt's but the pipe: the per-process lock goes with molt */
+  if (fd > 3)
+    close_range(3, (unsigned)fd - 1, 0);
+  close_range((unsigned)fd + 1, ~0u, 0);
+  char c;
+  ssize_t n;
+  do
+    n = read(fd, &c, 1);
+  while (n < 0 && errno == EINTR);
+  if (n == 0 && boosted_now(b->tid))
+    sched_setscheduler(b->tid, b->policy, &b->param);
+  _exit(0);
+}
+
+void molt__os_boost(pid_t tid, attach_boost *b) {
+  memset(b, 0, sizeof *b);
+  b->tid = tid;
+  b->policy = sched_getscheduler(tid);
+  int base = b->policy & ~SCHED_RESET_ON_FORK;
+  if (b->policy < 0 || sched_getparam(tid, &b->param) != 0 ||
+      (base != SCHED_OTHER && base != SCHED_BATCH && base != SCHED_IDLE))
+    return;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return;
+  pid_t g = fork();
+  if (g == 0)
+    guard(b, fds[0]);
+  close(fds[0]);
+  if (g < 0) {
+    close(fds[1]);
+    return;
+  }
+  b->guard = g;
+  b->fd = fds[1];
+  struct sched_param rt = {.sched_priority = 1};
+  /* The guardian at molt's priority too (the fork reset it): it must run
+   * at once when molt ends it or dies, not after the target's busy threads
+   * (a new process waits its turn among them: measured, 60-250 ms). */
+  sched_setscheduler(g, SCHED_FIFO | SCHED_RESET_ON_FORK, &rt);
+  b->on = sched_setscheduler(tid, SCHED_FIFO | SCHED_RESET_ON_FORK, &rt) == 0;
+}
+
+void molt__os_unboost(attach_boost *b) {
+  if (b->on && boosted_now(b->tid))
+    sched_setscheduler(b->tid, b->policy, &b->param);
+  b->on = false;
+  if (b->guard > 0) {
+    /* the policy is back: the guardian ends without touching it */
+    ssize_t n = write(b->fd, "k", 1);
+    (void)n;
+    close(b->fd);
+    while (waitpid(b->guard, NULL, 0) < 0 && errno == EINTR)
+      ;
+    b->guard = 0;
+  }
 }
 
 /* Seizes and interrupts thread tid (not yet in s).  0, 1 if gone, or a
@@ -674,7 +811,8 @@ static int list_and_seize(attach_stop *s, bool *added, char *err, size_t errlen)
 int molt__os_stop_all(pid_t pid, attach_stop *s, char *err, size_t errlen) {
   memset(s, 0, sizeof *s);
   s->pid = pid;
-  hurry();
+  molt__os_hurry();
+  s->hurried = true;
   s->t0_ns = molt__os_now_ns();
   bool added = true;
   int rc = 0;
@@ -751,7 +889,9 @@ void molt__os_resume_all(attach_stop *s) {
     ptrace(PTRACE_DETACH, t->tid, 0, (void *)(long)(t->sig > 0 ? t->sig : 0));
   }
   s->ms = (double)(molt__os_now_ns() - s->t0_ns) / 1e6;
-  unhurry();
+  if (s->hurried)
+    molt__os_unhurry();
+  s->hurried = false;
   free(s->t);
   s->t = NULL;
   s->n = s->cap = 0;

@@ -41,6 +41,17 @@ static void names(const molt__attach_state *st, char *buf, size_t len) {
   }
 }
 
+/* "took T ms (prepare a, staging b, ...)": where the run's time went. */
+static void print_phases(const molt__attach_state *st) {
+  double total = 0;
+  for (size_t i = 0; i < st->nphases; i++)
+    total += st->phases[i].ms;
+  printf("took %.1f ms (", total);
+  for (size_t i = 0; i < st->nphases; i++)
+    printf("%s%s %.1f", i ? ", " : "", st->phases[i].name, st->phases[i].ms);
+  printf(")\n");
+}
+
 static const char *outcome_word(molt__attach_outcome o) {
   switch (o) {
   case MOLT__ATTACH_DONE:
@@ -151,6 +162,7 @@ int cli_cmd_attach(const cli_args *a) {
            abs, (long)a->pid, st->level, st->nfuncs, st->nfuncs == 1 ? "" : "s", list,
            st->threads, st->threads == 1 ? "" : "s", st->stop_ms, st->attempts,
            st->attempts == 1 ? "" : "s", stepped);
+    print_phases(st);
     if (st->callbacks[0]) {
       cli_sanitize(st->callbacks);
       printf("callbacks: %s\n", st->callbacks);
@@ -196,6 +208,7 @@ int cli_attach_rollback(const cli_args *a) {
            "thread%s stopped for %.3f ms\n",
            (long)a->pid, st->level, st->patch, st->nfuncs, st->nfuncs == 1 ? "" : "s",
            list, st->threads, st->threads == 1 ? "" : "s", st->stop_ms);
+    print_phases(st);
     if (st->note[0]) {
       cli_sanitize(st->note);
       printf("note: %s\n", st->note);

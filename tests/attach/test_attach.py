@@ -4,7 +4,7 @@ checking load, rolled back, refused, and molt killed half way.
 
 Environment: MOLT_BUILD_DIR (bin/molt, bin/moltcc); ATTACH_CYCLES (attach
 + rollback cycles under load on a 100-thread server, default 50; the plain
-build's ctest sets 250); ATTACH_CALL_CYCLES (the same for the recursive
+build's ctest sets 1,000); ATTACH_CALL_CYCLES (the same for the recursive
 and the stored-pointer function, default 10).  Runs as root (ptrace).
 """
 import functools
@@ -205,6 +205,20 @@ def threads_free(pid):
         state = re.search(r"State:\s*(\S)", st).group(1)
         assert tracer == "0", "thread %s traced by %s" % (tid, tracer)
         assert state not in ("t", "T"), "thread %s left stopped (%s)" % (tid, state)
+
+
+def policies(pid):
+    """Each thread's scheduling policy, priority and nice: molt raises the
+    thread it runs the staging calls on for that window only."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            out[int(tid)] = (os.sched_getscheduler(int(tid)),
+                             os.sched_getparam(int(tid)).sched_priority,
+                             os.getpriority(os.PRIO_PROCESS, int(tid)))
+        except (ProcessLookupError, FileNotFoundError):  # a thread ending
+            pass
+    return out
 
 
 def named_maps(pid):
@@ -1113,6 +1127,7 @@ def test_blocked_calls_see_no_eintr(built, server):
 @pytest.mark.parametrize("point", ["prepared", "staged", "stopped", "applied"])
 def test_killed_midway(built, server, point):
     srv = server(workers=4)
+    before = policies(srv.pid)
     env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE=point)
     p = subprocess.Popen([MOLT, "attach", str(srv.pid), built["fix"]], env=env,
                          stderr=subprocess.PIPE, text=True)
@@ -1122,6 +1137,9 @@ def test_killed_midway(built, server, point):
     p.wait()
     time.sleep(0.1)
     threads_free(srv.pid)
+    # the thread raised for the staging calls has its policy back (molt's
+    # guardian put it back when molt died)
+    assert policies(srv.pid) == before
     a = srv.answer(6)
     # patched or untouched, never in between
     assert a == (18 if point == "applied" else 12)
@@ -1171,6 +1189,7 @@ def test_interrupted_midway(built, server, point, sig):
     system call)."""
     srv = server(workers=4)
     maps = open("/proc/%d/maps" % srv.pid).read()
+    before = policies(srv.pid)
     env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE=point)
     p = subprocess.Popen([MOLT, "attach", str(srv.pid), built["fix"]], env=env,
                          stderr=subprocess.PIPE, text=True)
@@ -1185,6 +1204,7 @@ def test_interrupted_midway(built, server, point, sig):
     threads_free(srv.pid)
     assert srv.p.poll() is None
     assert open("/proc/%d/maps" % srv.pid).read() == maps
+    assert policies(srv.pid) == before
     assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
     assert srv.answer(6) == 12
     st = srv.stats()

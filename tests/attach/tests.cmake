@@ -3,13 +3,15 @@
 # patches stacked, callbacks run in the server, --all on a forking server.
 # Needs ptrace of a child process (root in CI).  Not under ThreadSanitizer:
 # the code under test is the CLI, whose threads are none.
-# The plain build runs 250 attach + rollback cycles on the 100-thread server
-# (about 45-60 s here; the issue asks 1,000: 180 s on the 2-core
-# machine: tests/README.md); a sanitized build keeps the default 50.
+# The plain build runs the issue's 1,000 attach + rollback cycles on the
+# 100-thread server (183 s on the 2-core machine, 250 took 45-60 s:
+# tests/README.md); a sanitized build keeps the default 50 (molt and the
+# checks run 2-3x slower under ASan, and the cycles test molt's stop logic,
+# which the plain build covers).
 if(MOLT_SANITIZE)
   set(molt_attach_cycles 50)
 else()
-  set(molt_attach_cycles 250)
+  set(molt_attach_cycles 1000)
 endif()
 molt_pytest(attach ${CMAKE_CURRENT_LIST_DIR}/test_attach.py TIMEOUT 900 LABELS attach cli moltcc
   ENV ATTACH_CYCLES=${molt_attach_cycles})
