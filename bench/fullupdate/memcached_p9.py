@@ -162,7 +162,7 @@ def main():
               "with the item count: the instructions per object are the same at 100K and 1M items "
               "(see below), the time on a CPU per object grows with the heap (cache and TLB misses). "
               "The wall time grows faster on a loaded machine: a pause that fits in the time slice "
-              "a thread gets when it wakes runs uninterrupted (*preempted* 0), a longer one shares the "
+              "a thread gets when it wakes runs (nearly) uninterrupted, a longer one shares the "
               "CPUs with every runnable thread of the machine. Visiting only objects that can hold a "
               "pointer that changes (into the old image, or to a replaced object) would make an "
               "identical-type update of memcached's items free. Measured on the shared 2-CPU VM "
