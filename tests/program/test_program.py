@@ -145,6 +145,11 @@ def test_update_streak_keeps_pid_tids_and_state(server):
     assert "update" in events and "unload" in events
     upd = [e for e in entries if e["event"] == "update"][0]
     assert "objects migrated" in upd["message"] and "pause" in upd["message"]
+    # The pause in wall time and the part of it the migrating thread ran.
+    m = re.search(r"pause ([0-9.]+) ms \(on a CPU ([0-9.]+) ms, preempted (\d+) times\)",
+                  upd["message"])
+    assert m, upd["message"]
+    assert 0 < float(m.group(2)) <= float(m.group(1)) + 0.001, upd["message"]
 
     # The greeting still reads after v1's literal was unmapped.
     assert s.state()["greeting"] == "hello from version 1"
