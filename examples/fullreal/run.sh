@@ -7,7 +7,7 @@
 #
 # Fetches memcached's source with `apt-get source` through a private apt
 # configuration (scripts/apt-private.sh; the system's sources are not
-# touched), applies memcached.patch (33 added, 15 removed lines in 8 files:
+# touched), applies memcached.patch (34 added, 15 removed lines in 8 files:
 # update points with molt.h's helpers in the event loops and in the helper
 # threads' waits, the one-time initialisation skipped when a thread
 # resumes, two MOLT_PTRARRAY annotations), configures it with the plain
