@@ -1,6 +1,24 @@
 # Shared shell of the examples/fullreal servers' run.sh scripts (sourced;
 # bash): fetching a Debian source package, the series of full updates, and
-# the summary.  Needs REPO, WORK and MOLT set by the caller; works in $WORK.
+# the summary.  Needs REPO, WORK and MOLT_BUILD set by the caller (fullreal_prepare sets MOLT); works in $WORK.
+
+# fullreal_prepare: makes $WORK (refused inside the repository) and sets
+# MOLTCC and MOLT from $MOLT_BUILD, which must hold a built molt.
+fullreal_prepare() {
+    mkdir -p "$WORK"
+    WORK=$(cd "$WORK" && pwd)
+    case "$WORK" in "$REPO" | "$REPO"/*)
+        echo "run.sh: MOLT_FULLREAL_WORK must be outside the repository" >&2
+        exit 2
+        ;;
+    esac
+    MOLTCC=$MOLT_BUILD/bin/moltcc
+    MOLT=$MOLT_BUILD/bin/molt
+    [ -x "$MOLTCC" ] && [ -x "$MOLT" ] || {
+        echo "run.sh: build molt first ($MOLT_BUILD)" >&2
+        exit 2
+    }
+}
 
 # fullreal_fetch PKG VERSION DIR: `apt-get source PKG=VERSION` into $WORK
 # through a private apt configuration (scripts/apt-private.sh: deb-src

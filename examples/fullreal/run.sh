@@ -57,15 +57,10 @@ while [ $# -gt 0 ]; do
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
-mkdir -p "$WORK"
-WORK=$(cd "$WORK" && pwd)
-case "$WORK" in "$REPO"|"$REPO"/*) echo "run.sh: MOLT_FULLREAL_WORK must be outside the repository" >&2; exit 2 ;; esac
-MOLTCC=$MOLT_BUILD/bin/moltcc
-MOLT=$MOLT_BUILD/bin/molt
-[ -x "$MOLTCC" ] && [ -x "$MOLT" ] || { echo "run.sh: build molt first ($MOLT_BUILD)" >&2; exit 2; }
-CC_IMAGE="$MOLTCC --molt-program"
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
+fullreal_prepare
+CC_IMAGE="$MOLTCC --molt-program"
 
 cd "$WORK"
 SRC=memcached-1.6.18

@@ -67,19 +67,14 @@ while [ $# -gt 0 ]; do
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
-mkdir -p "$WORK"
-WORK=$(cd "$WORK" && pwd)
-case "$WORK" in "$REPO"|"$REPO"/*) echo "run.sh: MOLT_FULLREAL_WORK must be outside the repository" >&2; exit 2 ;; esac
-MOLTCC=$MOLT_BUILD/bin/moltcc
-MOLT=$MOLT_BUILD/bin/molt
-[ -x "$MOLTCC" ] && [ -x "$MOLT" ] || { echo "run.sh: build molt first ($MOLT_BUILD)" >&2; exit 2; }
+# shellcheck source=../lib.sh
+. "$HERE/../lib.sh"
+fullreal_prepare
 LOAD=$HERE/mqttload.py
 # Debian builds with TLS, websockets and cJSON; left out here so that the
 # build needs nothing beyond a C compiler (the code the update changes is
 # the same).
 MAKE_OPTS=(WITH_TLS=no WITH_CJSON=no WITH_DOCS=no WITH_WEBSOCKETS=no WITH_SRV=no WITH_SYSTEMD=no)
-# shellcheck source=../lib.sh
-. "$HERE/../lib.sh"
 
 cd "$WORK"
 DSC=mosquitto_2.0.11-1.2+deb12u2.dsc
