@@ -10,7 +10,7 @@ packages=(
   python3-pyelftools            # moltcc --molt-from: DWARF of program images
   clang-14                      # second compiler for tests and benchmarks
   clang-format-14               # the C style (tests/style)
-  binutils procps
+  binutils procps iproute2      # ss: the examples count established connections
   gdb                           # tests/debug: gdb and gcore on a patched process
   libcapstone-dev               # molt attach: the x86-64 instruction decoder
   git diffutils                 # patch builder tests: real git diff and diff -u
