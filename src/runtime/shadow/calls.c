@@ -21,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <stdio.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "molt/program.h"
@@ -34,6 +36,23 @@ void molt__shadow_note_inherited(void) {
   for (int fd = 0; fd < INHERITED_MAX; fd++)
     if (fcntl(fd, F_GETFD) >= 0)
       inherited[fd / 8] |= (unsigned char)(1u << (fd % 8));
+}
+
+void molt__shadow_note_shared_with(pid_t other) {
+  memset(inherited, 0, sizeof inherited);
+  for (int fd = 0; fd < INHERITED_MAX; fd++) {
+    struct stat mine, theirs;
+    char path[64];
+    if (fstat(fd, &mine) < 0)
+      continue;
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)other, fd);
+    /* The same object under the same number in the other process: a copy
+     * of the same descriptor from the fork (for a socket, the inode is the
+     * socket itself). */
+    if (stat(path, &theirs) == 0 && theirs.st_dev == mine.st_dev &&
+        theirs.st_ino == mine.st_ino)
+      inherited[fd / 8] |= (unsigned char)(1u << (fd % 8));
+  }
 }
 
 static bool was_inherited(int fd) {
@@ -49,12 +68,15 @@ void molt__shadow_close_inherited(int fd) {
   errno = e;
 }
 
-/* The follower's result: the leader's, with its errno. */
-static int64_t replay(const molt__sc *c) {
+/* The follower's result: the leader's, with its errno (true).  false: the
+ * thread leads from this call on (molt promote, or the leader is gone):
+ * the caller makes the call and records it as a leader does. */
+static bool replay(const molt__sc *c, int64_t *ret) {
   int e = 0;
-  int64_t r = molt__shadow_replay(c, &e);
+  if (!molt__shadow_replay(c, ret, &e))
+    return false;
   errno = e;
-  return r;
+  return true;
 }
 
 static void record(const molt__sc *c, int64_t ret, size_t out_len) {
@@ -68,8 +90,9 @@ ssize_t __wrap_read(int fd, void *buf, size_t n) {
   if (role == MOLT__SHADOW_NONE)
     return read(fd, buf, n);
   molt__sc c = {MOLT__SC_READ, {fd, (int64_t)n, 0}, NULL, 0, buf, n};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (ssize_t)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (ssize_t)rr;
   ssize_t r = read(fd, buf, n);
   record(&c, r, r > 0 ? (size_t)r : 0);
   return r;
@@ -80,8 +103,9 @@ ssize_t __wrap_recv(int fd, void *buf, size_t n, int flags) {
   if (role == MOLT__SHADOW_NONE)
     return recv(fd, buf, n, flags);
   molt__sc c = {MOLT__SC_RECV, {fd, (int64_t)n, flags}, NULL, 0, buf, n};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (ssize_t)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (ssize_t)rr;
   ssize_t r = recv(fd, buf, n, flags);
   record(&c, r, r > 0 ? (size_t)r : 0);
   return r;
@@ -92,8 +116,9 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n) {
   if (role == MOLT__SHADOW_NONE)
     return write(fd, buf, n);
   molt__sc c = {MOLT__SC_WRITE, {fd, (int64_t)n, 0}, buf, n, NULL, 0};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (ssize_t)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (ssize_t)rr;
   ssize_t r = write(fd, buf, n);
   record(&c, r, 0);
   return r;
@@ -104,8 +129,9 @@ ssize_t __wrap_send(int fd, const void *buf, size_t n, int flags) {
   if (role == MOLT__SHADOW_NONE)
     return send(fd, buf, n, flags);
   molt__sc c = {MOLT__SC_SEND, {fd, (int64_t)n, flags}, buf, n, NULL, 0};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (ssize_t)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (ssize_t)rr;
   ssize_t r = send(fd, buf, n, flags);
   record(&c, r, 0);
   return r;
@@ -124,8 +150,9 @@ static int accept_common(molt__sc_kind kind, int fd, struct sockaddr *addr,
   } out = {0};
   socklen_t cap = addr && len ? *len : 0;
   molt__sc c = {kind, {fd, flags, cap}, NULL, 0, &out, sizeof out};
-  if (role == MOLT__SHADOW_FOLLOWER) {
-    int r = (int)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+    int r = (int)rr;
     if (r >= 0 && addr && len) {
       int e = errno;
       memcpy(addr, &out.a, out.len < cap ? out.len : cap);
@@ -175,19 +202,17 @@ int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout) {
     want[i] = (typeof(want[0])){fds[i].fd, fds[i].events, 0};
   molt__sc c = {MOLT__SC_POLL, {(int64_t)n, timeout, 0}, want, n * sizeof want[0],
                 revents,       n * sizeof revents[0]};
-  int r;
-  if (role == MOLT__SHADOW_FOLLOWER) {
-    r = (int)replay(&c);
-  } else {
-    r = poll(fds, n, timeout);
-    for (nfds_t i = 0; i < n; i++)
-      revents[i] = fds[i].revents;
-    record(&c, r, r >= 0 ? n * sizeof revents[0] : 0);
-    return r;
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+    if (rr >= 0)
+      for (nfds_t i = 0; i < n; i++)
+        fds[i].revents = revents[i];
+    return (int)rr;
   }
-  if (r >= 0)
-    for (nfds_t i = 0; i < n; i++)
-      fds[i].revents = revents[i];
+  int r = poll(fds, n, timeout);
+  for (nfds_t i = 0; i < n; i++)
+    revents[i] = fds[i].revents;
+  record(&c, r, r >= 0 ? n * sizeof revents[0] : 0);
   return r;
 }
 
@@ -197,8 +222,9 @@ int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout) {
     return epoll_wait(epfd, ev, max, timeout);
   size_t cap = max > 0 ? (size_t)max * sizeof *ev : 0;
   molt__sc c = {MOLT__SC_EPOLL_WAIT, {epfd, max, timeout}, NULL, 0, ev, cap};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (int)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (int)rr;
   int r = epoll_wait(epfd, ev, max, timeout);
   record(&c, r, r > 0 ? (size_t)r * sizeof *ev : 0);
   return r;
@@ -209,11 +235,11 @@ int __wrap_close(int fd) {
   if (role == MOLT__SHADOW_NONE)
     return close(fd);
   molt__sc c = {MOLT__SC_CLOSE, {fd, 0, 0}, NULL, 0, NULL, 0};
-  if (role == MOLT__SHADOW_FOLLOWER) {
-    int r = (int)replay(&c);
-    if (r == 0)
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+    if (rr == 0)
       molt__shadow_close_inherited(fd);
-    return r;
+    return (int)rr;
   }
   int r = close(fd);
   record(&c, r, 0);

@@ -151,6 +151,10 @@ typedef struct molt__mode {
   void (*fork_prepare)(void);
   void (*fork_parent)(void);
   void (*fork_child)(void);
+  /* Before another mode's operation runs (op_lock held): 0, or MOLT_E* with
+   * a one-line err to refuse it (a shadowed update refuses a plain full
+   * update while its follower runs).  Logs its refusal. */
+  int (*veto)(const molt__op_info *op, char *err, size_t errlen);
   /* Its records for `molt status` (op_lock held, molt__rt_lock not held). */
   void (*status)(molt__buf *out);
   /* Each reclamation pass (runtime thread, op_lock held). */
@@ -168,6 +172,10 @@ MOLT__HIDDEN const molt__mode *molt__mode_current(void);
 MOLT__HIDDEN const molt__mode *molt__mode_for_op(unsigned op);
 /* Hooks of every registered mode, in registration order (fork_parent and
  * fork_child in reverse). */
+/* The vetoes of every registered mode but `handler` on op (op_lock held):
+ * the first refusal, or 0. */
+MOLT__HIDDEN int molt__modes_veto(const molt__mode *handler, const molt__op_info *op,
+                                  char *err, size_t errlen);
 MOLT__HIDDEN void molt__modes_on_park(void *frame, const char *point,
                                       molt__verdict pending);
 MOLT__HIDDEN void molt__modes_on_release(molt__verdict verdict);
