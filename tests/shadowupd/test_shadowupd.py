@@ -710,3 +710,85 @@ def test_promote_waits_for_connections_the_follower_lacks():
         srv.assert_clean()
     finally:
         srv.close()
+
+
+def served_on(srv, cl, what):
+    """The clients' replies keep growing (the process serving them now)."""
+    base = sum(cl.replies)
+    poll(lambda: sum(cl.replies), lambda n: n >= base + 20, timeout=20,
+         what="the clients to be served by %s" % what)
+
+
+def took_over(follower, leader):
+    """The follower's own control socket: its shadow record after it took
+    over from the dead leader."""
+    sh = poll(lambda: molt("status", follower, "--json").rc == 0 and status(follower)["shadow"],
+              lambda s: s and s["stage"] == "took-over", timeout=20,
+              what="follower %d to take over with a control socket" % follower)
+    assert "the leader %d ended" % leader in sh["outcome"], sh
+    return sh
+
+
+KILL_MOMENTS = (0.0, 0.15, 0.4, 0.8, 1.5)   # seconds after the fork
+
+
+def test_leader_killed_follower_takes_over():
+    """The leader SIGKILLed at a spread of moments while its follower
+    replays under load (one kill right after the fork, while the follower
+    may still migrate; the last one after a promotion, while the follower
+    leads): the follower replays what the leader did, then serves the same
+    connections (they were inherited at the fork) and new ones.  Every
+    client request is answered, every reply right."""
+    v1, same, _, _ = images()
+    for i, delay in enumerate(KILL_MOMENTS + ("promoted",)):
+        srv = Server(v1, "kill%d" % i)
+        try:
+            cl = Clients(srv, tag="k%d-" % i)
+            follower = shadow(srv, same)["follower"]
+            if delay == "promoted":
+                molt("promote", srv.pid, "--timeout", "20", check=0)
+                served_on(srv, cl, "the promoted follower")
+            else:
+                time.sleep(delay)
+            os.kill(srv.pid, 9)
+            srv.p.p.wait()
+            served_on(srv, cl, "follower %d after the leader's death" % follower)
+            took_over(follower, srv.pid)
+            # new connections too: the listening socket is shared
+            assert ask(srv, "SET after %d" % i) == "OK\n"
+            assert ask(srv, "GET after") == "VALUE %d\n" % i
+            replies = cl.stop()
+            assert cl.wrong == [], (delay, cl.wrong[:3])
+            assert replies > 40, (delay, replies)
+            assert open("/proc/%d/stat" % follower).read().split()[2] != "Z"
+        finally:
+            srv.close()
+        srv.assert_clean()
+
+
+def test_new_version_killed_while_it_leads():
+    """After a promotion the new version (the follower) is SIGKILLed: the
+    old version replays the calls the new one made and leads again; the
+    clients see every reply right."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "newdies")
+    try:
+        cl = Clients(srv)
+        follower = shadow(srv, same)["follower"]
+        molt("promote", srv.pid, "--timeout", "20", check=0)
+        served_on(srv, cl, "the promoted follower")
+        os.kill(follower, 9)
+        sh = ended(srv)
+        assert "crashed (signal 9" in sh["outcome"], sh
+        msgs = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
+        assert any("the old version replays its calls and leads again" in m for m in msgs), msgs
+        served_on(srv, cl, "the old version again")
+        assert ask(srv, "PING") == "PONG\n"
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert status(srv.pid)["image"]["full_updates"] == 0
+        # a new shadow can start
+        assert shadow(srv, same)["stage"] == "shadowing"
+        srv.assert_clean()
+    finally:
+        srv.close()
