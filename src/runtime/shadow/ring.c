@@ -87,7 +87,8 @@ typedef struct ring {
    * that consumer after its last replay, acquire load by the operation,
    * which then reads `absent` (written by those replays). */
   _Atomic uint32_t taken;
-  char data[MOLT__SHADOW_RING_BYTES];
+  /* Records are 8-byte aligned (their sizes are multiples of 8). */
+  _Alignas(8) char data[MOLT__SHADOW_RING_BYTES];
 } ring;
 
 typedef struct area {
@@ -266,7 +267,10 @@ molt__shadow_role molt__shadow_role_now(void) {
     if (!my_ring1)
       return MOLT__SHADOW_NONE;
   } else if (!my_ring1) {
-    return MOLT__SHADOW_FOLLOWER; /* replay says the thread is not followed */
+    /* A thread the follower started: after a takeover it runs as any
+     * thread; before, replay ends the follower (it is not followed). */
+    return atomic_load_explicit(&alone, memory_order_acquire) ? MOLT__SHADOW_NONE
+                                                              : MOLT__SHADOW_FOLLOWER;
   }
   if (my_done)
     return MOLT__SHADOW_NONE;
