@@ -116,6 +116,8 @@ class Clients:
     def __init__(self, srv, n=2, tag="c"):
         self.socks = [srv.connect() for _ in range(n)]
         self.go = True
+        self.hold = threading.Event()     # set: pause between requests
+        self.held = [threading.Event() for _ in range(n)]
         self.replies = [0] * n
         self.wrong = []
         self.threads = [threading.Thread(target=self.run, args=(i, tag)) for i in range(n)]
@@ -141,8 +143,23 @@ class Clients:
                     self.replies[i] += 1
                 n += 1
                 time.sleep(0.001)
+                while self.hold.is_set() and self.go:
+                    self.held[i].set()
+                    time.sleep(0.001)
+                self.held[i].clear()
         except OSError as e:
             self.wrong.append(("connection", repr(e)))
+
+    def pause(self):
+        """Returns once every client waits between two requests (each has
+        its reply), 20 ms after the last one got it."""
+        self.hold.set()
+        for e in self.held:
+            assert e.wait(20)
+        time.sleep(0.02)
+
+    def resume(self):
+        self.hold.clear()
 
     def stop(self):
         self.go = False
@@ -729,12 +746,7 @@ def took_over(follower, leader):
     return sh
 
 
-# Seconds after the fork.  SHADOW_KILLS=N (by hand, not in CI) spreads N
-# moments over 0-2 s instead, for a long run.
-KILL_MOMENTS = (0.0, 0.15, 0.4, 0.8, 1.5)
-if os.environ.get("SHADOW_KILLS"):
-    KILL_MOMENTS = tuple(2.0 * k / int(os.environ["SHADOW_KILLS"])
-                         for k in range(int(os.environ["SHADOW_KILLS"])))
+KILL_MOMENTS = (0.0, 0.15, 0.4, 0.8, 1.5)   # seconds after the fork
 
 
 def test_leader_killed_follower_takes_over():
@@ -743,7 +755,12 @@ def test_leader_killed_follower_takes_over():
     may still migrate; the last one after a promotion, while the follower
     leads): the follower replays what the leader did, then serves the same
     connections (they were inherited at the fork) and new ones.  Every
-    client request is answered, every reply right."""
+    client request is answered, every reply right.
+
+    The clients pause for the kill itself (each has its reply): a call the
+    leader has made but not yet recorded when it dies is lost (design §17,
+    "the window"), which a kill amid requests hits now and then;
+    bench/shadowupd/leader_kills.py measures how often."""
     v1, same, _, _ = images()
     for i, delay in enumerate(KILL_MOMENTS + ("promoted",)):
         srv = Server(v1, "kill%d" % i)
@@ -755,8 +772,10 @@ def test_leader_killed_follower_takes_over():
                 served_on(srv, cl, "the promoted follower")
             else:
                 time.sleep(delay)
+            cl.pause()
             os.kill(srv.pid, 9)
             srv.p.p.wait()
+            cl.resume()
             served_on(srv, cl, "follower %d after the leader's death" % follower)
             took_over(follower, srv.pid)
             # new connections too: the listening socket is shared
@@ -782,8 +801,10 @@ def test_new_version_killed_while_it_leads():
         follower = shadow(srv, same)["follower"]
         molt("promote", srv.pid, "--timeout", "20", check=0)
         served_on(srv, cl, "the promoted follower")
+        cl.pause()   # see test_leader_killed_follower_takes_over
         os.kill(follower, 9)
         sh = ended(srv)
+        cl.resume()
         assert "crashed (signal 9" in sh["outcome"], sh
         msgs = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
         assert any("the old version replays its calls and leads again" in m for m in msgs), msgs
