@@ -483,9 +483,12 @@ static rec *reserve(ring *r, size_t size, uint64_t *end) {
     if (!t0)
       t0 = now;
     else if (now - t0 > (uint64_t)MOLT__SHADOW_FULL_WAIT_MS * 1000000u) {
-      drop("the ring of thread %d stayed full for %d ms (the follower fell behind by "
-           "%" PRIu64 " bytes); the shadow was dropped",
-           (int)molt__gettid(), MOLT__SHADOW_FULL_WAIT_MS, head - tail);
+      drop(
+          "the ring of thread %d stayed full for %d ms (the follower fell behind by "
+          "%" PRIu64 " bytes; ring %d, handover %u, released %u); the shadow was dropped",
+          (int)molt__gettid(), MOLT__SHADOW_FULL_WAIT_MS, head - tail,
+          (int)(r - shared->rings), atomic_load_explicit(&r->taken, memory_order_relaxed),
+          atomic_load_explicit(&shared->ready, memory_order_relaxed));
       return NULL;
     }
     struct timespec ts = {0, 100000};
@@ -571,12 +574,24 @@ static bool hand_over(ring *r) {
     /* acquire: pairs with the consumer's release store of tail after it
      * took the HANDOVER; from here this thread writes tail. */
     if (atomic_load_explicit(&r->tail, memory_order_acquire) == end)
-      return true;
+      break;
     if (atomic_load_explicit(&alone, memory_order_acquire))
       return false;
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
+  /* Then until the operation releases the handover: what it wrote for the
+   * following side (the original's inherited set) is ordered before this
+   * thread's replays in this process too, not only through the other
+   * process's records (acquire, pairing with its release of ready).  The
+   * first record comes after that anyway. */
+  while (atomic_load_explicit(&shared->ready, memory_order_acquire) < e) {
+    if (atomic_load_explicit(&alone, memory_order_acquire))
+      return false;
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+  return true;
 }
 
 /* ---- the follower --------------------------------------------------------------*/

@@ -89,6 +89,9 @@ static unsigned nrules; /* shd_lock: rules of the last session */
 
 static bool running(stage_t s) { return s == STAGE_SHADOWING || s == STAGE_PROMOTED; }
 
+/* The rules of the next session, parsed before the barrier (op_lock). */
+static molt__rules next_rules;
+
 /* What the step needs, on the runtime thread's stack. */
 typedef struct fork_ctx {
   molt__full_update *u;
@@ -173,6 +176,7 @@ static int fork_step(void *arg, char *err, size_t errlen) {
                  MOLT__SHADOW_MAX_THREADS);
     return MOLT_ENOTSUP;
   }
+  *molt__shadow_rules() = next_rules;
   molt__shadow_session_begin(tids, n);
   molt__program_keep_threads_at_fork();
   pid_t pid = fork();
@@ -274,9 +278,11 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
     molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
     return MOLT_ENOMEM;
   }
-  /* The rules, parsed again here: the text came from a client.  No
-   * session runs (checked above, under op_lock), so nobody reads them. */
-  molt__rules *rules = molt__shadow_rules();
+  /* The rules, parsed again here: the text came from a client.  Into a
+   * table of the operation's (op_lock): the session's table, which the
+   * original process's threads read while they follow after a promotion,
+   * is written by the fork step, with every program thread parked. */
+  molt__rules *rules = &next_rules;
   if (req->rules_len > 0) {
     int prc = molt__rules_parse(req->rules_name, req->rules, req->rules_len, rules, err,
                                 errlen);
@@ -350,6 +356,11 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
  * monitor has reaped it and recorded the outcome, so that `molt status`
  * right after shows it ended. */
 static void end_follower(pid_t pid, const char *why) {
+  /* This process leads (a promotion was handed back first): its threads
+   * stop recording now rather than when the monitor has reaped the
+   * follower -- on a loaded machine that can take long enough for a busy
+   * thread to fill its ring and drop the shadow with a misleading report. */
+  molt__shadow_session_alone();
   molt__lock_acquire(&shd_lock);
   ending = why;
   kill(pid, SIGKILL);
