@@ -111,9 +111,16 @@ static void follower_main(fork_ctx *c) {
   molt__shadow_note_inherited();
   /* The follower watches its leader: a pidfd becomes readable when the
    * leader's process has ended.  (Opened after the inherited set was
-   * noted: it is the follower's own.)  Without pidfds (Linux < 5.3) it
-   * dies with the leader's runtime thread instead, as it always did. */
+   * noted: it is the follower's own; kept in the runtime's band, out of
+   * the numbers where descriptors the leader creates are placed, fds.c.)
+   * Without pidfds (Linux < 5.3) it dies with the leader's runtime thread
+   * instead, as it always did. */
+  molt__fd watch = MOLT__FD_NONE;
   int pidfd = (int)syscall(SYS_pidfd_open, leader, 0);
+  if (pidfd >= 0 && molt__fd_keep(&watch, pidfd) == 0)
+    pidfd = watch.fd;
+  else
+    pidfd = -1;
   if (pidfd < 0)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != leader)
@@ -135,7 +142,7 @@ static void follower_main(fork_ctx *c) {
     struct pollfd p = {pidfd, POLLIN, 0};
     while (poll(&p, 1, -1) <= 0)
       ;
-    close(pidfd);
+    molt__fd_close(&watch);
     /* A leader that ended through exit() meant to end: so does its
      * follower.  A crash or a signal: the follower takes over. */
     if (molt__shadow_leader_exited())
