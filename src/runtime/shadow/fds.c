@@ -229,7 +229,9 @@ void molt__shadow_note_shared_with(pid_t other) {
     /* The same object under the same number in the other process: a copy
      * of the same descriptor from the fork or passed over a channel (for a
      * socket, the inode is the socket itself). */
-    if (fstat(fd, &mine) == 0 && !molt__shadow_is_channel(fd) &&
+    /* (A channel is not looked at: the monitor closes it when the
+     * follower ends, with no order to this thread's look.) */
+    if (!molt__shadow_is_channel(fd) && fstat(fd, &mine) == 0 &&
         stat(path, &theirs) == 0 && theirs.st_dev == mine.st_dev &&
         theirs.st_ino == mine.st_ino)
       both = 1;

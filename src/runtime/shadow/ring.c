@@ -91,8 +91,15 @@ typedef struct ring {
   _Atomic uint64_t applied;            /* relaxed: calls a rule decided, for status */
   /* The epoch of the last HANDOVER its consumer took: release store by
    * that consumer after its last replay, acquire load by the operation,
-   * which then reads `absent` (written by those replays). */
+   * which then reads `opened` and `closed` (written by those replays). */
   _Atomic uint32_t taken;
+  /* The epoch of the last HANDOVER its producer saw taken: release store
+   * by that producer, which makes no call after it until the handover is
+   * released; acquire load by a promotion's operation, in the same
+   * process, before it looks at the descriptors those threads created
+   * (molt__shadow_note_shared_with).  The order through `taken` passes
+   * through the other process, where a sanitizer does not see it. */
+  _Atomic uint32_t handed;
   /* Records are 8-byte aligned (their sizes are multiples of 8). */
   _Alignas(8) char data[MOLT__SHADOW_RING_BYTES];
 } ring;
@@ -238,6 +245,7 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
     atomic_store_explicit(&r->max_use, 0, memory_order_relaxed);
     atomic_store_explicit(&r->applied, 0, memory_order_relaxed);
     atomic_store_explicit(&r->taken, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->handed, 0, memory_order_relaxed);
     r->leader_tid = tids[i];
   }
   s->nrings = (uint32_t)n;
@@ -659,6 +667,7 @@ static bool hand_over(ring *r) {
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
+  atomic_store_explicit(&r->handed, e, memory_order_release);
   /* Then until the operation releases the handover: what it wrote for the
    * following side (the original's inherited set) is ordered before this
    * thread's replays in this process too, not only through the other
@@ -1243,8 +1252,12 @@ int molt__shadow_hand_over(unsigned to, int timeout_ms, pid_t other, char *err,
   int rc = 0;
   for (;;) {
     uint32_t i, waiting_on = 0;
+    /* A promotion: the original process's threads, which hand over, are
+     * waited for in this process too (`handed`). */
     for (i = 0; i < s->nrings; i++)
-      if (atomic_load_explicit(&s->rings[i].taken, memory_order_acquire) != e)
+      if (atomic_load_explicit(&s->rings[i].taken, memory_order_acquire) != e ||
+          (to == 1 &&
+           atomic_load_explicit(&s->rings[i].handed, memory_order_acquire) != e))
         break;
     if (i == s->nrings)
       break;
