@@ -44,12 +44,12 @@ for r in $(seq "$rounds"); do
   s=$(tput)
   st=$("$molt" status $pid | grep '^shadowed update')
   "$molt" rollback $pid >/dev/null
-  case "$st" in *following*) ;; *) echo "round $r: the shadow ended early: $st" >&2; exit 1 ;; esac
-  printf 'round %d: no shadow %.0f req/s, shadow following %.0f req/s (%s)\n' "$r" "$b" "$s" \
+  case "$st" in *shadowing*) ;; *) echo "round $r: the shadow ended early: $st" >&2; exit 1 ;; esac
+  printf 'round %d: no shadow %.0f req/s, shadowing %.0f req/s (%s)\n' "$r" "$b" "$s" \
     "$(echo "$st" | grep -o '[0-9]* calls recorded, [0-9]* compared, ring use up to [0-9]*%')"
   base+=("$b") shad+=("$s")
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 mb=$(median "${base[@]}") ms=$(median "${shad[@]}")
-printf 'median: no shadow %.0f req/s, shadow following %.0f req/s: %.1f%% less (load average %s)\n' \
+printf 'median: no shadow %.0f req/s, shadowing %.0f req/s: %.1f%% less (load average %s)\n' \
   "$mb" "$ms" "$(echo "$mb $ms" | awk '{print 100 * ($1 - $2) / $1}')" "$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -145,7 +145,7 @@ def main():
         churn = Churn(port)
         next_line = t0 + 10
         s = status(molt, pid)
-        while time.monotonic() - t0 < args.seconds and s["stage"] == "following":
+        while time.monotonic() - t0 < args.seconds and s["stage"] == "shadowing":
             time.sleep(0.5)
             s = status(molt, pid)
             if time.monotonic() >= next_line:
@@ -158,7 +158,7 @@ def main():
         before.stop()
         want = s["recorded"]
         deadline = time.monotonic() + 30
-        while s["stage"] == "following" and s["compared"] < want and time.monotonic() < deadline:
+        while s["stage"] == "shadowing" and s["compared"] < want and time.monotonic() < deadline:
             time.sleep(0.2)
             s = status(molt, pid)
         requests = before.requests() + after.requests() + churn.requests
@@ -167,7 +167,7 @@ def main():
               "made after the fork, %d calls recorded, %d compared, %d divergences, "
               "stage %s" % (args.seconds, args.workers, requests, churn.connections,
                             s["recorded"], s["compared"], s["divergences"], s["stage"]))
-        if s["stage"] != "following":
+        if s["stage"] != "shadowing":
             problems.append("the shadow ended: %s" % s["outcome"])
         if s["divergences"]:
             problems.append("%d divergences: %s" % (s["divergences"], s["outcome"]))

@@ -204,6 +204,8 @@ int cli_cmd_rollback(const cli_args *a);
 int cli_cmd_log(const cli_args *a);
 int cli_cmd_update(const cli_args *a);
 int cli_cmd_shadow(const cli_args *a);
+int cli_cmd_promote(const cli_args *a);
+int cli_cmd_commit(const cli_args *a);
 int cli_cmd_attach(const cli_args *a);
 /* cmd_attach.c: a process patched by `molt attach` (it has an attach
  * record), and what rollback and status do for it. */

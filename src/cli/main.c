@@ -1,7 +1,8 @@
 /*
  * molt -- the command-line client of the molt control protocol.
  *
- *   molt ps | status | apply | rollback | log | update | shadow | attach | run |
+ *   molt ps | status | apply | rollback | log | update | shadow | promote |
+ *   commit | attach | run |
  *   help | --version
  *
  * One command table: the commands of the operations come from the table of
@@ -55,9 +56,6 @@ static const command commands[] = {
      (const char *const[]){"version", NULL}},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
-
-/* Commands of later molt versions: a clearer answer than "unknown". */
-static const char *const reserved[] = {"promote"};
 
 /* ---- usage ------------------------------------------------------------------- */
 
@@ -334,15 +332,9 @@ int main(int argc, char **argv) {
                 .argc = argc,
                 .argv = argv};
   const command *c = find(argv[1]);
-  if (!c) {
-    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
-      if (strcmp(argv[1], reserved[i]) == 0)
-        return cli_fail(EXIT_USAGE,
-                        "%s: not supported by this version of molt; see 'molt help'",
-                        argv[1]);
+  if (!c)
     return cli_fail(EXIT_USAGE, "unknown command '%s'; run 'molt help' for usage",
                     argv[1]);
-  }
   if (c->raw)
     return c->handler(&o);
   int code = parse_args(argc, argv, &o);

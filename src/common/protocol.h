@@ -71,7 +71,7 @@
   XX(ROLLBACK, rollback, 3, MOLT__OPF_CHANGES | MOLT__OPF_POLICY | MOLT__OPF_TIMEOUT, \
      MOLT__MODE_HOT | MOLT__MODE_FULL, NULL,                                   \
      "return to the previous generation; in a program image, end a "         \
-     "shadowed update's follower")                                             \
+     "shadowed update's follower (after promote: the old version leads again)")                                             \
   XX(LOG, log, 4, MOLT__OPF_REPORT, MOLT__MODES_ANY, NULL,                     \
      "the process's update log")                                              \
   XX(UPDATE, update, 5, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT | MOLT__OPF_INTERIOR, \
@@ -82,7 +82,15 @@
      MOLT__MODE_FULL,                                                          \
      "image",                                                                  \
      "shadowed full update (also 'molt update --shadow'): a forked follower "  \
-     "updates and replays the leader's calls, the leader serves on")
+     "updates and replays the leader's calls, the leader serves on")           \
+  XX(PROMOTE, promote, 7, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT,                 \
+     MOLT__MODE_FULL, NULL,                                                    \
+     "a shadowed update's new version leads, the old one follows (rollback "  \
+     "returns to it, commit keeps the new one)")                               \
+  XX(COMMIT, commit, 8, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT,                   \
+     MOLT__MODE_FULL, NULL,                                                    \
+     "keep a shadowed update's new version: the follower ends, the process "  \
+     "updates in place (keeps its pid)")
 /* clang-format on */
 
 typedef enum {

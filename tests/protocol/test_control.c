@@ -272,7 +272,9 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
     break;
   }
   case MOLT__OP_UPDATE:
-  case MOLT__OP_SHADOW: { /* echoes the request */
+  case MOLT__OP_SHADOW:
+  case MOLT__OP_PROMOTE:
+  case MOLT__OP_COMMIT: { /* echoes the request */
     char t[32];
     snprintf(t, sizeof t, "%d", req->timeout_ms);
     rec(out, 4, "echo", req->path, req->check_interior ? "1" : "0", t);

@@ -93,6 +93,19 @@ class Server:
     def close(self):
         if self.p.alive():
             self.p.kill()
+        # a follower whose leader is killed takes over: end it too
+        for pid in followers_of(self.pid):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+
+
+_followers = {}
+
+
+def followers_of(pid):
+    return _followers.get(pid, [])
 
 
 class Clients:
@@ -103,6 +116,8 @@ class Clients:
     def __init__(self, srv, n=2, tag="c"):
         self.socks = [srv.connect() for _ in range(n)]
         self.go = True
+        self.hold = threading.Event()     # set: pause between requests
+        self.held = [threading.Event() for _ in range(n)]
         self.replies = [0] * n
         self.wrong = []
         self.threads = [threading.Thread(target=self.run, args=(i, tag)) for i in range(n)]
@@ -128,8 +143,23 @@ class Clients:
                     self.replies[i] += 1
                 n += 1
                 time.sleep(0.001)
+                while self.hold.is_set() and self.go:
+                    self.held[i].set()
+                    time.sleep(0.001)
+                self.held[i].clear()
         except OSError as e:
             self.wrong.append(("connection", repr(e)))
+
+    def pause(self):
+        """Returns once every client waits between two requests (each has
+        its reply), 20 ms after the last one got it."""
+        self.hold.set()
+        for e in self.held:
+            assert e.wait(20)
+        time.sleep(0.02)
+
+    def resume(self):
+        self.hold.clear()
 
     def stop(self):
         self.go = False
@@ -147,10 +177,12 @@ def ask(srv, line):
         return s.makefile("rb").readline().decode()
 
 
-def shadow(srv, so):
-    r = molt("update", "--shadow", srv.pid, so, "--timeout", "20", check=0)
-    assert "follower" in r.out, r
-    return status(srv.pid)["shadow"]
+def shadow(srv, so, *rules):
+    r = molt("update", "--shadow", srv.pid, so, "--timeout", "20", *rules, check=0)
+    assert "started" in r.out, r
+    sh = status(srv.pid)["shadow"]
+    _followers.setdefault(srv.pid, []).append(sh["follower"])
+    return sh
 
 
 def ended(srv):
@@ -165,13 +197,13 @@ def test_same_version_no_false_divergence():
         fds = srv.settled_fds()
         cl = Clients(srv)
         sh = shadow(srv, same)
-        assert sh["stage"] == "following" and sh["follower"] > 0
+        assert sh["stage"] == "shadowing" and sh["follower"] > 0
         follower = sh["follower"]
         # a while under load: the follower replays every call, no divergence
         end = time.time() + 8
         while time.time() < end:
             s = status(srv.pid)["shadow"]
-            assert s["stage"] == "following", (s, s["outcome"])
+            assert s["stage"] == "shadowing", (s, s["outcome"])
             time.sleep(0.5)
         s = poll(lambda: status(srv.pid)["shadow"],
                  lambda s: s["compared"] > 200 and s["compared"] >= s["recorded"] - 50,
@@ -200,14 +232,9 @@ def test_same_version_no_false_divergence():
         # without a follower, rollback is refused as before
         r = molt("rollback", srv.pid, check=1)
         assert "hot patches are not supported" in r.err, r
-        # a new follower, which dies with the leader
-        follower = shadow(srv, same)["follower"]
         srv.assert_clean()
     finally:
         srv.close()
-    poll(lambda: not os.path.exists("/proc/%d" % follower) or
-         open("/proc/%d/stat" % follower).read().split()[2] == "Z",
-         timeout=10, what="the follower to end with the leader")
 
 
 def fd_links(pid):
@@ -257,7 +284,7 @@ def test_connection_accepted_after_fork_reaches_follower():
         assert cl.wrong == [] and replies > 10, (cl.wrong[:3], replies)
         # the leader closed them: so did the follower, once it replayed that
         s = caught_up(srv)
-        assert s["stage"] == "following" and s["divergences"] == 0, s
+        assert s["stage"] == "shadowing" and s["divergences"] == 0, s
         gone = set(new.values())
         poll(lambda: fd_links(follower),
              lambda f: not gone & set(f.values()),
@@ -287,7 +314,7 @@ def test_time_and_randomness_from_the_leader():
                 got.add(line[5])
         assert len(got) == 100  # the random bytes are random in the leader
         s = caught_up(srv)
-        assert s["stage"] == "following" and s["divergences"] == 0, s
+        assert s["stage"] == "shadowing" and s["divergences"] == 0, s
         assert cl.stop() > 0 and cl.wrong == [], cl.wrong[:3]
         srv.assert_clean()
     finally:
@@ -310,7 +337,7 @@ def test_unfollowed_io_ends_the_follower():
         # descriptor) with the trap armed, and lets memory calls through
         assert ask(srv, "NOW").startswith("NOW ")
         time.sleep(0.5)
-        assert status(srv.pid)["shadow"]["stage"] == "following"
+        assert status(srv.pid)["shadow"]["stage"] == "shadowing"
         with srv.connect() as s, s.makefile("rwb") as f:
             f.write(b"WRITEV\n")
             f.flush()
@@ -344,7 +371,7 @@ def test_divergence_caught_leader_unharmed():
         shadow(srv, diff)
         time.sleep(1)
         sh = status(srv.pid)["shadow"]
-        assert sh["stage"] == "following", sh
+        assert sh["stage"] == "shadowing", sh
         # the one request v2 answers differently: the leader answers it as v1
         with srv.connect() as s:
             s.sendall(b"SET magic 42\nGET magic\n")
@@ -395,7 +422,7 @@ def test_follower_crash_leader_serves_on():
         poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
         # a new shadow can start once the last one ended
         sh = shadow(srv, crash)
-        assert sh["stage"] == "following"
+        assert sh["stage"] == "shadowing"
     finally:
         srv.close()
 
@@ -416,7 +443,7 @@ def test_full_ring_drops_the_shadow():
             assert f.readline() == b"NONE\n"
             # the same thread serves this connection on: its ring fills
             n = 0
-            while status(srv.pid)["shadow"]["stage"] == "following":
+            while status(srv.pid)["shadow"]["stage"] == "shadowing":
                 for _ in range(200):
                     f.write(b"SET s%d x%d\n" % (n % 10, n))
                     f.flush()
@@ -518,7 +545,7 @@ def caught_up(srv):
     recorded when asked (or once it ended)."""
     want = status(srv.pid)["shadow"]["recorded"]
     return poll(lambda: status(srv.pid)["shadow"],
-                lambda s: s["stage"] != "following" or s["compared"] >= want,
+                lambda s: s["stage"] != "shadowing" or s["compared"] >= want,
                 timeout=20, what="the follower to catch up")
 
 
@@ -550,17 +577,14 @@ def test_new_command_needs_its_rule():
         assert '"ERROR\\n"' in sh["outcome"] and '"VALUE 1\\n"' in sh["outcome"], sh
         # with its rule
         rules = rules_file("incr.rules", RULES_INCR)
-        r = molt("update", "--shadow", srv.pid, v5, "--rules", rules, "--timeout", "20",
-                 check=0)
-        assert "started" in r.out, r
-        sh = status(srv.pid)["shadow"]
-        assert sh["stage"] == "following", sh
+        sh = shadow(srv, v5, "--rules", rules)
+        assert sh["stage"] == "shadowing", sh
         follower = sh["follower"]
         for _ in range(4):
             incr(srv, 5)
         assert ask(srv, "GET counter") == "NONE\n"
         s = caught_up(srv)
-        assert s["stage"] == "following" and s["follower"] == follower, s
+        assert s["stage"] == "shadowing" and s["follower"] == follower, s
         assert s["compared"] > 100, s
         # the 20 INCRs, each rewritten (the reverse rule is kept, not used)
         assert s["rules"] == 2 and s["rule_decided"] == 20, s
@@ -686,18 +710,16 @@ def test_rule_actions_on_a_live_shadow():
         fds = srv.settled_fds()
         cl = Clients(srv)
         # tolerate: the changed reply to GET magic
-        molt("update", "--shadow", srv.pid, diff, "--rules", rules, "--timeout", "20",
-             check=0)
+        shadow(srv, diff, "--rules", rules)
         assert ask(srv, "SET magic 42") == "OK\n"
         for _ in range(3):
             assert ask(srv, "GET magic") == "VALUE 42\n"
         sh = caught_up(srv)
-        assert sh["stage"] == "following" and sh["divergences"] == 0, sh["outcome"]
+        assert sh["stage"] == "shadowing" and sh["divergences"] == 0, sh["outcome"]
         assert sh["rules"] == 4 and sh["rule_decided"] == 3, sh   # the 3 GET magic
         molt("rollback", srv.pid, check=0)
         # drop + rewrite of a reply, insert
-        molt("update", "--shadow", srv.pid, v6, "--rules", rules, "--timeout", "20",
-             check=0)
+        shadow(srv, v6, "--rules", rules)
         with srv.connect() as s, s.makefile("rwb") as f:
             for _ in range(5):
                 for req, want in ((b"PING\n", b"PONG\n"), (b"QUIET\n", b"ERROR\n")):
@@ -705,7 +727,7 @@ def test_rule_actions_on_a_live_shadow():
                     f.flush()
                     assert f.readline() == want
         sh = caught_up(srv)
-        assert sh["stage"] == "following" and sh["divergences"] == 0, sh["outcome"]
+        assert sh["stage"] == "shadowing" and sh["divergences"] == 0, sh["outcome"]
         # 5 PINGs: a piece dropped, a piece rewritten; 5 QUIETs: a reply inserted
         assert sh["rule_decided"] == 15, sh
         molt("rollback", srv.pid, check=0)
@@ -718,6 +740,245 @@ def test_rule_actions_on_a_live_shadow():
         assert cl.wrong == [], cl.wrong[:3]
         assert replies > 100
         poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+# ---- promote, rollback, commit; a leader that dies ------------------------------
+
+RULES_PROMOTE = r"""# v5 adds INCR.  While v1 leads, the follower (v5) gets a command it
+# rejects too, so that both stay in related states.
+forward recv socket "INCR *" rewrite "NOSUCH\n"
+# While v5 leads (promoted), v1 follows: it answers INCR with ERROR where
+# v5 answers VALUE n; that reply is expected.
+reverse send socket "ERROR\n" tolerate
+"""
+
+
+def incr_reply(srv):
+    """One INCR on a connection of its own: the reply line."""
+    return ask(srv, "INCR counter")
+
+
+def test_promote_rollback_commit_under_load():
+    """promote: the new version leads (INCR answered), the old one follows
+    under the reverse rules; rollback: the old one leads again (INCR
+    refused), the follower ends; a second shadow, promote and commit: the
+    process itself runs the new version, same pid.  Under load from
+    clients connected before the shadow: 0 wrong or lost replies.  Each
+    command in a stage where it does not apply is refused with a clear
+    message and changes nothing."""
+    v1 = image("kvs-v1")
+    v5 = image("kvs-incr", 5, frm=v1)
+    rules = rules_file("promote.rules", RULES_PROMOTE)
+    srv = Server(v1, "promote")
+    try:
+        # no shadow: promote and commit are refused, the process unchanged
+        r = molt("promote", srv.pid, check=1)
+        assert "nothing to promote: no shadowed update is running" in r.err, r
+        assert r.err.count("\n") == 1, r
+        r = molt("commit", srv.pid, check=1)
+        assert "nothing to commit: no shadowed update is running" in r.err, r
+        assert status(srv.pid)["shadow"] is None
+        cl = Clients(srv)
+        sh = shadow(srv, v5, "--rules", rules)
+        follower = sh["follower"]
+        assert incr_reply(srv) == "ERROR\n"   # v1 leads
+        # a plain update while the follower runs: refused, nothing changed
+        r = molt("update", srv.pid, v5, check=1)
+        assert "a shadowed update is running (follower %d, shadowing)" % follower in r.err, r
+        assert "'molt commit'" in r.err and "'molt rollback'" in r.err, r
+        assert status(srv.pid)["image"]["full_updates"] == 0
+        # promote: v5 leads
+        r = molt("promote", srv.pid, "--timeout", "20", check=0)
+        assert "the new version (follower %d) leads" % follower in r.out, r
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "promoted" and sh["follower"] == follower, sh
+        for n in range(1, 6):
+            assert incr_reply(srv) == "VALUE %d\n" % n
+        r = molt("promote", srv.pid, check=1)
+        assert "already promoted" in r.err, r
+        r = molt("update", srv.pid, v5, check=1)
+        assert "(follower %d, promoted)" % follower in r.err, r
+        # the 5 ERRORs v1 sent, tolerated (v5 records a reply after the
+        # client has it: polled)
+        s = poll(lambda: status(srv.pid)["shadow"], lambda s: s["rule_decided"] >= 5,
+                 timeout=20, what="v1 to follow the 5 INCRs")
+        assert s["stage"] == "promoted" and s["divergences"] == 0, s
+        # rollback: v1 leads again, the follower ends
+        r = molt("rollback", srv.pid, "--timeout", "20", check=0)
+        assert "the old version leads again" in r.out, r
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "ended" and "after the promotion" in sh["outcome"], \
+            (sh, [(e["time"], e["event"], e["message"]) for e in log(srv.pid)][-6:])
+        assert not os.path.exists("/proc/%d" % follower)
+        assert incr_reply(srv) == "ERROR\n"
+        r = molt("rollback", srv.pid, check=1)
+        assert "hot patches are not supported" in r.err, r
+        # a second shadow, promoted, then committed: this process runs v5
+        follower = shadow(srv, v5, "--rules", rules)["follower"]
+        molt("promote", srv.pid, "--timeout", "20", check=0)
+        assert incr_reply(srv) == "VALUE 1\n"
+        r = molt("commit", srv.pid, "--timeout", "20", check=0)
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "committed" and "updated in place" in sh["outcome"], sh
+        assert not os.path.exists("/proc/%d" % follower)
+        st = status(srv.pid)
+        assert st["image"]["full_updates"] == 1, st["image"]
+        # v5 in this very process, its state migrated from v1 (which never
+        # counted): the count starts again
+        assert incr_reply(srv) == "VALUE 1\n"
+        r = molt("commit", srv.pid, check=1)
+        assert "nothing to commit" in r.err, r
+        time.sleep(0.5)
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 50
+        events = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
+        assert sum("promoted: the new version" in m for m in events) == 2, events
+        assert any("committed: the process runs" in m for m in events), events
+        refused = [e["message"] for e in log(srv.pid) if e["event"] == "refuse"]
+        assert any(m.startswith("promote refused: already promoted") for m in refused), refused
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def test_promote_keeps_passed_connections_rollback_waits_for_new_ones():
+    """A connection the leader accepted after the fork reached the follower
+    (fds.c), so promote goes through while it is open and the new version
+    serves it.  One the new version accepts after the promotion is not
+    passed back: while it is open, rollback is refused naming it, and
+    nothing changes (both connections still served); once it is closed,
+    rollback succeeds and the old version serves the first one again."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "absent")
+    try:
+        shadow(srv, same)
+        with srv.connect() as c1, c1.makefile("rwb") as f1:
+            f1.write(b"PING\n")
+            f1.flush()
+            assert f1.readline() == b"PONG\n"
+            r = molt("promote", srv.pid, "--timeout", "20", check=0)
+            assert "leads" in r.out, r
+            f1.write(b"PING\n")
+            f1.flush()
+            assert f1.readline() == b"PONG\n"
+            with srv.connect() as c2, c2.makefile("rwb") as f2:
+                f2.write(b"PING\n")
+                f2.flush()
+                assert f2.readline() == b"PONG\n"
+                # 4 s: half of it waits for the connection to close, the
+                # rest is the handover's (slow under TSan)
+                r = molt("rollback", srv.pid, "--timeout", "4", check=1)
+                assert "which the new version opened after the promotion, are still open" \
+                    in r.err, r
+                assert "nothing changed" in r.err, r
+                assert status(srv.pid)["shadow"]["stage"] == "promoted"
+                for f in (f1, f2):
+                    f.write(b"PING\n")
+                    f.flush()
+                    assert f.readline() == b"PONG\n"
+            r = molt("rollback", srv.pid, "--timeout", "20", check=0)
+            assert "the old version leads again" in r.out, r
+            f1.write(b"PING\n")
+            f1.flush()
+            assert f1.readline() == b"PONG\n"
+        assert ask(srv, "PING") == "PONG\n"
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "ended" and sh["divergences"] == 0, sh
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def served_on(srv, cl, what):
+    """The clients' replies keep growing (the process serving them now)."""
+    base = sum(cl.replies)
+    poll(lambda: sum(cl.replies), lambda n: n >= base + 20, timeout=20,
+         what="the clients to be served by %s" % what)
+
+
+def took_over(follower, leader):
+    """The follower's own control socket: its shadow record after it took
+    over from the dead leader."""
+    sh = poll(lambda: molt("status", follower, "--json").rc == 0 and status(follower)["shadow"],
+              lambda s: s and s["stage"] == "took-over", timeout=20,
+              what="follower %d to take over with a control socket" % follower)
+    assert "the leader %d ended" % leader in sh["outcome"], sh
+    return sh
+
+
+KILL_MOMENTS = (0.0, 0.15, 0.4, 0.8, 1.5)   # seconds after the fork
+
+
+def test_leader_killed_follower_takes_over():
+    """The leader SIGKILLed at a spread of moments while its follower
+    replays under load (one kill right after the fork, while the follower
+    may still migrate; the last one after a promotion, while the follower
+    leads): the follower replays what the leader did, then serves the same
+    connections (they were inherited at the fork) and new ones.  Every
+    client request is answered, every reply right.
+
+    The clients pause for the kill itself (each has its reply): a call the
+    leader has made but not yet recorded when it dies is lost (design §17,
+    "the window"), which a kill amid requests hits now and then;
+    bench/shadowupd/leader_kills.py measures how often."""
+    v1, same, _, _ = images()
+    for i, delay in enumerate(KILL_MOMENTS + ("promoted",)):
+        srv = Server(v1, "kill%d" % i)
+        try:
+            cl = Clients(srv, tag="k%d-" % i)
+            follower = shadow(srv, same)["follower"]
+            if delay == "promoted":
+                molt("promote", srv.pid, "--timeout", "20", check=0)
+                served_on(srv, cl, "the promoted follower")
+            else:
+                time.sleep(delay)
+            cl.pause()
+            os.kill(srv.pid, 9)
+            srv.p.p.wait()
+            cl.resume()
+            served_on(srv, cl, "follower %d after the leader's death" % follower)
+            took_over(follower, srv.pid)
+            # new connections too: the listening socket is shared
+            assert ask(srv, "SET after %d" % i) == "OK\n"
+            assert ask(srv, "GET after") == "VALUE %d\n" % i
+            replies = cl.stop()
+            assert cl.wrong == [], (delay, cl.wrong[:3])
+            assert replies > 40, (delay, replies)
+            assert open("/proc/%d/stat" % follower).read().split()[2] != "Z"
+        finally:
+            srv.close()
+        srv.assert_clean()
+
+
+def test_new_version_killed_while_it_leads():
+    """After a promotion the new version (the follower) is SIGKILLed: the
+    old version replays the calls the new one made and leads again; the
+    clients see every reply right."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "newdies")
+    try:
+        cl = Clients(srv)
+        follower = shadow(srv, same)["follower"]
+        molt("promote", srv.pid, "--timeout", "20", check=0)
+        served_on(srv, cl, "the promoted follower")
+        cl.pause()   # see test_leader_killed_follower_takes_over
+        os.kill(follower, 9)
+        sh = ended(srv)
+        cl.resume()
+        assert "crashed (signal 9" in sh["outcome"], sh
+        msgs = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
+        assert any("the old version replays its calls and leads again" in m for m in msgs), msgs
+        served_on(srv, cl, "the old version again")
+        assert ask(srv, "PING") == "PONG\n"
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert status(srv.pid)["image"]["full_updates"] == 0
+        # a new shadow can start
+        assert shadow(srv, same)["stage"] == "shadowing"
         srv.assert_clean()
     finally:
         srv.close()

@@ -82,7 +82,9 @@ int molt__execute(const molt__request *req, molt__buf *out, char *err, size_t er
      * runtime thread's passes and run out of generation slots. */
     if (oi->flags & MOLT__OPF_CHANGES)
       molt__reclaim_locked();
-    rc = handler->ops[oi->op](req, out, err, errlen);
+    rc = molt__modes_veto(handler, oi, err, errlen);
+    if (rc == 0)
+      rc = handler->ops[oi->op](req, out, err, errlen);
     molt__op_unlock();
   }
   if (rc == 0 && out->oom) {

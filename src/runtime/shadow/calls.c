@@ -31,14 +31,20 @@
 
 #include "molt/program.h"
 
-/* The follower's result: the leader's, with its errno. */
-static int64_t replay(const molt__sc *c) {
+/* The follower's result: the leader's, with its errno (true).  false: the
+ * thread leads from this call on (molt promote, or the leader is gone):
+ * the caller makes the call and records it as a leader does.  The replay's
+ * own calls are not trapped (trap.c); a thread that leads from here stays
+ * allowed, since its calls are real from now on (a thread that follows
+ * again blocks at the end of its next replay). */
+static bool replay(const molt__sc *c, int64_t *ret) {
   int e = 0;
-  molt__shadow_trap_allow(); /* the replay's own calls are not trapped (trap.c) */
-  int64_t r = molt__shadow_replay(c, &e);
+  molt__shadow_trap_allow();
+  if (!molt__shadow_replay(c, ret, &e))
+    return false;
   molt__shadow_trap_block();
   errno = e;
-  return r;
+  return true;
 }
 
 static void record(const molt__sc *c, int64_t ret, size_t out_len) {
@@ -52,8 +58,9 @@ ssize_t __wrap_read(int fd, void *buf, size_t n) {
   if (role == MOLT__SHADOW_NONE)
     return read(fd, buf, n);
   molt__sc c = {MOLT__SC_READ, {fd, (int64_t)n, 0}, NULL, 0, buf, n, 0};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (ssize_t)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (ssize_t)rr;
   ssize_t r = read(fd, buf, n);
   record(&c, r, r > 0 ? (size_t)r : 0);
   return r;
@@ -64,8 +71,9 @@ ssize_t __wrap_recv(int fd, void *buf, size_t n, int flags) {
   if (role == MOLT__SHADOW_NONE)
     return recv(fd, buf, n, flags);
   molt__sc c = {MOLT__SC_RECV, {fd, (int64_t)n, flags}, NULL, 0, buf, n, 0};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (ssize_t)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (ssize_t)rr;
   ssize_t r = recv(fd, buf, n, flags);
   record(&c, r, r > 0 ? (size_t)r : 0);
   return r;
@@ -76,8 +84,9 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n) {
   if (role == MOLT__SHADOW_NONE)
     return write(fd, buf, n);
   molt__sc c = {MOLT__SC_WRITE, {fd, (int64_t)n, 0}, buf, n, NULL, 0, 0};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (ssize_t)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (ssize_t)rr;
   ssize_t r = write(fd, buf, n);
   record(&c, r, 0);
   return r;
@@ -88,8 +97,9 @@ ssize_t __wrap_send(int fd, const void *buf, size_t n, int flags) {
   if (role == MOLT__SHADOW_NONE)
     return send(fd, buf, n, flags);
   molt__sc c = {MOLT__SC_SEND, {fd, (int64_t)n, flags}, buf, n, NULL, 0, 0};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (ssize_t)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (ssize_t)rr;
   ssize_t r = send(fd, buf, n, flags);
   record(&c, r, 0);
   return r;
@@ -108,8 +118,9 @@ static int accept_common(molt__sc_kind kind, int fd, struct sockaddr *addr,
   } out = {0};
   socklen_t cap = addr && len ? *len : 0;
   molt__sc c = {kind, {fd, flags, cap}, NULL, 0, &out, sizeof out, 0};
-  if (role == MOLT__SHADOW_FOLLOWER) {
-    int r = (int)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+    int r = (int)rr;
     if (r >= 0 && addr && len) {
       int e = errno;
       memcpy(addr, &out.a, out.len < cap ? out.len : cap);
@@ -183,20 +194,18 @@ int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout) {
   poll_sorted(fds, n, want, idx);
   molt__sc c = {MOLT__SC_POLL, {(int64_t)n, timeout, 0}, want, n * sizeof want[0],
                 revents,       n * sizeof revents[0],    0};
-  int r;
-  if (role == MOLT__SHADOW_FOLLOWER) {
-    memset(revents, 0, n * sizeof revents[0]); /* a retry returns no event */
-    r = (int)replay(&c);
-  } else {
-    r = poll(fds, n, timeout);
-    for (nfds_t k = 0; k < n; k++)
-      revents[k] = fds[idx[k]].revents;
-    record(&c, r, r >= 0 ? n * sizeof revents[0] : 0);
-    return r;
+  memset(revents, 0, n * sizeof revents[0]); /* a follower's retry returns no event */
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+    if (rr >= 0)
+      for (nfds_t k = 0; k < n; k++)
+        fds[idx[k]].revents = revents[k];
+    return (int)rr;
   }
-  if (r >= 0)
-    for (nfds_t k = 0; k < n; k++)
-      fds[idx[k]].revents = revents[k];
+  int r = poll(fds, n, timeout);
+  for (nfds_t k = 0; k < n; k++)
+    revents[k] = fds[idx[k]].revents;
+  record(&c, r, r >= 0 ? n * sizeof revents[0] : 0);
   return r;
 }
 
@@ -206,8 +215,9 @@ int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout) {
     return epoll_wait(epfd, ev, max, timeout);
   size_t cap = max > 0 ? (size_t)max * sizeof *ev : 0;
   molt__sc c = {MOLT__SC_EPOLL_WAIT, {epfd, max, timeout}, NULL, 0, ev, cap, 0};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (int)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (int)rr;
   int r = epoll_wait(epfd, ev, max, timeout);
   record(&c, r, r > 0 ? (size_t)r * sizeof *ev : 0);
   return r;
@@ -218,8 +228,9 @@ int __wrap_close(int fd) {
   if (role == MOLT__SHADOW_NONE)
     return close(fd);
   molt__sc c = {MOLT__SC_CLOSE, {fd, 0, 0}, NULL, 0, NULL, 0, 0};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (int)replay(&c); /* the follower's copy: closed by the replay (fds.c) */
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (int)rr; /* the follower's copy: closed by the replay (fds.c) */
   c.fd_gen = molt__shadow_fd_gen(fd); /* before the number can be reused */
   int r = close(fd);
   record(&c, r, 0);
@@ -236,8 +247,9 @@ int __wrap_socket(int domain, int type, int protocol) {
   if (role == MOLT__SHADOW_NONE)
     return socket(domain, type, protocol);
   molt__sc c = {MOLT__SC_SOCKET, {domain, type, protocol}, NULL, 0, NULL, 0, 0};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (int)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (int)rr;
   int r = socket(domain, type, protocol);
   record(&c, r, 0);
   return r;
@@ -261,8 +273,9 @@ int __wrap_open(const char *path, int flags, ...) {
   if (role == MOLT__SHADOW_NONE)
     return open(path, flags, mode);
   molt__sc c = {MOLT__SC_OPEN, {flags, mode, 0}, path, strlen(path), NULL, 0, 0};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (int)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (int)rr;
   int r = open(path, flags, mode);
   record(&c, r, 0);
   return r;
@@ -275,8 +288,9 @@ int __wrap_openat(int dirfd, const char *path, int flags, ...) {
   if (role == MOLT__SHADOW_NONE)
     return openat(dirfd, path, flags, mode);
   molt__sc c = {MOLT__SC_OPENAT, {dirfd, flags, mode}, path, strlen(path), NULL, 0, 0};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (int)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (int)rr;
   int r = openat(dirfd, path, flags, mode);
   record(&c, r, 0);
   return r;
@@ -295,8 +309,9 @@ int __wrap_clock_gettime(clockid_t clock, struct timespec *ts) {
   struct timespec v = {0, 0};
   molt__sc c = {MOLT__SC_CLOCK_GETTIME, {clock, 0, 0}, NULL, 0, &v, sizeof v, 0};
   int r;
-  if (role == MOLT__SHADOW_FOLLOWER) {
-    r = (int)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+    r = (int)rr;
   } else {
     r = clock_gettime(clock, &v);
     record(&c, r, r == 0 ? sizeof v : 0);
@@ -317,8 +332,9 @@ int __wrap_gettimeofday(struct timeval *tv, void *tz) {
   molt__sc c = {
       MOLT__SC_GETTIMEOFDAY, {tv != NULL, tz != NULL, 0}, NULL, 0, &v, sizeof v, 0};
   int r;
-  if (role == MOLT__SHADOW_FOLLOWER) {
-    r = (int)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+    r = (int)rr;
   } else {
     r = gettimeofday(&v.tv, tz ? (void *)&v.tz : NULL);
     record(&c, r, r == 0 ? sizeof v : 0);
@@ -336,8 +352,9 @@ time_t __wrap_time(time_t *t) {
     return time(t);
   molt__sc c = {MOLT__SC_TIME, {t != NULL, 0, 0}, NULL, 0, NULL, 0, 0};
   time_t r;
-  if (role == MOLT__SHADOW_FOLLOWER) {
-    r = (time_t)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+    r = (time_t)rr;
   } else {
     r = time(NULL);
     record(&c, r, 0);
@@ -352,8 +369,9 @@ ssize_t __wrap_getrandom(void *buf, size_t n, unsigned flags) {
   if (role == MOLT__SHADOW_NONE)
     return getrandom(buf, n, flags);
   molt__sc c = {MOLT__SC_GETRANDOM, {(int64_t)n, flags, 0}, NULL, 0, buf, n, 0};
-  if (role == MOLT__SHADOW_FOLLOWER)
-    return (ssize_t)replay(&c);
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+    return (ssize_t)rr;
   ssize_t r = getrandom(buf, n, flags);
   record(&c, r, r > 0 ? (size_t)r : 0);
   return r;

@@ -23,6 +23,15 @@
  * (`held`): it closes its copy only for a close of that generation, and
  * never replaces a newer one with an older one.
  *
+ * After molt promote the follower leads and the original process follows:
+ * the channels run one way, so a descriptor the new version creates is not
+ * sent.  It counts its own generations per number (`own`, from 1; 0 in a
+ * record: a descriptor it did not create, one both processes hold), and
+ * the original process notes those descriptors as absent (ring.c), which
+ * bars the lead from coming back while any is open; a close of generation
+ * 0 closes the original's copy if it is one both hold (`held` there, set by
+ * molt__shadow_note_shared_with).
+ *
  * The channels are placed at high numbers (just below the runtime's band of
  * base/fd.c, 760 and up under the usual limits), so that the numbers the
  * program uses are not taken in either process. */
@@ -31,10 +40,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,6 +66,13 @@ static _Atomic uint32_t made[TRACKED];
  * once, and the next one sees the descriptor table as the last one left
  * it. */
 static _Atomic uint32_t held[TRACKED];
+
+/* This process is the follower (set before its threads start). */
+static bool in_follower;
+/* Follower, leading after a promotion: generations of the descriptors its
+ * followed calls created per number, and the one open at each number (0:
+ * none of its own).  Relaxed, as `made`. */
+static _Atomic uint32_t own[TRACKED], own_open[TRACKED];
 
 /* The channels, one per ring: the leader's sending ends (-1: none), the
  * follower's receiving ends.  A leader thread counts itself in `senders`
@@ -138,11 +156,21 @@ bool molt__shadow_is_channel(int fd) {
 /* ---- the leader --------------------------------------------------------------*/
 
 uint32_t molt__shadow_fd_gen(int fd) {
-  return fd >= 0 && fd < TRACKED ? atomic_load_explicit(&made[fd], memory_order_relaxed)
-                                 : 0;
+  if (fd < 0 || fd >= TRACKED)
+    return 0;
+  return atomic_load_explicit(in_follower ? &own_open[fd] : &made[fd],
+                              memory_order_relaxed);
 }
 
 int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen) {
+  if (in_follower) { /* leading after a promotion: nothing is sent */
+    *gen = 0;
+    if (fd < TRACKED) {
+      *gen = atomic_fetch_add_explicit(&own[fd], 1, memory_order_relaxed) + 1;
+      atomic_store_explicit(&own_open[fd], *gen, memory_order_relaxed);
+    }
+    return 0;
+  }
   *gen = fd < TRACKED ? atomic_fetch_add_explicit(&made[fd], 1, memory_order_relaxed) + 1
                       : 0;
   if (ring >= nchannels)
@@ -184,11 +212,33 @@ int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen) {
 /* ---- the follower --------------------------------------------------------------*/
 
 void molt__shadow_note_inherited(void) {
+  in_follower = true;
   for (int fd = 0; fd < TRACKED; fd++)
     if (fcntl(fd, F_GETFD) >= 0 && !molt__shadow_is_channel(fd))
       atomic_store_explicit(&held[fd],
                             atomic_load_explicit(&made[fd], memory_order_relaxed) + 1,
                             memory_order_relaxed);
+}
+
+void molt__shadow_note_shared_with(pid_t other) {
+  for (int fd = 0; fd < TRACKED; fd++) {
+    struct stat mine, theirs;
+    char path[64];
+    uint32_t both = 0;
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)other, fd);
+    /* The same object under the same number in the other process: a copy
+     * of the same descriptor from the fork or passed over a channel (for a
+     * socket, the inode is the socket itself). */
+    /* (A channel is not looked at: the monitor closes it when the
+     * follower ends, with no order to this thread's look.) */
+    if (!molt__shadow_is_channel(fd) && fstat(fd, &mine) == 0 &&
+        stat(path, &theirs) == 0 && theirs.st_dev == mine.st_dev &&
+        theirs.st_ino == mine.st_ino)
+      both = 1;
+    /* relaxed: the handover's release of `ready` orders it before the
+     * replays that read it (ring.c) */
+    atomic_store_explicit(&held[fd], both, memory_order_relaxed);
+  }
 }
 
 /* Claims number fd (BUSY): the value it had. */

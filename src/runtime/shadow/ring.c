@@ -15,6 +15,21 @@
  * Ordering between threads is neither recorded nor compared: each follower
  * thread sees its own leader thread's calls in their order, and nothing
  * says how they interleaved with other threads' calls (docs/design.md §17).
+ *
+ * Who leads (molt promote, docs/design.md §17 "Promotion").  The original
+ * process is side 0, the forked follower side 1; `want` in the area says
+ * which side should lead.  A ring's producer and consumer swap roles in
+ * the ring itself: a leading thread that sees `want` name the other side
+ * makes no call, appends a HANDOVER record and waits until its counterpart
+ * has consumed it (tail == head); from then on it consumes.  The
+ * counterpart replays up to the HANDOVER, takes it (`taken`), waits until
+ * the operation releases the handover (`ready`: every ring taken, the
+ * descriptors checked) and from its current call on makes its calls and
+ * records them.  head and tail keep one writer each at any time: the swap
+ * happens at the HANDOVER record, which orders the two writers (below, at
+ * each use).  When the other side is gone (its process ended, or it was
+ * dropped), each thread replays what its ring still holds and then runs
+ * alone (`alone`).
  */
 #include "shadow/shadow.h"
 
@@ -33,6 +48,13 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+/* A record that hands the lead to the consumer (a[0]: the handover's
+ * epoch).  Not a call kind: outside molt__sc_kind's range. */
+#define REC_HANDOVER 0xffffu
+/* Descriptor numbers whose presence the original process tracks after a
+ * promotion (see `opened`). */
+#define FD_TRACKED 4096
 
 typedef struct rec {
   uint32_t size;    /* of the whole record, a multiple of 8 */
@@ -67,7 +89,19 @@ typedef struct ring {
   _Atomic uint64_t recorded, compared; /* relaxed: counters for status */
   _Atomic uint64_t max_use;            /* relaxed: bytes, for status */
   _Atomic uint64_t applied;            /* relaxed: calls a rule decided, for status */
-  char data[MOLT__SHADOW_RING_BYTES];
+  /* The epoch of the last HANDOVER its consumer took: release store by
+   * that consumer after its last replay, acquire load by the operation,
+   * which then reads `opened` and `closed` (written by those replays). */
+  _Atomic uint32_t taken;
+  /* The epoch of the last HANDOVER its producer saw taken: release store
+   * by that producer, which makes no call after it until the handover is
+   * released; acquire load by a promotion's operation, in the same
+   * process, before it looks at the descriptors those threads created
+   * (molt__shadow_note_shared_with).  The order through `taken` passes
+   * through the other process, where a sanitizer does not see it. */
+  _Atomic uint32_t handed;
+  /* Records are 8-byte aligned (their sizes are multiples of 8). */
+  _Alignas(8) char data[MOLT__SHADOW_RING_BYTES];
 } ring;
 
 typedef struct area {
@@ -83,26 +117,64 @@ typedef struct area {
    * (relaxed fetch-add: only the numbers' order matters, and a record is
    * published with release after it takes its number). */
   _Atomic uint64_t clock;
+  /* The side that should lead (0 the original process, 1 the follower),
+   * and the number of the handover that set it: the operation stores
+   * epoch, then want with release; a thread's acquire load of want sees
+   * the epoch it writes into its HANDOVER. */
+  _Atomic uint32_t want;
+  _Atomic uint32_t epoch;
+  /* The last handover the operation released: a thread that took a
+   * HANDOVER of epoch e leads only once ready >= e (acquire, pairing with
+   * the operation's release store, after which `want` is final for e). */
+  _Atomic uint32_t ready;
+  /* The original process ended through exit() (its destructor): a
+   * follower that sees it gone ends too instead of taking over. */
+  _Atomic int leader_exited;
+  /* After a promotion: per number, the newest generation of a descriptor
+   * the new version created there (opened) and the newest one it closed
+   * (closed), as the original process's threads replayed them.  The new
+   * version's descriptor at fd is open -- and absent from the original
+   * process, to which nothing passes it -- while opened > closed, whatever
+   * order threads replayed a close and a reuse of the number in (a number
+   * is reused only after its close, so generations grow).  Raised with
+   * relaxed atomic RMWs by the replaying threads; read by the operation
+   * after `taken` (see there). */
+  _Atomic uint32_t opened[FD_TRACKED], closed[FD_TRACKED];
   ring rings[MOLT__SHADOW_MAX_THREADS];
 } area;
 
 static area *shared;
-/* The leader records (process-local; release store when a session starts,
- * with every program thread parked; acquire load in every wrapper). */
-static _Atomic bool recording;
+/* This process takes part in a session (process-local; release store when
+ * a session starts, with every program thread parked, or in the follower
+ * before its threads start; acquire load in every wrapper). */
+static _Atomic bool active;
+/* The other side is gone: each thread replays what its ring holds, then
+ * runs alone (release store; acquire loads in the wrappers). */
+static _Atomic bool alone;
 /* The session's number, so that a thread's cached ring index is not taken
  * from an earlier session. */
 static _Atomic uint32_t session;
 static _Atomic pid_t follower_pid;
-/* This process is a follower (set before its program threads start). */
+/* This process is the forked follower, side 1 (set before its program
+ * threads start); the original process is side 0. */
 static bool follower;
 /* The rules of the session (shadow.c parses them on the runtime thread
  * before the fork, with no session running; the follower has its own copy
  * from the fork and only reads it). */
 static molt__rules rules;
-/* A forward rule names a descriptor kind: the leader records each call's
- * (process-local, written before `recording` is released). */
-static bool want_fd_kind;
+/* A rule of the follower's direction names a descriptor kind: the leader
+ * records each call's (want_fd_kind: this side records them when it leads;
+ * has_fd_kind: the other side's records carry them).  Process-local,
+ * written before `active` is released. */
+static bool want_fd_kind, has_fd_kind;
+
+/* Whether a rule of direction dir names a descriptor kind. */
+static bool names_fd_kind(unsigned dir) {
+  for (uint32_t i = 0; i < rules.n; i++)
+    if (rules.r[i].dir == dir && rules.r[i].fd_kind != MOLT__FDK_ANY)
+      return true;
+  return false;
+}
 
 /* The calling thread's ring: its index + 1 (0: none, which is what a
  * thread has from its start, so a thread the follower starts itself has
@@ -130,6 +202,11 @@ static bool taken_ahead(uint64_t pos, bool forget) {
     }
   return false;
 }
+/* The thread produces its ring (leads); done: it runs alone for good. */
+static __thread bool my_lead __attribute__((tls_model("initial-exec")));
+static __thread bool my_done __attribute__((tls_model("initial-exec")));
+
+static unsigned my_side(void) { return follower ? 1u : 0u; }
 
 int molt__shadow_area_get(void) {
   if (shared)
@@ -146,10 +223,17 @@ molt__rules *molt__shadow_rules(void) { return &rules; }
 
 void molt__shadow_session_begin(const pid_t *tids, size_t n) {
   area *s = shared;
-  want_fd_kind = false;
-  for (uint32_t i = 0; i < rules.n; i++)
-    if (rules.r[i].dir == MOLT__RULE_FORWARD && rules.r[i].fd_kind != MOLT__FDK_ANY)
-      want_fd_kind = true;
+  want_fd_kind = names_fd_kind(MOLT__RULE_FORWARD);
+  has_fd_kind = names_fd_kind(MOLT__RULE_REVERSE);
+  atomic_store_explicit(&s->want, 0, memory_order_relaxed);
+  atomic_store_explicit(&s->epoch, 0, memory_order_relaxed);
+  atomic_store_explicit(&s->ready, 0, memory_order_relaxed);
+  atomic_store_explicit(&s->leader_exited, 0, memory_order_relaxed);
+  for (size_t i = 0; i < FD_TRACKED; i++) {
+    atomic_store_explicit(&s->opened[i], 0, memory_order_relaxed);
+    atomic_store_explicit(&s->closed[i], 0, memory_order_relaxed);
+  }
+  atomic_store_explicit(&alone, false, memory_order_relaxed);
   for (size_t i = 0; i < n; i++) {
     ring *r = &s->rings[i];
     atomic_store_explicit(&r->head, 0, memory_order_relaxed);
@@ -160,6 +244,8 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
     atomic_store_explicit(&r->compared, 0, memory_order_relaxed);
     atomic_store_explicit(&r->max_use, 0, memory_order_relaxed);
     atomic_store_explicit(&r->applied, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->taken, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->handed, 0, memory_order_relaxed);
     r->leader_tid = tids[i];
   }
   s->nrings = (uint32_t)n;
@@ -170,9 +256,9 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
   s->text[0] = '\0';
   atomic_store_explicit(&follower_pid, 0, memory_order_relaxed);
   atomic_fetch_add_explicit(&session, 1, memory_order_relaxed);
-  /* release: a thread that sees recording sees the rings made above (the
+  /* release: a thread that sees `active` sees the rings made above (the
    * program threads are parked anyway; the barrier orders it too). */
-  atomic_store_explicit(&recording, true, memory_order_release);
+  atomic_store_explicit(&active, true, memory_order_release);
 }
 
 void molt__shadow_session_follower(pid_t pid) {
@@ -181,43 +267,91 @@ void molt__shadow_session_follower(pid_t pid) {
 }
 
 void molt__shadow_session_end(void) {
-  atomic_store_explicit(&recording, false, memory_order_release);
+  atomic_store_explicit(&active, false, memory_order_release);
   molt__shadow_fds_end();
+}
+
+static void wake_all(void);
+
+void molt__shadow_session_alone(void) {
+  atomic_store_explicit(&alone, true, memory_order_release);
+  wake_all();
+  /* The original process: the follower is gone or being killed, and no
+   * thread of ours records from now on -- its channels close (fds.c).  The
+   * follower keeps its ends: it may still take descriptors from what its
+   * rings hold. */
+  if (!follower)
+    molt__shadow_fds_end();
 }
 
 /* The backstop could be installed (trap.c): each thread arms it. */
 static bool trap_ok;
 
 void molt__shadow_become_follower(void) {
-  atomic_store_explicit(&recording, false, memory_order_relaxed);
   follower = true;
   trap_ok = molt__shadow_trap_install() == 0;
+  /* The follower records when it leads, for the original process's
+   * threads, which the reverse rules decide. */
+  want_fd_kind = names_fd_kind(MOLT__RULE_REVERSE);
+  has_fd_kind = names_fd_kind(MOLT__RULE_FORWARD);
+  atomic_store_explicit(&alone, false, memory_order_relaxed);
+  atomic_store_explicit(&active, true, memory_order_release);
 }
 
 void molt__shadow_follower_thread(size_t index, void *arg) {
   (void)arg;
   my_ring1 = (unsigned)index + 1;
+  my_lead = false;
+  my_done = false;
   /* Without Syscall User Dispatch (kernel before 5.11, or not x86-64)
    * the follower runs without the backstop, as the wrappers alone. */
   if (trap_ok)
     molt__shadow_trap_arm();
 }
 
+static bool hand_over(ring *r);
+
 molt__shadow_role molt__shadow_role_now(void) {
-  if (follower)
-    return MOLT__SHADOW_FOLLOWER;
-  if (!atomic_load_explicit(&recording, memory_order_acquire))
+  if (!atomic_load_explicit(&active, memory_order_acquire))
     return MOLT__SHADOW_NONE;
-  uint32_t s = atomic_load_explicit(&session, memory_order_relaxed);
-  if (my_session != s) {
-    my_session = s;
-    my_ring1 = 0;
-    pid_t tid = molt__gettid();
-    for (uint32_t i = 0; i < shared->nrings; i++)
-      if (shared->rings[i].leader_tid == tid)
-        my_ring1 = i + 1;
+  if (!follower) {
+    uint32_t s = atomic_load_explicit(&session, memory_order_relaxed);
+    if (my_session != s) {
+      my_session = s;
+      my_ring1 = 0;
+      my_lead = true;
+      my_done = false;
+      pid_t tid = molt__gettid();
+      for (uint32_t i = 0; i < shared->nrings; i++)
+        if (shared->rings[i].leader_tid == tid)
+          my_ring1 = i + 1;
+    }
+    if (!my_ring1)
+      return MOLT__SHADOW_NONE;
+  } else if (!my_ring1) {
+    /* A thread the follower started: after a takeover it runs as any
+     * thread; before, replay ends the follower (it is not followed). */
+    return atomic_load_explicit(&alone, memory_order_acquire) ? MOLT__SHADOW_NONE
+                                                              : MOLT__SHADOW_FOLLOWER;
   }
-  return my_ring1 ? MOLT__SHADOW_LEADER : MOLT__SHADOW_NONE;
+  if (my_done)
+    return MOLT__SHADOW_NONE;
+  if (!my_lead)
+    return MOLT__SHADOW_FOLLOWER;
+  /* The follower leading after a promotion: an old version that stopped
+   * following (its report written) leaves it alone. */
+  if (atomic_load_explicit(&alone, memory_order_acquire) ||
+      (follower && atomic_load_explicit(&shared->written, memory_order_acquire))) {
+    my_done = true;
+    return MOLT__SHADOW_NONE;
+  }
+  if (atomic_load_explicit(&shared->want, memory_order_acquire) == my_side())
+    return MOLT__SHADOW_LEADER;
+  if (!hand_over(&shared->rings[my_ring1 - 1])) {
+    my_done = true;
+    return MOLT__SHADOW_NONE;
+  }
+  return MOLT__SHADOW_FOLLOWER;
 }
 
 /* ---- descriptions (the report) -----------------------------------------------*/
@@ -272,26 +406,56 @@ static bool report(int kind, const char *fmt, va_list ap) {
   return true;
 }
 
+/* A thread of the original process that follows (after a promotion) and
+ * can follow no more: the process keeps its pid and control socket and
+ * cannot end, so the thread stops here for good; the new version, which
+ * leads, sees the report and goes on alone. */
+static void park_for_good(void) __attribute__((noreturn));
+static void park_for_good(void) {
+  for (;;) {
+    struct timespec ts = {3600, 0};
+    nanosleep(&ts, NULL);
+  }
+}
+
 void molt__shadow_follower_fail(int kind, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   report(kind, fmt, ap);
   va_end(ap);
+  if (!follower)
+    park_for_good();
   _exit(111);
 }
 
-/* A leader thread drops the shadow: reports why, stops recording, kills
- * the follower (the monitor logs it when it reaps it). */
+/* A leading thread drops the shadow: reports why and stops following.  In
+ * the original process: it stops recording and kills the follower (the
+ * monitor logs it when it reaps it).  In the follower leading after a
+ * promotion: the old version (the original process, which cannot be
+ * killed) is left behind, and the follower goes on alone. */
 static void drop(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void drop(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   bool first = report(MOLT__SHADOW_END_DROPPED, fmt, ap);
   va_end(ap);
-  atomic_store_explicit(&recording, false, memory_order_release);
+  if (follower) {
+    molt__shadow_session_alone();
+    return;
+  }
+  atomic_store_explicit(&active, false, memory_order_release);
   pid_t pid = atomic_load_explicit(&follower_pid, memory_order_relaxed);
   if (first && pid > 0)
     kill(pid, SIGKILL);
+}
+
+/* Whether a leading thread still records (not dropped, not alone). */
+static bool still_leading(void) {
+  if (follower)
+    return !atomic_load_explicit(&alone, memory_order_relaxed) &&
+           !atomic_load_explicit(&shared->written, memory_order_relaxed);
+  return atomic_load_explicit(&active, memory_order_relaxed) &&
+         !atomic_load_explicit(&alone, memory_order_relaxed);
 }
 
 int molt__shadow_report(char *text, size_t len) {
@@ -365,18 +529,12 @@ static molt__fd_kind fd_kind_of(unsigned kind, int64_t fd) {
   return MOLT__FDK_ANY;
 }
 
-void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len) {
-  ring *r = &shared->rings[my_ring1 - 1];
-  size_t keep = c->in_len < MOLT__SHADOW_IN_KEEP ? c->in_len : MOLT__SHADOW_IN_KEEP;
-  size_t size = sizeof(rec) + align8(keep) + align8(out_len);
-  if (size > MOLT__SHADOW_RING_BYTES / 4) {
-    drop("thread %d: %s of %zu bytes is too large to record (at most %u); the shadow "
-         "was dropped",
-         (int)molt__gettid(), kind_name(c->kind), out_len + keep,
-         MOLT__SHADOW_RING_BYTES / 4);
-    return;
-  }
-  /* Only this thread writes head: relaxed. */
+/* Room for a record of `size` bytes at the ring's head (SKIP filler
+ * written): its address, *end the head once it is published; NULL if the
+ * shadow was dropped meanwhile. */
+static rec *reserve(ring *r, size_t size, uint64_t *end) {
+  /* Only this thread writes head while it produces: relaxed.  (A thread
+   * that has just taken a HANDOVER read head with acquire there.) */
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
   size_t pos = (size_t)(head % MOLT__SHADOW_RING_BYTES);
   size_t skip = pos + size > MOLT__SHADOW_RING_BYTES ? MOLT__SHADOW_RING_BYTES - pos : 0;
@@ -387,31 +545,22 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
     uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
     if (head + need - tail <= MOLT__SHADOW_RING_BYTES)
       break;
-    if (!atomic_load_explicit(&recording, memory_order_relaxed))
-      return; /* dropped meanwhile */
+    if (!still_leading())
+      return NULL; /* dropped meanwhile */
     uint64_t now = molt__now_ns();
     if (!t0)
       t0 = now;
     else if (now - t0 > (uint64_t)MOLT__SHADOW_FULL_WAIT_MS * 1000000u) {
-      drop("the ring of thread %d stayed full for %d ms (the follower fell behind by "
-           "%" PRIu64 " bytes); the shadow was dropped",
-           (int)molt__gettid(), MOLT__SHADOW_FULL_WAIT_MS, head - tail);
-      return;
+      drop(
+          "the ring of thread %d stayed full for %d ms (the follower fell behind by "
+          "%" PRIu64 " bytes; ring %d, handover %u, released %u); the shadow was dropped",
+          (int)molt__gettid(), MOLT__SHADOW_FULL_WAIT_MS, head - tail,
+          (int)(r - shared->rings), atomic_load_explicit(&r->taken, memory_order_relaxed),
+          atomic_load_explicit(&shared->ready, memory_order_relaxed));
+      return NULL;
     }
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
-  }
-  /* A descriptor the call created goes to the follower before the record
-   * that names it is published (fds.c). */
-  uint32_t gen = c->fd_gen;
-  if (creates_fd(c->kind) && ret >= 0) {
-    int rc = molt__shadow_fd_created(my_ring1 - 1, (int)ret, &gen);
-    if (rc < 0) {
-      drop("thread %d: descriptor %d, which %s created, could not be sent to the "
-           "follower (%s); the shadow was dropped",
-           (int)molt__gettid(), (int)ret, kind_name(c->kind), strerror(-rc));
-      return;
-    }
   }
   if (skip) {
     rec *f = (rec *)(r->data + pos);
@@ -419,7 +568,59 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
     f->kind = MOLT__SC_SKIP;
     pos = 0;
   }
-  rec *x = (rec *)(r->data + pos);
+  *end = head + need;
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  if (head + need - tail > atomic_load_explicit(&r->max_use, memory_order_relaxed))
+    atomic_store_explicit(&r->max_use, head + need - tail, memory_order_relaxed);
+  return (rec *)(r->data + pos);
+}
+
+/* Publishes the records up to end and wakes the consumer. */
+static void publish(ring *r, uint64_t end) {
+  /* release: the record's bytes before the new head (the consumer's
+   * acquire load); seq_cst for the futex handshake (see struct ring). */
+  atomic_store_explicit(&r->head, end, memory_order_seq_cst);
+  atomic_fetch_add_explicit(&r->seq, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&r->waiting, memory_order_seq_cst))
+    futex_wake(&r->seq);
+}
+
+void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len) {
+  /* A follower's call that it made itself: it has just become the leader
+   * (its record follows), or runs alone (no record). */
+  if (!my_ring1 || !my_lead || my_done)
+    return;
+  ring *r = &shared->rings[my_ring1 - 1];
+  size_t keep = c->in_len < MOLT__SHADOW_IN_KEEP ? c->in_len : MOLT__SHADOW_IN_KEEP;
+  size_t size = sizeof(rec) + align8(keep) + align8(out_len);
+  if (size > MOLT__SHADOW_RING_BYTES / 4) {
+    drop("thread %d: %s of %zu bytes is too large to record (at most %u); the shadow "
+         "was dropped",
+         (int)molt__gettid(), kind_name(c->kind), out_len + keep,
+         MOLT__SHADOW_RING_BYTES / 4);
+    return;
+  }
+  uint64_t end = 0;
+  rec *x = reserve(r, size, &end);
+  if (!x)
+    return;
+  /* A descriptor the call created goes to the follower before the record
+   * that names it is published (fds.c). */
+  uint32_t gen = c->fd_gen;
+  if (creates_fd(c->kind) && ret >= 0) {
+    int rc = molt__shadow_fd_created(my_ring1 - 1, (int)ret, &gen);
+    /* The channel closed because the session is over (molt rollback or
+     * commit ran molt__shadow_session_alone after this thread saw itself
+     * lead): nothing to follow, nothing to drop. */
+    if (rc == -ENOTCONN && !still_leading())
+      return;
+    if (rc < 0) {
+      drop("thread %d: descriptor %d, which %s created, could not be sent to the "
+           "follower (%s); the shadow was dropped",
+           (int)molt__gettid(), (int)ret, kind_name(c->kind), strerror(-rc));
+      return;
+    }
+  }
   *x = (rec){.size = (uint32_t)size,
              .kind = (uint16_t)c->kind,
              .ret = ret,
@@ -438,16 +639,47 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
     memcpy(p, c->in, keep);
   if (out_len)
     memcpy(p + align8(keep), c->out, out_len);
-  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-  if (head + need - tail > atomic_load_explicit(&r->max_use, memory_order_relaxed))
-    atomic_store_explicit(&r->max_use, head + need - tail, memory_order_relaxed);
   atomic_fetch_add_explicit(&r->recorded, 1, memory_order_relaxed);
-  /* release: the record's bytes before the new head (the follower's
-   * acquire load); seq_cst for the futex handshake (see struct ring). */
-  atomic_store_explicit(&r->head, head + need, memory_order_seq_cst);
-  atomic_fetch_add_explicit(&r->seq, 1, memory_order_seq_cst);
-  if (atomic_load_explicit(&r->waiting, memory_order_seq_cst))
-    futex_wake(&r->seq);
+  publish(r, end);
+}
+
+/* A leading thread hands its ring over (`want` names the other side): a
+ * HANDOVER record instead of its current call, then it waits until the
+ * other side has replayed everything up to it, so that it consumes from
+ * there.  false: the other side is gone (or the shadow was dropped)
+ * meanwhile, and the thread runs alone. */
+static bool hand_over(ring *r) {
+  uint32_t e = atomic_load_explicit(&shared->epoch, memory_order_relaxed);
+  uint64_t end = 0;
+  rec *x = reserve(r, sizeof(rec), &end);
+  if (!x)
+    return false;
+  *x = (rec){.size = sizeof(rec), .kind = REC_HANDOVER, .a = {e, 0, 0}};
+  publish(r, end);
+  my_lead = false;
+  for (;;) {
+    /* acquire: pairs with the consumer's release store of tail after it
+     * took the HANDOVER; from here this thread writes tail. */
+    if (atomic_load_explicit(&r->tail, memory_order_acquire) == end)
+      break;
+    if (atomic_load_explicit(&alone, memory_order_acquire))
+      return false;
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+  atomic_store_explicit(&r->handed, e, memory_order_release);
+  /* Then until the operation releases the handover: what it wrote for the
+   * following side (the original's inherited set) is ordered before this
+   * thread's replays in this process too, not only through the other
+   * process's records (acquire, pairing with its release of ready).  The
+   * first record comes after that anyway. */
+  while (atomic_load_explicit(&shared->ready, memory_order_acquire) < e) {
+    if (atomic_load_explicit(&alone, memory_order_acquire))
+      return false;
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+  return true;
 }
 
 /* ---- the follower --------------------------------------------------------------*/
@@ -456,9 +688,13 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
  * descriptor of kind fdk whose buffer is bytes[0..n) (NULL: no buffer). */
 static const molt__rule *rule_for(int action, unsigned kind, unsigned fdk,
                                   const void *bytes, size_t n) {
+  /* The forked follower follows the old version under the forward rules;
+   * the original process follows the new one (promoted) under the reverse
+   * rules. */
+  unsigned dir = follower ? MOLT__RULE_FORWARD : MOLT__RULE_REVERSE;
   for (uint32_t i = 0; i < rules.n; i++) {
     const molt__rule *r = &rules.r[i];
-    if (r->dir != MOLT__RULE_FORWARD || r->action != action)
+    if (r->dir != dir || r->action != action)
       continue;
     if (r->call != MOLT__SC_SKIP && r->call != kind)
       continue;
@@ -488,12 +724,24 @@ static const void *rec_bytes(const rec *x, size_t *n) {
   return NULL;
 }
 
-/* Waits for the ring's next record (SKIP fillers passed): its address. */
+/* Waits for the ring's next record (SKIP fillers passed): its address;
+ * NULL when the other side is gone and the ring is empty. */
 static rec *next_record(ring *r, uint64_t *tailp) {
   uint64_t tail = *tailp;
   for (;;) {
     uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
     if (head == tail) {
+      if (atomic_load_explicit(&alone, memory_order_acquire)) {
+        /* acquire again: the other side's last records, published before
+         * it was found gone, are seen (nothing is published after). */
+        if (atomic_load_explicit(&r->head, memory_order_acquire) == tail)
+          return NULL;
+        continue;
+      }
+      /* The original process following a new version that went on alone:
+       * nothing more will come. */
+      if (!follower && atomic_load_explicit(&shared->written, memory_order_acquire))
+        park_for_good();
       uint32_t seen = atomic_load_explicit(&r->seq, memory_order_seq_cst);
       atomic_store_explicit(&r->waiting, 1, memory_order_seq_cst);
       if (atomic_load_explicit(&r->head, memory_order_seq_cst) == tail)
@@ -527,14 +775,47 @@ static bool wants_cloexec(const rec *x) {
   }
 }
 
-/* Done with record x at tail: a descriptor it created is placed, one it
- * closed is closed (fds.c); then the leader may reuse its bytes. */
-static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t pos, uint64_t n) {
+/* The original process following the new version (promoted): descriptors
+ * the new version created (a replayed accept, socket, open) and not yet
+ * closed.  Nothing passes them back to the original process (the channels
+ * run one way, fds.c), so it cannot lead again while any is open: the
+ * absent-descriptor refusal of molt rollback and molt commit. */
+static void raise_to(_Atomic uint32_t *v, uint32_t gen) {
+  uint32_t cur = atomic_load_explicit(v, memory_order_relaxed);
+  /* relaxed: the operation reads the values after `taken` (release/acquire) */
+  while (cur < gen && !atomic_compare_exchange_weak_explicit(
+                          v, &cur, gen, memory_order_relaxed, memory_order_relaxed))
+    ;
+}
+
+static void note_absent(const rec *x) {
+  int64_t fd = x->kind == MOLT__SC_CLOSE ? x->a[0] : x->ret;
+  if (fd < 0 || fd >= FD_TRACKED || x->fd_gen == 0)
+    return;
   if (creates_fd(x->kind) && x->ret >= 0)
+    raise_to(&shared->opened[fd], x->fd_gen);
+  else if (x->kind == MOLT__SC_CLOSE && x->ret == 0)
+    raise_to(&shared->closed[fd], x->fd_gen);
+}
+
+/* Done with record x at tail: in the follower, a descriptor it created is
+ * placed, one it closed is closed (fds.c); in the original process
+ * following after a promotion, one the new version created is noted as
+ * absent and one it closed is closed here if both hold it (the set
+ * molt__shadow_note_shared_with made); then the producer may reuse its
+ * bytes. */
+static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t pos, uint64_t n) {
+  if (!follower) {
+    note_absent(x);
+    /* generation 0: a descriptor the new version did not create (fds.c) */
+    if (x->kind == MOLT__SC_CLOSE && x->ret == 0 && x->fd_gen == 0)
+      molt__shadow_fd_release((int)x->a[0], MOLT__SHADOW_ANY_GEN);
+  } else if (creates_fd(x->kind) && x->ret >= 0) {
     molt__shadow_fd_take((unsigned)(r - shared->rings), (int)x->ret, x->fd_gen,
                          wants_cloexec(x));
-  else if (x->kind == MOLT__SC_CLOSE && x->ret == 0)
+  } else if (x->kind == MOLT__SC_CLOSE && x->ret == 0) {
     molt__shadow_fd_release((int)x->a[0], x->fd_gen);
+  }
   atomic_store_explicit(&r->compared, n, memory_order_relaxed);
   if (pos != *tail) { /* taken ahead: the tail passes it later */
     ahead[nahead++] = pos;
@@ -590,6 +871,10 @@ static rec *find_on_fd(ring *r, uint64_t tail, const molt__sc *c, uint64_t *pos)
         t0 = now;
       else if (now - t0 > (uint64_t)MOLT__SHADOW_RETRY_MS * 1000000u)
         return NULL;
+      /* The other side is gone: nothing more comes (acquire: as in
+       * next_record). */
+      if (atomic_load_explicit(&alone, memory_order_acquire))
+        return NULL;
       uint32_t ticket = atomic_load_explicit(&r->seq, memory_order_seq_cst);
       atomic_store_explicit(&r->waiting, 1, memory_order_seq_cst);
       if (atomic_load_explicit(&r->head, memory_order_seq_cst) == head)
@@ -629,6 +914,10 @@ static bool others_caught_up(const ring *mine, uint64_t seq) {
     uint64_t h = atomic_load_explicit(&o->head, memory_order_acquire);
     while (t != h) {
       const rec *y = (const rec *)(o->data + t % MOLT__SHADOW_RING_BYTES);
+      /* A HANDOVER: that thread is handing its ring over, past every call
+       * before it (HANDOVER records carry no place among the calls). */
+      if (y->kind == REC_HANDOVER)
+        break;
       if (y->kind != MOLT__SC_SKIP) {
         if (y->seq < seq)
           return false;
@@ -714,7 +1003,39 @@ static bool retry(ring *r, const rec *x, const molt__sc *c, int64_t *ret, int *e
   return true;
 }
 
-int64_t molt__shadow_replay(const molt__sc *c, int *err) {
+/* The consumer takes a HANDOVER record x at *tail: true if the thread
+ * leads from now, false if the handover was called off (it handed the
+ * ring straight back and follows on) or the other side is gone (my_done). */
+static bool take_handover(ring *r, uint64_t *tail, const rec *x) {
+  uint32_t e = (uint32_t)x->a[0];
+  *tail += x->size;
+  /* release: our replays (and the `absent` bits they set) before the
+   * operation's acquire load of taken, and before the other thread, which
+   * consumes from here on, reads tail. */
+  atomic_store_explicit(&r->tail, *tail, memory_order_release);
+  atomic_store_explicit(&r->taken, e, memory_order_release);
+  while (atomic_load_explicit(&shared->ready, memory_order_acquire) < e) {
+    if (atomic_load_explicit(&alone, memory_order_acquire)) {
+      my_done = true;
+      return false;
+    }
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+  my_lead = true;
+  if (atomic_load_explicit(&shared->want, memory_order_acquire) == my_side())
+    return true;
+  /* Called off: back to the other side before any call of ours. */
+  if (!hand_over(r)) {
+    my_done = true;
+    return false;
+  }
+  /* Coherence: after hand_over's acquire load saw tail == end. */
+  *tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  return false;
+}
+
+bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
   char mine[512];
   if (!my_ring1 || !shared) {
     describe(mine, sizeof mine, c->kind, c->a, c->in, c->in_len < 48 ? c->in_len : 48,
@@ -732,6 +1053,17 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
   int buffer = molt__sc_buffer(c->kind);
   for (;;) {
     rec *x = next_record(r, &tail);
+    if (!x) { /* the other side is gone: this call is made for real */
+      my_done = true;
+      return false;
+    }
+    if (x->kind == REC_HANDOVER) {
+      if (take_handover(r, &tail, x))
+        return false; /* this thread leads: the caller makes the call */
+      if (my_done)
+        return false;
+      continue;
+    }
     uint64_t xpos = tail;
     bool natural = x->kind == c->kind && (is_time(c->kind) || x->a[0] == c->a[0]);
     if (!natural && (on_fd(c->kind) || is_time(c->kind)) &&
@@ -749,7 +1081,7 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
     if (rules.n) {
       bool same_fd =
           c->kind != MOLT__SC_POLL && x->kind != MOLT__SC_POLL && x->a[0] == c->a[0];
-      fdk = same_fd && want_fd_kind ? x->fd_kind : fd_kind_of(c->kind, c->a[0]);
+      fdk = same_fd && has_fd_kind ? x->fd_kind : fd_kind_of(c->kind, c->a[0]);
     }
     /* An output call's bytes as compared: rewritten by a rule that
      * matches them. */
@@ -797,7 +1129,8 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
       if (tol || rw || in_rw)
         atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
       consume(r, &tail, x, xpos, n);
-      return ret;
+      *result = ret;
+      return true;
     }
     if ((c->kind == MOLT__SC_POLL || c->kind == MOLT__SC_EPOLL_WAIT) &&
         x->kind == c->kind) {
@@ -805,10 +1138,13 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
       if (c->kind == MOLT__SC_POLL && poll_within(x, c, &ret)) {
         *err = x->err;
         consume(r, &tail, x, xpos, n);
-        return ret;
+        *result = ret;
+        return true;
       }
-      if (retry(r, x, c, &ret, err))
-        return ret;
+      if (retry(r, x, c, &ret, err)) {
+        *result = ret;
+        return true;
+      }
     }
     /* A call only the follower makes, which a rule drops: not compared,
      * not made; it succeeded. */
@@ -817,14 +1153,15 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
       if (c->kind == MOLT__SC_CLOSE) /* the follower's own close: its copy */
         molt__shadow_fd_release((int)c->a[0], MOLT__SHADOW_ANY_GEN);
       atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
-      return buffer == 2 ? (int64_t)c->in_len : 0;
+      *result = buffer == 2 ? (int64_t)c->in_len : 0;
+      return true;
     }
     /* A call only the leader made, which a rule inserts into the
      * follower's calls: passed over as though the follower had made it. */
     if (rules.n) {
       size_t xn = 0;
       const void *xb = rec_bytes(x, &xn);
-      if (rule_for(MOLT__RULE_INSERT, x->kind, want_fd_kind ? x->fd_kind : MOLT__FDK_ANY,
+      if (rule_for(MOLT__RULE_INSERT, x->kind, has_fd_kind ? x->fd_kind : MOLT__FDK_ANY,
                    xb, xn)) {
         atomic_fetch_add_explicit(&r->applied, 1, memory_order_relaxed);
         consume(r, &tail, x, xpos, n);
@@ -843,4 +1180,121 @@ int64_t molt__shadow_replay(const molt__sc *c, int *err) {
                                (int)my_ring1 - 1, (int)r->leader_tid, n, theirs, x->ret,
                                mine);
   }
+}
+
+/* ---- handovers, the other side gone ---------------------------------------------*/
+
+static void wake_all(void) {
+  area *s = shared;
+  if (!s)
+    return;
+  for (uint32_t i = 0; i < s->nrings; i++) {
+    atomic_fetch_add_explicit(&s->rings[i].seq, 1, memory_order_seq_cst);
+    futex_wake(&s->rings[i].seq);
+  }
+}
+
+int molt__shadow_leading_side(void) {
+  return shared ? (int)atomic_load_explicit(&shared->want, memory_order_relaxed) : 0;
+}
+
+bool molt__shadow_leader_exited(void) {
+  return shared && atomic_load_explicit(&shared->leader_exited, memory_order_acquire);
+}
+
+/* The original process ends through exit() while its follower runs: the
+ * follower ends with it instead of taking over (a crash or a signal runs
+ * no destructor, and the follower takes over then). */
+__attribute__((destructor)) static void leader_exits(void) {
+  if (shared && !follower && atomic_load_explicit(&active, memory_order_relaxed))
+    atomic_store_explicit(&shared->leader_exited, 1, memory_order_release);
+}
+
+/* Lists the new version's descriptors the original process lacks (at
+ * most 8 named) into buf; their number. */
+static size_t absent_list(char *buf, size_t len) {
+  size_t n = 0, w = 0;
+  buf[0] = '\0';
+  for (int fd = 0; fd < FD_TRACKED; fd++) {
+    if (atomic_load_explicit(&shared->opened[fd], memory_order_relaxed) <=
+        atomic_load_explicit(&shared->closed[fd], memory_order_relaxed))
+      continue;
+    if (n++ < 8 && w + 16 < len)
+      w += (size_t)snprintf(buf + w, len - w, "%s%d", n > 1 ? ", " : "", fd);
+  }
+  if (n > 8 && w + 8 < len)
+    snprintf(buf + w, len - w, ", ...");
+  return n;
+}
+
+int molt__shadow_hand_over(unsigned to, int timeout_ms, pid_t other, char *err,
+                           size_t errlen) {
+  area *s = shared;
+  unsigned from = to ? 0u : 1u;
+  uint64_t t0 = molt__now_ns();
+  /* Handing the lead back (to 0): first, while everything runs on,
+   * descriptors the new version created after the promotion, which the
+   * original process does not have, are waited for (a client that has
+   * just hung up: the new version closes it at its next call).  The check
+   * is made again once every ring is handed over, when no thread makes a
+   * call.  A promotion needs none: every descriptor the old version
+   * created after the fork was passed to the follower (fds.c). */
+  char list[160];
+  while (to == 0 && absent_list(list, sizeof list) > 0 &&
+         molt__now_ns() - t0 < (uint64_t)timeout_ms * 1000000u / 2) {
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  uint32_t e = atomic_load_explicit(&s->epoch, memory_order_relaxed) + 1;
+  atomic_store_explicit(&s->epoch, e, memory_order_relaxed);
+  /* release: a thread whose acquire load sees the new want sees epoch e */
+  atomic_store_explicit(&s->want, to, memory_order_release);
+  int rc = 0;
+  for (;;) {
+    uint32_t i, waiting_on = 0;
+    /* A promotion: the original process's threads, which hand over, are
+     * waited for in this process too (`handed`). */
+    for (i = 0; i < s->nrings; i++)
+      if (atomic_load_explicit(&s->rings[i].taken, memory_order_acquire) != e ||
+          (to == 1 &&
+           atomic_load_explicit(&s->rings[i].handed, memory_order_acquire) != e))
+        break;
+    if (i == s->nrings)
+      break;
+    waiting_on = i;
+    if (atomic_load_explicit(&alone, memory_order_acquire) ||
+        atomic_load_explicit(&s->written, memory_order_acquire)) {
+      molt__errmsg(err, errlen, "the follower ended during the handover");
+      rc = MOLT_EINTERNAL;
+      break;
+    }
+    if (molt__now_ns() - t0 > (uint64_t)timeout_ms * 1000000u) {
+      molt__errmsg(err, errlen,
+                   "program thread %u (tid %d in this process) did not reach a followed "
+                   "call within %d ms; nothing changed",
+                   waiting_on, (int)s->rings[waiting_on].leader_tid, timeout_ms);
+      rc = MOLT_ETIMEDOUT;
+      break;
+    }
+    struct timespec ts = {0, 500000};
+    nanosleep(&ts, NULL);
+  }
+  if (rc == 0 && to == 0 && absent_list(list, sizeof list) > 0) {
+    molt__errmsg(err, errlen,
+                 "descriptor(s) %s, which the new version opened after the promotion, "
+                 "are still open and the old version does not have them; nothing "
+                 "changed (try again once those connections are closed)",
+                 list);
+    rc = MOLT_EBUSY;
+  }
+  /* The original process follows from now: it closes its copy of a
+   * descriptor the new version closes if it is one both hold. */
+  if (rc == 0 && to == 1)
+    molt__shadow_note_shared_with(other);
+  if (rc < 0)
+    atomic_store_explicit(&s->want, from, memory_order_release);
+  /* release: `want` is final for e before a thread that took a HANDOVER
+   * of e leads (its acquire load of ready). */
+  atomic_store_explicit(&s->ready, e, memory_order_release);
+  return rc;
 }

@@ -26,32 +26,71 @@
  *     divergence and a fault each end its process; the leader's monitor
  *     reaps it, reads the shared report and logs it with both sides.
  *
+ *  5. molt promote: the new version leads, the old one follows under the
+ *     reverse rules (ring.c hands every ring over at each thread's next
+ *     followed call); molt rollback hands the lead back and ends the
+ *     follower; molt commit hands it back if promoted, ends the follower
+ *     and performs the rehearsed update in place (the process keeps its
+ *     pid).  A follower whose leader ends other than through exit() takes
+ *     over and serves alone, with a control socket of its own.
+ *
  * Lock: shd_lock (the lock table in base.h) protects the stage, the
  * follower's pid, the image path and the outcome; the runtime thread
  * takes it inside op_lock, the monitor thread alone; molt__log inside. */
 #include "shadow/shadow.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-typedef enum { STAGE_NONE, STAGE_FOLLOWING, STAGE_ENDED } stage_t;
+/* The stages, as `molt status` names them. */
+#define MOLT__SHADOW_STAGES(XX)                                                          \
+  XX(NONE, "none")           /* never shadowed */                                        \
+  XX(SHADOWING, "shadowing") /* the old version leads, the follower follows */           \
+  XX(PROMOTED, "promoted")   /* the new version (the follower) leads */                  \
+  XX(ENDED, "ended")         /* the follower ended; the old version serves */            \
+  XX(COMMITTED, "committed") /* molt commit: the process runs the new version */         \
+  XX(TOOK_OVER, "took-over") /* (in a follower) its leader ended; it serves alone */
+
+typedef enum {
+#define STAGE_ENUM(NAME, name) STAGE_##NAME,
+  MOLT__SHADOW_STAGES(STAGE_ENUM)
+#undef STAGE_ENUM
+} stage_t;
+
+static const char *const stage_names[] = {
+#define STAGE_NAME(NAME, name) name,
+    MOLT__SHADOW_STAGES(STAGE_NAME)
+#undef STAGE_NAME
+};
 
 static molt__lock shd_lock = MOLT__LOCK_INIT(shd);
 static stage_t stage;            /* shd_lock */
 static pid_t follower;           /* shd_lock: the live or last follower */
 static char image[4096];         /* shd_lock: the new image's path */
+static int image_fd = -1;        /* shd_lock: the new image, kept for molt commit */
 static char outcome[2048 + 256]; /* shd_lock: how the last session ended */
 static uint64_t divergences;     /* shd_lock: sessions ended by a divergence */
-static bool dropping;            /* shd_lock: molt rollback killed the follower */
-static unsigned nrules;          /* shd_lock: rules of the last session */
+/* shd_lock: why the runtime killed the follower (molt rollback, molt
+ * commit); NULL: it did not. */
+static const char *ending;
+static unsigned nrules; /* shd_lock: rules of the last session */
+
+static bool running(stage_t s) { return s == STAGE_SHADOWING || s == STAGE_PROMOTED; }
+
+/* The rules of the next session, parsed before the barrier (op_lock). */
+static molt__rules next_rules;
 
 /* What the step needs, on the runtime thread's stack. */
 typedef struct fork_ctx {
@@ -64,15 +103,28 @@ typedef struct fork_ctx {
 /* The follower's only thread, in the child of the step's fork(): never
  * returns. */
 static void follower_main(fork_ctx *c) __attribute__((noreturn));
+static void took_over(pid_t leader);
+
 static void follower_main(fork_ctx *c) {
-  /* The follower dies with the leader's runtime thread (the thread that
-   * forked it), i.e. with the leader. */
   pid_t leader = getppid();
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != leader)
-    _exit(112);
   molt__shadow_become_follower();
   molt__shadow_note_inherited();
+  /* The follower watches its leader: a pidfd becomes readable when the
+   * leader's process has ended.  (Opened after the inherited set was
+   * noted: it is the follower's own; kept in the runtime's band, out of
+   * the numbers where descriptors the leader creates are placed, fds.c.)
+   * Without pidfds (Linux < 5.3) it dies with the leader's runtime thread
+   * instead, as it always did. */
+  molt__fd watch = MOLT__FD_NONE;
+  int pidfd = (int)syscall(SYS_pidfd_open, leader, 0);
+  if (pidfd >= 0 && molt__fd_keep(&watch, pidfd) == 0)
+    pidfd = watch.fd;
+  else
+    pidfd = -1;
+  if (pidfd < 0)
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != leader)
+    _exit(112);
   char err[1024] = "";
   int rc = molt__full_update_step(c->u, err, sizeof err);
   if (rc < 0)
@@ -86,8 +138,38 @@ static void follower_main(fork_ctx *c) {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, NULL);
+  if (pidfd >= 0) {
+    struct pollfd p = {pidfd, POLLIN, 0};
+    while (poll(&p, 1, -1) <= 0)
+      ;
+    molt__fd_close(&watch);
+    /* A leader that ended through exit() meant to end: so does its
+     * follower.  A crash or a signal: the follower takes over. */
+    if (molt__shadow_leader_exited())
+      _exit(0);
+    took_over(leader);
+  }
   for (;;)
     pause();
+}
+
+/* The leader is gone: every program thread of the follower replays what
+ * its ring still holds (what the leader did and answered), then makes its
+ * calls for real; the follower gets a runtime thread and a control socket
+ * under its own pid. */
+static void took_over(pid_t leader) {
+  molt__shadow_session_alone();
+  molt__lock_acquire(&shd_lock);
+  stage = STAGE_TOOK_OVER;
+  follower = getpid();
+  snprintf(outcome, sizeof outcome,
+           "the leader %d ended (a crash or a signal); this follower (%d) took over and "
+           "serves alone in the new version",
+           (int)leader, (int)getpid());
+  molt__log(MOLT__EV_SHADOW, molt__gen_number_now(), NULL, "shadowed update: %s",
+            outcome);
+  molt__lock_release(&shd_lock);
+  molt__start_if_needed();
 }
 
 /* The barrier's step (every program thread parked, bar_lock not held). */
@@ -105,6 +187,7 @@ static int fork_step(void *arg, char *err, size_t errlen) {
   int rc = molt__shadow_fds_check_forkable(err, errlen);
   if (rc < 0)
     return rc;
+  *molt__shadow_rules() = next_rules;
   molt__shadow_session_begin(tids, n);
   molt__program_keep_threads_at_fork();
   pid_t pid = fork();
@@ -131,7 +214,9 @@ static void *monitor(void *arg) {
   pid_t w;
   while ((w = waitpid(pid, &st, __WALL)) < 0 && errno == EINTR)
     ;
-  molt__shadow_session_end();
+  /* Each thread replays what its ring still holds (after a promotion, the
+   * new version's calls), then runs alone. */
+  molt__shadow_session_alone();
   char report[2048] = "";
   int kind = molt__shadow_report(report, sizeof report);
   uint64_t rec = 0, cmp = 0, applied = 0;
@@ -139,11 +224,12 @@ static void *monitor(void *arg) {
   molt__shadow_counts(&rec, &cmp, &use, &applied);
   char text[2048 + 256];
   molt__lock_acquire(&shd_lock);
-  bool dropped = dropping;
-  dropping = false;
+  const char *why = ending;
+  ending = NULL;
+  bool led = stage == STAGE_PROMOTED;
   molt__lock_release(&shd_lock);
-  if (dropped && !kind)
-    snprintf(text, sizeof text, "dropped by molt rollback: follower %d killed", (int)pid);
+  if (why && !kind)
+    snprintf(text, sizeof text, "%s: follower %d killed", why, (int)pid);
   else if (kind == MOLT__SHADOW_END_DIVERGED)
     snprintf(text, sizeof text, "diverged: %s; follower %d ended", report, (int)pid);
   else if (kind)
@@ -157,15 +243,27 @@ static void *monitor(void *arg) {
   else
     snprintf(text, sizeof text, "the follower %d was lost: %s", (int)pid,
              strerror(errno));
+  /* After a promotion, a new version that ended while it led hands the
+   * lead back (the old version replays its calls first); an old version
+   * that had stopped following cannot lead again. */
+  const char *after = "the leader goes on";
+  if (led && !why)
+    after = kind ? "the new version had left the old one behind; the old version's "
+                   "threads stay stopped (restart the process)"
+                 : "it led: the old version replays its calls and leads again";
   molt__lock_acquire(&shd_lock);
   stage = STAGE_ENDED;
   snprintf(outcome, sizeof outcome, "%s", text);
   if (kind == MOLT__SHADOW_END_DIVERGED)
     divergences++;
+  if (image_fd >= 0) {
+    close(image_fd);
+    image_fd = -1;
+  }
   molt__log(MOLT__EV_SHADOW, molt__gen_number_now(), NULL,
             "shadowed update to %s: %s (%" PRIu64 " calls recorded, %" PRIu64
-            " compared, %" PRIu64 " decided by a rule); the leader goes on",
-            image, text, rec, cmp, applied);
+            " compared, %" PRIu64 " decided by a rule); %s",
+            image, text, rec, cmp, applied, after);
   molt__lock_release(&shd_lock);
   return NULL;
 }
@@ -175,13 +273,13 @@ static void *monitor(void *arg) {
 static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
   uint64_t gen = molt__gen_number_now();
   molt__lock_acquire(&shd_lock);
-  bool busy = stage == STAGE_FOLLOWING;
+  bool busy = running(stage);
   pid_t busy_pid = follower;
   molt__lock_release(&shd_lock);
   if (busy) {
     molt__errmsg(err, errlen,
-                 "a shadowed update is already running (follower %d); wait until it ends "
-                 "(molt status)",
+                 "a shadowed update is already running (follower %d); end it first with "
+                 "'molt commit' or 'molt rollback' (molt status)",
                  (int)busy_pid);
     molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
     return MOLT_EBUSY;
@@ -191,9 +289,11 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
     molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
     return MOLT_ENOMEM;
   }
-  /* The rules, parsed again here: the text came from a client.  No
-   * session runs (checked above, under op_lock), so nobody reads them. */
-  molt__rules *rules = molt__shadow_rules();
+  /* The rules, parsed again here: the text came from a client.  Into a
+   * table of the operation's (op_lock): the session's table, which the
+   * original process's threads read while they follow after a promotion,
+   * is written by the fork step, with every program thread parked. */
+  molt__rules *rules = &next_rules;
   if (req->rules_len > 0) {
     int prc = molt__rules_parse(req->rules_name, req->rules, req->rules_len, rules, err,
                                 errlen);
@@ -219,10 +319,18 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
     molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
     return rc;
   }
+  /* The image, kept for molt commit (opened after the fork: the follower
+   * does not hold it; a high number, out of the way of the program's). */
+  int keep = req->has_fd ? fcntl(req->fd, F_DUPFD_CLOEXEC, 256)
+                         : open(req->path, O_RDONLY | O_CLOEXEC);
   molt__lock_acquire(&shd_lock);
-  stage = STAGE_FOLLOWING;
+  stage = STAGE_SHADOWING;
   follower = c.pid;
   nrules = rules->n;
+  ending = NULL;
+  if (image_fd >= 0)
+    close(image_fd);
+  image_fd = keep;
   snprintf(image, sizeof image, "%s", req->path);
   outcome[0] = '\0';
   molt__log(MOLT__EV_SHADOW, gen, NULL,
@@ -255,43 +363,230 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
   return 0;
 }
 
-/* molt rollback in a program image: ends a following shadow's follower
- * (the leader never switched: nothing else to undo).  Without one, the
- * full mode's answer (hot patches are not supported there). */
-static int op_rollback(const molt__request *req, molt__buf *out, char *err,
-                       size_t errlen) {
-  (void)req;
+/* Kills the follower for `why` (shd_lock not held) and waits until the
+ * monitor has reaped it and recorded the outcome, so that `molt status`
+ * right after shows it ended. */
+static void end_follower(pid_t pid, const char *why) {
+  /* This process leads (a promotion was handed back first): its threads
+   * stop recording now rather than when the monitor has reaped the
+   * follower -- on a loaded machine that can take long enough for a busy
+   * thread to fill its ring and drop the shadow with a misleading report. */
+  molt__shadow_session_alone();
   molt__lock_acquire(&shd_lock);
-  pid_t pid = stage == STAGE_FOLLOWING ? follower : 0;
-  if (pid > 0) {
-    dropping = true;
-    kill(pid, SIGKILL);
-  }
+  ending = why;
+  kill(pid, SIGKILL);
   molt__lock_release(&shd_lock);
-  if (pid <= 0) {
-    const molt__mode *m = molt__mode_current();
-    const molt__op_info *oi = molt__op_find(MOLT__OP_ROLLBACK);
-    int rc = m && m->refuse && oi ? m->refuse(oi, err, errlen) : MOLT_ENOTSUP;
-    molt__log(MOLT__EV_REFUSE, molt__gen_number_now(), NULL, "rollback refused: %s", err);
-    return rc;
-  }
-  /* The monitor reaps it and records the outcome: wait for that, so that
-   * `molt status` right after shows it ended. */
   for (int ms = 0; ms < 5000; ms += 10) {
     molt__lock_acquire(&shd_lock);
-    bool done = stage != STAGE_FOLLOWING;
+    bool done = !running(stage);
     molt__lock_release(&shd_lock);
     if (done)
       break;
     struct timespec ts = {0, 10000000};
     nanosleep(&ts, NULL);
   }
-  char num[24], msg[96];
+}
+
+/* The running session's stage and follower (NONE if none runs).  A
+ * promoted session whose old version stopped following (its report
+ * written) cannot hand the lead back: err says so. */
+static stage_t session_now(pid_t *pid, char *why, size_t whylen) {
+  molt__lock_acquire(&shd_lock);
+  stage_t st = running(stage) ? stage : STAGE_NONE;
+  *pid = follower;
+  molt__lock_release(&shd_lock);
+  why[0] = '\0';
+  if (st != STAGE_NONE)
+    molt__shadow_report(why, whylen);
+  return st;
+}
+
+/* A wrong stage: the refusal, logged. */
+static int refuse(int rc, const char *op, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int refuse(int rc, const char *op, char *err, size_t errlen, const char *fmt,
+                  ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  molt__log(MOLT__EV_REFUSE, molt__gen_number_now(), NULL, "%s refused: %s", op, err);
+  return rc;
+}
+
+static int timeout_of(const molt__request *req) {
+  return req->timeout_ms > 0 ? req->timeout_ms : MOLT__DEFAULT_TIMEOUT_MS;
+}
+
+/* molt promote: the new version (the follower) leads, the old one follows
+ * under the reverse rules. */
+static int op_promote(const molt__request *req, molt__buf *out, char *err,
+                      size_t errlen) {
+  pid_t pid;
+  char why[2048];
+  stage_t st = session_now(&pid, why, sizeof why);
+  if (st == STAGE_NONE)
+    return refuse(MOLT_ENOHISTORY, "promote", err, errlen,
+                  "nothing to promote: no shadowed update is running (start one with "
+                  "'molt update --shadow')");
+  if (st == STAGE_PROMOTED)
+    return refuse(MOLT_EINVAL, "promote", err, errlen,
+                  "already promoted: the new version (follower %d) leads; 'molt commit' "
+                  "keeps it, 'molt rollback' returns to the old version",
+                  (int)pid);
+  if (why[0])
+    return refuse(MOLT_EINVAL, "promote", err, errlen, "the follower %d is ending: %s",
+                  (int)pid, why);
+  char herr[512] = "";
+  int rc = molt__shadow_hand_over(1, timeout_of(req), pid, herr, sizeof herr);
+  if (rc < 0)
+    return refuse(rc, "promote", err, errlen, "promotion of follower %d failed: %s",
+                  (int)pid, herr);
+  molt__lock_acquire(&shd_lock);
+  stage = STAGE_PROMOTED;
+  molt__log(
+      MOLT__EV_SHADOW, molt__gen_number_now(), NULL,
+      "shadowed update to %s promoted: the new version (follower %d) leads, the old "
+      "version follows under the reverse rules",
+      image, (int)pid);
+  molt__lock_release(&shd_lock);
+  char num[24], msg[160];
   snprintf(num, sizeof num, "%" PRIu64, molt__gen_number_now());
   molt__buf_pair(out, "generation", num);
-  snprintf(msg, sizeof msg, "follower %d of the shadowed update ended", (int)pid);
+  snprintf(msg, sizeof msg,
+           "the new version (follower %d) leads; the old version follows (molt commit, "
+           "molt rollback)",
+           (int)pid);
   molt__buf_pair(out, "message", msg);
   return 0;
+}
+
+/* Hands the lead back to the old version after a promotion. */
+static int hand_back(const char *op, pid_t pid, const char *why, int timeout_ms,
+                     char *err, size_t errlen) {
+  if (why[0])
+    return refuse(MOLT_EINVAL, op, err, errlen,
+                  "the old version stopped following the new one and cannot lead again "
+                  "(%s)",
+                  why);
+  char herr[512] = "";
+  int rc = molt__shadow_hand_over(0, timeout_ms, pid, herr, sizeof herr);
+  if (rc < 0)
+    return refuse(rc, op, err, errlen,
+                  "the lead could not be handed back to the old version: %s; the new "
+                  "version (follower %d) still leads",
+                  herr, (int)pid);
+  return 0;
+}
+
+/* molt rollback in a program image: ends a running shadow's follower; after
+ * a promotion it first hands the lead back to the old version.  Without a
+ * shadow, the full mode's answer (hot patches are not supported there). */
+static int op_rollback(const molt__request *req, molt__buf *out, char *err,
+                       size_t errlen) {
+  pid_t pid;
+  char why[2048];
+  stage_t st = session_now(&pid, why, sizeof why);
+  if (st == STAGE_NONE) {
+    const molt__mode *m = molt__mode_current();
+    const molt__op_info *oi = molt__op_find(MOLT__OP_ROLLBACK);
+    int rc = m && m->refuse && oi ? m->refuse(oi, err, errlen) : MOLT_ENOTSUP;
+    molt__log(MOLT__EV_REFUSE, molt__gen_number_now(), NULL, "rollback refused: %s", err);
+    return rc;
+  }
+  if (st == STAGE_PROMOTED) {
+    int rc = hand_back("rollback", pid, why, timeout_of(req), err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  end_follower(pid, st == STAGE_PROMOTED
+                        ? "rolled back by molt rollback after the promotion: the old "
+                          "version leads again"
+                        : "dropped by molt rollback");
+  char num[24], msg[160];
+  snprintf(num, sizeof num, "%" PRIu64, molt__gen_number_now());
+  molt__buf_pair(out, "generation", num);
+  snprintf(msg, sizeof msg, "follower %d of the shadowed update ended%s", (int)pid,
+           st == STAGE_PROMOTED ? "; the old version leads again" : "");
+  molt__buf_pair(out, "message", msg);
+  return 0;
+}
+
+/* molt commit: keeps the new version.  The lead comes back to this process
+ * (after a promotion), the follower ends, and this process performs the
+ * rehearsed full update in place, so that it keeps its pid. */
+static int op_commit(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
+  pid_t pid;
+  char why[2048];
+  stage_t st = session_now(&pid, why, sizeof why);
+  if (st == STAGE_NONE)
+    return refuse(MOLT_ENOHISTORY, "commit", err, errlen,
+                  "nothing to commit: no shadowed update is running (start one with "
+                  "'molt update --shadow')");
+  if (st == STAGE_SHADOWING && why[0])
+    return refuse(MOLT_EINVAL, "commit", err, errlen, "the follower %d is ending: %s",
+                  (int)pid, why);
+  if (st == STAGE_PROMOTED) {
+    int rc = hand_back("commit", pid, why, timeout_of(req), err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  molt__lock_acquire(&shd_lock);
+  int fd = image_fd;
+  image_fd = -1;
+  char path[sizeof image];
+  memcpy(path, image, sizeof path);
+  molt__lock_release(&shd_lock);
+  end_follower(pid, "ended by molt commit");
+  molt__request *u = calloc(1, sizeof *u);
+  int rc = MOLT_ENOMEM;
+  const molt__mode *full = molt__mode_current();
+  if (u && fd >= 0 && full && full->ops[MOLT__OP_UPDATE]) {
+    u->op = MOLT__OP_UPDATE;
+    u->timeout_ms = req->timeout_ms;
+    u->has_fd = true;
+    u->fd = fd;
+    snprintf(u->path, sizeof u->path, "%s", path);
+    rc = full->ops[MOLT__OP_UPDATE](u, out, err, errlen); /* logs its outcome */
+  } else if (fd < 0) {
+    molt__errmsg(err, errlen, "the new image %s was not kept open", path);
+    rc = MOLT_EIO;
+  }
+  free(u);
+  if (fd >= 0)
+    close(fd);
+  molt__lock_acquire(&shd_lock);
+  stage = rc == 0 ? STAGE_COMMITTED : STAGE_ENDED;
+  if (rc == 0)
+    snprintf(outcome, sizeof outcome,
+             "committed: the process runs %.1024s (updated in place; follower %d ended)",
+             path, (int)pid);
+  else
+    snprintf(outcome, sizeof outcome,
+             "commit failed: %s; the follower %d ended and the old version serves on",
+             err[0] ? err : molt_strerror(rc), (int)pid);
+  molt__log(MOLT__EV_SHADOW, molt__gen_number_now(), NULL, "shadowed update to %s: %s",
+            path, outcome);
+  molt__lock_release(&shd_lock);
+  return rc;
+}
+
+/* A plain full update while a follower runs would switch the leader under
+ * it: refused. */
+static int shadow_veto(const molt__op_info *op, char *err, size_t errlen) {
+  if (op->op != MOLT__OP_UPDATE)
+    return 0;
+  molt__lock_acquire(&shd_lock);
+  bool busy = running(stage);
+  stage_t st = stage;
+  pid_t pid = follower;
+  molt__lock_release(&shd_lock);
+  if (!busy)
+    return 0;
+  return refuse(MOLT_EBUSY, "update", err, errlen,
+                "a shadowed update is running (follower %d, %s); end it first: 'molt "
+                "commit' applies the new version, 'molt rollback' drops it",
+                (int)pid, stage_names[st]);
 }
 
 /* ---- status, fork ------------------------------------------------------------------*/
@@ -301,6 +596,12 @@ static int op_rollback(const molt__request *req, molt__buf *out, char *err,
 static void shadow_status(molt__buf *out) {
   molt__lock_acquire(&shd_lock);
   if (stage != STAGE_NONE) {
+    /* While promoted, an old version that stopped following: its report. */
+    char why[2048] = "";
+    if (stage == STAGE_PROMOTED && molt__shadow_report(why, sizeof why))
+      snprintf(outcome, sizeof outcome,
+               "the old version stopped following: %s; the new version serves alone",
+               why);
     uint64_t rec = 0, cmp = 0, applied = 0;
     unsigned use = 0;
     molt__shadow_counts(&rec, &cmp, &use, &applied);
@@ -312,11 +613,7 @@ static void shadow_status(molt__buf *out) {
     snprintf(d, sizeof d, "%" PRIu64, divergences);
     snprintf(nr, sizeof nr, "%u", nrules);
     snprintf(ap, sizeof ap, "%" PRIu64, applied);
-    const char *f[] = {"shadow", stage == STAGE_FOLLOWING ? "following" : "ended",
-                       pid,      image,
-                       r,        c,
-                       u,        d,
-                       outcome,  nr,
+    const char *f[] = {"shadow", stage_names[stage], pid, image, r, c, u, d, outcome, nr,
                        ap};
     molt__buf_record(out, 11, f);
   }
@@ -336,7 +633,11 @@ static void shadow_fork_child(void) {
 static const molt__mode shadow_mode = {
     .name = "shadow",
     .within = MOLT__MODE_FULL,
-    .ops = {[MOLT__OP_SHADOW] = op_shadow, [MOLT__OP_ROLLBACK] = op_rollback},
+    .ops = {[MOLT__OP_SHADOW] = op_shadow,
+            [MOLT__OP_ROLLBACK] = op_rollback,
+            [MOLT__OP_PROMOTE] = op_promote,
+            [MOLT__OP_COMMIT] = op_commit},
+    .veto = shadow_veto,
     .fork_prepare = shadow_fork_prepare,
     .fork_parent = shadow_fork_parent,
     .fork_child = shadow_fork_child,

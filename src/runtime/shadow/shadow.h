@@ -73,8 +73,23 @@ MOLT__HIDDEN int molt__shadow_area_get(void);
 MOLT__HIDDEN void molt__shadow_session_begin(const pid_t *tids, size_t n);
 /* The follower's pid, once forked (the leader kills it to drop the shadow). */
 MOLT__HIDDEN void molt__shadow_session_follower(pid_t pid);
-/* The leader stops recording (the follower is gone or dropped). */
+/* This process takes no part in the session any more (a child of fork(),
+ * a follower that could not be watched). */
 MOLT__HIDDEN void molt__shadow_session_end(void);
+/* The other side is gone (its process ended): each thread replays what its
+ * ring still holds, then runs alone. */
+MOLT__HIDDEN void molt__shadow_session_alone(void);
+/* molt promote (to 1) and the way back (to 0), on the original process's
+ * runtime thread with op_lock held: every ring's lead handed to side `to`
+ * (0 the original process, 1 the follower `other`), ring by ring at each
+ * thread's next followed call, within timeout_ms.  0, or MOLT_E* with err
+ * (then every thread goes back to the side that led). */
+MOLT__HIDDEN int molt__shadow_hand_over(unsigned to, int timeout_ms, pid_t other,
+                                        char *err, size_t errlen);
+/* The side that leads (or is being handed the lead): 0 or 1. */
+MOLT__HIDDEN int molt__shadow_leading_side(void);
+/* The original process ended through exit() (not a crash, not a signal). */
+MOLT__HIDDEN bool molt__shadow_leader_exited(void);
 /* In the follower, before any program thread starts. */
 MOLT__HIDDEN void molt__shadow_become_follower(void);
 /* A follower's program thread: its ring (on_start of molt__program_relaunch). */
@@ -83,13 +98,19 @@ MOLT__HIDDEN molt__shadow_role molt__shadow_role_now(void);
 /* The forward and reverse rules of the next or running session (ring.c
  * keeps them; shadow.c parses into them with no session running). */
 MOLT__HIDDEN molt__rules *molt__shadow_rules(void);
-/* Leader: appends c with its result (out: out_len bytes the call wrote). */
+/* Leader: appends c with its result (out: out_len bytes the call wrote);
+ * nothing if the calling thread runs alone. */
 MOLT__HIDDEN void molt__shadow_record(const molt__sc *c, int64_t ret, int err,
                                       size_t out_len);
-/* Follower: the leader's result of the same call, compared first (a
- * divergence ends the follower and does not return); fills c->out. */
-MOLT__HIDDEN int64_t molt__shadow_replay(const molt__sc *c, int *err);
-/* The follower ends with a report (first one wins): never returns. */
+/* Follower: the leader's result of the same call into *result and *err,
+ * compared first (a divergence ends the follower and does not return);
+ * fills c->out; true.  false: the calling thread leads from this call on
+ * (a promotion, or the other side is gone): the caller makes the call and
+ * then molt__shadow_record. */
+MOLT__HIDDEN bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err);
+/* The follower ends with a report (first one wins): never returns.  In
+ * the original process following after a promotion, the calling thread
+ * stops for good instead (the process keeps its control socket). */
 MOLT__HIDDEN void molt__shadow_follower_fail(int kind, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 2, 3)));
 /* The report of the session that ended: its kind (0: none) and text. */
@@ -115,13 +136,20 @@ MOLT__HIDDEN void molt__shadow_fds_forked(void);
 MOLT__HIDDEN void molt__shadow_fds_end(void);
 MOLT__HIDDEN bool molt__shadow_is_channel(int fd);
 /* Leader: the generation of the descriptor at fd (a close reads it before
- * it closes). */
+ * it closes); in the follower leading after a promotion, of its own
+ * descriptor there, 0 if it did not create it. */
 MOLT__HIDDEN uint32_t molt__shadow_fd_gen(int fd);
 /* Leader's thread of ring `ring`: fd was just created by a followed call;
- * sends it to the follower, *gen its new generation.  0 or -errno. */
+ * sends it to the follower, *gen its new generation.  0 or -errno.  The
+ * follower leading after a promotion sends nothing (*gen: its own
+ * generation). */
 MOLT__HIDDEN int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen);
 /* Follower, before its threads start: the descriptors it inherited. */
 MOLT__HIDDEN void molt__shadow_note_inherited(void);
+/* The original process, about to follow the follower `other` (promoted):
+ * the descriptors both hold under the same numbers, which a close the new
+ * version makes closes here too. */
+MOLT__HIDDEN void molt__shadow_note_shared_with(pid_t other);
 /* Follower's thread of ring `ring`, consuming the record of a call that
  * created fd (generation gen): receives it, places it at fd. */
 MOLT__HIDDEN void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec);

@@ -57,6 +57,19 @@ const molt__mode *molt__mode_for_op(unsigned op) {
   return NULL;
 }
 
+int molt__modes_veto(const molt__mode *handler, const molt__op_info *op, char *err,
+                     size_t errlen) {
+  unsigned n = count();
+  for (unsigned i = 0; i < n; i++) {
+    if (modes[i] == handler || !modes[i]->veto)
+      continue;
+    int rc = modes[i]->veto(op, err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
 void molt__modes_on_park(void *frame, const char *point, molt__verdict pending) {
   unsigned n = count();
   for (unsigned i = 0; i < n; i++)

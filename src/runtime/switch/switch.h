@@ -157,6 +157,10 @@ typedef struct molt__mode {
    * mode's threads.  Runtime thread, op_lock and bar_lock held (it may take
    * locks further down the table). */
   void (*describe_thread)(pid_t tid, char *buf, size_t len);
+  /* Before another mode's operation runs (op_lock held): 0, or MOLT_E* with
+   * a one-line err to refuse it (a shadowed update refuses a plain full
+   * update while its follower runs).  Logs its refusal. */
+  int (*veto)(const molt__op_info *op, char *err, size_t errlen);
   /* Its records for `molt status` (op_lock held, molt__rt_lock not held). */
   void (*status)(molt__buf *out);
   /* Each reclamation pass (runtime thread, op_lock held). */
@@ -174,6 +178,10 @@ MOLT__HIDDEN const molt__mode *molt__mode_current(void);
 MOLT__HIDDEN const molt__mode *molt__mode_for_op(unsigned op);
 /* Hooks of every registered mode, in registration order (fork_parent and
  * fork_child in reverse). */
+/* The vetoes of every registered mode but `handler` on op (op_lock held):
+ * the first refusal, or 0. */
+MOLT__HIDDEN int molt__modes_veto(const molt__mode *handler, const molt__op_info *op,
+                                  char *err, size_t errlen);
 MOLT__HIDDEN void molt__modes_on_park(void *frame, const char *point,
                                       molt__verdict pending);
 MOLT__HIDDEN void molt__modes_on_release(molt__verdict verdict);
