@@ -74,10 +74,14 @@ def test_rss_fds_and_mappings_flat_over_200_updates():
         assert last["named_maps"] == first["named_maps"], report
         if build_sanitize() != "address":
             # ASan's allocator maps new regions and keeps freed memory in
-            # quarantine: its RSS and anonymous mappings grow on their own.
+            # quarantine: its anonymous mappings grow on their own.
             assert last["maps"] == first["maps"], report
+        if not build_sanitize():
             # 180 updates: a leak of a page every 20 updates shows.  (The
-            # log's rings, filled lazily, added 2.4 KiB per update.)
+            # log's rings, filled lazily, added 2.4 KiB per update.)  Not
+            # under a sanitizer: ASan's quarantine and TSan's shadow memory
+            # and access history grow RSS on their own (TSan: +5.9 MiB over
+            # these 180 updates, with mappings and descriptors flat).
             assert last["rss_kb"] - first["rss_kb"] <= 32, report
         d = p.dump()
         assert d["version"] == "1" and d["t0_arg"] == "7" and d["t1_arg"] == "4242"
