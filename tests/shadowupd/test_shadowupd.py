@@ -7,7 +7,10 @@ under checking clients that keep their connections from before the shadow
 starts, and asserts on the replies the clients got (every one checked),
 on `molt status` / `molt log`, and on the leader's descriptors."""
 
+import ctypes
 import os
+import re
+import signal
 import socket
 import tempfile
 import threading
@@ -913,18 +916,89 @@ def took_over(follower, leader):
 KILL_MOMENTS = (0.0, 0.15, 0.4, 0.8, 1.5)   # seconds after the fork
 
 
+# ---- killing a process inside "the window" (design §17, "The leader dies") ----
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.ptrace.restype = ctypes.c_long
+_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+PTRACE_SYSCALL, PTRACE_GETREGS, PTRACE_SEIZE, PTRACE_INTERRUPT = 24, 12, 0x4206, 0x4207
+PTRACE_O_TRACESYSGOOD = 1
+SYS_SENDTO, SYS_RECVFROM = 44, 45
+WALL = 0x40000000   # __WALL: threads too
+
+
+def _ptrace(req, tid, addr=None, data=None):
+    r = _libc.ptrace(req, tid, addr, data)
+    if r < 0:
+        raise OSError(ctypes.get_errno(), "ptrace(%d, %d)" % (req, tid))
+    return r
+
+
+def kill_inside(pid, syscall, timeout=20):
+    """SIGKILLs process pid at the moment one of its threads returns from
+    `syscall` (sendto or recvfrom: send() and recv()) on one of its TCP
+    connections having moved bytes: the kernel made the call, the program
+    has not seen its result yet -- the window between a call and its
+    record.  Every thread is traced (ptrace syscall stops); at that thread's
+    syscall-exit stop the process is killed.  Returns the bytes the call
+    moved."""
+    ours = _is_our_child(pid)
+    tcp = tcp_inodes()
+    conns = {fd for fd, link in fd_links(pid).items() if link in tcp}
+    tids = [int(t) for t in os.listdir("/proc/%d/task" % pid)]
+    for t in tids:
+        _ptrace(PTRACE_SEIZE, t, None, PTRACE_O_TRACESYSGOOD)
+        _ptrace(PTRACE_INTERRUPT, t)
+    regs = (ctypes.c_ulonglong * 27)()
+    end = time.time() + timeout
+    try:
+        for t in tids:
+            os.waitpid(t, WALL)
+            _ptrace(PTRACE_SYSCALL, t)
+        while time.time() < end:
+            t, st = os.waitpid(-1, WALL)
+            if t not in tids or not os.WIFSTOPPED(st):
+                continue
+            sig = os.WSTOPSIG(st)
+            if sig != (signal.SIGTRAP | 0x80):
+                # a signal for the program (passed on) or an event stop
+                _ptrace(PTRACE_SYSCALL, t, None, sig if st >> 16 == 0 else 0)
+                continue
+            _ptrace(PTRACE_GETREGS, t, None, ctypes.addressof(regs))
+            nr, ret, fd = regs[15], ctypes.c_longlong(regs[10]).value, regs[14]
+            # a syscall-exit stop: the result is in rax (-ENOSYS at entry)
+            if nr == syscall and ret > 0 and fd in conns:
+                os.kill(pid, 9)
+                return ret
+            _ptrace(PTRACE_SYSCALL, t)
+        raise AssertionError("no %d call on a connection within %d s" % (syscall, timeout))
+    finally:
+        os.kill(pid, 9)
+        # Dead tracees wait for their tracer: each thread is reaped here,
+        # the process itself by its parent (this test for the leader, the
+        # leader's monitor for the follower, once released here).
+        for t in sorted(tids, key=lambda t: t == pid):   # the group leader last
+            if t != pid or not ours:
+                try:
+                    os.waitpid(t, WALL)
+                except ChildProcessError:
+                    pass
+
+
+def _is_our_child(pid):
+    return int(open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[1]) == os.getpid()
+
+
 def test_leader_killed_follower_takes_over():
     """The leader SIGKILLed at a spread of moments while its follower
     replays under load (one kill right after the fork, while the follower
     may still migrate; the last one after a promotion, while the follower
     leads): the follower replays what the leader did, then serves the same
     connections (they were inherited at the fork) and new ones.  Every
-    client request is answered, every reply right.
-
-    The clients pause for the kill itself (each has its reply): a call the
-    leader has made but not yet recorded when it dies is lost (design §17,
-    "the window"), which a kill amid requests hits now and then;
-    bench/shadowupd/leader_kills.py measures how often."""
+    client request is answered, every reply right, with the clients going
+    on through each kill (no pause): a read or write the leader was inside
+    of is completed by the follower (design §17, "The leader dies";
+    test_leader_killed_inside_a_read_or_write aims at that window, and
+    bench/shadowupd/leader_kills.py kills 40 times)."""
     v1, same, _, _ = images()
     for i, delay in enumerate(KILL_MOMENTS + ("promoted",)):
         srv = Server(v1, "kill%d" % i)
@@ -936,10 +1010,8 @@ def test_leader_killed_follower_takes_over():
                 served_on(srv, cl, "the promoted follower")
             else:
                 time.sleep(delay)
-            cl.pause()
             os.kill(srv.pid, 9)
             srv.p.p.wait()
-            cl.resume()
             served_on(srv, cl, "follower %d after the leader's death" % follower)
             took_over(follower, srv.pid)
             # new connections too: the listening socket is shared
@@ -949,6 +1021,63 @@ def test_leader_killed_follower_takes_over():
             assert cl.wrong == [], (delay, cl.wrong[:3])
             assert replies > 40, (delay, replies)
             assert open("/proc/%d/stat" % follower).read().split()[2] != "Z"
+        finally:
+            srv.close()
+        srv.assert_clean()
+
+
+def intents_of(outcome):
+    """The calls the dead side was inside of, as the survivor's outcome
+    counts them: (completed, moved nothing, could not be told)."""
+    m = re.search(r"died inside of: (\d+) completed .*?, (\d+) had moved nothing, "
+                  r"(\d+) could not be told", outcome)
+    return tuple(int(g) for g in m.groups()) if m else (0, 0, 0)
+
+
+def test_leader_killed_inside_a_read_or_write():
+    """The side that leads SIGKILLed at the worst moment: one of its
+    threads has just returned from recv() or send() on a client's
+    connection -- the kernel consumed the request's bytes or sent the
+    reply -- and the record of that call is not published (ptrace stops
+    the thread at the system call's exit; the kill lands there).  The
+    survivor completes the call from the kernel's TCP byte totals: the
+    request read by the dead process is served (not lost), the reply it
+    sent is not sent again (not doubled).  The clients run on throughout
+    and check every reply.  Both directions of the lead: the original
+    process dying (the follower takes over) and, after a promotion, the
+    new version dying (the original leads again)."""
+    v1, same, _, _ = images()
+    for i, (who, call) in enumerate((("leader", SYS_RECVFROM), ("leader", SYS_SENDTO),
+                                     ("promoted", SYS_RECVFROM), ("promoted", SYS_SENDTO))):
+        srv = Server(v1, "window%d" % i)
+        try:
+            cl = Clients(srv, tag="w%d-" % i)
+            follower = shadow(srv, same)["follower"]
+            if who == "promoted":
+                molt("promote", srv.pid, "--timeout", "20", check=0)
+                served_on(srv, cl, "the promoted follower")
+                victim = follower
+            else:
+                served_on(srv, cl, "the leader while shadowing")
+                victim = srv.pid
+            moved = kill_inside(victim, call)
+            if who == "leader":
+                srv.p.p.wait()
+                sh = took_over(follower, srv.pid)
+                survivor = follower
+            else:
+                sh = ended(srv)
+                survivor = srv.pid
+            served_on(srv, cl, "the survivor")
+            time.sleep(0.5)   # a request lost would time out, a reply doubled mismatch
+            replies = cl.stop()
+            assert cl.wrong == [], (who, call, moved, cl.wrong[:3])
+            assert replies > 40, (who, call, replies)
+            # the survivor says it completed the call (of `moved` bytes)
+            sh = status(survivor)["shadow"]
+            completed, nothing, unknown = intents_of(sh["outcome"])
+            assert completed >= 1 and unknown == 0, (who, call, moved, sh["outcome"])
+            assert ask(srv, "PING") == "PONG\n"
         finally:
             srv.close()
         srv.assert_clean()
@@ -965,10 +1094,8 @@ def test_new_version_killed_while_it_leads():
         follower = shadow(srv, same)["follower"]
         molt("promote", srv.pid, "--timeout", "20", check=0)
         served_on(srv, cl, "the promoted follower")
-        cl.pause()   # see test_leader_killed_follower_takes_over
-        os.kill(follower, 9)
+        os.kill(follower, 9)   # amid requests, as in test_leader_killed_follower_takes_over
         sh = ended(srv)
-        cl.resume()
         assert "crashed (signal 9" in sh["outcome"], sh
         msgs = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
         assert any("the old version replays its calls and leads again" in m for m in msgs), msgs

@@ -42,7 +42,10 @@ static bool replay(const molt__sc *c, int64_t *ret) {
   molt__shadow_trap_allow();
   if (!molt__shadow_replay(c, ret, &e))
     return false;
-  molt__shadow_trap_block();
+  /* A thread that completed a call the dead leader was inside of runs
+   * alone from now on: its calls are real, the backstop stays off. */
+  if (molt__shadow_follows())
+    molt__shadow_trap_block();
   errno = e;
   return true;
 }
@@ -53,6 +56,21 @@ static void record(const molt__sc *c, int64_t ret, size_t out_len) {
   errno = e;
 }
 
+/* The leader's read, recv, write and send go through an intent
+ * (molt__shadow_intent_begin): the record is reserved before the call, a
+ * read's bytes land in it (shared memory) and are copied to buf after, so
+ * that a follower outliving the leader can complete the call (design §17,
+ * "The leader dies").  These end such a call: its result recorded, errno
+ * kept. */
+static ssize_t intent_end(molt__shadow_intent *it, ssize_t r, void *buf) {
+  int e = errno;
+  if (r > 0 && buf)
+    memcpy(buf, it->data, (size_t)r);
+  molt__shadow_intent_end(it, r, e);
+  errno = e;
+  return r;
+}
+
 ssize_t __wrap_read(int fd, void *buf, size_t n) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE)
@@ -61,6 +79,9 @@ ssize_t __wrap_read(int fd, void *buf, size_t n) {
   int64_t rr;
   if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
     return (ssize_t)rr;
+  molt__shadow_intent it;
+  if (molt__shadow_intent_begin(&c, &it))
+    return intent_end(&it, read(fd, it.data, n), buf);
   ssize_t r = read(fd, buf, n);
   record(&c, r, r > 0 ? (size_t)r : 0);
   return r;
@@ -74,6 +95,9 @@ ssize_t __wrap_recv(int fd, void *buf, size_t n, int flags) {
   int64_t rr;
   if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
     return (ssize_t)rr;
+  molt__shadow_intent it;
+  if (molt__shadow_intent_begin(&c, &it))
+    return intent_end(&it, recv(fd, it.data, n, flags), buf);
   ssize_t r = recv(fd, buf, n, flags);
   record(&c, r, r > 0 ? (size_t)r : 0);
   return r;
@@ -87,6 +111,9 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n) {
   int64_t rr;
   if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
     return (ssize_t)rr;
+  molt__shadow_intent it;
+  if (molt__shadow_intent_begin(&c, &it))
+    return intent_end(&it, write(fd, buf, n), NULL);
   ssize_t r = write(fd, buf, n);
   record(&c, r, 0);
   return r;
@@ -100,6 +127,9 @@ ssize_t __wrap_send(int fd, const void *buf, size_t n, int flags) {
   int64_t rr;
   if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
     return (ssize_t)rr;
+  molt__shadow_intent it;
+  if (molt__shadow_intent_begin(&c, &it))
+    return intent_end(&it, send(fd, buf, n, flags), NULL);
   ssize_t r = send(fd, buf, n, flags);
   record(&c, r, 0);
   return r;

@@ -42,6 +42,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stddef.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -68,8 +74,13 @@ typedef struct rec {
   uint64_t in_hash; /* FNV-1a of the whole input */
   uint32_t out_len; /* output bytes after the kept input */
   uint32_t fd_gen;  /* the descriptor it created or closed: its generation (fds.c) */
-  uint32_t unused;
+  /* A read or write made through an intent (molt__shadow_intent_begin):
+   * base holds the kernel's running total of bytes consumed from (read)
+   * or written to (write) the descriptor just before the call, if
+   * base_ok (a TCP socket whose total the leader knows, see fd_total). */
+  uint32_t base_ok;
   uint64_t seq; /* its place among all threads' records (area.clock) */
+  uint64_t base;
 } rec;
 
 typedef struct ring {
@@ -100,9 +111,44 @@ typedef struct ring {
    * (molt__shadow_note_shared_with).  The order through `taken` passes
    * through the other process, where a sanitizer does not see it. */
   _Atomic uint32_t handed;
+  /* The record of the producer's read or write in progress: its position
+   * + 1 (0: none).  The producer reserves the record, writes the call's
+   * header (kind, arguments, the kernel's total before it: an intent),
+   * stores this with release and only then makes the system call (a
+   * read's bytes land in the record's payload, in this shared mapping);
+   * it publishes the record (head) once the call returned.  A mark below
+   * head is stale.  Read by a consumer only once the producer's process
+   * is dead (peer_dead): acquire, pairing with the release store, orders
+   * the header written before it; what the kernel wrote into the payload
+   * during the call and the producer's last stores are ordered by its
+   * death, which the consumer learned from the kernel (a pidfd, waitpid)
+   * before it set peer_dead. */
+  _Atomic uint64_t intent;
   /* Records are 8-byte aligned (their sizes are multiples of 8). */
   _Alignas(8) char data[MOLT__SHADOW_RING_BYTES];
 } ring;
+
+/* Descriptor numbers whose byte totals the leading side keeps (a read or
+ * write on a higher number still records an intent, without a base). */
+#define FD_TOTALS 65536
+/* fd_total.tag: the session's number << 2 | one of these. */
+#define TOT_KNOWN 1u /* total is the kernel's (a TCP socket) */
+#define TOT_NONE 2u  /* not a TCP socket: the kernel keeps no total */
+
+/* The leading side's count of the bytes a descriptor moved in one
+ * direction, equal to the kernel's running total for a TCP socket
+ * (tcp_totals): measured at the descriptor's first read or write of the
+ * session (or 0 for one a followed accept created), then raised by each
+ * followed call's result.  A tag from an earlier session, or 0 (a followed
+ * close or socket reset it), means not known yet.  Only threads doing I/O
+ * on the descriptor in that direction touch it, one at a time (two
+ * threads reading one stream socket at once are not supported, design
+ * §17): relaxed atomics, the program's own synchronisation (or, across
+ * the processes, a HANDOVER record) orders the hand-offs. */
+typedef struct fd_total {
+  _Atomic uint64_t tag;
+  _Atomic uint64_t total;
+} fd_total;
 
 typedef struct area {
   /* How the session ended: 0 until one side writes a report.  The writer
@@ -140,6 +186,10 @@ typedef struct area {
    * relaxed atomic RMWs by the replaying threads; read by the operation
    * after `taken` (see there). */
   _Atomic uint32_t opened[FD_TRACKED], closed[FD_TRACKED];
+  /* Per descriptor number and direction (0 in, 1 out): the kernel's
+   * running total of bytes moved through it, as the leading side knows it
+   * (fd_total below). */
+  fd_total totals[FD_TOTALS][2];
   ring rings[MOLT__SHADOW_MAX_THREADS];
 } area;
 
@@ -151,6 +201,15 @@ static _Atomic bool active;
 /* The other side is gone: each thread replays what its ring holds, then
  * runs alone (release store; acquire loads in the wrappers). */
 static _Atomic bool alone;
+/* The other side's process is dead, not merely dropped: set before
+ * `alone` (whose release store and the consumers' acquire loads order it)
+ * once its death was seen through the kernel; only then does a consumer
+ * complete a read or write the other side was inside of (its intent). */
+static _Atomic bool peer_dead;
+/* Calls the other side died inside of, as this process completed them
+ * (relaxed counters for status, molt__shadow_intents). */
+static _Atomic uint64_t int_completed, int_nothing, int_uncertain, int_read_bytes,
+    int_skipped_bytes;
 /* The session's number, so that a thread's cached ring index is not taken
  * from an earlier session. */
 static _Atomic uint32_t session;
@@ -205,6 +264,14 @@ static bool taken_ahead(uint64_t pos, bool forget) {
 /* The thread produces its ring (leads); done: it runs alone for good. */
 static __thread bool my_lead __attribute__((tls_model("initial-exec")));
 static __thread bool my_done __attribute__((tls_model("initial-exec")));
+/* A consumer whose producer died inside a read or write: that record (in
+ * the ring, which nobody writes any more) until the thread's own call on
+ * the descriptor completes it (finish_carry); carry_moved: the bytes the
+ * dead call moved, as the kernel tells (-1: it cannot tell), carry_given:
+ * those already given to the program. */
+static __thread const rec *carry __attribute__((tls_model("initial-exec")));
+static __thread int64_t carry_moved __attribute__((tls_model("initial-exec")));
+static __thread int64_t carry_given __attribute__((tls_model("initial-exec")));
 
 static unsigned my_side(void) { return follower ? 1u : 0u; }
 
@@ -234,8 +301,10 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
     atomic_store_explicit(&s->closed[i], 0, memory_order_relaxed);
   }
   atomic_store_explicit(&alone, false, memory_order_relaxed);
+  atomic_store_explicit(&peer_dead, false, memory_order_relaxed);
   for (size_t i = 0; i < n; i++) {
     ring *r = &s->rings[i];
+    atomic_store_explicit(&r->intent, 0, memory_order_relaxed);
     atomic_store_explicit(&r->head, 0, memory_order_relaxed);
     atomic_store_explicit(&r->tail, 0, memory_order_relaxed);
     atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
@@ -273,6 +342,12 @@ void molt__shadow_session_end(void) {
 
 static void wake_all(void);
 
+void molt__shadow_session_peer_died(void) {
+  /* relaxed: ordered before the consumers' reads by alone's release store */
+  atomic_store_explicit(&peer_dead, true, memory_order_relaxed);
+  molt__shadow_session_alone();
+}
+
 void molt__shadow_session_alone(void) {
   atomic_store_explicit(&alone, true, memory_order_release);
   wake_all();
@@ -295,6 +370,7 @@ void molt__shadow_become_follower(void) {
   want_fd_kind = names_fd_kind(MOLT__RULE_REVERSE);
   has_fd_kind = names_fd_kind(MOLT__RULE_FORWARD);
   atomic_store_explicit(&alone, false, memory_order_relaxed);
+  atomic_store_explicit(&peer_dead, false, memory_order_relaxed);
   atomic_store_explicit(&active, true, memory_order_release);
 }
 
@@ -321,6 +397,7 @@ molt__shadow_role molt__shadow_role_now(void) {
       my_ring1 = 0;
       my_lead = true;
       my_done = false;
+      carry = NULL;
       pid_t tid = molt__gettid();
       for (uint32_t i = 0; i < shared->nrings; i++)
         if (shared->rings[i].leader_tid == tid)
@@ -334,8 +411,10 @@ molt__shadow_role molt__shadow_role_now(void) {
     return atomic_load_explicit(&alone, memory_order_acquire) ? MOLT__SHADOW_NONE
                                                               : MOLT__SHADOW_FOLLOWER;
   }
+  /* A thread running alone with a call the dead side was inside of still
+   * to complete goes through molt__shadow_replay (finish_carry). */
   if (my_done)
-    return MOLT__SHADOW_NONE;
+    return carry ? MOLT__SHADOW_FOLLOWER : MOLT__SHADOW_NONE;
   if (!my_lead)
     return MOLT__SHADOW_FOLLOWER;
   /* The follower leading after a promotion: an old version that stopped
@@ -585,11 +664,108 @@ static void publish(ring *r, uint64_t end) {
     futex_wake(&r->seq);
 }
 
+/* ---- byte totals: what a read or write the leader died inside of moved -----------*/
+
+/* TCP states (tcpi_state, the kernel's include/net/tcp_states.h). */
+enum {
+  TCPS_FIN_WAIT1 = 4,
+  TCPS_FIN_WAIT2 = 5,
+  TCPS_TIME_WAIT = 6,
+  TCPS_CLOSE = 7,
+  TCPS_CLOSE_WAIT = 8,
+  TCPS_LAST_ACK = 9,
+  TCPS_CLOSING = 11
+};
+
+/* The kernel's running totals of a TCP socket (shared by every process
+ * holding it, so they outlive the leader): tot[0] the bytes consumed from
+ * it (read by anyone) and tot[1] the bytes written to it, since it was
+ * made.  tcpi_bytes_received counts what arrived in order and SIOCINQ
+ * what of it nobody read yet; tcpi_bytes_acked what the peer acknowledged
+ * and SIOCOUTQ what was written but not acknowledged yet (Linux 4.19 and
+ * later).  A FIN counts one in the first pair once received and one in
+ * the second once sent; it is taken out by the state.  A socket's SYN may
+ * count one in tot[1]; it is there before any write, so it cancels out
+ * against a base measured the same way.  false: not a TCP socket, or a
+ * state where the totals cannot be told (closed). */
+static bool tcp_totals(int fd, uint64_t tot[2]) {
+  struct tcp_info ti;
+  socklen_t len = sizeof ti;
+  memset(&ti, 0, sizeof ti);
+  if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 ||
+      len <
+          offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+    return false;
+  int inq = 0, outq = 0;
+  if (ti.tcpi_state == TCPS_CLOSE || ioctl(fd, SIOCINQ, &inq) < 0 ||
+      ioctl(fd, SIOCOUTQ, &outq) < 0 || inq < 0 || outq < 0)
+    return false;
+  unsigned st = ti.tcpi_state;
+  bool fin_in = st == TCPS_CLOSE_WAIT || st == TCPS_LAST_ACK || st == TCPS_CLOSING ||
+                st == TCPS_TIME_WAIT;
+  bool fin_out = st == TCPS_FIN_WAIT1 || st == TCPS_FIN_WAIT2 || st == TCPS_CLOSING ||
+                 st == TCPS_LAST_ACK || st == TCPS_TIME_WAIT;
+  tot[0] = ti.tcpi_bytes_received - (uint64_t)inq - fin_in;
+  tot[1] = ti.tcpi_bytes_acked + (uint64_t)outq - fin_out;
+  return true;
+}
+
+static fd_total *totals_of(int64_t fd, int dir) {
+  return fd >= 0 && fd < FD_TOTALS ? &shared->totals[fd][dir] : NULL;
+}
+
+static uint64_t session_tag(void) {
+  return (uint64_t)atomic_load_explicit(&session, memory_order_relaxed) << 2;
+}
+
+/* The leader's record of a call that creates or closes a descriptor: its
+ * totals start again (relaxed: see fd_total).  A socket a followed accept
+ * made has moved nothing yet, nor has the kernel counted anything for it
+ * (a passive socket's SYN counts in neither total); a file is no TCP
+ * socket; a close, or a socket() (its SYN may count), leaves the total to
+ * be measured at its first use. */
+static void note_totals(unsigned kind, int64_t fd_arg, int64_t ret) {
+  int64_t fd = kind == MOLT__SC_CLOSE ? fd_arg : ret;
+  if (fd < 0 || fd >= FD_TOTALS || (kind == MOLT__SC_CLOSE && ret != 0) ||
+      (kind != MOLT__SC_CLOSE && !creates_fd(kind)))
+    return;
+  uint64_t tag = 0;
+  if (kind == MOLT__SC_ACCEPT || kind == MOLT__SC_ACCEPT4)
+    tag = session_tag() | TOT_KNOWN;
+  else if (kind == MOLT__SC_OPEN || kind == MOLT__SC_OPENAT)
+    tag = session_tag() | TOT_NONE;
+  for (int dir = 0; dir < 2; dir++) {
+    fd_total *t = &shared->totals[fd][dir];
+    atomic_store_explicit(&t->total, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->tag, tag, memory_order_relaxed);
+  }
+}
+
+/* The leader's total for fd in direction dir before its call (measured
+ * from the kernel at the first use in this session): *base; false if the
+ * kernel keeps none (not a TCP socket) or fd is out of the table. */
+static bool base_of(int64_t fd, int dir, uint64_t *base) {
+  fd_total *t = totals_of(fd, dir);
+  if (!t)
+    return false;
+  uint64_t want = session_tag();
+  uint64_t tag = atomic_load_explicit(&t->tag, memory_order_relaxed);
+  if ((tag & ~(uint64_t)3) != want || !(tag & 3)) {
+    uint64_t tot[2] = {0, 0};
+    tag = want | (tcp_totals((int)fd, tot) ? TOT_KNOWN : TOT_NONE);
+    atomic_store_explicit(&t->total, tot[dir], memory_order_relaxed);
+    atomic_store_explicit(&t->tag, tag, memory_order_relaxed);
+  }
+  *base = atomic_load_explicit(&t->total, memory_order_relaxed);
+  return (tag & 3) == TOT_KNOWN;
+}
+
 void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len) {
   /* A follower's call that it made itself: it has just become the leader
    * (its record follows), or runs alone (no record). */
   if (!my_ring1 || !my_lead || my_done)
     return;
+  note_totals(c->kind, c->a[0], ret);
   ring *r = &shared->rings[my_ring1 - 1];
   size_t keep = c->in_len < MOLT__SHADOW_IN_KEEP ? c->in_len : MOLT__SHADOW_IN_KEEP;
   size_t size = sizeof(rec) + align8(keep) + align8(out_len);
@@ -641,6 +817,85 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
     memcpy(p + align8(keep), c->out, out_len);
   atomic_fetch_add_explicit(&r->recorded, 1, memory_order_relaxed);
   publish(r, end);
+}
+
+/* ---- the leader's reads and writes: intents ---------------------------------------
+ * The window between a call and its record: the leader's process may die
+ * (SIGKILL, a crash) after the kernel made its read or write and before
+ * the record is published.  So for read, recv, write and send the record
+ * is reserved and its header written before the call, and marked as the
+ * ring's intent; a read's bytes land in the record's payload (shared
+ * memory: they outlive the leader) and are copied to the caller's buffer
+ * after.  A consumer that finds the mark at the head of its drained ring
+ * once the producer died asks the kernel how many bytes the dead call
+ * moved (tcp_totals against the base in the header) and completes the call
+ * (finish_carry). */
+
+bool molt__shadow_intent_begin(const molt__sc *c, molt__shadow_intent *it) {
+  it->x = NULL;
+  if (!my_ring1 || !my_lead || my_done)
+    return false;
+  int buffer = molt__sc_buffer(c->kind);
+  size_t keep = buffer == 2 && c->in_len > MOLT__SHADOW_IN_KEEP ? MOLT__SHADOW_IN_KEEP
+                : buffer == 2                                   ? c->in_len
+                                                                : 0;
+  size_t cap = buffer == 1 ? c->out_cap : 0;
+  size_t size = sizeof(rec) + align8(keep) + align8(cap);
+  /* Larger reads are recorded after the call, as other calls are (the
+   * window stays open for them: design §17). */
+  if (size > MOLT__SHADOW_RING_BYTES / 4)
+    return false;
+  ring *r = &shared->rings[my_ring1 - 1];
+  uint64_t end = 0;
+  rec *x = reserve(r, size, &end);
+  if (!x)
+    return false;
+  int dir = buffer == 1 ? 0 : 1;
+  bool peek = c->kind == MOLT__SC_RECV && (c->a[2] & MSG_PEEK);
+  uint64_t base = 0;
+  bool ok = !peek && base_of(c->a[0], dir, &base);
+  *x = (rec){.size = (uint32_t)size,
+             .kind = (uint16_t)c->kind,
+             .in_keep = (uint32_t)keep,
+             .in_len = c->in_len,
+             .in_hash = c->in ? fnv1a(c->in, c->in_len) : 0,
+             .base_ok = ok,
+             .base = base};
+  memcpy(x->a, c->a, sizeof x->a);
+  if (want_fd_kind)
+    x->fd_kind = (uint16_t)fd_kind_of(c->kind, c->a[0]);
+  if (keep)
+    memcpy(x + 1, c->in, keep);
+  it->x = x;
+  it->end = end;
+  it->reserved = size;
+  it->data = buffer == 1 ? (char *)(x + 1) : NULL;
+  it->total = ok ? totals_of(c->a[0], dir) : NULL;
+  /* release: the header above before the mark; the system call comes
+   * after it in this thread (see ring.intent). */
+  atomic_store_explicit(&r->intent, end - size + 1, memory_order_release);
+  return true;
+}
+
+void molt__shadow_intent_end(molt__shadow_intent *it, int64_t ret, int err) {
+  rec *x = it->x;
+  ring *r = &shared->rings[my_ring1 - 1];
+  size_t out_len = it->data && ret > 0 ? (size_t)ret : 0;
+  size_t size = sizeof(rec) + align8(x->in_keep) + align8(out_len);
+  /* The call moved ret bytes: the total the next call's base starts from
+   * (relaxed: see fd_total). */
+  if (it->total && ret > 0)
+    atomic_fetch_add_explicit(&((fd_total *)it->total)->total, (uint64_t)ret,
+                              memory_order_relaxed);
+  x->size = (uint32_t)size;
+  x->ret = ret;
+  x->err = err;
+  x->out_len = (uint32_t)out_len;
+  x->seq = atomic_fetch_add_explicit(&shared->clock, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&r->recorded, 1, memory_order_relaxed);
+  /* The unused part of the reservation is given back: the record ends
+   * where its bytes end.  Publishing makes the mark stale (below head). */
+  publish(r, it->end - it->reserved + size);
 }
 
 /* A leading thread hands its ring over (`want` names the other side): a
@@ -1035,6 +1290,158 @@ static bool take_handover(ring *r, uint64_t *tail, const rec *x) {
   return false;
 }
 
+/* ---- completing a call the other side died inside of --------------------------------*/
+
+static bool is_rw(unsigned kind) {
+  return kind == MOLT__SC_READ || kind == MOLT__SC_RECV || kind == MOLT__SC_WRITE ||
+         kind == MOLT__SC_SEND;
+}
+
+/* The record the producer reserved for a read or write and had not
+ * published when it died (its mark at the drained ring's tail), or NULL. */
+static const rec *pending_intent(ring *r, uint64_t tail) {
+  /* acquire: pairs with the producer's release store of the mark, after
+   * the header it wrote (see ring.intent for the rest). */
+  uint64_t m = atomic_load_explicit(&r->intent, memory_order_acquire);
+  if (!m || m - 1 < tail || m - 1 - tail >= MOLT__SHADOW_RING_BYTES)
+    return NULL; /* none, or published (below head) */
+  const rec *x = (const rec *)(r->data + (m - 1) % MOLT__SHADOW_RING_BYTES);
+  return is_rw(x->kind) ? x : NULL;
+}
+
+/* The thread takes the dead side's call x to complete: what it moved, from
+ * the kernel's totals now (nobody else has moved bytes on it since: the
+ * dead side was the one making calls on it, this thread replays it). */
+static void take_carry(const rec *x) {
+  int dir = molt__sc_buffer(x->kind) == 1 ? 0 : 1;
+  uint64_t tot[2];
+  carry = x;
+  carry_given = 0;
+  carry_moved = -1;
+  if (x->kind == MOLT__SC_RECV && (x->a[2] & MSG_PEEK))
+    carry_moved = 0; /* a peek consumes nothing: made again */
+  else if (x->base_ok && tcp_totals((int)x->a[0], tot) && tot[dir] >= x->base &&
+           tot[dir] - x->base <= (uint64_t)x->a[1])
+    carry_moved = (int64_t)(tot[dir] - x->base);
+}
+
+static void count(_Atomic uint64_t *v, uint64_t n) {
+  atomic_fetch_add_explicit(v, n, memory_order_relaxed); /* a counter for status */
+}
+
+/* A poll that waits for input on the descriptor whose bytes the dead
+ * side's read took: they are in the carry, not in the socket, so the poll
+ * is made at once and that descriptor reported readable. */
+static bool poll_with_carry(const molt__sc *c, int64_t fd, int64_t *result, int *err) {
+  typedef struct {
+    int32_t fd;
+    int16_t events, pad;
+  } entry;
+  size_t n = (size_t)c->a[0];
+  const entry *e = c->in;
+  short *rev = c->out;
+  struct pollfd p[1024];
+  bool has = false;
+  if (n > 1024)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    p[i] = (struct pollfd){e[i].fd, e[i].events, 0};
+    has |= e[i].fd == fd && (e[i].events & POLLIN);
+  }
+  if (!has || poll(p, n, 0) < 0)
+    return false;
+  int64_t ready = 0;
+  for (size_t i = 0; i < n; i++) {
+    rev[i] = p[i].revents;
+    if (e[i].fd == fd && (e[i].events & POLLIN))
+      rev[i] |= POLLIN;
+    ready += rev[i] != 0;
+  }
+  *result = ready;
+  *err = 0;
+  return true;
+}
+
+/* The thread's call c, with a call of the dead side to complete: true if c
+ * was completed from it (*result, *err), false if c is made for real (the
+ * carry waits for a call on its descriptor, or is done). */
+static bool finish_carry(const molt__sc *c, int64_t *result, int *err) {
+  const rec *x = carry;
+  int64_t fd = x->a[0];
+  int xb = molt__sc_buffer(x->kind);
+  bool pending_in = xb == 1 && carry_moved > carry_given;
+  if (c->kind == MOLT__SC_POLL)
+    return pending_in && poll_with_carry(c, fd, result, err);
+  if (!on_fd(c->kind) || c->a[0] != fd)
+    return false; /* another descriptor: made for real, the carry waits */
+  if (c->kind == MOLT__SC_CLOSE) {
+    if (pending_in || carry_moved < 0)
+      count(&int_uncertain, 1); /* bytes read that nobody will get */
+    carry = NULL;
+    return false;
+  }
+  if (!is_rw(c->kind) || molt__sc_buffer(c->kind) != xb)
+    return false; /* the other direction: the carry waits */
+  if (carry_moved <= 0) {
+    count(carry_moved < 0 ? &int_uncertain : &int_nothing, 1);
+    carry = NULL;
+    return false;
+  }
+  if (xb == 1) {
+    /* The bytes the dead call read, from the record's payload, as a
+     * read returns them (in pieces if this buffer is smaller). */
+    const char *data = (const char *)(x + 1) + align8(x->in_keep);
+    size_t k = (size_t)(carry_moved - carry_given);
+    if (k > c->out_cap)
+      k = c->out_cap;
+    if (k)
+      memcpy(c->out, data + carry_given, k);
+    if (!(c->kind == MOLT__SC_RECV && (c->a[2] & MSG_PEEK))) {
+      carry_given += (int64_t)k;
+      count(&int_read_bytes, k);
+      if (carry_given == carry_moved) {
+        count(&int_completed, 1);
+        carry = NULL;
+      }
+    }
+    *result = (int64_t)k;
+    *err = 0;
+    return true;
+  }
+  /* A write: the first carry_moved bytes already went out.  Only if this
+   * call passes the same bytes (length and hash) are they skipped. */
+  carry = NULL;
+  if (c->in_len != x->in_len || fnv1a(c->in, c->in_len) != x->in_hash) {
+    count(&int_uncertain, 1);
+    return false;
+  }
+  size_t done = (size_t)carry_moved;
+  int64_t ret = (int64_t)done;
+  if (done < c->in_len) {
+    const char *rest = (const char *)c->in + done;
+    ssize_t w = c->kind == MOLT__SC_SEND
+                    ? send((int)fd, rest, c->in_len - done, (int)c->a[2])
+                    : write((int)fd, rest, c->in_len - done);
+    if (w > 0)
+      ret += w; /* else a short write of what went out */
+  }
+  count(&int_completed, 1);
+  count(&int_skipped_bytes, done);
+  *result = ret;
+  *err = 0;
+  return true;
+}
+
+void molt__shadow_intent_counts(molt__shadow_intents *n) {
+  n->completed = atomic_load_explicit(&int_completed, memory_order_relaxed);
+  n->nothing = atomic_load_explicit(&int_nothing, memory_order_relaxed);
+  n->uncertain = atomic_load_explicit(&int_uncertain, memory_order_relaxed);
+  n->read_bytes = atomic_load_explicit(&int_read_bytes, memory_order_relaxed);
+  n->skipped_bytes = atomic_load_explicit(&int_skipped_bytes, memory_order_relaxed);
+}
+
+bool molt__shadow_follows(void) { return my_ring1 && !my_lead && !my_done; }
+
 bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
   char mine[512];
   if (!my_ring1 || !shared) {
@@ -1047,6 +1454,10 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
         "called %s",
         (int)molt__gettid(), mine);
   }
+  /* Running alone, with a call of the dead side still to complete (the
+   * only way here once my_done, molt__shadow_role_now). */
+  if (my_done)
+    return carry && finish_carry(c, result, err);
   ring *r = &shared->rings[my_ring1 - 1];
   /* Only this thread writes tail: relaxed. */
   uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
@@ -1055,7 +1466,16 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
     rec *x = next_record(r, &tail);
     if (!x) { /* the other side is gone: this call is made for real */
       my_done = true;
-      return false;
+      /* ... unless it died inside a read or write of its own: completed
+       * from what the kernel says it moved.  (relaxed: next_record's
+       * acquire load of `alone` ordered peer_dead, stored before it.) */
+      if (atomic_load_explicit(&peer_dead, memory_order_relaxed)) {
+        const rec *p =
+            pending_intent(r, atomic_load_explicit(&r->tail, memory_order_relaxed));
+        if (p)
+          take_carry(p);
+      }
+      return carry && finish_carry(c, result, err);
     }
     if (x->kind == REC_HANDOVER) {
       if (take_handover(r, &tail, x))

@@ -158,7 +158,9 @@ static void follower_main(fork_ctx *c) {
  * calls for real; the follower gets a runtime thread and a control socket
  * under its own pid. */
 static void took_over(pid_t leader) {
-  molt__shadow_session_alone();
+  /* The pidfd said the leader's process is dead: its threads' reads and
+   * writes in progress can be completed (ring.c, intents). */
+  molt__shadow_session_peer_died();
   molt__lock_acquire(&shd_lock);
   stage = STAGE_TOOK_OVER;
   follower = getpid();
@@ -215,8 +217,9 @@ static void *monitor(void *arg) {
   while ((w = waitpid(pid, &st, __WALL)) < 0 && errno == EINTR)
     ;
   /* Each thread replays what its ring still holds (after a promotion, the
-   * new version's calls), then runs alone. */
-  molt__shadow_session_alone();
+   * new version's calls), completes a read or write the new version died
+   * inside of (reaped: it is dead), then runs alone. */
+  molt__shadow_session_peer_died();
   char report[2048] = "";
   int kind = molt__shadow_report(report, sizeof report);
   uint64_t rec = 0, cmp = 0, applied = 0;
@@ -613,7 +616,22 @@ static void shadow_status(molt__buf *out) {
     snprintf(d, sizeof d, "%" PRIu64, divergences);
     snprintf(nr, sizeof nr, "%u", nrules);
     snprintf(ap, sizeof ap, "%" PRIu64, applied);
-    const char *f[] = {"shadow", stage_names[stage], pid, image, r, c, u, d, outcome, nr,
+    /* After the other side died: the calls it died inside of, completed
+     * here (ring.c, intents). */
+    char said[sizeof outcome + 320];
+    molt__shadow_intents in;
+    molt__shadow_intent_counts(&in);
+    if (in.completed + in.nothing + in.uncertain)
+      snprintf(said, sizeof said,
+               "%s; calls the other side died inside of: %" PRIu64 " completed (%" PRIu64
+               " bytes it had read given to the program, %" PRIu64
+               " bytes it had written not sent again), %" PRIu64
+               " had moved nothing, %" PRIu64 " could not be told",
+               outcome, in.completed, in.read_bytes, in.skipped_bytes, in.nothing,
+               in.uncertain);
+    else
+      snprintf(said, sizeof said, "%s", outcome);
+    const char *f[] = {"shadow", stage_names[stage], pid, image, r, c, u, d, said, nr,
                        ap};
     molt__buf_record(out, 11, f);
   }

@@ -102,6 +102,40 @@ MOLT__HIDDEN molt__rules *molt__shadow_rules(void);
  * nothing if the calling thread runs alone. */
 MOLT__HIDDEN void molt__shadow_record(const molt__sc *c, int64_t ret, int err,
                                       size_t out_len);
+/* The leader's read or write in progress (molt__shadow_intent_begin). */
+typedef struct molt__shadow_intent {
+  void *x;         /* its record, reserved and not yet published */
+  uint64_t end;    /* the ring's head once the whole reservation is published */
+  size_t reserved; /* bytes reserved */
+  void *data;      /* a read: where the kernel is to put its bytes (shared memory) */
+  void *total;     /* the descriptor's byte total to raise by the result (ring.c) */
+} molt__shadow_intent;
+/* Leader, before a read, recv, write or send (c: its arguments and, for a
+ * write, its bytes): reserves its record, writes the call's header with
+ * the kernel's byte total of the descriptor so far and marks it as the
+ * ring's intent, so that a follower that outlives this process can tell
+ * what the call did (docs/design.md §17 "The leader dies").  true: make
+ * the call -- a read into it->data, then copy it out -- and then
+ * molt__shadow_intent_end; false: make it as it is and then
+ * molt__shadow_record. */
+MOLT__HIDDEN bool molt__shadow_intent_begin(const molt__sc *c, molt__shadow_intent *it);
+MOLT__HIDDEN void molt__shadow_intent_end(molt__shadow_intent *it, int64_t ret, int err);
+/* The other side's process is dead (its death seen through the kernel):
+ * as molt__shadow_session_alone, and each thread also completes a read or
+ * write the dead side was inside of. */
+MOLT__HIDDEN void molt__shadow_session_peer_died(void);
+/* The calling thread replays the other side's calls (a follower's wrapper
+ * blocks the backstop again after a replay only then). */
+MOLT__HIDDEN bool molt__shadow_follows(void);
+/* Calls the other side died inside of, as this process completed them:
+ * completed from what the kernel says they moved, those that had moved
+ * nothing (made again), those the kernel could not tell about (made
+ * again: not a TCP socket), and the bytes of them given to the program
+ * (read) and not sent again (written). */
+typedef struct molt__shadow_intents {
+  uint64_t completed, nothing, uncertain, read_bytes, skipped_bytes;
+} molt__shadow_intents;
+MOLT__HIDDEN void molt__shadow_intent_counts(molt__shadow_intents *n);
 /* Follower: the leader's result of the same call into *result and *err,
  * compared first (a divergence ends the follower and does not return);
  * fills c->out; true.  false: the calling thread leads from this call on
