@@ -1129,8 +1129,26 @@ def test_blocked_calls_see_no_eintr(built, server):
     assert st["early"] == 0, st
 
 
-@pytest.mark.parametrize("point", ["prepared", "staged", "stopped", "applied"])
+def guardians(of):
+    """molt's guardian processes (molt-guard) whose parent is `of`."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and open("/proc/%s/comm" % d).read().strip() == "molt-guard" \
+                    and int(open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[1]) == of:
+                out.append(int(d))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+@pytest.mark.parametrize("point", ["prepared", "staging", "staged", "stopped", "applied"])
 def test_killed_midway(built, server, point):
+    """molt killed (SIGKILL) at each point of an attach: the target is
+    patched or untouched, never left stopped or traced; killed during the
+    staging calls (between two of them), the thread they run on, raised to
+    SCHED_FIFO for that window, gets its own policy back from molt's
+    guardian process."""
     srv = server(workers=4)
     before = policies(srv.pid)
     env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE=point)
@@ -1138,6 +1156,13 @@ def test_killed_midway(built, server, point):
                          stderr=subprocess.PIPE, text=True)
     line = p.stderr.readline()
     assert line.strip() == "molt-attach-paused " + point, line
+    if point == "staging":
+        # the window is open: one thread raised, a guardian watching molt
+        raised = {t: v for t, v in policies(srv.pid).items() if v != before.get(t)}
+        assert len(raised) == 1, raised
+        policy, priority, _ = list(raised.values())[0]
+        assert policy & ~os.SCHED_RESET_ON_FORK == os.SCHED_FIFO and priority == 1, raised
+        assert len(guardians(p.pid)) == 1
     p.send_signal(signal.SIGKILL)
     p.wait()
     time.sleep(0.1)
