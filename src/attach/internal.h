@@ -253,6 +253,7 @@ typedef struct attach_scan {
   uint64_t skip[MOLT__ATTACH_MAX_LEVELS + 1][2];
   size_t nskip;
   bool concurrent; /* soft-dirty cleared, the first pass read with threads running */
+  bool all_dirty;  /* test: pass 2 takes every page as written */
   uint64_t *hits;  /* the first pass's: addresses of words pointing into [lo, hi) */
   size_t nhits, cap;
   uint64_t *unread; /* pages the first pass could not read */

@@ -77,8 +77,9 @@
 #define PM_SWAPPED (1ull << 62)
 #define PM_FILE (1ull << 61) /* a file page or shared anonymous memory */
 #define PM_SOFT_DIRTY (1ull << 55)
-#define BATCH_PAGES 256 /* 1 MiB of memory, 2 KiB of pagemap, per read */
-#define RED_ZONE 128    /* below the stack pointer, still the function's (x86-64 ABI) */
+#define BATCH_PAGES                                                                      \
+  64 /* 256 KiB of memory (read, then looked at, in the cache), 512 bytes of pagemap */
+#define RED_ZONE 128 /* below the stack pointer, still the function's (x86-64 ABI) */
 
 /* Whether soft-dirty tracking works here: tried once on a page of molt's
  * own (a kernel without CONFIG_MEM_SOFT_DIRTY accepts "4" and never sets
@@ -145,7 +146,7 @@ static bool wanted(const pass *ps, const attach_map *m, uint64_t pm) {
     return false; /* never touched: zeros, or the file's bytes */
   if (!m->w && (pm & PM_FILE))
     return false; /* read-only and as the file has it */
-  if (!ps->stop || ps->force || !ps->sc->concurrent)
+  if (!ps->stop || ps->force || !ps->sc->concurrent || ps->sc->all_dirty)
     return true;
   return (pm & PM_SOFT_DIRTY) || (m->shared && m->w);
 }
@@ -168,8 +169,11 @@ static int remember(uint64_t **list, size_t *n, size_t *cap, uint64_t addr) {
 static int look_at(pass *ps, uint64_t addr, const uint8_t *buf, size_t len) {
   attach_scan *sc = ps->sc;
   const uint64_t *w = (const uint64_t *)buf;
+  uint64_t span = sc->hi - sc->lo;
   for (size_t k = 0; k < len / 8; k++) {
-    if (w[k] < sc->lo || w[k] >= sc->hi || addr + 8 * k < ps->live)
+    /* one compare per word (in [lo, hi) iff w - lo < hi - lo, unsigned):
+     * the loop the whole memory goes through */
+    if (__builtin_expect(w[k] - sc->lo >= span, 1) || addr + 8 * k < ps->live)
       continue;
     if (ps->stop) {
       *ps->at = addr + 8 * k;
@@ -274,8 +278,12 @@ int molt__scan_begin(attach_scan *sc, pid_t pid, uint64_t lo, uint64_t hi,
   int rc = open_files(sc);
   if (rc)
     return rc;
+  /* $MOLT_ATTACH_TEST_SCAN: "stopped" forces the fallback; "both" runs
+   * pass 1 also without soft-dirty tracking and has pass 2 read
+   * everything again (the tests run pass 1's code on kernels without it) */
   const char *test = getenv("MOLT_ATTACH_TEST_SCAN");
-  if ((test && strcmp(test, "stopped") == 0) || !soft_dirty_works())
+  sc->all_dirty = test && strcmp(test, "both") == 0;
+  if ((test && strcmp(test, "stopped") == 0) || (!sc->all_dirty && !soft_dirty_works()))
     return 0; /* pass 2 reads everything */
   uint64_t t0 = molt__os_now_ns();
   /* Cleared before the maps are read: a mapping made after this point is
@@ -287,7 +295,7 @@ int molt__scan_begin(attach_scan *sc, pid_t pid, uint64_t lo, uint64_t hi,
     return 0;
   bool cleared = write(cr, "4", 1) == 1;
   close(cr);
-  if (!cleared)
+  if (!cleared && !sc->all_dirty)
     return 0;
   attach_map *maps = NULL;
   size_t n = 0;

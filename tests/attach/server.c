@@ -24,7 +24,8 @@
  * $SERVER_PARK_WORKER=K: worker K (1..N; 0 the master) has a thread parked
  * in pause() inside the first bytes of park(), which no attach of park()
  * can ever get past (the attach --all tests); $SERVER_PTRACER_ANY: any
- * process of its user may trace it (Yama's ptrace_scope 1). */
+ * process of its user may trace it (Yama's ptrace_scope 1); $SERVER_HEAP_MB=N:
+ * N MiB of heap, filled. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,6 +38,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -619,6 +621,17 @@ int main(int argc, char **argv) {
   handler_heap = calloc(4, sizeof *handler_heap);
   if (!handler_heap)
     return 1;
+  /* $SERVER_HEAP_MB=N: N MiB of heap in 64 KiB blocks, every word written
+   * (none a pointer): what a rollback's scan for pointers into the patch
+   * reads */
+  for (long i = 0; getenv("SERVER_HEAP_MB") && i < atol(getenv("SERVER_HEAP_MB")) * 16;
+       i++) {
+    uint64_t *block = malloc(64 << 10);
+    if (!block)
+      return 1;
+    for (size_t k = 0; k < (64 << 10) / 8; k++)
+      block[k] = (i * 8192 + k) * 0x9e3779b97f4a7c15ull;
+  }
   if (getenv("SERVER_MULTIPLIER"))
     multiplier = atol(getenv("SERVER_MULTIPLIER"));
   listen_fd = socket(AF_INET, SOCK_STREAM, 0);
