@@ -1137,6 +1137,34 @@ static void kept_note(pid_t pid, molt__attach_state *st, int kept,
            what, (int)pid);
 }
 
+/* Descriptors of a staged memfd left open in the target by a molt killed
+ * between memfd_create and close (step 4): closed on stopped thread t,
+ * if its seccomp filters allow it.  No run of molt holds one across its
+ * own end (the lock keeps two from overlapping), so any found is a leak. */
+static void close_leaked_memfds(pid_t pid, attach_thread *t, uint64_t insn) {
+  char dir[64];
+  molt__os_path(pid, "fd", dir, sizeof dir);
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    char path[384], link[128];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n <= 0)
+      continue;
+    link[n] = '\0';
+    if (strncmp(link, "/memfd:molt-attach", 18) != 0)
+      continue;
+    long fd = strtol(e->d_name, NULL, 10), r;
+    char e2[200];
+    attach_call close_it = {SYS_close, {(uint64_t)fd}};
+    if (molt__seccomp_check(pid, t->tid, insn, &close_it, 1, e2, sizeof e2) == 0)
+      rsys(t, insn, SYS_close, (uint64_t)fd, 0, 0, 0, 0, 0, &r, e2, sizeof e2);
+  }
+  if (d)
+    closedir(d);
+}
+
 /* Pops patch st (loaded by the caller): its functions' bytes back, its
  * code unmapped once unused.  A level rolled back already (its code kept
  * mapped) only has its code looked at again: its entries may hold the
@@ -1277,6 +1305,8 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
              "again unmaps it once unused",
              (unsigned long long)st->code_start, (int)s.t[user].tid, comm, why, (int)pid);
   }
+  if (rc == 0 && s.n > 0)
+    close_leaked_memfds(pid, &s.t[0], insn);
   st->threads = (int)s.n;
   molt__os_resume_all(&s);
   phase_end(st, "stop", &since);

@@ -10,22 +10,25 @@
  * target's memory that can hold such a pointer is looked at, and any word
  * whose value lies in the patch's range keeps the code mapped.
  *
- * Where it looks: every mapping but the executable ones (code holds no
- * stored data pointer: molt's own jumps are rel32), the kernel's
- * [vvar]/[vdso]/[vsyscall], PROT_NONE ones (guard pages), the staged
- * range itself (the patch's own data points at its own code) and the
- * state pages of every level (text).  In a writable mapping every page
- * that is present or swapped out; in a read-only one only the pages the
- * process has written (anonymous, not the file's: RELRO, a table
- * mprotect'ed read-only after it was filled).  A page never touched holds
- * zeros or its file's bytes, which predate the patch.  Of a thread's
- * stack, the part below its stack pointer (less the 128-byte red zone)
- * and below the stack pointers saved in its signal frames is dead: stale
- * return addresses of calls the patch made lie there, and would keep the
- * code mapped for ever (the red zone counts as live for a thread
- * interrupted in user code, not for one stopped in a system call).  Only a mapping that is a stack as the kernel and
- * glibc lay them out counts as one ([stack], or an anonymous mapping
- * right above a PROT_NONE guard); any other (a stack the program
+ * Where it looks: every mapping but the kernel's ([vvar], [vdso],
+ * [vsyscall]), the staged range itself (the patch's own data points at
+ * its own code) and the state pages of every level (text).  In a writable
+ * mapping every page that is present or swapped out; in any other
+ * (read-only, executable, PROT_NONE) only the pages the process has
+ * written (anonymous copies, not the file's pages: RELRO, a table made
+ * read-only or inaccessible once filled, a JIT's code).  A page never
+ * touched holds zeros or its file's bytes, which predate the patch, so
+ * guard pages and the program's text cost a pagemap read only.
+ *
+ * Of a thread's stack, the part below its stack pointer and below the
+ * stack pointers saved in its signal frames is dead: stale return
+ * addresses of calls the patch made lie there, and would keep the code
+ * mapped for ever.  The 128-byte red zone below the stack pointer counts
+ * as live for a thread interrupted in user code (a leaf function keeps
+ * data there), not for one stopped in a system call (its wrapper's
+ * arguments are in its registers).  Only a mapping that is a stack as the
+ * kernel and glibc lay them out counts as one ([stack], or an anonymous
+ * mapping right above a PROT_NONE guard); any other (a stack the program
  * allocated in its heap) is read whole: a stale word there keeps the code
  * mapped (conservative), never the other way round.
  *
@@ -116,10 +119,8 @@ static bool soft_dirty_works(void) {
   return soft_dirty_known > 0;
 }
 
-/* Mappings never looked in: executable, the kernel's, inaccessible. */
+/* Mappings never looked in: the kernel's. */
 static bool looked_in(const attach_map *m) {
-  if (m->x || (!m->r && !m->w))
-    return false;
   return strcmp(m->path, "[vvar]") != 0 && strcmp(m->path, "[vvar_vclock]") != 0 &&
          strcmp(m->path, "[vsyscall]") != 0 && strcmp(m->path, "[vdso]") != 0;
 }
