@@ -62,6 +62,10 @@
  * is skipped and pass 2 reads everything while the threads are stopped:
  * sound, but the stop grows with the memory (bench: ~10 ms per 100 MiB).
  *
+ * The pages to read are found with PAGEMAP_SCAN where the kernel has it
+ * (runs of present or swapped pages: untouched address space costs
+ * nothing), else with one pagemap entry per page.
+ *
  * Not covered: a pointer held only in a vector register (a copy in
  * flight whose source was overwritten already), or only in a file written
  * with write() and mapped shared but not yet faulted in by the process. */
@@ -72,6 +76,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -227,7 +232,10 @@ static int read_run(pass *ps, const attach_map *m, uint64_t addr, size_t len) {
 }
 
 /* The pages of [from, to) in mapping m that the pass wants, read in runs. */
-static int scan_range(pass *ps, const attach_map *m, uint64_t from, uint64_t to) {
+/* The pages of [from, to) in mapping m that the pass wants, from one
+ * pagemap entry per page (8 bytes read per 4 KiB of address space,
+ * touched or not). */
+static int scan_range_pagemap(pass *ps, const attach_map *m, uint64_t from, uint64_t to) {
   attach_scan *sc = ps->sc;
   uint64_t pm[BATCH_PAGES];
   for (uint64_t a = from; a < to;) {
@@ -253,6 +261,86 @@ static int scan_range(pass *ps, const attach_map *m, uint64_t from, uint64_t to)
     a += n * ATTACH_PAGE;
   }
   return 0;
+}
+
+/* The kernel's PAGEMAP_SCAN (Linux 6.7): the runs of pages present or
+ * swapped out in a range, with what they are, without an entry per page
+ * of address space -- a reservation of a terabyte (a sanitizer's shadow,
+ * a runtime's heap cage) costs nothing where it was never touched, where
+ * reading its pagemap would take gigabytes.  Declared here: older headers
+ * lack it (the layout is the kernel's ABI). */
+typedef struct pm_region {
+  uint64_t start, end, categories;
+} pm_region;
+typedef struct pm_scan {
+  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+} pm_scan;
+#define PM_SCAN_IOCTL _IOWR('f', 16, pm_scan)
+#define PAGE_IS_FILE (1u << 2)
+#define PAGE_IS_PRESENT (1u << 3)
+#define PAGE_IS_SWAPPED (1u << 4)
+#define PAGE_IS_SOFT_DIRTY (1u << 7)
+
+static int pm_scan_known; /* 0 unknown, 1 works, -1 does not */
+
+/* 0, MOLT_ENOTSUP (no PAGEMAP_SCAN: read the pagemap), or a MOLT_E* code. */
+static int scan_range_regions(pass *ps, const attach_map *m, uint64_t from, uint64_t to) {
+  attach_scan *sc = ps->sc;
+  pm_region vec[64];
+  for (uint64_t at = from; at < to;) {
+    pm_scan arg = {.size = sizeof arg,
+                   .start = at,
+                   .end = to,
+                   .vec = (uint64_t)(uintptr_t)vec,
+                   .vec_len = sizeof vec / sizeof vec[0],
+                   .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+                   .return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED | PAGE_IS_FILE |
+                                  PAGE_IS_SOFT_DIRTY};
+    int n = ioctl(sc->pagemap, PM_SCAN_IOCTL, &arg);
+    if (n < 0 && pm_scan_known == 0 && (errno == ENOTTY || errno == EINVAL)) {
+      pm_scan_known = -1;
+      return MOLT_ENOTSUP;
+    }
+    if (n < 0 || arg.walk_end <= at || arg.walk_end > to)
+      return MOLT_EIO;
+    pm_scan_known = 1;
+    for (int r = 0; r < n; r++) {
+      /* as a pagemap entry would say it */
+      uint64_t c = vec[r].categories;
+      uint64_t pm = (c & PAGE_IS_PRESENT ? PM_PRESENT : 0) |
+                    (c & PAGE_IS_SWAPPED ? PM_SWAPPED : 0) |
+                    (c & PAGE_IS_FILE ? PM_FILE : 0) |
+                    (c & PAGE_IS_SOFT_DIRTY ? PM_SOFT_DIRTY : 0);
+      if (!wanted(ps, m, pm))
+        continue;
+      for (uint64_t a = vec[r].start; a < vec[r].end;) {
+        if (skipped(sc, a)) {
+          a += ATTACH_PAGE;
+          continue;
+        }
+        uint64_t e = a + ATTACH_PAGE;
+        while (e < vec[r].end && e - a < BATCH_PAGES * ATTACH_PAGE && !skipped(sc, e))
+          e += ATTACH_PAGE;
+        int rc = read_run(ps, m, a, (size_t)(e - a));
+        if (rc)
+          return rc;
+        a = e;
+      }
+    }
+    at = arg.walk_end;
+  }
+  return 0;
+}
+
+static int scan_range(pass *ps, const attach_map *m, uint64_t from, uint64_t to) {
+  const char *test = getenv("MOLT_ATTACH_TEST_PAGEMAP");
+  if (pm_scan_known >= 0 && !(test && strcmp(test, "read") == 0)) {
+    int rc = scan_range_regions(ps, m, from, to);
+    if (rc != MOLT_ENOTSUP)
+      return rc;
+  }
+  return scan_range_pagemap(ps, m, from, to);
 }
 
 static int open_files(attach_scan *sc) {

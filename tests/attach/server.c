@@ -25,7 +25,8 @@
  * in pause() inside the first bytes of park(), which no attach of park()
  * can ever get past (the attach --all tests); $SERVER_PTRACER_ANY: any
  * process of its user may trace it (Yama's ptrace_scope 1); $SERVER_HEAP_MB=N:
- * N MiB of heap, filled. */
+ * N MiB of heap, filled; $SERVER_RESERVE_GB=N: N GiB of address space
+ * reserved. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -631,6 +632,16 @@ int main(int argc, char **argv) {
       return 1;
     for (size_t k = 0; k < (64 << 10) / 8; k++)
       block[k] = (i * 8192 + k) * 0x9e3779b97f4a7c15ull;
+  }
+  /* $SERVER_RESERVE_GB=N: N GiB of address space reserved, one page of it
+   * touched (a sanitizer's shadow, a runtime's heap cage) */
+  if (getenv("SERVER_RESERVE_GB")) {
+    size_t size = (size_t)atol(getenv("SERVER_RESERVE_GB")) << 30;
+    char *r = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED)
+      return 1;
+    r[size / 2] = 1;
   }
   if (getenv("SERVER_MULTIPLIER"))
     multiplier = atol(getenv("SERVER_MULTIPLIER"));

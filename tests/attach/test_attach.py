@@ -1257,8 +1257,8 @@ KEPT = re.compile(r"^note: kept mapped: a word at (0x[0-9a-f]+) in (.+) points i
                   re.M)
 
 
-@pytest.mark.parametrize("scan", ["", "both"])
-def test_pointers_into_the_patch_keep_it_mapped(built, server, monkeypatch, scan):
+@pytest.mark.parametrize("scan,pagemap", [("", ""), ("both", ""), ("", "read")])
+def test_pointers_into_the_patch_keep_it_mapped(built, server, monkeypatch, scan, pagemap):
     """fix_hook.c's setup() stores pointers into the patch in the program's
     tables of handlers: its thrice() and its label "patched" in a global
     table (slot 1) or in one on the heap (slot 5), its label
@@ -1271,9 +1271,12 @@ def test_pointers_into_the_patch_keep_it_mapped(built, server, monkeypatch, scan
     while the threads run and again, in the stop, the pages written since
     (soft-dirty); on a kernel without soft-dirty tracking everything in the
     stop.  With MOLT_ATTACH_TEST_SCAN=both the first pass runs on any
-    kernel, and the stop reads everything again."""
+    kernel, and the stop reads everything again; MOLT_ATTACH_TEST_PAGEMAP=
+    read finds the pages to read from /proc/PID/pagemap's entries, as on a
+    kernel without the PAGEMAP_SCAN ioctl."""
     import json
     monkeypatch.setenv("MOLT_ATTACH_TEST_SCAN", scan)
+    monkeypatch.setenv("MOLT_ATTACH_TEST_PAGEMAP", pagemap)
     srv = server(workers=2)
     exe = built["server1"]
     table = load_base(exe, srv.pid) + int(
