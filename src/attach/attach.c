@@ -1204,9 +1204,10 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
    * stop that decides (its cost is in the log entry). */
   attach_scan scan;
   bool scanning = false;
+  int scan_rc = 0; /* a scan that cannot run keeps the code mapped */
   if (rc == 0 && staged_mapped(&v, st)) {
-    rc = scan_start(pid, st, &scan);
-    scanning = rc == 0;
+    scan_rc = scan_start(pid, st, &scan);
+    scanning = scan_rc == 0;
   }
   phase_end(st, "prepare", &since);
   /* Restoring needs no thread out of the way: the jump is one instruction,
@@ -1263,8 +1264,8 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   /* No thread runs it: does the memory still hold a pointer into it? */
   attach_found found;
   int kept = 0;
-  if (rc == 0 && user < 0 && scanning)
-    kept = molt__scan_finish(&scan, &s, &found);
+  if (rc == 0 && user < 0)
+    kept = scanning ? molt__scan_finish(&scan, &s, &found) : scan_rc;
   const attach_map *maps = v.maps;
   size_t nmaps = v.n;
   bool unmapped = false, ours = true, any = false;
