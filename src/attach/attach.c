@@ -1138,9 +1138,10 @@ static void kept_note(pid_t pid, molt__attach_state *st, int kept,
 }
 
 /* Descriptors of a staged memfd left open in the target by a molt killed
- * between memfd_create and close (step 4): closed on stopped thread t,
- * if its seccomp filters allow it.  No run of molt holds one across its
- * own end (the lock keeps two from overlapping), so any found is a leak. */
+ * between memfd_create and close (step 4; its record still says
+ * "staging"): closed on stopped thread t, if its seccomp filters allow
+ * it.  No run of molt holds one across its own end (the lock keeps two
+ * from overlapping), so any found is a leak. */
 static void close_leaked_memfds(pid_t pid, attach_thread *t, uint64_t insn) {
   char dir[64];
   molt__os_path(pid, "fd", dir, sizeof dir);
@@ -1177,6 +1178,8 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   st->nphases = 0;
   int rc = 0;
   bool restore = molt__levels_active(st);
+  /* an attach killed in its staging step may have left the memfd open */
+  bool was_staging = strcmp(st->phase, "staging") == 0;
   /* rolled back already, its code kept mapped: this run only reclaims it */
   bool reclaim = !restore;
   /* Every function must hold the jump or its original bytes: anything
@@ -1306,7 +1309,7 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
              "again unmaps it once unused",
              (unsigned long long)st->code_start, (int)s.t[user].tid, comm, why, (int)pid);
   }
-  if (rc == 0 && s.n > 0)
+  if (rc == 0 && was_staging && s.n > 0)
     close_leaked_memfds(pid, &s.t[0], insn);
   st->threads = (int)s.n;
   molt__os_resume_all(&s);
