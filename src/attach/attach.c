@@ -1116,6 +1116,13 @@ static void kept_note(pid_t pid, molt__attach_state *st, int kept,
              (unsigned long long)st->code_start, molt_strerror(kept), (int)pid);
     return;
   }
+  if (found->value < st->code_start || found->value >= ATTACH_STATE_PAGE(st)) {
+    snprintf(st->note, sizeof st->note,
+             "kept mapped: the page at %#llx in %.48s cannot be read, and may hold a "
+             "pointer into the patch; molt rollback %d tries again",
+             (unsigned long long)found->at, found->where, (int)pid);
+    return;
+  }
   char what[96];
   snprintf(what, sizeof what, "patch offset %#llx",
            (unsigned long long)(found->value - st->code_start));
