@@ -1072,6 +1072,107 @@ static int code_in_use(const attach_stop *s, const molt__attach_state *st, attac
   return -1;
 }
 
+/* Whether st's staged range still has a mapping of molt's in it. */
+static bool staged_mapped(const attach_view *v, const molt__attach_state *st) {
+  for (size_t m = 0; m < v->n; m++)
+    if (v->maps[m].end > st->code_start && v->maps[m].start < st->code_end &&
+        strstr(v->maps[m].path, "memfd:molt-attach"))
+      return true;
+  return false;
+}
+
+/* Pass 1 of the scan for pointers into st's code (scan.c): the staged
+ * range itself and the state pages of every level are not looked in. */
+static int scan_start(pid_t pid, const molt__attach_state *st, attach_scan *scan) {
+  uint64_t skip[MOLT__ATTACH_MAX_LEVELS + 1][2];
+  size_t nskip = 0;
+  skip[nskip][0] = st->code_start;
+  skip[nskip++][1] = st->code_end;
+  molt__attach_stack all;
+  char ignored[256];
+  if (molt__attach_stack_load(pid, &all, ignored, sizeof ignored) == 0) {
+    for (size_t i = 0; i < all.n && nskip < MOLT__ATTACH_MAX_LEVELS + 1; i++) {
+      skip[nskip][0] = ATTACH_STATE_PAGE(&all.levels[i]);
+      skip[nskip++][1] = all.levels[i].code_end;
+    }
+    molt__attach_stack_free(&all);
+  }
+  int rc = molt__scan_begin(scan, pid, st->code_start, ATTACH_STATE_PAGE(st),
+                            (const uint64_t(*)[2])skip, nskip);
+  if (rc)
+    molt__scan_end(scan);
+  return rc;
+}
+
+/* Why the code stays mapped: the word found (kept == 1), or a scan that
+ * could not be carried out.  The value is named by the patch's symbol
+ * holding it, if its file can still be read. */
+static void kept_note(pid_t pid, molt__attach_state *st, int kept,
+                      const attach_found *found) {
+  if (kept != 1) {
+    snprintf(st->note, sizeof st->note,
+             "staged code kept mapped at %#llx: its memory could not be scanned for "
+             "pointers into it (%s); molt rollback %d tries again",
+             (unsigned long long)st->code_start, molt_strerror(kept), (int)pid);
+    return;
+  }
+  if (found->value < st->code_start || found->value >= ATTACH_STATE_PAGE(st)) {
+    snprintf(st->note, sizeof st->note,
+             "kept mapped: the page at %#llx in %.48s cannot be read, and may hold a "
+             "pointer into the patch; molt rollback %d tries again",
+             (unsigned long long)found->at, found->where, (int)pid);
+    return;
+  }
+  char what[96];
+  snprintf(what, sizeof what, "patch offset %#llx",
+           (unsigned long long)(found->value - st->code_start));
+  molt__symtab *sym = NULL;
+  const char *name = NULL;
+  uintptr_t start = 0;
+  if (found->value >= st->code_start && molt__symtab_open(st->patch, &sym) == 0 &&
+      molt__symtab_at(sym, (uintptr_t)(found->value - st->code_start), &name, NULL,
+                      &start, NULL, NULL) == 0 &&
+      name)
+    snprintf(what, sizeof what, "%.64s+%llu", name,
+             (unsigned long long)(found->value - st->code_start - start));
+  if (sym)
+    molt__symtab_close(sym);
+  snprintf(st->note, sizeof st->note,
+           "kept mapped: a word at %#llx in %.48s points into the patch (%#llx %s); "
+           "molt rollback %d unmaps it once unused",
+           (unsigned long long)found->at, found->where, (unsigned long long)found->value,
+           what, (int)pid);
+}
+
+/* Descriptors of a staged memfd left open in the target by a molt killed
+ * between memfd_create and close (step 4; its record still says
+ * "staging"): closed on stopped thread t, if its seccomp filters allow
+ * it.  No run of molt holds one across its own end (the lock keeps two
+ * from overlapping), so any found is a leak. */
+static void close_leaked_memfds(pid_t pid, attach_thread *t, uint64_t insn) {
+  char dir[64];
+  molt__os_path(pid, "fd", dir, sizeof dir);
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    char path[384], link[128];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n <= 0)
+      continue;
+    link[n] = '\0';
+    if (strncmp(link, "/memfd:molt-attach", 18) != 0)
+      continue;
+    long fd = strtol(e->d_name, NULL, 10), r;
+    char e2[200];
+    attach_call close_it = {SYS_close, {(uint64_t)fd}};
+    if (molt__seccomp_check(pid, t->tid, insn, &close_it, 1, e2, sizeof e2) == 0)
+      rsys(t, insn, SYS_close, (uint64_t)fd, 0, 0, 0, 0, 0, &r, e2, sizeof e2);
+  }
+  if (d)
+    closedir(d);
+}
+
 /* Pops patch st (loaded by the caller): its functions' bytes back, its
  * code unmapped once unused.  A level rolled back already (its code kept
  * mapped) only has its code looked at again: its entries may hold the
@@ -1084,6 +1185,8 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   st->nphases = 0;
   int rc = 0;
   bool restore = molt__levels_active(st);
+  /* an attach killed in its staging step may have left the memfd open */
+  bool was_staging = strcmp(st->phase, "staging") == 0;
   /* rolled back already, its code kept mapped: this run only reclaims it */
   bool reclaim = !restore;
   /* Every function must hold the jump or its original bytes: anything
@@ -1106,12 +1209,24 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   int attempts = 0, stepped = 0;
   if (rc == 0)
     rc = safe_point("nothing was changed", err, errlen);
+  /* Pointers into the code kept in the target's memory: read once while
+   * the threads run (scan.c), the pages written since read again in the
+   * stop that decides (its cost is in the log entry). */
+  attach_scan scan;
+  bool scanning = false;
+  int scan_rc = 0; /* a scan that cannot run keeps the code mapped */
+  if (rc == 0 && staged_mapped(&v, st)) {
+    scan_rc = scan_start(pid, st, &scan);
+    scanning = scan_rc == 0;
+  }
   phase_end(st, "prepare", &since);
   /* Restoring needs no thread out of the way: the jump is one instruction,
    * a thread is before it or past it. */
   if (rc == 0)
     rc = stop_clear(pid, NULL, false, timeout_ms, &s, &attempts, &stepped, err, errlen);
   if (rc) {
+    if (scanning)
+      molt__scan_end(&scan);
     molt__view_close(&v);
     return rc;
   }
@@ -1148,12 +1263,19 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
     if (rc == 0)
       rc = molt__os_stop_all(pid, &s, err, errlen);
     if (rc) {
+      if (scanning)
+        molt__scan_end(&scan);
       molt__view_close(&v);
       return rc;
     }
     attempts++;
     user = code_in_use(&s, st, &v, &why);
   }
+  /* No thread runs it: does the memory still hold a pointer into it? */
+  attach_found found;
+  int kept = 0;
+  if (rc == 0 && user < 0)
+    kept = scanning ? molt__scan_finish(&scan, &s, &found) : scan_rc;
   const attach_map *maps = v.maps;
   size_t nmaps = v.n;
   bool unmapped = false, ours = true, any = false;
@@ -1166,7 +1288,9 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
     any = true;
     ours = ours && strstr(maps[m].path, "memfd:molt-attach") != NULL;
   }
-  if (rc == 0 && user < 0 && !any) {
+  if (rc == 0 && user < 0 && any && ours && kept) {
+    kept_note(pid, st, kept, &found);
+  } else if (rc == 0 && user < 0 && !any) {
     unmapped = true; /* never mapped (killed while staging) */
   } else if (rc == 0 && user < 0 && !ours) {
     snprintf(st->note, sizeof st->note,
@@ -1192,6 +1316,8 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
              "again unmaps it once unused",
              (unsigned long long)st->code_start, (int)s.t[user].tid, comm, why, (int)pid);
   }
+  if (rc == 0 && was_staging && s.n > 0)
+    close_leaked_memfds(pid, &s.t[0], insn);
   st->threads = (int)s.n;
   molt__os_resume_all(&s);
   phase_end(st, "stop", &since);
@@ -1202,12 +1328,24 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
   snprintf(st->phase, sizeof st->phase, "rolled-back");
   if (rc)
     return rc;
+  char cost[160] = "";
+  if (scanning) {
+    snprintf(cost, sizeof cost,
+             " (memory scanned for pointers into it: %.1f MiB in %.1f ms while running, "
+             "%.1f MiB in %.1f ms stopped)",
+             (double)scan.bytes_run / (1 << 20), scan.ms_run,
+             (double)scan.bytes_stop / (1 << 20), scan.ms_stop);
+    molt__scan_end(&scan);
+  }
   if (unmapped) {
     st->note[0] = '\0';
     molt__state_remove(pid, st->level);
-    molt__log_append(pid, reclaim ? "reclaim" : "rollback", st,
-                     reclaim ? "staged code unmapped"
-                             : "functions restored, staged code unmapped");
+    char msg[300];
+    snprintf(msg, sizeof msg, "%s%s",
+             reclaim ? "staged code unmapped"
+                     : "functions restored, staged code unmapped",
+             cost);
+    molt__log_append(pid, reclaim ? "reclaim" : "rollback", st, msg);
     phase_end(st, "finish", &since);
     return 0;
   }

@@ -54,6 +54,7 @@ MOLT__HIDDEN bool molt__arch_is_syscall(const uint8_t *p);
 #define ATTACH_RESTORER_LEN 9
 MOLT__HIDDEN bool molt__arch_is_restorer(const uint8_t *p);
 #define ATTACH_SIGFRAME_IP_WORD 22
+#define ATTACH_SIGFRAME_SP_WORD 21 /* the interrupted code's stack pointer */
 
 /* Registers: instruction and stack pointer; a system call's number and
  * arguments set up to run at `insn`; its result. */
@@ -179,6 +180,7 @@ MOLT__HIDDEN uint64_t molt__os_now_ns(void);
 typedef struct attach_map {
   uint64_t start, end, offset;
   bool r, w, x;
+  bool shared;    /* MAP_SHARED ('s'), else private */
   char path[512]; /* "" for anonymous mappings */
 } attach_map;
 /* 0 with *maps (malloc'ed, *n of them) or a MOLT_E* code. */
@@ -228,6 +230,56 @@ MOLT__HIDDEN void molt__stack_free(attach_stack *s);
  * not returned yet): up to max in ips; their count. */
 MOLT__HIDDEN size_t molt__stack_signal_ips(attach_view *v, const attach_stack *s,
                                            uint64_t *ips, size_t max);
+/* The same for the word `word` of each frame (ATTACH_SIGFRAME_SP_WORD: the
+ * stack pointer the interrupted code goes back to). */
+MOLT__HIDDEN size_t molt__stack_signal_words(attach_view *v, const attach_stack *s,
+                                             unsigned word, uint64_t *out, size_t max);
+
+/* ---- scan.c: pointers into the staged code kept in the target's memory ------ */
+
+/* Before a patch's staged code is unmapped: does any 8-byte word of the
+ * target's memory (its heap, its images' data, anonymous and writable
+ * file mappings, the live part of its stacks) point into it?  A function
+ * pointer the patched code stored in a table, or a pointer to one of its
+ * string literals, would dangle after the unmap.  Two passes (scan.c says
+ * why they are sound): molt__scan_begin while the threads run (the
+ * soft-dirty bits cleared first), molt__scan_finish in the stop (the pages
+ * written since, the words found by the first pass read again); without
+ * soft-dirty tracking everything is read in the stop. */
+typedef struct attach_scan {
+  pid_t pid;
+  uint64_t lo, hi; /* looked for: words with a value in [lo, hi) */
+  /* not looked in: the staged range itself, every level's state pages */
+  uint64_t skip[MOLT__ATTACH_MAX_LEVELS + 1][2];
+  size_t nskip;
+  bool concurrent; /* soft-dirty cleared, the first pass read with threads running */
+  bool all_dirty;  /* test: pass 2 takes every page as written */
+  uint64_t *hits;  /* the first pass's: addresses of words pointing into [lo, hi) */
+  size_t nhits, cap;
+  uint64_t *unread; /* pages the first pass could not read */
+  size_t nunread, capunread;
+  /* what it cost: bytes read and time, while running and while stopped */
+  uint64_t bytes_run, bytes_stop;
+  double ms_run, ms_stop;
+  int mem, pagemap; /* the target's /proc files (-1: not open) */
+} attach_scan;
+/* The first live pointer found: where it is, in which mapping, its value. */
+typedef struct attach_found {
+  uint64_t at, value;
+  char where[96]; /* "[heap]", "the stack of thread N", a file's name, ... */
+} attach_found;
+/* Clears the target's soft-dirty bits and reads its memory once, threads
+ * running (or, soft-dirty tracking unavailable or $MOLT_ATTACH_TEST_SCAN=
+ * stopped, nothing: the stop reads everything).  skip: ranges not looked
+ * in.  0 or MOLT_ENOMEM / MOLT_EIO. */
+MOLT__HIDDEN int molt__scan_begin(attach_scan *sc, pid_t pid, uint64_t lo, uint64_t hi,
+                                  const uint64_t (*skip)[2], size_t nskip);
+/* With every thread of s stopped: 1 with *found if a word still points
+ * into the range, 0 if none, or a MOLT_E* code (then the caller keeps the
+ * code mapped). */
+MOLT__HIDDEN int molt__scan_finish(attach_scan *sc, const attach_stop *s,
+                                   attach_found *found);
+MOLT__HIDDEN void molt__scan_end(attach_scan *sc);
 
 /* ---- libs.c: the target's libraries ------------------------------------------ */
 

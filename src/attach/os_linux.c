@@ -136,6 +136,7 @@ int molt__os_maps(pid_t pid, attach_map **out, size_t *n) {
     e->r = perms[0] == 'r';
     e->w = perms[1] == 'w';
     e->x = perms[2] == 'x';
+    e->shared = perms[3] == 's';
     const char *p = line + pos;
     while (*p == ' ')
       p++;

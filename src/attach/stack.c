@@ -166,13 +166,18 @@ static bool is_restorer(attach_view *v, uint64_t addr) {
   return yes;
 }
 
-size_t molt__stack_signal_ips(attach_view *v, const attach_stack *s, uint64_t *ips,
-                              size_t max) {
+size_t molt__stack_signal_words(attach_view *v, const attach_stack *s, unsigned word,
+                                uint64_t *out, size_t max) {
   size_t found = 0;
   for (size_t k = 0; k + ATTACH_SIGFRAME_IP_WORD < s->n && found < max; k++) {
     if (!in_exec(v, s->w[k]) || !is_restorer(v, s->w[k]))
       continue;
-    ips[found++] = s->w[k + ATTACH_SIGFRAME_IP_WORD];
+    out[found++] = s->w[k + word];
   }
   return found;
+}
+
+size_t molt__stack_signal_ips(attach_view *v, const attach_stack *s, uint64_t *ips,
+                              size_t max) {
+  return molt__stack_signal_words(v, s, ATTACH_SIGFRAME_IP_WORD, ips, max);
 }

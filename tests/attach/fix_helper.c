@@ -1,12 +1,19 @@
 /* An attach patch whose answer(4242) starts a thread that runs the patch's
  * code on a stack mapped just then: a rollback started while the request
  * runs must find that stack (mapped after it first read the target's
- * maps) and keep the patch's code until the thread is done with it. */
+ * maps) and keep the patch's code until the thread is done with it.  The
+ * program's "reap" joins the thread and unmaps its stack: until then the
+ * stack keeps words pointing into the patch (the thread's start routine
+ * in glibc's thread descriptor at its top, stale return addresses), which
+ * keep the code mapped too. */
 #include <pthread.h>
 #include <sys/mman.h>
 #include <time.h>
 
 extern long multiplier; /* static in server.c */
+extern pthread_t helper_thread;
+extern void *helper_stack;
+extern size_t helper_stack_size;
 
 static void *helper(void *arg) {
   struct timespec ts = {0, 800 * 1000000};
@@ -28,6 +35,8 @@ long answer(long n) {
       pthread_attr_setstack(&attr, stack, size) != 0 ||
       pthread_create(&t, &attr, helper, NULL) != 0)
     return -1;
-  pthread_detach(t);
+  helper_thread = t;
+  helper_stack_size = size;
+  helper_stack = stack;
   return 1;
 }

@@ -15,14 +15,18 @@
  * (a second function a stacked patch replaces); "stats" also reports the
  * counters the attach callbacks of the tests change (cb_*).  "deep N [AT
  * MS]" is answered by deep(N, AT, MS), a recursive function; "op K N" by
- * ops[K](N), a call through a pointer the program stored at start.
+ * ops[K](N), a call through a pointer the program stored at start; "reg
+ * K", "call K N" and "drop K" a table of handlers registered at run time;
+ * "reap" the thread an attach patch started.
  *
  * $SERVER_FORKS=N: the process forks N workers after it listens (each
  * serves the same socket with its own threads, and dies with its master);
  * $SERVER_PARK_WORKER=K: worker K (1..N; 0 the master) has a thread parked
  * in pause() inside the first bytes of park(), which no attach of park()
  * can ever get past (the attach --all tests); $SERVER_PTRACER_ANY: any
- * process of its user may trace it (Yama's ptrace_scope 1). */
+ * process of its user may trace it (Yama's ptrace_scope 1); $SERVER_HEAP_MB=N:
+ * N MiB of heap, filled; $SERVER_RESERVE_GB=N: N GiB of address space
+ * reserved. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -35,6 +39,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +112,40 @@ static volatile long scale_factor = 5;
 __attribute__((noipa)) long shift(long n) { return n + 1000; }
 __attribute__((noipa)) long scale(long n) { return n * scale_factor; }
 static long (*ops[2])(long);
+
+/* Handlers the program registers at run time, as a server registers its
+ * callbacks: "reg K" has setup(K) fill slot K -- slots 0-3 in a global
+ * table, 4-7 in a table on the heap -- with a function and a label; "call
+ * K N" answers "<label> <fn(N)>" ("none" for an empty slot); "drop K"
+ * empties it.  A patched setup() stores pointers into the patch there,
+ * which the program keeps calling and reading after a rollback. */
+struct handler {
+  long (*fn)(long);
+  const char *label;
+};
+static struct handler handler_table[4];
+static struct handler *handler_heap;
+__attribute__((noipa)) long twice(long n) { return 2 * n; }
+__attribute__((noipa)) struct handler *handler_slot(long k) {
+  if (k >= 0 && k < 4)
+    return &handler_table[k];
+  return k >= 4 && k < 8 ? &handler_heap[k - 4] : NULL;
+}
+__attribute__((noipa)) long setup(long k) {
+  struct handler *h = handler_slot(k);
+  if (!h)
+    return -1;
+  h->fn = twice;
+  h->label = "plain";
+  return 0;
+}
+
+/* A thread an attach patch starts on a stack it maps itself
+ * (fix_helper.c): "reap" joins it and unmaps its stack, as a program frees
+ * the stack it gave a thread. */
+pthread_t helper_thread;
+void *helper_stack;
+size_t helper_stack_size;
 
 /* A system call in its first bytes: a thread blocked in it has its
  * restart address (ip - 2) there. */
@@ -453,6 +492,29 @@ static void serve(int c) {
       long k = 0, n = 0;
       sscanf(line + 2, "%ld %ld", &k, &n);
       snprintf(out, sizeof out, "%ld\n", k == 0 || k == 1 ? ops[k](n) : -2);
+    } else if (strncmp(line, "reg ", 4) == 0) {
+      snprintf(out, sizeof out, "%ld\n", setup(strtol(line + 4, NULL, 10)));
+    } else if (strncmp(line, "call ", 5) == 0) {
+      long k = -1, n = 0;
+      sscanf(line + 5, "%ld %ld", &k, &n);
+      struct handler *h = handler_slot(k);
+      if (h && h->fn)
+        snprintf(out, sizeof out, "%s %ld\n", h->label, h->fn(n));
+      else
+        snprintf(out, sizeof out, "none\n");
+    } else if (strncmp(line, "drop ", 5) == 0) {
+      struct handler *h = handler_slot(strtol(line + 5, NULL, 10));
+      if (h)
+        *h = (struct handler){NULL, NULL};
+      snprintf(out, sizeof out, "ok\n");
+    } else if (strncmp(line, "reap", 4) == 0) {
+      int joined = 0;
+      if (helper_stack) {
+        joined = pthread_join(helper_thread, NULL) == 0;
+        munmap(helper_stack, helper_stack_size);
+        helper_stack = NULL;
+      }
+      snprintf(out, sizeof out, "%d\n", joined);
     } else if (strncmp(line, "hello", 5) == 0)
       snprintf(out, sizeof out, "hello %s\n", banner());
     else
@@ -557,6 +619,30 @@ int main(int argc, char **argv) {
   int churners = argc > 3 ? atoi(argv[3]) : 0;
   ops[0] = shift;
   ops[1] = scale;
+  handler_heap = calloc(4, sizeof *handler_heap);
+  if (!handler_heap)
+    return 1;
+  /* $SERVER_HEAP_MB=N: N MiB of heap in 64 KiB blocks, every word written
+   * (none a pointer): what a rollback's scan for pointers into the patch
+   * reads */
+  for (long i = 0; getenv("SERVER_HEAP_MB") && i < atol(getenv("SERVER_HEAP_MB")) * 16;
+       i++) {
+    uint64_t *block = malloc(64 << 10);
+    if (!block)
+      return 1;
+    for (size_t k = 0; k < (64 << 10) / 8; k++)
+      block[k] = (i * 8192 + k) * 0x9e3779b97f4a7c15ull;
+  }
+  /* $SERVER_RESERVE_GB=N: N GiB of address space reserved, one page of it
+   * touched (a sanitizer's shadow, a runtime's heap cage) */
+  if (getenv("SERVER_RESERVE_GB")) {
+    size_t size = (size_t)atol(getenv("SERVER_RESERVE_GB")) << 30;
+    char *r = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED)
+      return 1;
+    r[size / 2] = 1;
+  }
   if (getenv("SERVER_MULTIPLIER"))
     multiplier = atol(getenv("SERVER_MULTIPLIER"));
   listen_fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -56,6 +56,7 @@ def built(tmp_path_factory):
         "atol": open(os.path.join(HERE, "fix_atol.c")).read(),
         "park": open(os.path.join(HERE, "fix_park.c")).read(),
         "calls": open(os.path.join(HERE, "fix_calls.c")).read(),
+        "hook": open(os.path.join(HERE, "fix_hook.c")).read(),
         "branchy": "long branchy(long n) { return n; }\n",
         "tiny": "long tiny(void) { return 1; }\n",
         "nosuch": "long no_such_function(long n) { return n; }\n",
@@ -228,6 +229,18 @@ def named_maps(pid):
     return [l for l in open("/proc/%d/maps" % pid) if len(l.split()) >= 6]
 
 
+def attach_fds(pid):
+    """The descriptors of pid open on a staged memfd."""
+    out = []
+    for f in os.listdir("/proc/%d/fd" % pid):
+        try:
+            if "molt-attach" in os.readlink("/proc/%d/fd/%s" % (pid, f)):
+                out.append(int(f))
+        except FileNotFoundError:  # closed meanwhile (a connection)
+            pass
+    return out
+
+
 def attach_maps(pid):
     return [l for l in open("/proc/%d/maps" % pid) if "molt-attach" in l]
 
@@ -240,17 +253,21 @@ def nm_of(exe):
     return sh(["nm", exe]).stdout
 
 
-def symbol_bytes(exe, pid, name, n=32):
-    """The first n bytes of function `name` of exe in process pid."""
-    nm = nm_of(exe)
-    value = int(re.search(r"^([0-9a-f]+) T %s$" % name, nm, re.M).group(1), 16)
-    base = None
+def load_base(exe, pid):
+    """Where exe (a PIE) is loaded in process pid."""
     real = os.path.realpath(exe)
     for l in open("/proc/%d/maps" % pid):
         f = l.split()
         if len(f) >= 6 and f[5] == real and int(f[2], 16) == 0:
-            base = int(f[0].split("-")[0], 16)
-            break
+            return int(f[0].split("-")[0], 16)
+    return None
+
+
+def symbol_bytes(exe, pid, name, n=32):
+    """The first n bytes of function `name` of exe in process pid."""
+    nm = nm_of(exe)
+    value = int(re.search(r"^([0-9a-f]+) T %s$" % name, nm, re.M).group(1), 16)
+    base = load_base(exe, pid)
     with open("/proc/%d/mem" % pid, "rb") as m:
         m.seek(base + value)
         return m.read(n)
@@ -1124,8 +1141,26 @@ def test_blocked_calls_see_no_eintr(built, server):
     assert st["early"] == 0, st
 
 
-@pytest.mark.parametrize("point", ["prepared", "staged", "stopped", "applied"])
+def guardians(of):
+    """molt's guardian processes (molt-guard) whose parent is `of`."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and open("/proc/%s/comm" % d).read().strip() == "molt-guard" \
+                    and int(open("/proc/%s/stat" % d).read().rsplit(")", 1)[1].split()[1]) == of:
+                out.append(int(d))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+@pytest.mark.parametrize("point", ["prepared", "staging", "staged", "stopped", "applied"])
 def test_killed_midway(built, server, point):
+    """molt killed (SIGKILL) at each point of an attach: the target is
+    patched or untouched, never left stopped or traced; killed during the
+    staging calls (between two of them), the thread they run on, raised to
+    SCHED_FIFO for that window, gets its own policy back from molt's
+    guardian process."""
     srv = server(workers=4)
     before = policies(srv.pid)
     env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE=point)
@@ -1133,6 +1168,13 @@ def test_killed_midway(built, server, point):
                          stderr=subprocess.PIPE, text=True)
     line = p.stderr.readline()
     assert line.strip() == "molt-attach-paused " + point, line
+    if point == "staging":
+        # the window is open: one thread raised, a guardian watching molt
+        raised = {t: v for t, v in policies(srv.pid).items() if v != before.get(t)}
+        assert len(raised) == 1, raised
+        policy, priority, _ = list(raised.values())[0]
+        assert policy & ~os.SCHED_RESET_ON_FORK == os.SCHED_FIFO and priority == 1, raised
+        assert len(guardians(p.pid)) == 1
     p.send_signal(signal.SIGKILL)
     p.wait()
     time.sleep(0.1)
@@ -1145,10 +1187,12 @@ def test_killed_midway(built, server, point):
     assert a == (18 if point == "applied" else 12)
     assert srv.stats()["bad"] == 0
     # what is left is known to the next molt, and rollback cleans it up
+    # (killed between memfd_create and close: the descriptor too)
     r = molt("rollback", srv.pid)
     assert r.returncode == 0, r.stderr
     assert srv.answer(6) == 12
     assert attach_maps(srv.pid) == []
+    assert attach_fds(srv.pid) == []
     assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
     threads_free(srv.pid)
 
@@ -1173,8 +1217,130 @@ def test_rollback_sees_stacks_mapped_since(built, server):
     time.sleep(max(0, t0 + 1.6 - time.time()))  # past the helper thread's end
     assert srv.p.poll() is None, "the server died"
     assert srv.answer(5) == 10
+    # the helper's stack, which the program has not freed yet, still holds
+    # words pointing into the patch (its start routine among them): kept
+    assert "kept mapped" in r.stdout, r.stdout
+    assert attach_maps(srv.pid) != []
+    assert srv.q("reap") == ["1"]  # the program joins it, unmaps its stack
+    r = molt("rollback", srv.pid)
+    assert r.returncode == 0 and "kept mapped" not in r.stdout, r
     assert attach_maps(srv.pid) == []
     assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
+    threads_free(srv.pid)
+
+
+def soft_dirty():
+    """Whether this kernel tracks soft-dirty pages (CONFIG_MEM_SOFT_DIRTY):
+    a page written after clear_refs "4" has bit 55 of its pagemap entry."""
+    import mmap
+    import struct
+    page = mmap.mmap(-1, 4096)
+    page[0] = 1
+    addr = ctypes_address(page)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("4")
+    page[0] = 2
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(addr // 4096 * 8)
+        entry = struct.unpack("<Q", f.read(8))[0]
+    page.close()
+    return bool(entry & (1 << 55))
+
+
+def ctypes_address(buf):
+    import ctypes
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
+KEPT = re.compile(r"^note: kept mapped: a word at (0x[0-9a-f]+) in (.+) points into the "
+                  r"patch \((0x[0-9a-f]+) ([^)]+)\); molt rollback \d+ unmaps it once unused$",
+                  re.M)
+
+
+@pytest.mark.parametrize("scan,pagemap", [("", ""), ("both", ""), ("", "read")])
+def test_pointers_into_the_patch_keep_it_mapped(built, server, monkeypatch, scan, pagemap):
+    """fix_hook.c's setup() stores pointers into the patch in the program's
+    tables of handlers: its thrice() and its label "patched" in a global
+    table (slot 1) or in one on the heap (slot 5), its label
+    "patched-label" alone in slot 3.  A rollback restores setup() at once
+    but keeps the patch's code and data mapped while the program keeps any
+    of them, and says where; the program goes on calling and reading them.
+    Once it drops them, the next rollback, or the next attach, unmaps the
+    code.  (Was: unmapped as soon as no thread ran it, and the next call
+    through the table crashed the server.)  molt reads the memory once
+    while the threads run and again, in the stop, the pages written since
+    (soft-dirty); on a kernel without soft-dirty tracking everything in the
+    stop.  With MOLT_ATTACH_TEST_SCAN=both the first pass runs on any
+    kernel, and the stop reads everything again; MOLT_ATTACH_TEST_PAGEMAP=
+    read finds the pages to read from /proc/PID/pagemap's entries, as on a
+    kernel without the PAGEMAP_SCAN ioctl."""
+    import json
+    monkeypatch.setenv("MOLT_ATTACH_TEST_SCAN", scan)
+    monkeypatch.setenv("MOLT_ATTACH_TEST_PAGEMAP", pagemap)
+    srv = server(workers=2)
+    exe = built["server1"]
+    table = load_base(exe, srv.pid) + int(
+        re.search(r"^([0-9a-f]+) b handler_table$", nm_of(exe), re.M).group(1), 16)
+    assert molt("attach", srv.pid, built["hook"]).returncode == 0
+    assert srv.q("reg 1", "call 1 5", "reg 3", "call 3 5") == \
+        ["1", "patched 15", "1", "patched-label 10"]
+    r = molt("rollback", srv.pid)
+    assert r.returncode == 0, r
+    # setup() is the program's again; the stored pointers still work
+    try:
+        assert srv.q("reg 2", "call 2 5", "call 1 5", "call 3 5") == \
+            ["0", "plain 10", "patched 15", "patched-label 10"]
+    finally:
+        time.sleep(0.05)
+        assert srv.p.poll() is None, "the server died (%s)" % srv.p.returncode
+    m = KEPT.search(r.stdout)
+    assert m, r.stdout
+    # the first word found: slot 1's function, in the program's .bss
+    assert int(m.group(1), 16) == table + 16 and m.group(4) == "thrice+0", r.stdout
+    assert attach_maps(srv.pid) != []
+    assert "kept mapped: a word at %s" % m.group(1) in molt("status", srv.pid).stdout
+    log = json.loads(molt("log", "--json", srv.pid).stdout)
+    assert log[-1]["event"] == "rollback" and \
+        "kept mapped: a word at %s" % m.group(1) in log[-1]["message"], log[-1]
+    # slot 1 dropped: slot 3's label (a string literal of the patch) is left
+    assert srv.q("drop 1") == ["ok"]
+    r = molt("rollback", srv.pid)
+    m = KEPT.search(r.stdout)
+    assert r.returncode == 0 and m, r
+    assert int(m.group(1), 16) == table + 3 * 16 + 8, r.stdout
+    assert m.group(4).startswith("patch offset 0x"), r.stdout  # no symbol there
+    assert srv.q("call 3 5") == ["patched-label 10"]
+    assert srv.q("drop 3") == ["ok"]
+    r = molt("rollback", srv.pid)
+    assert r.returncode == 0 and "kept mapped" not in r.stdout, r
+    assert attach_maps(srv.pid) == []
+    log = json.loads(molt("log", "--json", srv.pid).stdout)
+    assert log[-1]["event"] == "reclaim", log[-1]
+    m = re.search(r"memory scanned for pointers into it: ([0-9.]+) MiB in [0-9.]+ ms while "
+                  r"running, ([0-9.]+) MiB in [0-9.]+ ms stopped", log[-1]["message"])
+    assert m and float(m.group(2)) > 0, log[-1]
+    assert (float(m.group(1)) > 0) == (scan == "both" or soft_dirty()), log[-1]
+
+    # on the heap; the next attach reclaims it once the program dropped it
+    assert molt("attach", srv.pid, built["hook"]).returncode == 0
+    assert srv.q("reg 5", "call 5 4") == ["1", "patched 12"]
+    r = molt("rollback", srv.pid)
+    m = KEPT.search(r.stdout)
+    assert r.returncode == 0 and m, r
+    assert m.group(2) == "[heap]" and m.group(4) == "thrice+0", r.stdout
+    assert srv.q("call 5 4") == ["patched 12"]
+    kept = attach_maps(srv.pid)
+    assert srv.q("drop 5") == ["ok"]
+    r = molt("attach", srv.pid, built["fix"])
+    assert r.returncode == 0, r
+    assert [e["event"] for e in json.loads(molt("log", "--json", srv.pid).stdout)][-2:] == \
+        ["reclaim", "attach"]
+    assert not set(kept) & set(attach_maps(srv.pid))
+    assert srv.answer(7) == 21
+    assert molt("rollback", srv.pid).returncode == 0
+    assert attach_maps(srv.pid) == []
+    assert srv.q("call 5 4", "reg 6", "call 6 4") == ["none", "0", "plain 8"]
+    assert srv.p.poll() is None
     threads_free(srv.pid)
 
 
@@ -1411,6 +1577,10 @@ def test_log_of_an_attached_process(built, server):
     assert f.readline().strip() == "1"
     s.close()
     time.sleep(1.2)  # the patch's helper thread is done
+    # its stack, not yet freed, still points into the patch: kept (no entry)
+    r = molt("rollback", srv.pid)
+    assert r.returncode == 0 and "kept mapped: a word at" in r.stdout, r
+    assert srv.q("reap") == ["1"]
     assert molt("rollback", srv.pid).returncode == 0
     assert attach_maps(srv.pid) == []
     assert not os.path.exists("/run/molt/attach/%d" % srv.pid)
