@@ -89,6 +89,7 @@ typedef struct inst {
 typedef struct ev_rec {
   int32_t fd; /* -1: its data matched no registration the leader knew */
   uint32_t events;
+  uint32_t gen; /* the registered descriptor's generation */
 } ev_rec;
 
 /* shep_lock (the lock table, base.h) protects insts: program threads in the
@@ -539,7 +540,7 @@ const char *molt__shadow_epoll_fits(const molt__sc *c, const void *out, size_t l
   inst *in = inst_of(c->a[0]);
   for (size_t i = 0; i < k && !why; i++) {
     ent *e = in && l[i].fd >= 0 ? ent_at(in, l[i].fd, false) : NULL;
-    if (!e || !e->on) {
+    if (!e || !e->on || e->gen != l[i].gen) {
       if (l[i].fd < 0)
         snprintf(why_buf, sizeof why_buf,
                  "the leader's %s(%" PRId64 ") returned an event (%#x) whose data "
@@ -547,9 +548,9 @@ const char *molt__shadow_epoll_fits(const molt__sc *c, const void *out, size_t l
                  molt__sc_name(c->kind), c->a[0], l[i].events);
       else
         snprintf(why_buf, sizeof why_buf,
-                 "the leader's %s(%" PRId64 ") reported descriptor %d (events %#x), "
-                 "which the follower has not registered in that instance",
-                 molt__sc_name(c->kind), c->a[0], l[i].fd, l[i].events);
+                 "the leader's %s(%" PRId64 ") reported descriptor %d (generation %u, "
+                 "events %#x), which the follower has not registered in that instance",
+                 molt__sc_name(c->kind), c->a[0], l[i].fd, l[i].gen, l[i].events);
       why = why_buf;
       break;
     }
@@ -573,6 +574,40 @@ const char *molt__shadow_epoll_fits(const molt__sc *c, const void *out, size_t l
 }
 
 /* ---- the wrappers ------------------------------------------------------------------*/
+
+/* Follower, before it replays an epoll_ctl of descriptor fd of generation
+ * gen (shep_lock held; released while it waits): the registration of an
+ * older descriptor at the same number is still in the table when the
+ * thread that closes it lags behind this one (the leader closed it, the
+ * number was reused, and this thread replays the new one's registration
+ * first).  That thread may still replay events of the old one, so this
+ * one waits for its close (it comes: the leader made it before this call,
+ * and that thread needs nothing this one does later), at most
+ * MOLT__SHADOW_RETRY_MS. */
+static void wait_for_older(int epfd, int fd, uint32_t gen) {
+  uint64_t t0 = 0;
+  for (;;) {
+    inst *in = inst_of(epfd);
+    ent *x = in ? ent_at(in, fd, false) : NULL;
+    if (!x || !x->on || gen == 0 || x->gen == 0 || x->gen >= gen)
+      return;
+    uint64_t now = molt__now_ns();
+    if (!t0)
+      t0 = now;
+    else if (now - t0 > (uint64_t)MOLT__SHADOW_RETRY_MS * 1000000u) {
+      molt__lock_release(&shep_lock);
+      molt__shadow_follower_fail(
+          MOLT__SHADOW_END_DIVERGED,
+          "epoll instance %d: the follower's registration of descriptor %d (generation "
+          "%u) waited %d ms for the close of the one before it (generation %u)",
+          epfd, fd, gen, MOLT__SHADOW_RETRY_MS, x->gen);
+    }
+    molt__lock_release(&shep_lock);
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+    molt__lock_acquire(&shep_lock);
+  }
+}
 
 /* As calls.c's: the leader's result (true), or false when the thread
  * leads from this call on. */
@@ -682,8 +717,10 @@ int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
     replayed_other_side();
     if (rr == 0) {
       int e = errno;
+      uint32_t gen = molt__shadow_replayed_fd_gen();
       molt__lock_acquire(&shep_lock);
-      int dup = table_ctl(epfd, op, fd, ev, molt__shadow_replayed_fd_gen());
+      wait_for_older(epfd, fd, gen);
+      int dup = table_ctl(epfd, op, fd, ev, gen);
       if (apply_replayed()) { /* the dead side made it with its data */
         if (op == EPOLL_CTL_DEL) {
           /* nothing: the kernel's registration went with the call */
@@ -786,8 +823,8 @@ static int wait_common(wait_kind w, int epfd, struct epoll_event *ev, int max,
     inst *in = inst_of(epfd);
     for (int i = 0; i < r; i++) {
       int32_t fd = in ? h_get(in, ev[i].data.u64) : -1;
-      out[i] = (ev_rec){fd, ev[i].events};
       ent *x = fd >= 0 ? ent_at(in, fd, false) : NULL;
+      out[i] = (ev_rec){fd, ev[i].events, x ? x->gen : 0};
       if (x && (x->events & EPOLLONESHOT))
         x->disarmed = true;
     }

@@ -18,7 +18,9 @@
  * tell their events apart: it is dropped, or refused).  Built
  * with -DEPS_VARIANT=N: 1 answers "GET magic" differently; 2 serves alike
  * but allocates its connections from another size class (its pointers
- * differ from the old version's). */
+ * differ from the old version's).  With EPS_LEVEL set in the environment
+ * the connections are registered level-triggered instead (no
+ * EPOLLONESHOT, never modified). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <molt.h>
@@ -63,6 +65,7 @@ struct slot store[SLOTS];
 pthread_mutex_t store_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_t threads[WORKERS_MAX + 1];
 unsigned next_worker;
+int level; /* EPS_LEVEL: level-triggered connections */
 
 static unsigned hash(const char *s) {
   unsigned h = 5381;
@@ -180,6 +183,8 @@ static int serve(struct conn *c) {
   }
   if (c->len == sizeof c->buf)
     return 0;
+  if (level)
+    return 1;
   struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = c};
   return epoll_ctl(worker_ep[c->worker], EPOLL_CTL_MOD, c->fd, &ev) == 0;
 }
@@ -217,7 +222,8 @@ static void *acceptor_main(void *arg) {
         }
         c->fd = fd;
         c->worker = (int)(next_worker++ % (unsigned)nworkers);
-        struct epoll_event cev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT,
+        struct epoll_event cev = {.events = EPOLLIN | EPOLLRDHUP |
+                                            (level ? 0u : (unsigned)EPOLLONESHOT),
                                   .data.ptr = c};
         if (epoll_ctl(worker_ep[c->worker], EPOLL_CTL_ADD, fd, &cev) != 0)
           drop(c);
@@ -234,6 +240,7 @@ int main(int argc, char **argv) {
     nworkers = argc > 2 ? atoi(argv[2]) : 3;
     if (nworkers < 1 || nworkers > WORKERS_MAX)
       return 2;
+    level = getenv("EPS_LEVEL") != NULL;
     listener = calloc(1, sizeof *listener);
     listener->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
