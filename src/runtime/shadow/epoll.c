@@ -794,7 +794,8 @@ static int wait_common(wait_kind w, int epfd, struct epoll_event *ev, int max,
     cls = !ts ? -1 : (ts->tv_sec == 0 && ts->tv_nsec == 0) ? 0 : 1;
   else
     cls = timeout < 0 ? -1 : timeout == 0 ? 0 : 1;
-  ev_rec out[WAIT_MAX];
+  /* as many as the program asked for (a thread's stack may be small) */
+  ev_rec out[cap > 0 ? cap : 1];
   /* the signal mask's first 8 bytes: the kernel's sigset_t */
   molt__sc c = {.kind = w == W_WAIT    ? MOLT__SC_EPOLL_WAIT
                         : w == W_PWAIT ? MOLT__SC_EPOLL_PWAIT
