@@ -96,6 +96,9 @@
   XX(shep, "shadow/epoll.c",                                                   \
      "a shadowed update's epoll tables -- program threads in the epoll "       \
      "wrappers and close(), alone; nothing is taken under it")                \
+  XX(shfd, "shadow/fds.c",                                                     \
+     "a follower's placement of a descriptor the leader passed -- its "        \
+     "program threads, alone; nothing is taken under it")                     \
   XX(rt, "base/state.c",                                                       \
      "the runtime state: modules, generations, entries, patch objects -- the " \
      "runtime thread; application threads when a module registers from a "    \

@@ -270,7 +270,26 @@ void molt__shadow_fd_release(int fd, uint32_t gen) {
   errno = e;
 }
 
+/* Follower: one placement at a time (shfd_lock).  recvmsg puts the
+ * descriptor it receives at the lowest free number, for the moment before
+ * dup3 moves it to the leader's: another thread placing that very number
+ * meanwhile would take it for one of the follower's own, or replace it
+ * and have its descriptor closed by the receiver. */
+static molt__lock shfd_lock = MOLT__LOCK_INIT(shfd);
+
+void molt__shadow_fds_fork_prepare(void) { molt__lock_acquire(&shfd_lock); }
+void molt__shadow_fds_fork_parent(void) { molt__lock_release(&shfd_lock); }
+void molt__shadow_fds_fork_child(void) { molt__lock_reinit(&shfd_lock); }
+
+static void take(unsigned ring, int fd, uint32_t gen, bool cloexec);
+
 void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
+  molt__lock_acquire(&shfd_lock);
+  take(ring, fd, gen, cloexec); /* a failure ends the follower: the lock goes too */
+  molt__lock_release(&shfd_lock);
+}
+
+static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
   int e = errno;
   if (ring >= nchannels || recv_end[ring] < 0)
     molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,

@@ -627,13 +627,16 @@ static void shadow_status(molt__buf *out) {
 static void shadow_fork_prepare(void) {
   molt__lock_acquire(&shd_lock);
   molt__shadow_epoll_fork_prepare();
+  molt__shadow_fds_fork_prepare();
 }
 static void shadow_fork_parent(void) {
+  molt__shadow_fds_fork_parent();
   molt__shadow_epoll_fork_parent();
   molt__lock_release(&shd_lock);
 }
 static void shadow_fork_child(void) {
   molt__shadow_epoll_fork_child();
+  molt__shadow_fds_fork_child();
   /* A child of the leader (the program's own fork(), or the follower)
    * neither records nor has a shadow of its own. */
   molt__shadow_session_end();

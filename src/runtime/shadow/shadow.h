@@ -165,6 +165,10 @@ MOLT__HIDDEN void molt__shadow_note_shared_with(pid_t other);
 /* Follower's thread of ring `ring`, consuming the record of a call that
  * created fd (generation gen): receives it, places it at fd. */
 MOLT__HIDDEN void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec);
+/* The fork handlers: shfd_lock taken, released, made anew. */
+MOLT__HIDDEN void molt__shadow_fds_fork_prepare(void);
+MOLT__HIDDEN void molt__shadow_fds_fork_parent(void);
+MOLT__HIDDEN void molt__shadow_fds_fork_child(void);
 /* Follower: the leader closed fd (generation gen, or MOLT__SHADOW_ANY_GEN):
  * closes the follower's copy if it holds that one. */
 MOLT__HIDDEN void molt__shadow_fd_release(int fd, uint32_t gen);
