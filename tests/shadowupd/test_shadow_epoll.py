@@ -296,6 +296,32 @@ def test_epoll_leader_killed_follower_takes_over():
         srv.assert_clean()
 
 
+def test_epoll_outside_the_wrappers_ends_the_follower():
+    """An epoll_wait made past the wrappers (syscall()) would consume the
+    shared instance's events in the follower: the backstop ends the
+    follower before it runs, naming the call; the leader answered it and
+    serves on."""
+    v1 = eps("eps-v1")
+    same = eps("eps-same", frm=v1)
+    srv = Server(v1, "ep-raw")
+    try:
+        cl = Clients(srv, n=2, tag="r")
+        shadow(srv, same)
+        time.sleep(0.5)
+        assert ask(srv, "RAW") in ("RAW 0\n", "RAW 1\n")
+        sh = ended(srv)
+        assert "epoll_wait(" in sh["outcome"] and \
+            "it would use an epoll instance outside the followed calls" in sh["outcome"], sh
+        assert sh["divergences"] == 0, sh
+        served_on(srv, cl, "the leader")
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 20
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
 def test_epoll_same_data_dropped_and_refused():
     """Two descriptors of one instance registered with the same data cannot
     be told apart in an event: made during a shadow, the shadow is dropped

@@ -15,7 +15,9 @@
  * it: n events, "same" if the event's data was the connection's; "DUP" ->
  * "DUP fd" after registering the listening socket and the acceptor's epoll
  * instance with the same data in a new instance fd, all kept open (a shadowed update cannot
- * tell their events apart: it is dropped, or refused).  Built
+ * tell their events apart: it is dropped, or refused); "RAW" -> "RAW n"
+ * after an epoll_wait made with syscall(), past the wrappers (a shadowed
+ * update's backstop ends the follower there).  Built
  * with -DEPS_VARIANT=N: 1 answers "GET magic" differently; 2 serves alike
  * but allocates its connections from another size class (its pointers
  * differ from the old version's).  With EPS_LEVEL set in the environment
@@ -32,6 +34,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #ifndef EPS_VARIANT
@@ -131,6 +134,10 @@ static void execute(struct conn *c, char *line, char *reply, size_t len) {
     snprintf(reply, len, "VERSION %d\n", EPS_VARIANT ? EPS_VARIANT : 1);
   } else if (cmd && strcmp(cmd, "EPOLL") == 0) {
     epoll_probe(c, reply, len);
+  } else if (cmd && strcmp(cmd, "RAW") == 0) {
+    struct epoll_event ev;
+    long n = syscall(SYS_epoll_wait, acceptor_ep, &ev, 1, 0);
+    snprintf(reply, len, "RAW %ld\n", n);
   } else if (cmd && strcmp(cmd, "DUP") == 0) {
     int ep = epoll_create1(EPOLL_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
