@@ -166,6 +166,13 @@ MOLT_EXTERN int __wrap_accept(int fd, struct sockaddr *addr, socklen_t *len);
 MOLT_EXTERN int __wrap_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
 MOLT_EXTERN int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout);
 MOLT_EXTERN int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout);
+MOLT_EXTERN int __wrap_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
+                                   const sigset_t *mask);
+MOLT_EXTERN int __wrap_epoll_pwait2(int epfd, struct epoll_event *ev, int max,
+                                    const struct timespec *ts, const sigset_t *mask);
+MOLT_EXTERN int __wrap_epoll_create(int size);
+MOLT_EXTERN int __wrap_epoll_create1(int flags);
+MOLT_EXTERN int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
 MOLT_EXTERN int __wrap_close(int fd);
 MOLT_EXTERN int __wrap_socket(int domain, int type, int protocol);
 MOLT_EXTERN int __wrap_open(const char *path, int flags, ...);

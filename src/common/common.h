@@ -284,7 +284,11 @@ MOLT__HIDDEN int molt__elf_import_symbols(int fd, const molt__dynrels *dr, char 
   XX(CLOCK_GETTIME, clock_gettime, 0)                                                    \
   XX(GETTIMEOFDAY, gettimeofday, 0)                                                      \
   XX(TIME, time, 0)                                                                      \
-  XX(GETRANDOM, getrandom, 1)
+  XX(GETRANDOM, getrandom, 1)                                                            \
+  XX(EPOLL_CREATE, epoll_create, 0)                                                      \
+  XX(EPOLL_CTL, epoll_ctl, 0)                                                            \
+  XX(EPOLL_PWAIT, epoll_pwait, 0)                                                        \
+  XX(EPOLL_PWAIT2, epoll_pwait2, 0)
 
 typedef enum {
   MOLT__SC_SKIP = 0, /* ring filler; in a rule: any call */

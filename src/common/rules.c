@@ -245,13 +245,15 @@ static bool parse_rule(scan *s, tok *t, molt__rule *r) {
     return fail_at(s, t->line, t->col,
                    "expected a call (read, write, recv, send, accept, accept4, poll, "
                    "epoll_wait, close, socket, open, openat, clock_gettime, "
-                   "gettimeofday, time, getrandom or any)");
+                   "gettimeofday, time, getrandom, epoll_create, epoll_ctl, epoll_pwait, "
+                   "epoll_pwait2 or any)");
   int call = find(NAMES(call_names), t->word);
   if (call < 0)
     return fail_at(s, t->line, t->col,
                    "unknown call '%s' (read, write, recv, send, accept, accept4, poll, "
                    "epoll_wait, close, socket, open, openat, clock_gettime, "
-                   "gettimeofday, time, getrandom or any)",
+                   "gettimeofday, time, getrandom, epoll_create, epoll_ctl, epoll_pwait, "
+                   "epoll_pwait2 or any)",
                    t->word);
   r->call = (uint8_t)call;
   unsigned call_line = t->line, call_col = t->col;

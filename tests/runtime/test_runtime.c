@@ -1294,8 +1294,9 @@ static void *libmolt_object(const char *name) {
  * its object (a molt__lock begins with its pthread_mutex_t; the shadow
  * data's first shard begins with its lock). */
 static const char *const table_locks[] = {
-    "shards",  "reclaim_lock", "op_lock",  "bar_lock", "prog_lock", "shd_lock",
-    "rt_lock", "reg_lock",     "req_lock", "log_lock", "fd_lock"};
+    "shards",   "reclaim_lock", "op_lock",   "bar_lock", "prog_lock",
+    "shd_lock", "shep_lock",    "shfd_lock", "rt_lock",  "reg_lock",
+    "req_lock", "log_lock",     "fd_lock"};
 
 static pthread_mutex_t *held_lock;
 static atomic_int lock_held, lock_release;

@@ -91,7 +91,7 @@ static void unit(void) {
   bad("forward reed tolerate",
       "r.rules:1:9: unknown call 'reed' (read, write, recv, send, accept, accept4, poll, "
       "epoll_wait, close, socket, open, openat, clock_gettime, gettimeofday, time, "
-      "getrandom or any)");
+      "getrandom, epoll_create, epoll_ctl, epoll_pwait, epoll_pwait2 or any)");
   bad("forward recv socket \"x\" rewrit \"y\"",
       "r.rules:1:25: unknown action 'rewrit' (tolerate, drop, insert or rewrite "
       "\"TEXT\")");

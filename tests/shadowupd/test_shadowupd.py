@@ -507,24 +507,6 @@ def test_refused_before_fork():
         srv.close()
 
 
-def test_epoll_instance_refused_at_the_barrier():
-    """A program holding an epoll instance (shared, not copied, by fork: the
-    follower's epoll_ctl would change the leader's) is refused at the
-    barrier with the descriptor named; no follower, the leader untouched."""
-    v1, same, _, _ = images()
-    srv = Server(v1, "epoll")
-    try:
-        epfd = int(ask(srv, "EPOLL").split()[1])
-        assert epfd >= 0
-        r = molt("update", "--shadow", srv.pid, same, check=1)
-        assert "an epoll instance (fd %d)" % epfd in r.err and "molt update" in r.err, r
-        assert status(srv.pid)["shadow"] is None
-        assert ask(srv, "PING") == "PONG\n"
-        assert ask(srv, "SET k v") == "OK\n" and ask(srv, "GET k") == "VALUE v\n"
-    finally:
-        srv.close()
-
-
 # ---- the rule language (expected divergences) ----------------------------------
 
 RULES_INCR = r"""# v5 adds INCR, which v1 answers ERROR.  Give the follower a command it

@@ -7,6 +7,14 @@ molt_pytest(shadowupd ${CMAKE_CURRENT_LIST_DIR}/test_shadowupd.py
   TIMEOUT 300 LABELS shadowupd fullupdate concurrency moltcc cli
   ENV SHADOW_WORK=${CMAKE_CURRENT_BINARY_DIR}/shadowupd)
 
+# The same for an epoll server (progs/eps.c: an acceptor hands each
+# connection to a worker's epoll instance, its data a heap pointer): a
+# self-shadow, a divergence, promote/rollback/commit, the leader killed,
+# same-data registrations dropped and refused (shadow/epoll.c).
+molt_pytest(shadowupd_epoll ${CMAKE_CURRENT_LIST_DIR}/test_shadow_epoll.py
+  TIMEOUT 300 LABELS shadowupd fullupdate concurrency moltcc cli
+  ENV SHADOW_WORK=${CMAKE_CURRENT_BINARY_DIR}/shadowupd-epoll)
+
 # The rule language (src/common/rules.c): good and bad files with their
 # file:line:col, patterns, and a deterministic mutation loop (60,000 inputs:
 # ~0.1 s plain, ~1.5 s under TSan;

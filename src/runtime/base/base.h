@@ -93,6 +93,12 @@
   XX(shd, "shadow/shadow.c",                                                   \
      "a shadowed update's stage, follower and outcome -- the runtime thread "  \
      "inside op, the shadow's monitor thread alone; logs inside")             \
+  XX(shep, "shadow/epoll.c",                                                   \
+     "a shadowed update's epoll tables -- program threads in the epoll "       \
+     "wrappers and close(), alone; nothing is taken under it")                \
+  XX(shfd, "shadow/fds.c",                                                     \
+     "a follower's placement of a descriptor the leader passed -- its "        \
+     "program threads, alone; nothing is taken under it")                     \
   XX(rt, "base/state.c",                                                       \
      "the runtime state: modules, generations, entries, patch objects -- the " \
      "runtime thread; application threads when a module registers from a "    \

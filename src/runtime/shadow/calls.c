@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
-#include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/time.h>
 #include <time.h>
@@ -239,28 +238,25 @@ int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout) {
   return r;
 }
 
-int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout) {
-  molt__shadow_role role = molt__shadow_role_now();
-  if (role == MOLT__SHADOW_NONE)
-    return epoll_wait(epfd, ev, max, timeout);
-  size_t cap = max > 0 ? (size_t)max * sizeof *ev : 0;
-  molt__sc c = {MOLT__SC_EPOLL_WAIT, {epfd, max, timeout}, NULL, 0, ev, cap, 0};
-  int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
-    return (int)rr;
-  int r = epoll_wait(epfd, ev, max, timeout);
-  record(&c, r, r > 0 ? (size_t)r * sizeof *ev : 0);
-  return r;
-}
+/* epoll_create, epoll_ctl and the epoll waits: epoll.c. */
 
+/* close: also the descriptor's epoll registrations (epoll.c): deleted from
+ * the kernel's instances by the side that leads -- the other process's
+ * copy of the descriptor would keep them -- and from the tables. */
 int __wrap_close(int fd) {
   molt__shadow_role role = molt__shadow_role_now();
-  if (role == MOLT__SHADOW_NONE)
+  if (role == MOLT__SHADOW_NONE) {
+    molt__shadow_epoll_closing(fd, true, MOLT__SHADOW_ANY_GEN);
     return close(fd);
+  }
   molt__sc c = {MOLT__SC_CLOSE, {fd, 0, 0}, NULL, 0, NULL, 0, 0};
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+    if (rr == 0)
+      molt__shadow_epoll_closing(fd, false, molt__shadow_replayed_fd_gen());
     return (int)rr; /* the follower's copy: closed by the replay (fds.c) */
+  }
+  molt__shadow_epoll_closing(fd, true, MOLT__SHADOW_ANY_GEN);
   c.fd_gen = molt__shadow_fd_gen(fd); /* before the number can be reused */
   int r = close(fd);
   record(&c, r, 0);

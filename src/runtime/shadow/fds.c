@@ -270,7 +270,26 @@ void molt__shadow_fd_release(int fd, uint32_t gen) {
   errno = e;
 }
 
+/* Follower: one placement at a time (shfd_lock).  recvmsg puts the
+ * descriptor it receives at the lowest free number, for the moment before
+ * dup3 moves it to the leader's: another thread placing that very number
+ * meanwhile would take it for one of the follower's own, or replace it
+ * and have its descriptor closed by the receiver. */
+static molt__lock shfd_lock = MOLT__LOCK_INIT(shfd);
+
+void molt__shadow_fds_fork_prepare(void) { molt__lock_acquire(&shfd_lock); }
+void molt__shadow_fds_fork_parent(void) { molt__lock_release(&shfd_lock); }
+void molt__shadow_fds_fork_child(void) { molt__lock_reinit(&shfd_lock); }
+
+static void take(unsigned ring, int fd, uint32_t gen, bool cloexec);
+
 void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
+  molt__lock_acquire(&shfd_lock);
+  take(ring, fd, gen, cloexec); /* a failure ends the follower: the lock goes too */
+  molt__lock_release(&shfd_lock);
+}
+
+static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
   int e = errno;
   if (ring >= nchannels || recv_end[ring] < 0)
     molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
@@ -345,13 +364,12 @@ void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
 
 /* ---- kernel objects a fork shares -------------------------------------------------*/
 
-/* An epoll instance and an io_uring are kernel objects that fork() shares
- * rather than copies: the follower's epoll_ctl would change the leader's
- * interest list (with data pointers into the follower's memory), and its
- * submissions would go into the leader's rings, which the kernel may read
- * without any system call (SQPOLL), out of the backstop's sight (trap.c).
- * Neither can be followed yet, so a program that holds one is refused at
- * the barrier, before the fork, with nothing changed. */
+/* An io_uring is a kernel object that fork() shares rather than copies:
+ * the follower's submissions would go into the leader's rings, which the
+ * kernel may read without any system call (SQPOLL), out of the backstop's
+ * sight (trap.c).  It cannot be followed, so a program that holds one is
+ * refused at the barrier, before the fork, with nothing changed.  (An
+ * epoll instance is shared too; epoll.c follows it.) */
 int molt__shadow_fds_check_forkable(char *err, size_t errlen) {
   DIR *d = opendir("/proc/self/fd");
   if (!d) {
@@ -370,15 +388,14 @@ int molt__shadow_fds_check_forkable(char *err, size_t errlen) {
     if (n <= 0)
       continue;
     link[n] = '\0';
-    const char *what = !strcmp(link, "anon_inode:[eventpoll]")  ? "an epoll instance"
-                       : !strcmp(link, "anon_inode:[io_uring]") ? "an io_uring"
-                                                                : NULL;
+    const char *what = !strcmp(link, "anon_inode:[io_uring]") ? "an io_uring" : NULL;
     if (what) {
-      molt__errmsg(err, errlen,
-                   "the program holds %s (fd %ld), which a forked follower would share "
-                   "with the leader; shadowed updates follow poll-based servers only: "
-                   "use a plain full update (molt update)",
-                   what, fd);
+      molt__errmsg(
+          err, errlen,
+          "the program holds %s (fd %ld), which a forked follower would share "
+          "with the leader; shadowed updates follow poll- and epoll-based servers "
+          "only: use a plain full update (molt update)",
+          what, fd);
       rc = MOLT_ENOTSUP;
     }
   }

@@ -528,6 +528,19 @@ static void drop(const char *fmt, ...) {
     kill(pid, SIGKILL);
 }
 
+void molt__shadow_drop(const char *fmt, ...) {
+  char text[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  drop("%s", text);
+}
+
+bool molt__shadow_alone(void) {
+  return atomic_load_explicit(&alone, memory_order_acquire);
+}
+
 /* Whether a leading thread still records (not dropped, not alone). */
 static bool still_leading(void) {
   if (follower)
@@ -582,7 +595,14 @@ static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
 /* A call whose result is a new descriptor (fds.c passes it). */
 static bool creates_fd(unsigned kind) {
   return kind == MOLT__SC_ACCEPT || kind == MOLT__SC_ACCEPT4 || kind == MOLT__SC_SOCKET ||
-         kind == MOLT__SC_OPEN || kind == MOLT__SC_OPENAT;
+         kind == MOLT__SC_OPEN || kind == MOLT__SC_OPENAT ||
+         kind == MOLT__SC_EPOLL_CREATE;
+}
+
+/* An epoll wait (epoll.c translates its events). */
+static bool is_epoll_wait(unsigned kind) {
+  return kind == MOLT__SC_EPOLL_WAIT || kind == MOLT__SC_EPOLL_PWAIT ||
+         kind == MOLT__SC_EPOLL_PWAIT2;
 }
 
 static void futex_wake(_Atomic uint32_t *w) {
@@ -1025,6 +1045,8 @@ static bool wants_cloexec(const rec *x) {
     return x->a[0] & O_CLOEXEC;
   case MOLT__SC_OPENAT:
     return x->a[1] & O_CLOEXEC;
+  case MOLT__SC_EPOLL_CREATE: /* epoll_create1's EPOLL_CLOEXEC is O_CLOEXEC */
+    return x->a[0] == 1 && (x->a[1] & O_CLOEXEC);
   default:
     return false;
   }
@@ -1059,7 +1081,14 @@ static void note_absent(const rec *x) {
  * absent and one it closed is closed here if both hold it (the set
  * molt__shadow_note_shared_with made); then the producer may reuse its
  * bytes. */
+/* The generation the last record this thread consumed carried (epoll.c
+ * tells descriptors reused out of order apart by it). */
+static __thread uint32_t replayed_gen __attribute__((tls_model("initial-exec")));
+
+uint32_t molt__shadow_replayed_fd_gen(void) { return replayed_gen; }
+
 static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t pos, uint64_t n) {
+  replayed_gen = x->fd_gen;
   if (!follower) {
     note_absent(x);
     /* generation 0: a descriptor the new version did not create (fds.c) */
@@ -1523,6 +1552,22 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
       tol = buffer == 2 ? rule_for(MOLT__RULE_TOLERATE, c->kind, fdk, c->in, c->in_len)
                         : rule_for(MOLT__RULE_TOLERATE, c->kind, fdk, xb, xn);
     }
+    /* An epoll wait: every descriptor the leader's events name must be in
+     * the follower's table (else, like a poll whose set differs, the call
+     * is retried: another thread's epoll_ctl not replayed yet). */
+    if ((same || tol) && is_epoll_wait(c->kind) && x->ret > 0) {
+      const char *why = molt__shadow_epoll_fits(c, kept + align8(x->in_keep), x->out_len);
+      int64_t ret;
+      if (why && retry(r, x, c, &ret, err)) {
+        *result = ret;
+        return true;
+      }
+      if (why)
+        molt__shadow_follower_fail(
+            MOLT__SHADOW_END_DIVERGED,
+            "divergence in thread %d (leader thread %d), call %" PRIu64 ": %s",
+            (int)my_ring1 - 1, (int)r->leader_tid, n, why);
+    }
     if (same || tol) {
       int64_t ret = x->ret;
       *err = x->err;
@@ -1552,8 +1597,7 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
       *result = ret;
       return true;
     }
-    if ((c->kind == MOLT__SC_POLL || c->kind == MOLT__SC_EPOLL_WAIT) &&
-        x->kind == c->kind) {
+    if ((c->kind == MOLT__SC_POLL || is_epoll_wait(c->kind)) && x->kind == c->kind) {
       int64_t ret;
       if (c->kind == MOLT__SC_POLL && poll_within(x, c, &ret)) {
         *err = x->err;

@@ -107,6 +107,8 @@ static void took_over(pid_t leader);
 
 static void follower_main(fork_ctx *c) {
   pid_t leader = getppid();
+  /* The epoll instances it shares hold the leader's data (epoll.c). */
+  molt__shadow_epoll_disown();
   molt__shadow_become_follower();
   molt__shadow_note_inherited();
   /* The follower watches its leader: a pidfd becomes readable when the
@@ -187,6 +189,8 @@ static int fork_step(void *arg, char *err, size_t errlen) {
   }
   /* Here, with every program thread parked: none can open one after it. */
   int rc = molt__shadow_fds_check_forkable(err, errlen);
+  if (rc == 0)
+    rc = molt__shadow_epoll_begin(err, errlen);
   if (rc < 0)
     return rc;
   *molt__shadow_rules() = next_rules;
@@ -638,9 +642,19 @@ static void shadow_status(molt__buf *out) {
   molt__lock_release(&shd_lock);
 }
 
-static void shadow_fork_prepare(void) { molt__lock_acquire(&shd_lock); }
-static void shadow_fork_parent(void) { molt__lock_release(&shd_lock); }
+static void shadow_fork_prepare(void) {
+  molt__lock_acquire(&shd_lock);
+  molt__shadow_epoll_fork_prepare();
+  molt__shadow_fds_fork_prepare();
+}
+static void shadow_fork_parent(void) {
+  molt__shadow_fds_fork_parent();
+  molt__shadow_epoll_fork_parent();
+  molt__lock_release(&shd_lock);
+}
 static void shadow_fork_child(void) {
+  molt__shadow_epoll_fork_child();
+  molt__shadow_fds_fork_child();
   /* A child of the leader (the program's own fork(), or the follower)
    * neither records nor has a shadow of its own. */
   molt__shadow_session_end();

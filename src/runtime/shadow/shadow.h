@@ -12,6 +12,8 @@
  *   calls.c   the covered calls (__wrap_read ... of molt/program.h)
  *   fds.c     descriptors the leader creates after the fork, passed to
  *             the follower at the same number
+ *   epoll.c   epoll: the follower's interest lists emulated, events
+ *             recorded by descriptor and given back with its own data
  *   trap.c    the backstop: unfollowed I/O system calls of the follower
  *             trapped (Syscall User Dispatch)
  *
@@ -147,6 +149,16 @@ MOLT__HIDDEN bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *e
  * stops for good instead (the process keeps its control socket). */
 MOLT__HIDDEN void molt__shadow_follower_fail(int kind, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 2, 3)));
+/* A leading thread drops the shadow (the report says why): the original
+ * process stops recording and kills the follower; a promoted follower goes
+ * on alone. */
+MOLT__HIDDEN void molt__shadow_drop(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+/* Follower: the descriptor generation (fds.c) of the record its last
+ * replay consumed on this thread. */
+MOLT__HIDDEN uint32_t molt__shadow_replayed_fd_gen(void);
+/* The other side is gone (molt__shadow_session_alone ran in this process). */
+MOLT__HIDDEN bool molt__shadow_alone(void);
 /* The report of the session that ended: its kind (0: none) and text. */
 MOLT__HIDDEN int molt__shadow_report(char *text, size_t len);
 /* Counters for status: calls recorded and compared, the highest ring use
@@ -187,9 +199,39 @@ MOLT__HIDDEN void molt__shadow_note_shared_with(pid_t other);
 /* Follower's thread of ring `ring`, consuming the record of a call that
  * created fd (generation gen): receives it, places it at fd. */
 MOLT__HIDDEN void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec);
+/* The fork handlers: shfd_lock taken, released, made anew. */
+MOLT__HIDDEN void molt__shadow_fds_fork_prepare(void);
+MOLT__HIDDEN void molt__shadow_fds_fork_parent(void);
+MOLT__HIDDEN void molt__shadow_fds_fork_child(void);
 /* Follower: the leader closed fd (generation gen, or MOLT__SHADOW_ANY_GEN):
  * closes the follower's copy if it holds that one. */
 MOLT__HIDDEN void molt__shadow_fd_release(int fd, uint32_t gen);
+
+/* ---- epoll.c: epoll instances, which a fork shares ------------------------------*/
+/* Leader, at the barrier (every program thread parked): the registrations
+ * of each epoll instance read from the kernel into this process's tables.
+ * 0, or an error (two descriptors of one instance with the same data, too
+ * many instances). */
+MOLT__HIDDEN int molt__shadow_epoll_begin(char *err, size_t errlen);
+/* This process stops being the one whose data the kernel's instances hold
+ * (the follower at its start; a process that replays the other side's
+ * epoll calls): its next real epoll call rewrites them first. */
+MOLT__HIDDEN void molt__shadow_epoll_disown(void);
+/* close(fd) of the program: fd leaves the tables (an instance's own table
+ * goes with it); leading: its registrations are deleted from the kernel's
+ * instances first (the other process's copy would keep them); following:
+ * only those of generation gen (the replayed close's; 0: any). */
+MOLT__HIDDEN void molt__shadow_epoll_closing(int fd, bool leading, uint32_t gen);
+/* The fork handlers: shep_lock taken, released, made anew. */
+MOLT__HIDDEN void molt__shadow_epoll_fork_prepare(void);
+MOLT__HIDDEN void molt__shadow_epoll_fork_parent(void);
+MOLT__HIDDEN void molt__shadow_epoll_fork_child(void);
+/* Follower, replaying a wait (the record's output: the leader's events by
+ * descriptor): NULL when every descriptor is in the follower's table (its
+ * program's events filled in with its own data), else why not (the call is
+ * retried as a readiness call whose set differs, ring.c). */
+MOLT__HIDDEN const char *molt__shadow_epoll_fits(const molt__sc *c, const void *out,
+                                                 size_t len);
 
 /* ---- trap.c: the backstop for calls the wrappers do not see --------------------*/
 /* In the follower before its threads start: the SIGSYS handler.  0 or

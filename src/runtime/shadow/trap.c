@@ -26,7 +26,8 @@
  *    follower's messages and a sanitizer's report show; and the runtime's
  *    own descriptors, in the band of base/fd.c), connecting,
  *    accepting, binding, files opened for writing or changed by name,
- *    io_uring and AIO submissions: the follower ends ("the follower made
+ *    io_uring and AIO submissions, epoll calls (the instances are shared
+ *    with the leader; epoll.c follows the wrapped ones): the follower ends ("the follower made
  *    a system call molt does not follow: writev(5, ...)").
  *  - A new thread or process (clone, fork, exec): the follower ends too;
  *    threads started after the fork are not followed.
@@ -61,6 +62,10 @@
 #define PR_SYS_DISPATCH_ON 1
 #define SYSCALL_DISPATCH_FILTER_ALLOW 0
 #define SYSCALL_DISPATCH_FILTER_BLOCK 1
+#endif
+
+#ifndef SYS_epoll_pwait2
+#define SYS_epoll_pwait2 441
 #endif
 
 #if defined(__x86_64__)
@@ -180,6 +185,12 @@ static const struct {
              N(fdatasync),
              N(io_submit),
              N(io_uring_enter),
+             N(epoll_create),
+             N(epoll_create1),
+             N(epoll_ctl),
+             N(epoll_wait),
+             N(epoll_pwait),
+             N(epoll_pwait2),
              N(clone),
              N(clone3),
              N(fork),
@@ -232,6 +243,15 @@ static const char *refused(long nr, const long long *a) {
   case SYS_io_submit:
   case SYS_io_uring_enter:
     return "it would do I/O the leader does";
+  case SYS_epoll_create:
+  case SYS_epoll_create1:
+  case SYS_epoll_ctl:
+  case SYS_epoll_wait:
+  case SYS_epoll_pwait:
+  case SYS_epoll_pwait2:
+    /* the instances are the leader's (shared by the fork): only the
+     * wrappers of epoll.c may use them, emulated */
+    return "it would use an epoll instance outside the followed calls";
   case SYS_open:
   case SYS_creat:
   case SYS_openat: {

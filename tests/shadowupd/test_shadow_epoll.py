@@ -1,0 +1,350 @@
+"""Shadowed updates of an epoll server (docs/design.md §17, "epoll").
+
+progs/eps.c: an acceptor thread on its own epoll instance hands each
+connection to one of 3 workers by registering it in that worker's epoll
+instance (EPOLLONESHOT, armed again after each request), its data a pointer
+to the connection's heap struct.  The instances are shared by the leader
+and the follower after the fork: the follower's epoll_ctl is emulated, its
+waits get the leader's events by descriptor with its own data.  Clients
+check every reply (test_shadowupd's Clients and Server)."""
+
+import os
+import time
+
+from harness.moltcc import moltcc
+from harness.proc import molt, poll, status
+from test_shadowupd import (WORK, CFLAGS, HERE, Clients, Server, ask, ended,
+                            shadow, served_on, took_over, rules_file)
+
+SRC = HERE / "progs" / "eps.c"
+_built = {}
+
+
+def eps(name, variant=None, frm=None):
+    """eps.c as image <name>.so (-DEPS_VARIANT=variant, --molt-from frm)."""
+    if name in _built:
+        return _built[name]
+    WORK.mkdir(parents=True, exist_ok=True)
+    out = WORK / (name + ".so")
+    args = ["--molt-program"] + CFLAGS + ["-o", out, SRC]
+    if variant is not None:
+        args.append("-DEPS_VARIANT=%d" % variant)
+    if frm is not None:
+        args += ["--molt-from", frm]
+    r = moltcc(args, cwd=None)
+    assert r.returncode == 0, r
+    _built[name] = out
+    return out
+
+
+def epoll_data(pid):
+    """{epoll fd: {registered fd: data}} of pid's epoll instances, from the
+    kernel (shared by leader and follower)."""
+    out = {}
+    for n in os.listdir("/proc/%d/fd" % pid):
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (pid, n)) != "anon_inode:[eventpoll]":
+                continue
+            regs = {}
+            for line in open("/proc/%d/fdinfo/%s" % (pid, n)):
+                if line.startswith("tfd:"):
+                    f = line.split()
+                    regs[int(f[1])] = int(f[5], 16)
+            out[int(n)] = regs
+        except OSError:
+            pass
+    return out
+
+
+def conn_data(pid):
+    """{connection fd: data} over the workers' instances (the acceptor's
+    holds only the listening socket)."""
+    out = {}
+    for regs in epoll_data(pid).values():
+        out.update(regs)
+    return out
+
+
+def ask_on(f, line):
+    f.write(line.encode() + b"\n")
+    f.flush()
+    return f.readline().decode()
+
+
+def test_epoll_self_shadow_no_false_divergence():
+    """eps shadowed by itself under load, with connections from before the
+    fork and new ones after it (each accepted by the acceptor and served
+    through a worker's instance), an epoll instance made, used and closed
+    after the fork: 0 divergences, every reply right; rollback returns the
+    descriptors to their baseline."""
+    v1 = eps("eps-v1")
+    same = eps("eps-same", frm=v1)
+    srv = Server(v1, "ep-same")
+    try:
+        fds = srv.settled_fds()
+        cl = Clients(srv, n=2, tag="s")
+        sh = shadow(srv, same)
+        assert sh["stage"] == "shadowing", sh
+        end = time.time() + 8
+        n = 0
+        while time.time() < end:
+            # a connection of its own after the fork: accepted, registered
+            # with a pointer only this process has, served, closed
+            # (both requests on one connection: two connections' requests
+            # are replayed by two threads in any order, design §17)
+            with srv.connect() as c, c.makefile("rwb") as f:
+                assert ask_on(f, "SET new%d %d" % (n % 8, n)) == "OK\n"
+                assert ask_on(f, "GET new%d" % (n % 8)) == "VALUE %d\n" % n
+            if n % 10 == 0:
+                assert ask(srv, "EPOLL") == "EPOLL 1 same\n"
+            s = status(srv.pid)["shadow"]
+            assert s["stage"] == "shadowing", s["outcome"]
+            n += 1
+            time.sleep(0.01)
+        s = poll(lambda: status(srv.pid)["shadow"],
+                 lambda s: s["compared"] > 500 and s["compared"] >= s["recorded"] - 50,
+                 timeout=30, what="the follower to keep up")
+        assert s["divergences"] == 0 and s["outcome"] is None, s
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 200 and n > 20, (replies, n)
+        r = molt("rollback", srv.pid, check=0)
+        assert "follower %d" % s["follower"] in r.out, r
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "ended" and "dropped by molt rollback" in sh["outcome"], sh
+        assert ask(srv, "PING") == "PONG\n" and ask(srv, "EPOLL") == "EPOLL 1 same\n"
+        poll(srv.fds, lambda f: f == fds, timeout=10,
+             what="descriptors back to baseline %s" % fds)
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def test_epoll_level_triggered_connections_closed_under_shadow():
+    """Level-triggered registrations (EPS_LEVEL) of connections that
+    clients close all the time: the leader's worker closes and frees each
+    one while the follower still holds its copy of the descriptor, which
+    would keep the kernel's registration -- and report the client's hang-up
+    again to the leader, with the freed pointer as data -- had the leader
+    not deleted it before the close.  0 divergences, every reply right, no
+    sanitizer report."""
+    v1 = eps("eps-v1")
+    same = eps("eps-same", frm=v1)
+    os.environ["EPS_LEVEL"] = "1"
+    try:
+        srv = Server(v1, "ep-level")
+    finally:
+        del os.environ["EPS_LEVEL"]
+    try:
+        cl = Clients(srv, n=2, tag="l")
+        shadow(srv, same)
+        for n in range(300):
+            with srv.connect() as c, c.makefile("rwb") as f:
+                assert ask_on(f, "SET l%d %d" % (n % 8, n)) == "OK\n"
+                assert ask_on(f, "GET l%d" % (n % 8)) == "VALUE %d\n" % n
+        s = poll(lambda: status(srv.pid)["shadow"],
+                 lambda s: s["stage"] != "shadowing" or s["compared"] >= s["recorded"] - 50,
+                 timeout=30, what="the follower to keep up")
+        assert s["stage"] == "shadowing" and s["divergences"] == 0, s["outcome"]
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 50
+        assert ask(srv, "PING") == "PONG\n"
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def test_epoll_divergence_caught():
+    """A new version that answers one request differently: the follower is
+    ended with both replies named, the leader's clients see every reply
+    right, none lost, and the descriptors return to their baseline."""
+    v1 = eps("eps-v1")
+    diff = eps("eps-diff", 1, frm=v1)
+    srv = Server(v1, "ep-diff")
+    try:
+        fds = srv.settled_fds()
+        cl = Clients(srv, n=3, tag="d")
+        shadow(srv, diff)
+        time.sleep(1)
+        assert status(srv.pid)["shadow"]["stage"] == "shadowing"
+        with srv.connect() as s, s.makefile("rwb") as f:
+            assert ask_on(f, "SET magic 42") == "OK\n"
+            assert ask_on(f, "GET magic") == "VALUE 42\n"
+        sh = ended(srv)
+        assert sh["divergences"] == 1, sh
+        assert '"VALUE 42\\n"' in sh["outcome"] and "changed-by-v2" in sh["outcome"], sh
+        time.sleep(1)
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 50
+        assert ask(srv, "GET magic") == "VALUE 42\n"
+        poll(srv.fds, lambda f: f == fds, timeout=10,
+             what="descriptors back to baseline %s" % fds)
+        assert not os.path.exists("/proc/%d" % sh["follower"])
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+RULES_VERSION = r"""# v2 answers VERSION 2, v1 VERSION 1
+forward send socket "VERSION 2\n" rewrite "VERSION 1\n"
+reverse send socket "VERSION 1\n" rewrite "VERSION 2\n"
+"""
+
+
+def test_epoll_promote_rollback_commit_under_load():
+    """promote: the new version leads -- its data is written into the
+    shared instances (the kernel's data for connections accepted after the
+    fork changes to the new version's pointers) and it serves every
+    connection, old and new; rollback: the old version's data comes back
+    exactly and it leads again; a second shadow promoted and committed: the
+    process runs v2.  Under load: 0 wrong or lost replies."""
+    v1 = eps("eps-v1")
+    v2 = eps("eps-v2", 2, frm=v1)
+    rules = rules_file("eps-version.rules", RULES_VERSION)
+    srv = Server(v1, "ep-promote")
+    try:
+        cl = Clients(srv, n=3, tag="p")
+        follower = shadow(srv, v2, "--rules", rules)["follower"]
+        with srv.connect() as s1, s1.makefile("rwb") as f1, \
+                srv.connect() as s2, s2.makefile("rwb") as f2:
+            # two connections accepted after the fork, each registered with
+            # a pointer the leader and the follower chose apart
+            assert ask_on(f1, "VERSION") == "VERSION 1\n"
+            assert ask_on(f2, "SET a 1") == "OK\n"
+            before = conn_data(srv.pid)
+            r = molt("promote", srv.pid, "--timeout", "20", check=0)
+            assert "the new version (follower %d) leads" % follower in r.out, r
+            assert ask_on(f1, "VERSION") == "VERSION 2\n"
+            assert ask_on(f2, "GET a") == "VALUE 1\n"
+            assert ask(srv, "VERSION") == "VERSION 2\n"
+            assert ask(srv, "EPOLL") == "EPOLL 1 same\n"
+            served_on(srv, cl, "the promoted follower")
+            # the kernel's instances hold the new version's data now
+            promoted = conn_data(srv.pid)
+            fd1, fd2 = sorted(k for k in before if k in promoted)[-2:]
+            assert promoted[fd1] != before[fd1] and promoted[fd2] != before[fd2], \
+                (before, promoted)
+            r = molt("rollback", srv.pid, "--timeout", "20")
+            assert r.rc == 0, (r, status(srv.pid)["shadow"])
+            assert "the old version leads again" in r.out, r
+            assert ask_on(f1, "VERSION") == "VERSION 1\n"
+            assert ask_on(f2, "GET a") == "VALUE 1\n"
+            back = conn_data(srv.pid)
+            assert back[fd1] == before[fd1] and back[fd2] == before[fd2], (before, back)
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "ended" and sh["divergences"] == 0, sh
+        assert not os.path.exists("/proc/%d" % follower)
+        served_on(srv, cl, "the old version again")
+        # a second shadow, promoted, then committed: this process runs v2
+        follower = shadow(srv, v2, "--rules", rules)["follower"]
+        molt("promote", srv.pid, "--timeout", "20", check=0)
+        assert ask(srv, "VERSION") == "VERSION 2\n"
+        molt("commit", srv.pid, "--timeout", "20", check=0)
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "committed" and "updated in place" in sh["outcome"], sh
+        assert not os.path.exists("/proc/%d" % follower)
+        assert ask(srv, "VERSION") == "VERSION 2\n"
+        assert ask(srv, "EPOLL") == "EPOLL 1 same\n"
+        served_on(srv, cl, "the committed version")
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 50
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def test_epoll_leader_killed_follower_takes_over():
+    """The leader SIGKILLed while its follower replays (right after the
+    fork, after a while, and after a promotion): the follower rewrites the
+    shared instances with its own data at its first real epoll call and
+    serves the same connections and new ones; every reply right.  The
+    clients pause for the kill itself, as in test_shadowupd (the window of
+    a call made but not recorded, design §17)."""
+    v1 = eps("eps-v1")
+    v2 = eps("eps-v2", 2, frm=v1)
+    for i, moment in enumerate((0.0, 1.0, "promoted")):
+        srv = Server(v1, "ep-kill%d" % i)
+        try:
+            cl = Clients(srv, n=3, tag="k%d-" % i)
+            follower = shadow(srv, v2)["follower"]
+            # a connection accepted after the fork, kept across the kill
+            with srv.connect() as s, s.makefile("rwb") as f:
+                assert ask_on(f, "SET kept %d" % i) == "OK\n"
+                if moment == "promoted":
+                    molt("promote", srv.pid, "--timeout", "20", check=0)
+                    served_on(srv, cl, "the promoted follower")
+                else:
+                    time.sleep(moment)
+                cl.pause()
+                os.kill(srv.pid, 9)
+                srv.p.p.wait()
+                cl.resume()
+                served_on(srv, cl, "follower %d after the leader's death" % follower)
+                took_over(follower, srv.pid)
+                assert ask_on(f, "GET kept") == "VALUE %d\n" % i
+                assert ask(srv, "SET after %d" % i) == "OK\n"
+                assert ask(srv, "GET after") == "VALUE %d\n" % i
+                assert ask(srv, "EPOLL") == "EPOLL 1 same\n"
+            replies = cl.stop()
+            assert cl.wrong == [], (moment, cl.wrong[:3])
+            assert replies > 40, (moment, replies)
+        finally:
+            srv.close()
+        srv.assert_clean()
+
+
+def test_epoll_outside_the_wrappers_ends_the_follower():
+    """An epoll_wait made past the wrappers (syscall()) would consume the
+    shared instance's events in the follower: the backstop ends the
+    follower before it runs, naming the call; the leader answered it and
+    serves on."""
+    v1 = eps("eps-v1")
+    same = eps("eps-same", frm=v1)
+    srv = Server(v1, "ep-raw")
+    try:
+        cl = Clients(srv, n=2, tag="r")
+        shadow(srv, same)
+        time.sleep(0.5)
+        assert ask(srv, "RAW") in ("RAW 0\n", "RAW 1\n")
+        sh = ended(srv)
+        assert "epoll_wait(" in sh["outcome"] and \
+            "it would use an epoll instance outside the followed calls" in sh["outcome"], sh
+        assert sh["divergences"] == 0, sh
+        served_on(srv, cl, "the leader")
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 20
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def test_epoll_same_data_dropped_and_refused():
+    """Two descriptors of one instance registered with the same data cannot
+    be told apart in an event: made during a shadow, the shadow is dropped
+    (the leader serves on, every reply right); present at the barrier, the
+    shadowed update is refused naming the instance, nothing forked."""
+    v1 = eps("eps-v1")
+    same = eps("eps-same", frm=v1)
+    srv = Server(v1, "ep-dup")
+    try:
+        cl = Clients(srv, n=2, tag="u")
+        shadow(srv, same)
+        time.sleep(0.5)
+        ep = int(ask(srv, "DUP").split()[1])
+        sh = ended(srv)
+        assert "same data" in sh["outcome"], sh
+        assert not os.path.exists("/proc/%d" % sh["follower"])
+        r = molt("update", "--shadow", srv.pid, same, check=1)
+        assert "epoll instance %d has descriptors" % ep in r.err and "same data" in r.err, r
+        assert status(srv.pid)["shadow"]["stage"] == "ended"
+        served_on(srv, cl, "the leader")
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 20
+        srv.assert_clean()
+    finally:
+        srv.close()
