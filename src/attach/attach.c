@@ -14,9 +14,9 @@
  *      registers -- memfd_create, mmap of each part, close -- the image
  *      written into the memfd from here (/proc/PID/fd); the record
  *      "staged" saved; the pre-update callback, if any (callback.c);
- *   5. the stop: every thread stopped; none may be inside the bytes to be
- *      rewritten (else resume, back off, retry until the timeout); the
- *      record "applying", the jumps, every thread resumed;
+ *   5. the record "applying"; the stop: every thread stopped; none may be
+ *      inside the bytes to be rewritten (else resume, back off, retry
+ *      until the timeout); the jumps, every thread resumed;
  *   6. the record "applied" with the stop's duration; the post-update
  *      callback, if any.
  * A failure before step 5 leaves at most an unused mapping, which a
@@ -980,12 +980,20 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   const char *undone = "the staged code was removed, the program is unchanged";
   if (rc == 0)
     rc = safe_point(undone, err, errlen);
+  /* "applying" is saved before the stop, not during it: the record is a
+   * file written and renamed, which need not hold every thread stopped (on
+   * a /run that is a disk file system a rename waited for the journal, up
+   * to 260 ms under I/O load).  Killed before a jump is written, a record
+   * "applying" is rolled back as one with some jumps: each function that
+   * holds its jump is restored (here none), the code unmapped. */
+  if (rc == 0) {
+    snprintf(st->phase, sizeof st->phase, "applying");
+    rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+  }
   if (rc == 0)
     rc = stop_clear(pid, st, o->check_active, timeout_ms, &s, &attempts, &stepped, err,
                     errlen);
   if (rc == 0) {
-    snprintf(st->phase, sizeof st->phase, "applying");
-    rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
     test_pause("stopped");
     /* the last safe point before the jumps: after them, molt finishes */
     if (rc == 0)
