@@ -147,7 +147,8 @@ MOLT__HIDDEN int molt__os_syscall(attach_thread *t, uint64_t insn, long nr,
  * follow.  0 once still() is false; 1 if it is not after max_steps, or t
  * holds a signal its stop kept back, or a signal came in, or the next
  * instruction is a system call (never stepped: it may block).  The
- * thread stays stopped. */
+ * thread stays stopped; while it is stepped it runs at SCHED_FIFO 1 (as
+ * molt__os_boost raises it), its own policy back before this returns. */
 MOLT__HIDDEN int molt__os_step_while(pid_t pid, attach_thread *t,
                                      bool (*still)(uint64_t ip, void *arg), void *arg,
                                      int max_steps, int *steps);

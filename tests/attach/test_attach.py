@@ -870,6 +870,7 @@ def test_busy_threads_stepped_out_in_one_stop(built, tmp_path):
     try:
         assert p.stdout.readline() == "ready\n"
         time.sleep(0.2)
+        before = policies(p.pid)
         stepped = 0
         for _ in range(5):
             r = molt("attach", "--timeout", "20", p.pid, so)
@@ -885,6 +886,8 @@ def test_busy_threads_stepped_out_in_one_stop(built, tmp_path):
             threads_free(p.pid)
         assert stepped > 0, "no stop found a thread inside the first bytes"
         assert counts()[0] == 0
+        # a stepped thread runs at SCHED_FIFO 1 while stepped only
+        assert policies(p.pid) == before
     finally:
         if os.path.exists("/run/molt/attach/%d" % p.pid):
             molt("rollback", p.pid)
