@@ -262,6 +262,18 @@ def fmt(x, f="%.1f"):
     return f % x if x is not None else "–"
 
 
+def shown_command(cmd):
+    """The command as a reader would type it: without the --molt-build that
+    run.sh passes, paths of the checkout relative to it."""
+    words = cmd.split()
+    out = []
+    for i, word in enumerate(words):
+        if word == "--molt-build" or (i and words[i - 1] == "--molt-build"):
+            continue
+        out.append(os.path.relpath(word, ROOT) if word.startswith(ROOT + os.sep) else word)
+    return " ".join(out)
+
+
 def section(res):
     L = []
     w = L.append
@@ -269,7 +281,8 @@ def section(res):
     w("")
     w("`%s` (%s). Machine: %s, %d CPUs, shared with other sessions' jobs; load average at "
       "the start %s, at the end %s. Harness: %s."
-      % (res.get("command", "bench/attach/run.sh"), res["date"], res["cpu"], res["ncpu"],
+      % (shown_command(res.get("command", "bench/attach/run.sh")), res["date"], res["cpu"],
+         res["ncpu"],
          res.get("load_start", "?"), res["load"], res.get("harness", "normal")))
     w("")
     w("**Targets:** ≤ %g ms stopped at 100 threads, ≤ %g ms for the whole `molt attach`. "
