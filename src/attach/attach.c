@@ -335,7 +335,8 @@ static int choose_place(const target *t, const molt__attach_state *st, size_t si
 
 /* $MOLT_ATTACH_TEST_PAUSE=<point>: the tests kill molt (SIGKILL) at a
  * named point of an attach -- prepared, staging (between the system calls
- * run on the hijacked thread), staged, stopped, applied -- to check what
+ * run on the hijacked thread), staged, stopped, stepping (a thread raised
+ * to be stepped out of the first bytes, os_linux.c), applied -- to check what
  * the target is left with.  molt says where it waits on stderr and waits
  * a minute, or until SIGINT, SIGTERM, SIGHUP or SIGQUIT is pending (they
  * are blocked: the run goes on to its next safe point, as it would after
@@ -351,6 +352,9 @@ static void test_pause(const char *point) {
     nanosleep(&ts, NULL);
   }
 }
+
+/* The same for os_linux.c's points (a thread being single-stepped). */
+void molt__test_pause(const char *point) { test_pause(point); }
 
 /* A safe point: a pending SIGINT, SIGTERM, SIGHUP or SIGQUIT of molt is
  * taken; MOLT_EBUSY with "interrupted by SIG...; <then>" in err, or 0. */

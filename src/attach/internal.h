@@ -279,6 +279,8 @@ MOLT__HIDDEN void molt__interrupt_restore(const sigset_t *old);
 /* Whether one of them is pending; takes it (a safe point honours it):
  * the signal, or 0. */
 MOLT__HIDDEN bool molt__interrupt_pending(void);
+/* $MOLT_ATTACH_TEST_PAUSE: the tests kill molt at a named point (attach.c). */
+MOLT__HIDDEN void molt__test_pause(const char *point);
 MOLT__HIDDEN int molt__interrupt_take(void);
 
 /* ---- patch.c: the patch file ------------------------------------------------- */

@@ -1045,6 +1045,7 @@ int molt__os_step_while(pid_t pid, attach_thread *t,
    * most max_steps: it cannot hold a CPU. */
   attach_boost b;
   molt__os_boost(t->tid, &b);
+  molt__test_pause("stepping"); /* raised, about to step */
   int rc = step_loop(pid, t, still, arg, max_steps, steps);
   molt__os_unboost(&b);
   return rc;

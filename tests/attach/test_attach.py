@@ -895,6 +895,55 @@ def test_busy_threads_stepped_out_in_one_stop(built, tmp_path):
         p.wait()
 
 
+def test_killed_while_a_thread_is_stepped(built, tmp_path):
+    """molt killed (SIGKILL) while a thread it single-steps out of the first
+    bytes runs at SCHED_FIFO 1: the guardian puts that thread's policy back,
+    no thread is left traced or stopped, no call returned a wrong value, and
+    a rollback cleans up (no jump was written)."""
+    exe, src, fix, so = (str(tmp_path / n) for n in ("hammer", "hammer.c", "fix.c", "fix.so"))
+    open(src, "w").write(HAMMER)
+    open(fix, "w").write(HAMMER_FIX)
+    r = sh(["gcc", "-O2", "-g", "-pthread", "-Wl,--build-id", "-o", exe, src])
+    assert r.returncode == 0, r.stderr
+    r = sh([MOLTCC, "--molt-attach", "--molt-target", exe, "-O2", "-o", so, fix])
+    assert r.returncode == 0, r.stderr
+    p = subprocess.Popen([exe, "24"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE="stepping")
+    try:
+        assert p.stdout.readline() == "ready\n"
+        time.sleep(0.2)
+        before = policies(p.pid)
+        killed = False
+        for _ in range(20):  # a stop finds a thread in the first bytes nearly every time
+            m = subprocess.Popen([MOLT, "attach", str(p.pid), so], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            line = m.stderr.readline()
+            if line.strip() == "molt-attach-paused stepping":
+                raised = [t for t, pol in policies(p.pid).items() if pol != before.get(t)]
+                assert len(raised) == 1, raised  # the stepped thread, and only it
+                m.send_signal(signal.SIGKILL)
+                m.wait()
+                killed = True
+                break
+            m.communicate()
+            assert m.returncode == 0
+            assert molt("rollback", p.pid).returncode == 0
+        assert killed, "no attach stepped a thread in 20 tries"
+        wait_for(lambda: policies(p.pid) == before, "the stepped thread's policy back")
+        threads_free(p.pid)
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert re.match(r"bad 0 new \d+", p.stdout.readline())
+        r = molt("rollback", p.pid)
+        assert r.returncode == 0, r.stderr
+        assert attach_maps(p.pid) == []
+    finally:
+        if os.path.exists("/run/molt/attach/%d" % p.pid):
+            molt("rollback", p.pid)
+        p.kill()
+        p.wait()
+
+
 def wait_for(pred, what, seconds=10):
     deadline = time.time() + seconds
     while not pred():
