@@ -3,7 +3,7 @@
 
     bench/attach/bench.py [--molt-build DIR] [--quick] [--runs N] [--threads 1,10,100,1000]
                           [--funcs 1,16,64,256] [--modes blocked,busy] [--server-work DIR]
-                          [--work DIR] [--busy-crowd-runs N] [--no-report]
+                          [--work DIR] [--busy-crowd-runs N] [--no-compare] [--no-report]
 
 Part 1, a generated target (target.c here: F functions f0..f(F-1) of a
 few instructions each, noinline; T threads, either *blocked* in read() on
@@ -13,8 +13,17 @@ of all F functions) built with `moltcc --molt-attach`.  For every threads
 x functions x mode: N times `molt attach` then `molt rollback` on one
 process; the stop (the time every thread was stopped, as molt attach
 reports it), the attempts, and the whole `molt attach` command's wall time
-(from exec to exit: reading the patch, planning, staging, the stop, the
-record).  p50 / p99 / max over the N runs.
+(from the fork of its process to its exit: reading the patch, planning,
+staging, the stop, the record), with where it went (molt's `took` line:
+start -- its process's creation to its first step, at raised priority --
+prepare, staging, stop, finish).  p50 / p99 / max over the N runs.  The
+target is started in a session of its own, as a service is (a session is
+a scheduling group of its own under autogroup); the comparison rows at
+100 and 1000 busy threads run it in the harness's session instead -- molt
+and the target one group -- with molt as is and under `chrt -f 1`.  The
+harness runs at SCHED_FIFO 2 while it measures (reset on fork: the target
+and molt start at the normal policy, as from a shell), so its own wait for
+a CPU when molt exits is not counted.
 
 Part 2, a real server: memcached as examples/attach/run.sh builds it
 (plainly, SASL), under the checking load of examples/attach/mcsasl.py (4
@@ -100,10 +109,30 @@ def build_target(work, nfuncs, molt_build):
     return exe, so
 
 
-def run_target(exe, so, threads, mode, runs, molt, timeout=5):
-    p = subprocess.Popen([exe, str(threads), mode], stdout=subprocess.PIPE, text=True)
+TOOK = re.compile(r"^took ([\d.]+) ms \((.*)\)$", re.M)
+PRIORITY = re.compile(r"^priority (.*?)(?:; before its first step molt waited ([\d.]+) ms for "
+                      r"a CPU)?$", re.M)
+
+
+def took(out):
+    """molt's `took` line as {step: ms}, its priority line and wait."""
+    m = TOOK.search(out)
+    steps = {}
+    if m:
+        for part in m.group(2).split(", "):
+            name, ms = part.rsplit(" ", 1)
+            steps[name] = float(ms)
+    p = PRIORITY.search(out)
+    return steps, (p.group(1) if p else None), (float(p.group(2)) if p and p.group(2) else None)
+
+
+def run_target(exe, so, threads, mode, runs, molt, timeout=5, own_session=True, prefix=()):
+    p = subprocess.Popen([exe, str(threads), mode], stdout=subprocess.PIPE, text=True,
+                         start_new_session=own_session)
     out = {"threads": threads, "mode": mode, "stop_ms": [], "total_ms": [], "attempts": [],
-           "rollback_stop_ms": [], "errors": []}
+           "rollback_stop_ms": [], "rollback_total_ms": [], "steps": [], "waited_ms": [],
+           "priority": None, "own_session": own_session, "prefix": list(prefix),
+           "errors": []}
     try:
         line = p.stdout.readline()
         if not line.startswith("ready"):
@@ -112,7 +141,7 @@ def run_target(exe, so, threads, mode, runs, molt, timeout=5):
         time.sleep(0.2)
         for _ in range(runs):
             t0 = time.monotonic()
-            r = sh([molt, "attach", "--timeout", str(timeout), p.pid, so])
+            r = sh(list(prefix) + [molt, "attach", "--timeout", str(timeout), p.pid, so])
             total = (time.monotonic() - t0) * 1e3
             if r.returncode:
                 out["errors"].append(r.stderr.strip())
@@ -122,10 +151,25 @@ def run_target(exe, so, threads, mode, runs, molt, timeout=5):
             out["attempts"].append(int(m.group(3)))
             out["total_ms"].append(round(total, 2))
             out["stopped"] = int(m.group(1))
-            rb = sh([molt, "rollback", "--timeout", "10", p.pid])
+            steps, prio, waited = took(r.stdout)
+            out["steps"].append(steps)
+            out["priority"] = prio
+            if waited is not None:
+                out["waited_ms"].append(waited)
+            t0 = time.monotonic()
+            rb = sh(list(prefix) + [molt, "rollback", "--timeout", "10", p.pid])
+            out["rollback_total_ms"].append(round((time.monotonic() - t0) * 1e3, 2))
             if rb.returncode:
-                out["errors"].append(rb.stderr.strip())
-                break
+                # noted, and tried again (twice) so that the next attach
+                # starts from the original program; the row ends if it
+                # still fails
+                out["errors"].append("rollback: " + rb.stderr.strip())
+                rb = sh(list(prefix) + [molt, "rollback", "--timeout", "10", p.pid])
+                if rb.returncode:
+                    rb = sh(list(prefix) + [molt, "rollback", "--timeout", "10", p.pid])
+                if rb.returncode:
+                    out["errors"].append("rollback again: " + rb.stderr.strip())
+                    break
             m = re.search(r"stopped for ([\d.]+) ms", rb.stdout)
             if m:
                 out["rollback_stop_ms"].append(float(m.group(1)))
@@ -135,6 +179,24 @@ def run_target(exe, so, threads, mode, runs, molt, timeout=5):
         p.kill()
         p.wait()
     return out
+
+
+def harness_raise():
+    """The harness at SCHED_FIFO 2 while it measures, its children reset to
+    the normal policy at fork: its wake-up when molt exits is not counted.
+    Returns what it runs at."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(2))
+        return "SCHED_FIFO 2 (children reset to the normal policy at fork)"
+    except (OSError, AttributeError) as e:
+        return "normal (could not raise: %s)" % e
+
+
+def harness_lower():
+    try:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except OSError:
+        pass
 
 
 def stats(xs):
@@ -196,63 +258,101 @@ def run_server(server_work, molt, runs, port0):
 # Report
 # ---------------------------------------------------------------------------
 
+def fmt(x, f="%.1f"):
+    return f % x if x is not None else "–"
+
+
+def shown_command(cmd):
+    """The command as a reader would type it: without the --molt-build that
+    run.sh passes, paths of the checkout relative to it."""
+    words = cmd.split()
+    out = []
+    for i, word in enumerate(words):
+        if word == "--molt-build" or (i and words[i - 1] == "--molt-build"):
+            continue
+        out.append(os.path.relpath(word, ROOT) if word.startswith(ROOT + os.sep) else word)
+    return " ".join(out)
+
+
 def section(res):
     L = []
     w = L.append
     w("## P11 — molt attach (issue 13)")
     w("")
-    w("`bench/attach/run.sh%s` (%s). Machine: %s, %d CPUs; load average at the end %s "
-      "(shared with other jobs: a stop's tail is the scheduler's as much as molt's)."
-      % (" --quick" if res["quick"] else "", res["date"], res["cpu"], res["ncpu"], res["load"]))
+    w("`%s` (%s). Machine: %s, %d CPUs, shared with other sessions' jobs; load average at "
+      "the start %s, at the end %s. Harness: %s."
+      % (shown_command(res.get("command", "bench/attach/run.sh")), res["date"], res["cpu"],
+         res["ncpu"],
+         res.get("load_start", "?"), res["load"], res.get("harness", "normal")))
     w("")
     w("**Targets:** ≤ %g ms stopped at 100 threads, ≤ %g ms for the whole `molt attach`. "
       "**Anchor:** POLUS, under 200 ms in total, about 30%% throughput dip during its update."
       % (STOP_TARGET_MS, TOTAL_TARGET_MS))
     w("")
-    w("A generated target (`bench/attach/target.c`, gcc -O2): T threads *blocked* in `read()` "
-      "or *busy* calling the F functions; its attach patch replaces all F (molt "
-      "attach takes up to 1024 per patch, MOLT__ATTACH_MAX_FUNCS). Per row "
-      "%d x (1000 busy threads: at most %d x) "
-      "`molt attach` + `molt rollback` on one process; stop = every thread stopped (as "
-      "`molt attach` prints it), total = the `molt attach` command from exec to exit. "
-      "p50 / p99 / max in ms." % (res["runs"], res["busy_crowd_runs"]))
+    w("A generated target (`bench/attach/target.c`, gcc -O2), started in a session of its own "
+      "as a service is: T threads *blocked* in `read()` or *busy* calling the F functions; its "
+      "attach patch replaces all F. Per row %d x (1000 busy threads: %d x) `molt attach` + "
+      "`molt rollback` on one process; *stop* = every thread stopped (as `molt attach` prints "
+      "it); *total* = the `molt attach` command from the fork of its process to its exit; "
+      "*start* = the part of it before molt's first step (from molt's `took` line: its "
+      "process's creation to the raise of its priority -- the kernel's exec, the loader, and "
+      "the wait for a first turn on a CPU). p50 / p99 / max in ms."
+      % (res["runs"], res["busy_crowd_runs"]))
     w("")
-    w("| threads | functions | mode | stop p50 | p99 | max | attempts max | total p50 | p99 | max | "
-      "rollback stop p50 | note |")
-    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    w("| threads | functions | mode | stop p50 | p99 | max | attempts max | total p50 | p99 | "
+      "max | start p50 | start max | rollback stop p50 | rollback total p50 | note |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in res["rows"]:
         s, t, rb = row.get("stop"), row.get("total"), row.get("rollback_stop")
+        rt, st = row.get("rollback_total"), (row.get("steps") or {}).get("start")
         note = "; ".join(row["errors"])[:160] if row["errors"] else ""
         if s is None:
-            w("| %d | %d | %s | – | – | – | – | – | – | – | – | %s |" % (
+            w("| %d | %d | %s | – | – | – | – | – | – | – | – | – | – | – | %s |" % (
                 row["threads"], row["funcs"], row["mode"], note or "no run"))
             continue
-        w("| %d | %d | %s | %.3f | %.3f | %.3f | %d | %.1f | %.1f | %.1f | %s | %s |" % (
-            row["threads"], row["funcs"], row["mode"], s["p50"], s["p99"], s["max"],
-            max(row["attempts"]), t["p50"], t["p99"], t["max"],
-            "%.3f" % rb["p50"] if rb else "–", note))
+        w("| %d | %d | %s | %.3f | %.3f | %.3f | %d | %.1f | %.1f | %.1f | %s | %s | %s | %s | "
+          "%s |" % (row["threads"], row["funcs"], row["mode"], s["p50"], s["p99"], s["max"],
+                    max(row["attempts"]), t["p50"], t["p99"], t["max"],
+                    fmt(st and st["p50"]), fmt(st and st["max"]),
+                    "%.3f" % rb["p50"] if rb else "–", fmt(rt and rt["p50"]), note))
+    w("")
+    # where the total goes, per step (p50 / max), at 100 threads and above
+    w("Where the total goes (molt's `took` line, p50 / max per step, ms; *waited* = the part "
+      "of *start* spent waiting for a CPU):")
+    w("")
+    w("| threads | functions | mode | target's session | total | start | waited | prepare | "
+      "staging | stop | finish | molt's priority |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def pm(x):
+        return "%s / %s" % (fmt(x["p50"]), fmt(x["max"])) if x else "–"
+    for row in [r for r in res["rows"] if r["threads"] >= 100] + res.get("compare", []):
+        if not row.get("total"):
+            continue
+        st = row.get("steps") or {}
+        w("| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            row["threads"], row["funcs"], row["mode"],
+            row.get("variant", "own"), pm(row["total"]), pm(st.get("start")),
+            pm(row.get("waited")), pm(st.get("prepare")), pm(st.get("staging")),
+            pm(st.get("stop")), pm(st.get("finish")), row.get("priority") or "–"))
     w("")
     v = res["verdict"]
-    w("**Verdict at 100 threads (the rows that completed):** stop %s; total %s." % (
-        v["stop"], v["total"]))
+    w("**Verdict at 100 threads:** stop %s; total %s." % (v["stop"], v["total"]))
+    if v.get("compare"):
+        w("")
+        w(v["compare"])
     w("")
-    w("How to read the rows. *Blocked* threads are stopped at once (the kernel has them "
-      "asleep); their stop is molt's own work: interrupting and waiting for T threads, "
-      "reading their registers, writing the jumps. *Busy* threads must each be scheduled to "
-      "take the interrupt: with T runnable threads on 2 CPUs (and the other jobs of this "
-      "machine) the wait for the last one grows with the run queue -- the scheduler's cost, "
-      "not the work done while stopped. A thread found inside the first bytes of a function "
-      "is single-stepped out of them in the same stop (so *attempts* stays 1), and molt runs "
-      "at SCHED_FIFO 1 from the first interrupt to the last detach, so the threads it "
-      "resumed first do not hold up the others. The *total* of a busy row is mostly waiting "
-      "too: molt's own CPU time is about 10 ms (`time`: 0.01 s user + sys at 100 busy "
-      "threads), the rest waits for target threads to get a core -- likely most of it in "
-      "the staging step, which runs its system calls on one hijacked thread, one "
-      "single-step each, that thread competing with T-1 busy ones at every step (not yet "
-      "measured step by step). A row with a note ended early: the note is molt's "
-      "message. Rows not listed (1000 threads, 64 functions) were not run this time; the "
-      "previous run of them is in git history (1000 busy threads never attached within "
-      "5 s then, a thread always being inside the first bytes).")
+    w("How to read the rows. *Blocked* threads stop at once: their stop is molt's own work "
+      "(seize, interrupt and wait for each thread, read its registers and look at its stack, "
+      "write the jumps). A *busy* thread stops when it next gets a CPU, so the stop of T busy "
+      "threads also waits on the scheduler (2 CPUs shared with other sessions' jobs). molt "
+      "runs at SCHED_FIFO 1 from its first step to its exit (the *priority* column); *start* "
+      "is what came before, nearly all of it (*waited*) the wait of molt's new process for a "
+      "first turn on a CPU, before it ran an instruction: the scheduler's, long when the "
+      "target's busy threads are in molt's scheduling group (the *same session* rows; `chrt` "
+      "typed there is a new process too and waits as long), about a slice when the target is "
+      "a group of its own (the *own* rows, as a service runs). *Rollback total* includes "
+      "waiting for the target's threads to leave the patch's code before it is unmapped.")
     w("")
     srv = res.get("server") or {}
     if srv.get("skipped"):
@@ -278,25 +378,40 @@ def section(res):
     return "\n".join(L) + "\n"
 
 
-def verdict(rows):
+def verdict(rows, compare=()):
     """Per mode, at 100 threads: the worst p50 and max over the function
-    counts, against the targets; rows that ended early say so."""
+    counts, against the targets; rows that ended early say so.  Then the
+    comparison: the same-session rows, plain and under chrt."""
     out = {"stop": [], "total": []}
     for mode in ("blocked", "busy"):
         at100 = [r for r in rows if r["threads"] == 100 and r["mode"] == mode and r.get("stop")]
-        failed = [r for r in rows if r["threads"] == 100 and r["mode"] == mode and r["errors"]
-                  and r["funcs"] <= 64]
+        failed = [r for r in rows if r["threads"] == 100 and r["mode"] == mode and r["errors"]]
         if not at100:
             continue
-        tail = " (%d of its rows ended early: %s)" % (len(failed), ", ".join(
+        tail = " (%d of its rows had a failure, in the note: %s)" % (len(failed), ", ".join(
             "%d functions" % r["funcs"] for r in failed)) if failed else ""
-        for key, target, fmt in (("stop", STOP_TARGET_MS, "%.3f"), ("total", TOTAL_TARGET_MS, "%.1f")):
+        for key, target, f in (("stop", STOP_TARGET_MS, "%.3f"), ("total", TOTAL_TARGET_MS, "%.1f")):
             p50 = max(r[key]["p50"] for r in at100)
             mx = max(r[key]["max"] for r in at100)
-            out[key].append(("%s: p50 " + fmt + " ms (%s), max " + fmt + " ms (%s)%s") % (
+            out[key].append(("%s: p50 " + f + " ms (%s), max " + f + " ms (%s)%s") % (
                 mode, p50, "holds" if p50 <= target else "**misses**", mx,
                 "holds" if mx <= target else "**misses**", tail if key == "stop" else ""))
-    return {k: "; ".join(v) or "not measured" for k, v in out.items()}
+    res = {k: "; ".join(v) or "not measured" for k, v in out.items()}
+    parts = []
+    for r in compare:
+        if r.get("total"):
+            st = (r.get("steps") or {}).get("start")
+            parts.append("%d busy threads, %s: total p50 %.1f / max %.1f ms, of it start p50 "
+                         "%s / max %s ms" % (r["threads"], r["variant"], r["total"]["p50"],
+                                             r["total"]["max"], fmt(st and st["p50"]),
+                                             fmt(st and st["max"])))
+        elif r.get("errors"):
+            parts.append("%d busy threads, %s: %s" % (r["threads"], r["variant"],
+                                                      "; ".join(r["errors"])[:120]))
+    if parts:
+        res["compare"] = "**The target in molt's session** (one scheduling group): " + \
+            "; ".join(parts) + "."
+    return res
 
 
 def write_report(res, no_report=False):
@@ -322,6 +437,27 @@ def write_report(res, no_report=False):
     print(text)
 
 
+def make_row(r, nf):
+    steps = {}
+    for st in r["steps"]:
+        for k, v in st.items():
+            steps.setdefault(k, []).append(v)
+    return {"threads": r["threads"], "funcs": nf, "mode": r["mode"], "errors": r["errors"],
+            "attempts": r["attempts"], "stop": stats(r["stop_ms"]),
+            "total": stats(r["total_ms"]), "rollback_stop": stats(r["rollback_stop_ms"]),
+            "rollback_total": stats(r["rollback_total_ms"]),
+            "steps": {k: stats(v) for k, v in steps.items()}, "waited": stats(r["waited_ms"]),
+            "priority": r["priority"], "own_session": r["own_session"], "raw": r}
+
+
+def print_row(row, label):
+    s, t, st = row["stop"], row["total"], row["steps"].get("start")
+    print("threads %4d funcs %3d %-7s %s stop p50 %s max %s  total p50 %s max %s  start p50 %s "
+          "max %s  %s" % (row["threads"], row["funcs"], row["mode"], label, s and s["p50"],
+                          s and s["max"], t and t["p50"], t and t["max"], st and st["p50"],
+                          st and st["max"], "; ".join(row["errors"])[:120]), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--molt-build", default=os.environ.get("MOLT_BUILD",
@@ -337,6 +473,8 @@ def main():
     ap.add_argument("--server-runs", type=int)
     ap.add_argument("--busy-crowd-runs", type=int, default=2,
                     help="runs of the rows with 1000 busy threads")
+    ap.add_argument("--no-compare", action="store_true",
+                    help="skip the same-session and chrt rows")
     ap.add_argument("--no-report", action="store_true", help="print only (the smoke run)")
     ap.add_argument("--report-only", action="store_true",
                     help="write the report again from results/attach.json")
@@ -344,11 +482,13 @@ def main():
     if a.report_only:
         with open(os.path.join(RESULTS, "attach.json")) as f:
             res = json.load(f)
-        res["verdict"] = verdict(res["rows"])
+        res["verdict"] = verdict(res["rows"], res.get("compare", []))
         write_report(res)
         return 0
     runs = a.runs or (3 if a.quick else 10)
     molt = os.path.join(a.molt_build, "bin", "molt")
+    load_start = " ".join("%.2f" % x for x in os.getloadavg())
+    harness = harness_raise()
     rows = []
     for nf in [int(x) for x in a.funcs.split(",")]:
         exe, so = build_target(a.work, nf, a.molt_build)
@@ -357,21 +497,31 @@ def main():
                 # 1000 runnable threads hold the whole (shared) machine:
                 # fewer runs there
                 n = min(runs, a.busy_crowd_runs) if mode == "busy" and nt >= 1000 else runs
-                r = run_target(exe, so, nt, mode, n, molt)
-                row = {"threads": nt, "funcs": nf, "mode": mode, "errors": r["errors"],
-                       "attempts": r["attempts"], "stop": stats(r["stop_ms"]),
-                       "total": stats(r["total_ms"]), "rollback_stop": stats(r["rollback_stop_ms"]),
-                       "raw": r}
+                row = make_row(run_target(exe, so, nt, mode, n, molt), nf)
                 rows.append(row)
-                s, t = row["stop"], row["total"]
-                print("threads %4d funcs %3d %-7s stop p50 %s max %s  total p50 %s max %s  %s" % (
-                    nt, nf, mode, s and s["p50"], s and s["max"], t and t["p50"], t and t["max"],
-                    "; ".join(r["errors"])[:120]), flush=True)
+                print_row(row, "")
+    # The comparison: the target in the harness's session (one scheduling
+    # group with molt), molt as is and started real-time.
+    compare = []
+    if not a.no_compare:
+        exe, so = build_target(a.work, 1, a.molt_build)
+        for nt in [int(x) for x in a.threads.split(",") if int(x) >= 100]:
+            n = min(runs, a.busy_crowd_runs) if nt >= 1000 else runs
+            for label, prefix in (("same session", ()),
+                                  ("same session, chrt -f 1", ("chrt", "-f", "1"))):
+                row = make_row(run_target(exe, so, nt, "busy", n, molt, own_session=False,
+                                          prefix=prefix), 1)
+                row["variant"] = label
+                compare.append(row)
+                print_row(row, label)
+    harness_lower()
     server = run_server(a.server_work, molt, a.server_runs or (1 if a.quick else 5), 27700)
     print("memcached: %s" % json.dumps(server)[:600], flush=True)
     res = {"quick": a.quick, "runs": runs, "busy_crowd_runs": a.busy_crowd_runs,
-           "rows": rows, "server": server,
-           "verdict": verdict(rows), "date": time.strftime("%Y-%m-%d"),
+           "rows": rows, "compare": compare, "harness": harness, "server": server,
+           "command": " ".join(["bench/attach/run.sh"] + sys.argv[1:]),
+           "verdict": verdict(rows, compare), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "load_start": load_start,
            "cpu": platform.processor() or "x86_64", "ncpu": os.cpu_count(),
            "load": " ".join("%.2f" % x for x in os.getloadavg())}
     try:

@@ -9,6 +9,7 @@
 # bench/run.sh, not in CI.
 #
 #   --quick        3 runs per row, 1 memcached run (a smoke run: ~2 minutes)
+#   --no-compare   skip the rows with the target in the harness's session
 #
 # Environment:
 #   MOLT_BUILD=DIR        the molt build (default <repo>/build; no sanitizers)
@@ -18,7 +19,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$(dirname "$here")")"
 build="${MOLT_BUILD:-$root/build}"
-case "${1:-}" in -h|--help) sed -n '2,17p' "$0"; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n '2,18p' "$0"; exit 0 ;; esac
 if grep -q '^MOLT_SANITIZE:STRING=.\+' "$build/CMakeCache.txt" 2>/dev/null; then
   echo "run.sh: $build is a sanitizer build; benchmarks need a plain build" >&2
   exit 2

@@ -14,6 +14,9 @@
 #include "attach/internal.h"
 
 #include <capstone/capstone.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,19 +28,70 @@ static bool is_endbr64(const uint8_t *p, size_t n) {
   return n >= 4 && p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa;
 }
 
+/* capstone is loaded at its first use (dlopen), not when molt starts: its
+ * library (every architecture's tables) carries ~77,000 relocations that
+ * the loader applied at every exec of molt -- ~1 ms of CPU and ~370 page
+ * faults, half of what molt ran before main, at the normal priority, before
+ * `molt attach` could raise its own (molt__attach_raise; measured: 2.3 ms
+ * on a CPU from fork to the raise with capstone linked, 1.1 ms without).
+ * Among a crowd of busy threads every extra slice molt needs there costs a
+ * turn behind them.  Loaded here, the cost falls inside the run, at the
+ * raised priority, and the commands that never decode never pay it. */
+static struct {
+  __typeof__(&cs_open) open_handle;
+  __typeof__(&cs_option) set_option;
+  __typeof__(&cs_close) close_handle;
+  __typeof__(&cs_malloc) alloc_insn;
+  __typeof__(&cs_free) free_insn;
+  __typeof__(&cs_disasm_iter) decode;
+  __typeof__(&cs_insn_group) in_group;
+} cs;
+static pthread_once_t cs_once = PTHREAD_ONCE_INIT;
+static char cs_missing[300]; /* why it could not be loaded; "" loaded */
+
+static void *cs_symbol(void *lib, const char *name) {
+  void *f = dlsym(lib, name);
+  if (!f && !cs_missing[0])
+    snprintf(cs_missing, sizeof cs_missing, "%s has no %s", MOLT__CAPSTONE_SONAME, name);
+  return f;
+}
+
+static void load_capstone(void) {
+  void *lib = dlopen(MOLT__CAPSTONE_SONAME, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char *why = dlerror();
+    snprintf(cs_missing, sizeof cs_missing, "%s", why ? why : MOLT__CAPSTONE_SONAME);
+    return;
+  }
+  cs.open_handle = (__typeof__(cs.open_handle))cs_symbol(lib, "cs_open");
+  cs.set_option = (__typeof__(cs.set_option))cs_symbol(lib, "cs_option");
+  cs.close_handle = (__typeof__(cs.close_handle))cs_symbol(lib, "cs_close");
+  cs.alloc_insn = (__typeof__(cs.alloc_insn))cs_symbol(lib, "cs_malloc");
+  cs.free_insn = (__typeof__(cs.free_insn))cs_symbol(lib, "cs_free");
+  cs.decode = (__typeof__(cs.decode))cs_symbol(lib, "cs_disasm_iter");
+  cs.in_group = (__typeof__(cs.in_group))cs_symbol(lib, "cs_insn_group");
+  /* kept loaded for the rest of molt's run (a missing symbol: unusable) */
+}
+
 static int open_cs(csh *h, char *err, size_t errlen) {
-  if (cs_open(CS_ARCH_X86, CS_MODE_64, h) != CS_ERR_OK) {
+  pthread_once(&cs_once, load_capstone);
+  if (cs_missing[0]) {
+    molt__errmsg(err, errlen, "cannot load the x86-64 decoder (capstone): %s",
+                 cs_missing);
+    return MOLT_EINTERNAL;
+  }
+  if (cs.open_handle(CS_ARCH_X86, CS_MODE_64, h) != CS_ERR_OK) {
     molt__errmsg(err, errlen, "cannot start the x86-64 decoder (capstone)");
     return MOLT_EINTERNAL;
   }
-  cs_option(*h, CS_OPT_DETAIL, CS_OPT_ON);
+  cs.set_option(*h, CS_OPT_DETAIL, CS_OPT_ON);
   return 0;
 }
 
 /* The target of a direct branch (jmp, jcc, call, loop, jrcxz): true with
  * *target, false for anything else (indirect branches included). */
 static bool direct_target(csh h, const cs_insn *in, uint64_t *target) {
-  if (!cs_insn_group(h, in, CS_GRP_JUMP) && !cs_insn_group(h, in, CS_GRP_CALL))
+  if (!cs.in_group(h, in, CS_GRP_JUMP) && !cs.in_group(h, in, CS_GRP_CALL))
     return false;
   const cs_x86 *x = &in->detail->x86;
   if (x->op_count != 1 || x->operands[0].type != X86_OP_IMM)
@@ -48,7 +102,7 @@ static bool direct_target(csh h, const cs_insn *in, uint64_t *target) {
 
 static int scan_branches(csh h, const uint8_t *code, size_t size, uint64_t addr,
                          uint64_t lo, uint64_t hi, char *err, size_t errlen) {
-  cs_insn *in = cs_malloc(h);
+  cs_insn *in = cs.alloc_insn(h);
   if (!in)
     return MOLT_ENOMEM;
   const uint8_t *p = code;
@@ -56,7 +110,7 @@ static int scan_branches(csh h, const uint8_t *code, size_t size, uint64_t addr,
   uint64_t pc = addr;
   int rc = 0;
   while (left > 0) {
-    if (!cs_disasm_iter(h, &p, &left, &pc, in)) {
+    if (!cs.decode(h, &p, &left, &pc, in)) {
       /* Data or padding the decoder does not know: skip one byte, as a
        * linear sweep does.  A branch hidden behind it is not seen; the
        * functions gcc emits have no data in their text. */
@@ -76,7 +130,7 @@ static int scan_branches(csh h, const uint8_t *code, size_t size, uint64_t addr,
       break;
     }
   }
-  cs_free(in, 1);
+  cs.free_insn(in, 1);
   return rc;
 }
 
@@ -87,9 +141,9 @@ int molt__arch_plan(const uint8_t *code, size_t size, uint64_t addr, attach_site
   int rc = open_cs(&h, err, errlen);
   if (rc)
     return rc;
-  cs_insn *in = cs_malloc(h);
+  cs_insn *in = cs.alloc_insn(h);
   if (!in) {
-    cs_close(&h);
+    cs.close_handle(&h);
     return MOLT_ENOMEM;
   }
   const uint8_t *p = code + skip;
@@ -105,7 +159,7 @@ int molt__arch_plan(const uint8_t *code, size_t size, uint64_t addr, attach_site
       rc = MOLT_ENOFUNC;
       break;
     }
-    if (!cs_disasm_iter(h, &p, &left, &pc, in)) {
+    if (!cs.decode(h, &p, &left, &pc, in)) {
       molt__errmsg(err, errlen, "cannot decode the instruction at +0x%x",
                    (unsigned)(skip + len));
       rc = MOLT_ENOFUNC;
@@ -113,7 +167,7 @@ int molt__arch_plan(const uint8_t *code, size_t size, uint64_t addr, attach_site
     }
     len += in->size;
     /* A return from the callee would land inside the jump. */
-    if (cs_insn_group(h, in, CS_GRP_CALL) && len < ATTACH_JUMP_LEN) {
+    if (cs.in_group(h, in, CS_GRP_CALL) && len < ATTACH_JUMP_LEN) {
       molt__errmsg(err, errlen,
                    "a call at +0x%x returns into the bytes the jump would overwrite",
                    (unsigned)(skip + len - in->size));
@@ -122,7 +176,7 @@ int molt__arch_plan(const uint8_t *code, size_t size, uint64_t addr, attach_site
     /* Code after an unconditional end of the function's first block is
      * another block, maybe a branch target: the function is too short. */
     if (rc == 0 && len < ATTACH_JUMP_LEN &&
-        (cs_insn_group(h, in, CS_GRP_RET) || in->id == X86_INS_JMP ||
+        (cs.in_group(h, in, CS_GRP_RET) || in->id == X86_INS_JMP ||
          in->id == X86_INS_UD2 || in->id == X86_INS_HLT)) {
       molt__errmsg(err, errlen,
                    "the function is too short for a jump: it ends after %u bytes (%d "
@@ -135,7 +189,7 @@ int molt__arch_plan(const uint8_t *code, size_t size, uint64_t addr, attach_site
     molt__errmsg(err, errlen, "the first instructions are too long (%u bytes)", len);
     rc = MOLT_ENOFUNC;
   }
-  cs_free(in, 1);
+  cs.free_insn(in, 1);
   if (rc == 0) {
     site->at = addr + skip;
     site->len = len;
@@ -143,7 +197,7 @@ int molt__arch_plan(const uint8_t *code, size_t size, uint64_t addr, attach_site
      * takes the jump, as a call does. */
     rc = scan_branches(h, code, size, addr, site->at, site->at + len, err, errlen);
   }
-  cs_close(&h);
+  cs.close_handle(&h);
   return rc;
 }
 
@@ -154,7 +208,7 @@ int molt__arch_check_branches(const uint8_t *code, size_t size, uint64_t addr,
   if (rc)
     return rc;
   rc = scan_branches(h, code, size, addr, lo, hi, err, errlen);
-  cs_close(&h);
+  cs.close_handle(&h);
   return rc;
 }
 

@@ -14,9 +14,9 @@
  *      registers -- memfd_create, mmap of each part, close -- the image
  *      written into the memfd from here (/proc/PID/fd); the record
  *      "staged" saved; the pre-update callback, if any (callback.c);
- *   5. the stop: every thread stopped; none may be inside the bytes to be
- *      rewritten (else resume, back off, retry until the timeout); the
- *      record "applying", the jumps, every thread resumed;
+ *   5. the record "applying"; the stop: every thread stopped; none may be
+ *      inside the bytes to be rewritten (else resume, back off, retry
+ *      until the timeout); the jumps, every thread resumed;
  *   6. the record "applied" with the stop's duration; the post-update
  *      callback, if any.
  * A failure before step 5 leaves at most an unused mapping, which a
@@ -335,7 +335,8 @@ static int choose_place(const target *t, const molt__attach_state *st, size_t si
 
 /* $MOLT_ATTACH_TEST_PAUSE=<point>: the tests kill molt (SIGKILL) at a
  * named point of an attach -- prepared, staging (between the system calls
- * run on the hijacked thread), staged, stopped, applied -- to check what
+ * run on the hijacked thread), staged, stopped, stepping (a thread raised
+ * to be stepped out of the first bytes, os_linux.c), applied -- to check what
  * the target is left with.  molt says where it waits on stderr and waits
  * a minute, or until SIGINT, SIGTERM, SIGHUP or SIGQUIT is pending (they
  * are blocked: the run goes on to its next safe point, as it would after
@@ -351,6 +352,9 @@ static void test_pause(const char *point) {
     nanosleep(&ts, NULL);
   }
 }
+
+/* The same for os_linux.c's points (a thread being single-stepped). */
+void molt__test_pause(const char *point) { test_pause(point); }
 
 /* A safe point: a pending SIGINT, SIGTERM, SIGHUP or SIGQUIT of molt is
  * taken; MOLT_EBUSY with "interrupted by SIG...; <then>" in err, or 0. */
@@ -980,12 +984,20 @@ static int attach_locked(const molt__attach_opts *o, molt__attach_state *st, cha
   const char *undone = "the staged code was removed, the program is unchanged";
   if (rc == 0)
     rc = safe_point(undone, err, errlen);
+  /* "applying" is saved before the stop, not during it: the record is a
+   * file written and renamed, which need not hold every thread stopped (on
+   * a /run that is a disk file system a rename waited for the journal, up
+   * to 260 ms under I/O load).  Killed before a jump is written, a record
+   * "applying" is rolled back as one with some jumps: each function that
+   * holds its jump is restored (here none), the code unmapped. */
+  if (rc == 0) {
+    snprintf(st->phase, sizeof st->phase, "applying");
+    rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
+  }
   if (rc == 0)
     rc = stop_clear(pid, st, o->check_active, timeout_ms, &s, &attempts, &stepped, err,
                     errlen);
   if (rc == 0) {
-    snprintf(st->phase, sizeof st->phase, "applying");
-    rc = molt__state_save(pid, st, ATTACH_STATE_PAGE(st), err, errlen);
     test_pause("stopped");
     /* the last safe point before the jumps: after them, molt finishes */
     if (rc == 0)

@@ -117,6 +117,24 @@ MOLT__HIDDEN int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_s
  * then end with the signal. */
 MOLT__HIDDEN int molt__attach_interrupted(void);
 
+/* molt's own priority for the rest of its run (os_linux.c says why):
+ * raised to SCHED_FIFO 1 (else nice -20) when molt runs under the normal
+ * policy and may raise it (root, CAP_SYS_NICE, RLIMIT_RTPRIO >= 1), else
+ * left as it is.  The CLI calls it first thing in `molt attach` and `molt
+ * rollback` and keeps the priority until it exits (the attach and rollback
+ * take it again, nested); molt__attach_lower puts it back (a rollback of a
+ * molt process, which goes through its control socket). */
+typedef struct molt__attach_priority {
+  char how[160];      /* "SCHED_FIFO 1", "nice -20 (...)", "normal: ..." */
+  bool raised;        /* above the normal policy now (raised, or started so) */
+  bool not_permitted; /* under the normal policy and may not leave it */
+  double start_ms;    /* from its process's creation to the raise: on a CPU
+                         and waiting for one (not blocked); < 0 unknown */
+  double waited_ms;   /* of which waiting for a CPU; < 0 unknown */
+} molt__attach_priority;
+MOLT__HIDDEN void molt__attach_raise(molt__attach_priority *p);
+MOLT__HIDDEN void molt__attach_lower(void);
+
 /* One entry of an attached process's log (log.c). */
 typedef struct molt__attach_event {
   unsigned long seq;

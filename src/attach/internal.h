@@ -148,7 +148,8 @@ MOLT__HIDDEN int molt__os_syscall(attach_thread *t, uint64_t insn, long nr,
  * follow.  0 once still() is false; 1 if it is not after max_steps, or t
  * holds a signal its stop kept back, or a signal came in, or the next
  * instruction is a system call (never stepped: it may block).  The
- * thread stays stopped. */
+ * thread stays stopped; while it is stepped it runs at SCHED_FIFO 1 (as
+ * molt__os_boost raises it), its own policy back before this returns. */
 MOLT__HIDDEN int molt__os_step_while(pid_t pid, attach_thread *t,
                                      bool (*still)(uint64_t ip, void *arg), void *arg,
                                      int max_steps, int *steps);
@@ -330,6 +331,8 @@ MOLT__HIDDEN void molt__interrupt_restore(const sigset_t *old);
 /* Whether one of them is pending; takes it (a safe point honours it):
  * the signal, or 0. */
 MOLT__HIDDEN bool molt__interrupt_pending(void);
+/* $MOLT_ATTACH_TEST_PAUSE: the tests kill molt at a named point (attach.c). */
+MOLT__HIDDEN void molt__test_pause(const char *point);
 MOLT__HIDDEN int molt__interrupt_take(void);
 
 /* ---- patch.c: the patch file ------------------------------------------------- */

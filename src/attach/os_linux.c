@@ -556,11 +556,13 @@ static int wait_stop(attach_stop *s, attach_thread *t, uint64_t deadline_ns, cha
  * whole attach or rollback (molt__os_hurry ... molt__os_unhurry, nested:
  * the stop takes it too) molt takes the lowest real-time priority
  * (SCHED_FIFO 1), else the highest nice, else (neither allowed) stays as
- * it is.  It never spins: between its bursts of work it sleeps (waiting
- * for a thread, the back-off, naps of bounded length), so it takes a core
- * away only for the CPU time it needs.  Its own policy comes back when the
- * run ends; a child it forks does not inherit the priority
- * (SCHED_RESET_ON_FORK). */
+ * it is.  Only a molt under the normal policy (SCHED_OTHER) is raised: one
+ * started real-time (chrt) is fast already, one started as batch or idle
+ * was put there on purpose.  It never spins: between its bursts of work
+ * it sleeps (waiting for a thread, the back-off, naps of bounded length),
+ * so it takes a core away only for the CPU time it needs.  Its own policy
+ * comes back when the outermost run ends; a child it forks does not
+ * inherit the priority (SCHED_RESET_ON_FORK). */
 static int hurry_depth;
 static int hurried; /* 0, 1 real-time, 2 nice */
 static int old_policy, old_nice;
@@ -574,11 +576,10 @@ void molt__os_hurry(void) {
     return;
   errno = 0;
   old_nice = getpriority(PRIO_PROCESS, 0);
-  if (errno)
+  if (errno || (old_policy & ~SCHED_RESET_ON_FORK) != SCHED_OTHER)
     return;
   struct sched_param rt = {.sched_priority = 1};
-  if (old_policy == SCHED_OTHER &&
-      sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &rt) == 0)
+  if (sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &rt) == 0)
     hurried = 1;
   else if (setpriority(PRIO_PROCESS, 0, -20) == 0)
     hurried = 2;
@@ -593,6 +594,53 @@ void molt__os_unhurry(void) {
     setpriority(PRIO_PROCESS, 0, old_nice);
   hurried = 0;
 }
+
+/* The CLI's raise (attach.h).  After the raise, molt's schedstat says how
+ * long its process had run and waited for a CPU since it was created:
+ * under a crowd of runnable threads of the same scheduling group, nearly
+ * all of a run's time at the normal policy is that wait (measured: 100
+ * busy threads of a target in molt's session on 2 cores: 15-500 ms before
+ * main, for 0.1-1.5 ms on a CPU; the same again to print and exit once
+ * the priority was put back -- so the CLI keeps it until it exits). */
+void molt__attach_raise(molt__attach_priority *p) {
+  memset(p, 0, sizeof *p);
+  p->start_ms = p->waited_ms = -1;
+  molt__os_hurry();
+  char buf[128];
+  int fd = open("/proc/self/schedstat", O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+  if (fd >= 0)
+    close(fd);
+  unsigned long long on_cpu, waited;
+  buf[n > 0 ? n : 0] = '\0';
+  if (n > 0 && sscanf(buf, "%llu %llu", &on_cpu, &waited) == 2) {
+    p->start_ms = (double)(on_cpu + waited) / 1e6;
+    p->waited_ms = (double)waited / 1e6;
+  }
+  int base = old_policy & ~SCHED_RESET_ON_FORK;
+  p->raised = hurried != 0;
+  if (hurried == 1) {
+    snprintf(p->how, sizeof p->how, "SCHED_FIFO 1");
+  } else if (hurried == 2) {
+    snprintf(p->how, sizeof p->how, "nice -20 (SCHED_FIFO not permitted)");
+  } else if (old_policy >= 0 && (base == SCHED_FIFO || base == SCHED_RR)) {
+    snprintf(p->how, sizeof p->how, "%s %d, as molt was started",
+             base == SCHED_FIFO ? "SCHED_FIFO" : "SCHED_RR", old_param.sched_priority);
+    p->raised = true;
+  } else if (old_policy >= 0 && base != SCHED_OTHER) {
+    snprintf(p->how, sizeof p->how, "%s, as molt was started (not raised)",
+             base == SCHED_BATCH  ? "SCHED_BATCH"
+             : base == SCHED_IDLE ? "SCHED_IDLE"
+                                  : "its own policy");
+  } else {
+    p->not_permitted = true;
+    snprintf(p->how, sizeof p->how,
+             "normal: molt may not raise it (root, CAP_SYS_NICE or RLIMIT_RTPRIO >= 1 "
+             "needed); the target's busy threads may delay it");
+  }
+}
+
+void molt__attach_lower(void) { molt__os_unhurry(); }
 
 /* How many times thread tid has been given a CPU (the third field of its
  * schedstat); false if unknown (gone, or a kernel without it). */
@@ -938,15 +986,9 @@ int molt__os_syscall(attach_thread *t, uint64_t insn, long nr, const uint64_t ar
   return rc;
 }
 
-int molt__os_step_while(pid_t pid, attach_thread *t,
-                        bool (*still)(uint64_t ip, void *arg), void *arg, int max_steps,
-                        int *steps) {
-  *steps = 0;
-  if (!t->stopped || t->sig != 0)
-    return 1; /* a signal held back by its stop: a frame would be pushed */
-  if (t->regs_changed && ptrace(PTRACE_SETREGS, t->tid, 0, &t->regs) != 0)
-    return 1;
-  t->regs_changed = false;
+/* The steps of molt__os_step_while, on a thread already checked. */
+static int step_loop(pid_t pid, attach_thread *t, bool (*still)(uint64_t ip, void *arg),
+                     void *arg, int max_steps, int *steps) {
   while (still(molt__arch_ip(&t->regs), arg)) {
     /* A system call is never stepped: it may block (pause, read), and the
      * step with it, while every other thread waits. */
@@ -980,6 +1022,34 @@ int molt__os_step_while(pid_t pid, attach_thread *t,
       return 1; /* an event stop (clone): not stepped further */
   }
   return 0;
+}
+
+int molt__os_step_while(pid_t pid, attach_thread *t,
+                        bool (*still)(uint64_t ip, void *arg), void *arg, int max_steps,
+                        int *steps) {
+  *steps = 0;
+  if (!t->stopped || t->sig != 0)
+    return 1; /* a signal held back by its stop: a frame would be pushed */
+  if (t->regs_changed && ptrace(PTRACE_SETREGS, t->tid, 0, &t->regs) != 0)
+    return 1;
+  t->regs_changed = false;
+  if (!still(molt__arch_ip(&t->regs), arg))
+    return 0;
+  /* Each step is a round trip: the thread must get a CPU to run its one
+   * instruction while every other thread waits stopped.  At its own
+   * priority it waits for its turn among the machine's other runnable
+   * threads at each step (measured: 266 ms for one thread's steps, the
+   * stop of 100 busy threads 330 ms instead of 5).  So it is raised as the
+   * staging thread is (molt__os_boost: SCHED_FIFO 1, a guardian puts it
+   * back if molt dies), and put back before the caller resumes it.  It is
+   * ptrace-stopped between steps and runs one instruction per step, at
+   * most max_steps: it cannot hold a CPU. */
+  attach_boost b;
+  molt__os_boost(t->tid, &b);
+  molt__test_pause("stepping"); /* raised, about to step */
+  int rc = step_loop(pid, t, still, arg, max_steps, steps);
+  molt__os_unboost(&b);
+  return rc;
 }
 
 /* ---- running code on a stopped thread (callback.c) ------------------------------ */

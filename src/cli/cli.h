@@ -210,6 +210,11 @@ int cli_cmd_attach(const cli_args *a);
 /* cmd_attach.c: a process patched by `molt attach` (it has an attach
  * record), and what rollback and status do for it. */
 bool cli_attached(pid_t pid);
+/* molt's priority raised first thing for an attach or a rollback and kept
+ * until it exits (molt__attach_raise says why), or put back (a rollback
+ * of a molt process). */
+void cli_attach_raise(void);
+void cli_attach_lower(void);
 int cli_attach_rollback(const cli_args *a);
 int cli_attach_status(const cli_args *a);
 /* Whether pid has an attach log (molt log shows it), and showing it. */

@@ -41,15 +41,44 @@ static void names(const molt__attach_state *st, char *buf, size_t len) {
   }
 }
 
-/* "took T ms (prepare a, staging b, ...)": where the run's time went. */
+/* molt's priority for this run: raised by cli_attach_raise, first thing. */
+static molt__attach_priority priority;
+static bool raised;
+
+void cli_attach_raise(void) {
+  molt__attach_raise(&priority);
+  raised = true;
+}
+
+void cli_attach_lower(void) {
+  if (raised)
+    molt__attach_lower();
+  raised = false;
+}
+
+/* "took T ms (start s, prepare a, staging b, ...)": where the run's time
+ * went, from the creation of molt's process (start: up to the priority's
+ * raise); then the priority it ran at, and how long it waited for a CPU
+ * before it could raise it. */
 static void print_phases(const molt__attach_state *st) {
-  double total = 0;
+  double total = priority.start_ms > 0 ? priority.start_ms : 0;
   for (size_t i = 0; i < st->nphases; i++)
     total += st->phases[i].ms;
   printf("took %.1f ms (", total);
+  if (priority.start_ms >= 0)
+    printf("start %.1f, ", priority.start_ms);
   for (size_t i = 0; i < st->nphases; i++)
     printf("%s%s %.1f", i ? ", " : "", st->phases[i].name, st->phases[i].ms);
   printf(")\n");
+}
+
+static void print_priority(void) {
+  if (!raised)
+    return;
+  printf("priority %s", priority.how);
+  if (priority.waited_ms >= 0)
+    printf("; before its first step molt waited %.1f ms for a CPU", priority.waited_ms);
+  printf("\n");
 }
 
 static const char *outcome_word(molt__attach_outcome o) {
@@ -73,6 +102,7 @@ static const char *outcome_word(molt__attach_outcome o) {
 /* molt attach --all PROGRAM patch.so: one line per process, then the
  * verdict (all patched, or none: the failure on stderr). */
 static int attach_all(const cli_args *a) {
+  cli_attach_raise(); /* kept until molt exits */
   char what[PATH_MAX + 32];
   snprintf(what, sizeof what, "attach --all %s", a->pos[0]);
   cli_sanitize(what);
@@ -107,6 +137,7 @@ static int attach_all(const cli_args *a) {
   }
   if (rc == 0) {
     printf("attached %s to all %zu processes of %s\n", abs, done, a->pos[0]);
+    print_priority();
   } else if (n) {
     size_t kept = 0;
     for (size_t i = 0; i < n; i++)
@@ -130,6 +161,7 @@ static int attach_all(const cli_args *a) {
 int cli_cmd_attach(const cli_args *a) {
   if (a->all)
     return attach_all(a);
+  cli_attach_raise(); /* kept until molt exits */
   char what[64];
   snprintf(what, sizeof what, "attach %ld", (long)a->pid);
   char *abs = NULL;
@@ -163,6 +195,7 @@ int cli_cmd_attach(const cli_args *a) {
            st->threads, st->threads == 1 ? "" : "s", st->stop_ms, st->attempts,
            st->attempts == 1 ? "" : "s", stepped);
     print_phases(st);
+    print_priority();
     if (st->callbacks[0]) {
       cli_sanitize(st->callbacks);
       printf("callbacks: %s\n", st->callbacks);
@@ -209,6 +242,7 @@ int cli_attach_rollback(const cli_args *a) {
            (long)a->pid, st->level, st->patch, st->nfuncs, st->nfuncs == 1 ? "" : "s",
            list, st->threads, st->threads == 1 ? "" : "s", st->stop_ms);
     print_phases(st);
+    print_priority();
     if (st->note[0]) {
       cli_sanitize(st->note);
       printf("note: %s\n", st->note);

@@ -3,8 +3,12 @@
 #include "cli/cli.h"
 
 int cli_cmd_rollback(const cli_args *a) {
+  /* raised before anything else, in case it is an attached process; a
+   * molt process's rollback is its runtime's work */
+  cli_attach_raise();
   if (cli_attached(a->pid))
     return cli_attach_rollback(a);
+  cli_attach_lower();
   char what[64], done[64];
   snprintf(what, sizeof what, "rollback %ld", (long)a->pid);
   snprintf(done, sizeof done, "rolled back %ld", (long)a->pid);

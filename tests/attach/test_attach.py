@@ -887,6 +887,7 @@ def test_busy_threads_stepped_out_in_one_stop(built, tmp_path):
     try:
         assert p.stdout.readline() == "ready\n"
         time.sleep(0.2)
+        before = policies(p.pid)
         stepped = 0
         for _ in range(5):
             r = molt("attach", "--timeout", "20", p.pid, so)
@@ -902,6 +903,57 @@ def test_busy_threads_stepped_out_in_one_stop(built, tmp_path):
             threads_free(p.pid)
         assert stepped > 0, "no stop found a thread inside the first bytes"
         assert counts()[0] == 0
+        # a stepped thread runs at SCHED_FIFO 1 while stepped only
+        assert policies(p.pid) == before
+    finally:
+        if os.path.exists("/run/molt/attach/%d" % p.pid):
+            molt("rollback", p.pid)
+        p.kill()
+        p.wait()
+
+
+def test_killed_while_a_thread_is_stepped(built, tmp_path):
+    """molt killed (SIGKILL) while a thread it single-steps out of the first
+    bytes runs at SCHED_FIFO 1: the guardian puts that thread's policy back,
+    no thread is left traced or stopped, no call returned a wrong value, and
+    a rollback cleans up (no jump was written)."""
+    exe, src, fix, so = (str(tmp_path / n) for n in ("hammer", "hammer.c", "fix.c", "fix.so"))
+    open(src, "w").write(HAMMER)
+    open(fix, "w").write(HAMMER_FIX)
+    r = sh(["gcc", "-O2", "-g", "-pthread", "-Wl,--build-id", "-o", exe, src])
+    assert r.returncode == 0, r.stderr
+    r = sh([MOLTCC, "--molt-attach", "--molt-target", exe, "-O2", "-o", so, fix])
+    assert r.returncode == 0, r.stderr
+    p = subprocess.Popen([exe, "24"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    env = dict(os.environ, MOLT_ATTACH_TEST_PAUSE="stepping")
+    try:
+        assert p.stdout.readline() == "ready\n"
+        time.sleep(0.2)
+        before = policies(p.pid)
+        killed = False
+        for _ in range(20):  # a stop finds a thread in the first bytes nearly every time
+            m = subprocess.Popen([MOLT, "attach", str(p.pid), so], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            line = m.stderr.readline()
+            if line.strip() == "molt-attach-paused stepping":
+                raised = [t for t, pol in policies(p.pid).items() if pol != before.get(t)]
+                assert len(raised) == 1, raised  # the stepped thread, and only it
+                m.send_signal(signal.SIGKILL)
+                m.wait()
+                killed = True
+                break
+            m.communicate()
+            assert m.returncode == 0
+            assert molt("rollback", p.pid).returncode == 0
+        assert killed, "no attach stepped a thread in 20 tries"
+        wait_for(lambda: policies(p.pid) == before, "the stepped thread's policy back")
+        threads_free(p.pid)
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert re.match(r"bad 0 new \d+", p.stdout.readline())
+        r = molt("rollback", p.pid)
+        assert r.returncode == 0, r.stderr
+        assert attach_maps(p.pid) == []
     finally:
         if os.path.exists("/run/molt/attach/%d" % p.pid):
             molt("rollback", p.pid)
@@ -1103,6 +1155,102 @@ def test_ptrace_refused_to_another_user(built, server, tmp_path):
     assert srv.answer(2) == 4
     patch.unlink()
     d.rmdir()
+
+
+def test_priority_named_in_the_output(built, server):
+    """molt attach and molt rollback raise molt to SCHED_FIFO 1 first thing
+    (root may) and say so, with where the run's time went from molt's
+    start; a molt started real-time (chrt) is left at its priority and
+    says that instead."""
+    srv = server(workers=4)
+    before = policies(srv.pid)
+    r = molt("attach", srv.pid, built["fix"])
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^took [\d.]+ ms \(start [\d.]+, prepare [\d.]+, staging ", r.stdout,
+                     re.M), r.stdout
+    assert re.search(r"^priority SCHED_FIFO 1; before its first step molt waited [\d.]+ ms "
+                     r"for a CPU$", r.stdout, re.M), r.stdout
+    assert srv.answer(5) == 15
+    r = molt("rollback", srv.pid)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^took [\d.]+ ms \(start [\d.]+, prepare ", r.stdout, re.M), r.stdout
+    assert re.search(r"^priority SCHED_FIFO 1;", r.stdout, re.M), r.stdout
+    r = sh(["chrt", "-f", "3", MOLT, "attach", str(srv.pid), built["fix"]])
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^priority SCHED_FIFO 3, as molt was started;", r.stdout, re.M), r.stdout
+    assert molt("rollback", srv.pid).returncode == 0
+    assert srv.answer(5) == 10
+    # the target's threads keep their own policies
+    assert policies(srv.pid) == before
+    threads_free(srv.pid)
+
+
+def test_attach_as_a_user_without_privileges(built, server):
+    """An unprivileged owner of the process attaches and rolls back: with
+    RLIMIT_RTPRIO 0 and RLIMIT_NICE 0 molt may not raise its priority, and
+    carries on at the normal one and says so.  (RLIMIT_RTPRIO 1, with which
+    such a user gets SCHED_FIFO 1, needs CAP_SYS_RESOURCE to grant, which
+    root of a container may lack.)"""
+    import shutil
+    import tempfile
+    d = tempfile.mkdtemp(prefix="molt-unprivileged-")
+    try:
+        os.chmod(d, 0o755)
+        exe, patch = os.path.join(d, "server"), os.path.join(d, "fix.so")
+        shutil.copy(built["server1"], exe)
+        shutil.copy(built["fix"], patch)
+        records = os.path.join(d, "records")
+        os.mkdir(records)
+        os.chown(records, 65534, 65534)
+
+        def as_nobody():
+            import resource
+            resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
+            resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+
+        srv = server(exe, workers=4, preexec=as_nobody)
+        before = policies(srv.pid)
+        env = dict(os.environ, MOLT_ATTACH_DIR=records)
+
+        def run(*args):
+            return subprocess.run([MOLT] + [str(a) for a in args], capture_output=True,
+                                  text=True, timeout=120, preexec_fn=as_nobody, env=env)
+
+        r = run("attach", srv.pid, patch)
+        assert r.returncode == 0, r.stderr
+        assert re.search(r"^priority normal: molt may not raise it \(root, CAP_SYS_NICE "
+                         r"or RLIMIT_RTPRIO >= 1 needed\)", r.stdout, re.M), r.stdout
+        assert srv.answer(7) == 21
+        r = run("rollback", srv.pid)
+        assert r.returncode == 0, r.stderr
+        assert "priority normal:" in r.stdout, r.stdout
+        assert srv.answer(7) == 14
+        assert attach_maps(srv.pid) == []
+        assert policies(srv.pid) == before
+        threads_free(srv.pid)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_decoder_loaded_on_first_use(built, server):
+    """capstone is not a library molt needs at its start (its relocations
+    cost ~1 ms of CPU at every exec, before molt can raise its priority):
+    molt loads it when an attach first decodes a function."""
+    needed = sh(["readelf", "-d", MOLT]).stdout
+    assert "libc.so" in needed and "capstone" not in needed, needed
+    env = dict(os.environ, LD_DEBUG="files")
+    r = sh([MOLT, "--version"], env=env)
+    assert r.returncode == 0 and "capstone" not in r.stderr
+    srv = server(workers=2)
+    r = sh([MOLT, "attach", str(srv.pid), built["fix"]], env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert re.search(r"file=libcapstone\S*\s+\[0\];\s+dynamically loaded by", r.stderr), \
+        r.stderr[-2000:]
+    assert srv.answer(4) == 12
+    assert molt("rollback", srv.pid).returncode == 0
 
 
 def test_no_process_and_no_attach(built, server):
