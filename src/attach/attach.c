@@ -1116,11 +1116,22 @@ static int scan_start(pid_t pid, const molt__attach_state *st, attach_scan *scan
   return rc;
 }
 
-/* Why the code stays mapped: the word found (kept == 1), or a scan that
+/* Why the code stays mapped: the word found (kept == 1), a stop that would
+ * have read more memory than allowed (SCAN_OVER_LIMIT), or a scan that
  * could not be carried out.  The value is named by the patch's symbol
  * holding it, if its file can still be read. */
 static void kept_note(pid_t pid, molt__attach_state *st, int kept,
-                      const attach_found *found) {
+                      const attach_scan *scan, const attach_found *found) {
+  if (kept == SCAN_OVER_LIMIT) {
+    snprintf(st->note, sizeof st->note,
+             "kept mapped: the check for pointers into it would read over %llu MiB "
+             "with every thread stopped (%s); molt rollback %d --scan-limit MIB "
+             "unmaps it, stopping about 0.25 ms per MiB",
+             (unsigned long long)(scan->over_limit >> 20),
+             scan->concurrent ? "pages written meanwhile" : "no soft-dirty tracking",
+             (int)pid);
+    return;
+  }
   if (kept != 1) {
     snprintf(st->note, sizeof st->note,
              "staged code kept mapped at %#llx: its memory could not be scanned for "
@@ -1301,7 +1312,7 @@ static int rollback_level(pid_t pid, int timeout_ms, molt__attach_state *st, cha
     ours = ours && strstr(maps[m].path, "memfd:molt-attach") != NULL;
   }
   if (rc == 0 && user < 0 && any && ours && kept) {
-    kept_note(pid, st, kept, &found);
+    kept_note(pid, st, kept, &scan, &found);
   } else if (rc == 0 && user < 0 && !any) {
     unmapped = true; /* never mapped (killed while staging) */
   } else if (rc == 0 && user < 0 && !ours) {

@@ -111,6 +111,13 @@ MOLT__HIDDEN int molt__attach(const molt__attach_opts *o, molt__attach_state *st
 MOLT__HIDDEN int molt__attach_rollback(pid_t pid, int timeout_ms, molt__attach_state *st,
                                        char *err, size_t errlen);
 
+/* The most memory a rollback's (or a reclamation's) scan for pointers into
+ * the patch reads while every thread is stopped, in bytes (default
+ * MOLT__ATTACH_SCAN_LIMIT_MIB MiB; scan.c).  Past it the code stays mapped
+ * and the note says so. */
+#define MOLT__ATTACH_SCAN_LIMIT_MIB 64
+MOLT__HIDDEN void molt__attach_scan_limit(uint64_t bytes);
+
 /* The signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) that interrupted the last
  * molt__attach or molt__attach_rollback at a safe point, or 0.  They are
  * blocked while either runs; the caller reports the interruption and may

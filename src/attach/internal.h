@@ -262,7 +262,8 @@ typedef struct attach_scan {
   /* what it cost: bytes read and time, while running and while stopped */
   uint64_t bytes_run, bytes_stop;
   double ms_run, ms_stop;
-  int mem, pagemap; /* the target's /proc files (-1: not open) */
+  uint64_t over_limit; /* the stop's limit (bytes) it gave up at; 0: did not */
+  int mem, pagemap;    /* the target's /proc files (-1: not open) */
 } attach_scan;
 /* The first live pointer found: where it is, in which mapping, its value. */
 typedef struct attach_found {
@@ -276,8 +277,10 @@ typedef struct attach_found {
 MOLT__HIDDEN int molt__scan_begin(attach_scan *sc, pid_t pid, uint64_t lo, uint64_t hi,
                                   const uint64_t (*skip)[2], size_t nskip);
 /* With every thread of s stopped: 1 with *found if a word still points
- * into the range, 0 if none, or a MOLT_E* code (then the caller keeps the
- * code mapped). */
+ * into the range, 0 if none, SCAN_OVER_LIMIT if it would read more than
+ * molt__attach_scan_limit's bytes stopped, or a MOLT_E* code (then the
+ * caller keeps the code mapped). */
+#define SCAN_OVER_LIMIT 2
 MOLT__HIDDEN int molt__scan_finish(attach_scan *sc, const attach_stop *s,
                                    attach_found *found);
 MOLT__HIDDEN void molt__scan_end(attach_scan *sc);

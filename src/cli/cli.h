@@ -47,12 +47,13 @@ typedef struct cli_args {
   int timeout_ms;          /* -1: not given */
   int callback_timeout_ms; /* -1: not given */
   bool check_interior;
-  bool all;          /* attach --all: pos[0] is a program, not a pid */
-  bool check_active; /* molt attach */
-  bool shadow;       /* update --shadow: the operation shadow */
-  const char *rules; /* update --shadow --rules FILE; NULL: none */
-  pid_t pid;         /* pos[0], for commands that take one */
-  int argc;          /* the whole command line (molt run) */
+  bool all;            /* attach --all: pos[0] is a program, not a pid */
+  bool check_active;   /* molt attach */
+  long scan_limit_mib; /* molt rollback of an attached process; -1: not given */
+  bool shadow;         /* update --shadow: the operation shadow */
+  const char *rules;   /* update --shadow --rules FILE; NULL: none */
+  pid_t pid;           /* pos[0], for commands that take one */
+  int argc;            /* the whole command line (molt run) */
   char **argv;
 } cli_args;
 

@@ -228,6 +228,8 @@ int cli_attach_rollback(const cli_args *a) {
                     what);
   molt__attach_state *st = cli_xmalloc(sizeof *st);
   char err[512] = "";
+  if (a->scan_limit_mib > 0)
+    molt__attach_scan_limit((uint64_t)a->scan_limit_mib << 20);
   int rc = molt__attach_rollback(a->pid, a->timeout_ms, st, err, sizeof err);
   int code = EXIT_OK;
   if (rc) {

@@ -1,4 +1,5 @@
-/* molt rollback <pid> [--policy P] [--timeout SEC]: back to the generation
+/* molt rollback <pid> [--policy P] [--timeout SEC] [--scan-limit MIB]: back to
+ * the generation
  * before the last patch. */
 #include "cli/cli.h"
 
@@ -9,6 +10,12 @@ int cli_cmd_rollback(const cli_args *a) {
   if (cli_attached(a->pid))
     return cli_attach_rollback(a);
   cli_attach_lower();
+  if (a->scan_limit_mib >= 0)
+    return cli_fail(
+        EXIT_USAGE,
+        "rollback %ld: --scan-limit applies only to a process patched by molt "
+        "attach",
+        (long)a->pid);
   char what[64], done[64];
   snprintf(what, sizeof what, "rollback %ld", (long)a->pid);
   snprintf(done, sizeof done, "rolled back %ld", (long)a->pid);

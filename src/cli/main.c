@@ -130,6 +130,11 @@ void cli_usage(FILE *out) {
         "                                   (docs/guide.md section 9)\n"
         "  --check-active                   attach: no thread may be inside, or return\n"
         "                                   into, a function being replaced\n"
+        "  --scan-limit MIB                 rollback of an attached process: read at\n"
+        "                                   most MIB of its memory with its threads\n"
+        "                                   stopped, looking for pointers into the\n"
+        "                                   patch (default: 64; more keeps the code\n"
+        "                                   mapped)\n"
         "\n"
         "exit status:\n"
         "  0  success\n"
@@ -195,6 +200,7 @@ static int parse_args(int argc, char **argv, cli_args *o) {
       want_val |= strncmp(a, "--timeout", klen) == 0 && klen == 9;
       want_val |= strncmp(a, "--callback-timeout", klen) == 0 && klen == 18;
       want_val |= strncmp(a, "--rules", klen) == 0 && klen == 7;
+      want_val |= strncmp(a, "--scan-limit", klen) == 0 && klen == 12;
       if (want_val) {
         if (a[klen] == '=')
           val = a + klen + 1;
@@ -217,6 +223,16 @@ static int parse_args(int argc, char **argv, cli_args *o) {
         o->shadow = true;
       } else if (klen == 7 && strncmp(a, "--rules", 7) == 0) {
         o->rules = val;
+      } else if (klen == 12 && strncmp(a, "--scan-limit", 12) == 0) {
+        char *end;
+        errno = 0;
+        long mib = strtol(val, &end, 10);
+        if (errno || end == val || *end || mib < 1 || mib > (1l << 30))
+          return cli_fail(EXIT_USAGE,
+                          "%s: invalid scan limit '%s'; give a number of MiB greater "
+                          "than 0",
+                          o->cmd, val);
+        o->scan_limit_mib = mib;
       } else if (klen == 8 && strncmp(a, "--policy", 8) == 0) {
         if (!molt__policy_parse(val, &p))
           return cli_fail(EXIT_USAGE,
@@ -289,6 +305,11 @@ static int check_args(const command *c, const cli_args *o) {
   if (o->check_active && strcmp(c->name, "attach") != 0)
     return cli_fail(EXIT_USAGE,
                     "%s: --check-active applies only to attach; see 'molt help'", o->cmd);
+  if (o->scan_limit_mib >= 0 && c->op != MOLT__OP_ROLLBACK)
+    return cli_fail(EXIT_USAGE,
+                    "%s: --scan-limit applies only to rollback (of an attached process); "
+                    "see 'molt help'",
+                    o->cmd);
   if (o->shadow && c->op != MOLT__OP_UPDATE)
     return cli_fail(EXIT_USAGE, "%s: --shadow applies only to update; see 'molt help'",
                     o->cmd);
@@ -329,6 +350,7 @@ int main(int argc, char **argv) {
   cli_args o = {.cmd = argv[1],
                 .timeout_ms = -1,
                 .callback_timeout_ms = -1,
+                .scan_limit_mib = -1,
                 .argc = argc,
                 .argv = argv};
   const command *c = find(argv[1]);

@@ -1492,6 +1492,44 @@ def test_pointers_into_the_patch_keep_it_mapped(built, server, monkeypatch, scan
     threads_free(srv.pid)
 
 
+def test_scan_limit_keeps_the_code_mapped(built, server, monkeypatch):
+    """The scan for pointers into the patch reads at most --scan-limit MiB
+    (64 by default) with every thread stopped; past it the rollback
+    restores the functions, keeps the code mapped and says how to unmap it
+    (MOLT_ATTACH_TEST_SCAN=stopped: the stop reads all the memory, as on a
+    kernel without soft-dirty tracking).  A rollback with the default
+    limit then reclaims it.  A bad or misplaced --scan-limit is refused."""
+    import json
+    monkeypatch.setenv("MOLT_ATTACH_TEST_SCAN", "stopped")
+    srv = server(workers=2, env={"SERVER_HEAP_MB": "24"})
+    plain = srv.answer(7)
+    assert molt("attach", srv.pid, built["fix"]).returncode == 0
+    assert srv.answer(7) == 21 != plain
+    for bad in ("0", "x", "-3", "9" * 30):
+        r = molt("rollback", srv.pid, "--scan-limit", bad)
+        assert r.returncode == 2 and "invalid scan limit" in r.stderr, r
+    r = molt("status", srv.pid, "--scan-limit", "8")
+    assert r.returncode == 2 and "--scan-limit applies only to rollback" in r.stderr, r
+    assert srv.answer(7) == 21  # nothing touched by the refused commands
+    r = molt("rollback", srv.pid, "--scan-limit", "4")
+    assert r.returncode == 0, r
+    assert srv.answer(7) == plain
+    note = ("kept mapped: the check for pointers into it would read over 4 MiB with every "
+            "thread stopped (no soft-dirty tracking); molt rollback %d --scan-limit MIB "
+            "unmaps it" % srv.pid)
+    assert note in r.stdout, r.stdout
+    assert attach_maps(srv.pid) != []
+    assert note in molt("status", srv.pid).stdout
+    log = json.loads(molt("log", "--json", srv.pid).stdout)
+    assert log[-1]["event"] == "rollback" and note in log[-1]["message"], log[-1]
+    r = molt("rollback", srv.pid)  # 64 MiB: more than the server's 24 and the rest
+    assert r.returncode == 0 and "kept mapped" not in r.stdout, r
+    assert attach_maps(srv.pid) == []
+    assert json.loads(molt("log", "--json", srv.pid).stdout)[-1]["event"] == "reclaim"
+    assert srv.answer(7) == plain and srv.p.poll() is None
+    threads_free(srv.pid)
+
+
 @pytest.mark.parametrize("point,sig", [("staging", signal.SIGTERM),
                                        ("staged", signal.SIGINT),
                                        ("stopped", signal.SIGTERM)])
