@@ -403,6 +403,32 @@ def test_vectored_and_addressed_calls_followed():
         srv.close()
 
 
+def test_descriptor_received_ends_the_follower():
+    """FDPASS sends a descriptor through a unix socketpair (made before the
+    fork) with sendmsg and receives it with recvmsg: the leader gets a new
+    descriptor the follower cannot be given, so the follower ends with
+    that reason when it replays the recvmsg; the leader answers and serves
+    on, its descriptors back to their baseline."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "fdpass")
+    try:
+        fds = srv.settled_fds()
+        cl = Clients(srv, n=2, tag="fp")
+        shadow(srv, same)
+        assert ask(srv, "PING") == "PONG\n"
+        time.sleep(0.5)
+        assert status(srv.pid)["shadow"]["stage"] == "shadowing"
+        assert ask(srv, "FDPASS") == "FDPASS ok\n"
+        sh = ended(srv)
+        assert "recvmsg in the leader received descriptors (SCM_RIGHTS)" in sh["outcome"], sh
+        assert ask(srv, "FDPASS") == "FDPASS ok\n"   # the leader, alone again
+        assert cl.stop() > 0 and cl.wrong == [], cl.wrong[:3]
+        poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline")
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
 def test_divergence_through_writev_caught():
     """KVS_IO=vec with v2, which answers GET magic differently: the reply,
     gathered from writev's two pieces, differs from the leader's and the

@@ -13,7 +13,9 @@
  * Requests, one line each: "SET k v" -> "OK", "GET k" -> "VALUE v" or
  * "NONE", "PING" -> "PONG", "NOW" -> "NOW" with the clocks' values and
  * random bytes, "WRITEV" -> "WV" sent with writev, "MMSG" -> "MM" sent with
- * sendmmsg (not followed: a follower's backstop ends it), "EPOLL" ->
+ * sendmmsg (not followed: a follower's backstop ends it), "FDPASS" ->
+ * "FDPASS ok" once a descriptor went through a socketpair with sendmsg
+ * and came back with recvmsg (SCM_RIGHTS: a follower ends), "EPOLL" ->
  * "EPOLL fd" after opening an epoll instance (kept open: a shadowed update
  * is then refused).  Built with -DKVS_VARIANT=N for the versions a
  * test updates to: 1 answers "GET magic" differently, 2 crashes on "GET
@@ -63,7 +65,8 @@ struct slot {
 
 int listen_fd = -1;
 int nworkers;
-int vec_io; /* KVS_IO=vec */
+int vec_io;                  /* KVS_IO=vec */
+int pass_pair[2] = {-1, -1}; /* FDPASS: a unix socketpair made at the start */
 struct worker workers[WORKERS_MAX];
 struct slot store[SLOTS];
 pthread_mutex_t store_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -108,6 +111,8 @@ static int get(const char *k, char *out, size_t len) {
   return found;
 }
 
+static int pass_fd(void);
+
 /* One request line -> its reply. */
 static void execute(char *line, char *reply, size_t len) {
   char *save = NULL; /* strtok_r: the workers parse at the same time */
@@ -116,6 +121,8 @@ static void execute(char *line, char *reply, size_t len) {
   char val[64];
   if (cmd && strcmp(cmd, "PING") == 0) {
     snprintf(reply, len, "PONG\n");
+  } else if (cmd && strcmp(cmd, "FDPASS") == 0) {
+    snprintf(reply, len, pass_fd() == 0 ? "FDPASS ok\n" : "FDPASS failed\n");
   } else if (cmd && strcmp(cmd, "EPOLL") == 0) {
     snprintf(reply, len, "EPOLL %d\n", epoll_create1(EPOLL_CLOEXEC));
   } else if (cmd && strcmp(cmd, "NOW") == 0) {
@@ -161,6 +168,45 @@ static void execute(char *line, char *reply, size_t len) {
   } else {
     snprintf(reply, len, "ERROR\n");
   }
+}
+
+/* FDPASS: the socketpair's one end sent through itself (SCM_RIGHTS) and
+ * received as a new descriptor, then closed. */
+static int pass_fd(void) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } out, in;
+  memset(&out, 0, sizeof out);
+  memset(&in, 0, sizeof in);
+  struct iovec one = {"x", 1};
+  struct msghdr m = {.msg_iov = &one,
+                     .msg_iovlen = 1,
+                     .msg_control = out.buf,
+                     .msg_controllen = sizeof out.buf};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &pass_pair[0], sizeof(int));
+  if (sendmsg(pass_pair[0], &m, 0) != 1)
+    return -1;
+  char got;
+  struct iovec back = {&got, 1};
+  struct msghdr r = {.msg_iov = &back,
+                     .msg_iovlen = 1,
+                     .msg_control = in.buf,
+                     .msg_controllen = sizeof in.buf};
+  if (recvmsg(pass_pair[1], &r, MSG_CMSG_CLOEXEC) != 1)
+    return -1;
+  struct cmsghdr *h = CMSG_FIRSTHDR(&r);
+  int fd = -1;
+  if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
+    memcpy(&fd, CMSG_DATA(h), sizeof fd);
+  if (fd < 0)
+    return -1;
+  close(fd);
+  return 0;
 }
 
 static void drop(struct worker *w) {
@@ -294,6 +340,8 @@ int main(int argc, char **argv) {
     if (argc < 2)
       return 2;
     nworkers = argc > 2 ? atoi(argv[2]) : 3;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pass_pair) != 0)
+      return 3;
     const char *io = getenv("KVS_IO");
     vec_io = io && strcmp(io, "vec") == 0;
     if (nworkers < 1 || nworkers > WORKERS_MAX)
