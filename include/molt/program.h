@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #ifdef __cplusplus
@@ -162,6 +163,14 @@ MOLT_EXTERN ssize_t __wrap_read(int fd, void *buf, size_t n);
 MOLT_EXTERN ssize_t __wrap_write(int fd, const void *buf, size_t n);
 MOLT_EXTERN ssize_t __wrap_recv(int fd, void *buf, size_t n, int flags);
 MOLT_EXTERN ssize_t __wrap_send(int fd, const void *buf, size_t n, int flags);
+MOLT_EXTERN ssize_t __wrap_readv(int fd, const struct iovec *iov, int iovcnt);
+MOLT_EXTERN ssize_t __wrap_writev(int fd, const struct iovec *iov, int iovcnt);
+MOLT_EXTERN ssize_t __wrap_recvfrom(int fd, void *buf, size_t n, int flags,
+                                    struct sockaddr *addr, socklen_t *len);
+MOLT_EXTERN ssize_t __wrap_sendto(int fd, const void *buf, size_t n, int flags,
+                                  const struct sockaddr *addr, socklen_t len);
+MOLT_EXTERN ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags);
+MOLT_EXTERN ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags);
 MOLT_EXTERN int __wrap_accept(int fd, struct sockaddr *addr, socklen_t *len);
 MOLT_EXTERN int __wrap_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
 MOLT_EXTERN int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout);

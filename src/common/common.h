@@ -273,6 +273,12 @@ MOLT__HIDDEN int molt__elf_import_symbols(int fd, const molt__dynrels *dr, char 
   XX(WRITE, write, 2)                                                                    \
   XX(RECV, recv, 1)                                                                      \
   XX(SEND, send, 2)                                                                      \
+  XX(READV, readv, 1)                                                                    \
+  XX(WRITEV, writev, 2)                                                                  \
+  XX(RECVFROM, recvfrom, 1)                                                              \
+  XX(SENDTO, sendto, 2)                                                                  \
+  XX(RECVMSG, recvmsg, 1)                                                                \
+  XX(SENDMSG, sendmsg, 2)                                                                \
   XX(ACCEPT, accept, 0)                                                                  \
   XX(ACCEPT4, accept4, 0)                                                                \
   XX(POLL, poll, 0)                                                                      \

@@ -37,6 +37,28 @@ int molt__sc_buffer(unsigned kind) {
   return kind < MOLT__SC_END ? call_buffers[kind] : 0;
 }
 
+/* The names of the call kinds whose buffer is `buffer` (-1: every kind,
+ * 3: an input's or an output's), "a, b or c", with `last` after them if
+ * given ("any"); the lists in messages follow the table (MOLT__SHADOW_CALLS). */
+static void call_list(char *out, size_t len, int buffer, const char *last) {
+  const char *names[MOLT__SC_END + 1];
+  size_t n = 0, w = 0;
+  for (unsigned k = MOLT__SC_SKIP + 1; k < MOLT__SC_END; k++) {
+    int b = molt__sc_buffer(k);
+    if (buffer < 0 || b == buffer || (buffer == 3 && b != 0))
+      names[n++] = molt__sc_name(k);
+  }
+  if (last)
+    names[n++] = last;
+  out[0] = '\0';
+  for (size_t i = 0; i < n && w < len; i++)
+    w += (size_t)snprintf(out + w, len - w, "%s%s",
+                          i == 0       ? ""
+                          : i + 1 == n ? " or "
+                                       : ", ",
+                          names[i]);
+}
+
 static const char *const fd_kind_names[] = {"any", "socket", "file", "pipe"};
 
 const char *molt__fd_kind_name(unsigned k) {
@@ -73,7 +95,7 @@ static bool fail_at(scan *s, unsigned line, unsigned col, const char *fmt, ...) 
   if (s->failed)
     return false;
   s->failed = true;
-  char what[256];
+  char what[512]; /* the longest: a list of every call kind */
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
@@ -241,20 +263,16 @@ static bool parse_rule(scan *s, tok *t, molt__rule *r) {
 
   if (!next(s, t))
     return false;
-  if (t->kind != TOK_WORD)
-    return fail_at(s, t->line, t->col,
-                   "expected a call (read, write, recv, send, accept, accept4, poll, "
-                   "epoll_wait, close, socket, open, openat, clock_gettime, "
-                   "gettimeofday, time, getrandom, epoll_create, epoll_ctl, epoll_pwait, "
-                   "epoll_pwait2 or any)");
+  char list[512];
+  if (t->kind != TOK_WORD) {
+    call_list(list, sizeof list, -1, "any");
+    return fail_at(s, t->line, t->col, "expected a call (%s)", list);
+  }
   int call = find(NAMES(call_names), t->word);
-  if (call < 0)
-    return fail_at(s, t->line, t->col,
-                   "unknown call '%s' (read, write, recv, send, accept, accept4, poll, "
-                   "epoll_wait, close, socket, open, openat, clock_gettime, "
-                   "gettimeofday, time, getrandom, epoll_create, epoll_ctl, epoll_pwait, "
-                   "epoll_pwait2 or any)",
-                   t->word);
+  if (call < 0) {
+    call_list(list, sizeof list, -1, "any");
+    return fail_at(s, t->line, t->col, "unknown call '%s' (%s)", t->word, list);
+  }
   r->call = (uint8_t)call;
   unsigned call_line = t->line, call_col = t->col;
 
@@ -268,11 +286,12 @@ static bool parse_rule(scan *s, tok *t, molt__rule *r) {
   }
 
   if (t->kind == TOK_STRING) {
-    if (!molt__sc_buffer(r->call))
+    if (!molt__sc_buffer(r->call)) {
+      call_list(list, sizeof list, 3, NULL);
       return fail_at(s, t->line, t->col,
-                     "%s has no buffer to match a pattern against (only read, recv, "
-                     "write and send have)",
-                     molt__sc_name(r->call));
+                     "%s has no buffer to match a pattern against (only %s have)",
+                     molt__sc_name(r->call), list);
+    }
     r->has_pattern = true;
     r->pat_len = t->n;
     memcpy(r->pat, t->elems, t->n * sizeof t->elems[0]);
@@ -293,17 +312,19 @@ static bool parse_rule(scan *s, tok *t, molt__rule *r) {
                    fdk < 0 && !r->has_pattern ? "descriptor kind or action" : "action",
                    t->word);
   r->action = (uint8_t)action;
-  if (r->action == MOLT__RULE_REWRITE && !molt__sc_buffer(r->call))
-    return fail_at(
-        s, call_line, call_col,
-        "rewrite needs a call with a buffer (read, recv, write or send), not %s",
-        molt__sc_name(r->call));
-  if (r->action == MOLT__RULE_DROP && molt__sc_buffer(r->call) != 2 &&
-      r->call != MOLT__SC_CLOSE)
+  if (r->action == MOLT__RULE_REWRITE && !molt__sc_buffer(r->call)) {
+    call_list(list, sizeof list, 3, NULL);
     return fail_at(s, call_line, call_col,
-                   "drop applies to calls the follower can skip (write, send, close), "
-                   "not %s",
+                   "rewrite needs a call with a buffer (%s), not %s", list,
                    molt__sc_name(r->call));
+  }
+  if (r->action == MOLT__RULE_DROP && molt__sc_buffer(r->call) != 2 &&
+      r->call != MOLT__SC_CLOSE) {
+    call_list(list, sizeof list, 2, "close");
+    return fail_at(s, call_line, call_col,
+                   "drop applies to calls the follower can skip (%s), not %s", list,
+                   molt__sc_name(r->call));
+  }
 
   if (!next(s, t))
     return false;

@@ -89,9 +89,10 @@ static void unit(void) {
   bad("forward recv \"x\" tolerate\nbackward send tolerate\n",
       "r.rules:2:1: a rule starts with 'forward' or 'reverse', not 'backward'");
   bad("forward reed tolerate",
-      "r.rules:1:9: unknown call 'reed' (read, write, recv, send, accept, accept4, poll, "
-      "epoll_wait, close, socket, open, openat, clock_gettime, gettimeofday, time, "
-      "getrandom, epoll_create, epoll_ctl, epoll_pwait, epoll_pwait2 or any)");
+      "r.rules:1:9: unknown call 'reed' (read, write, recv, send, readv, writev, "
+      "recvfrom, sendto, recvmsg, sendmsg, accept, accept4, poll, epoll_wait, close, "
+      "socket, open, openat, clock_gettime, gettimeofday, time, getrandom, epoll_create, "
+      "epoll_ctl, epoll_pwait, epoll_pwait2 or any)");
   bad("forward recv socket \"x\" rewrit \"y\"",
       "r.rules:1:25: unknown action 'rewrit' (tolerate, drop, insert or rewrite "
       "\"TEXT\")");
@@ -104,14 +105,38 @@ static void unit(void) {
       "r.rules:1:16: unknown escape '\\q' (use \\n \\r \\t \\0 \\\\ \\\" \\* \\? \\xHH)");
   bad("forward send \"\\x4\" tolerate", "r.rules:1:15: \\x needs two hex digits");
   bad("forward close \"x\" drop",
-      "r.rules:1:15: close has no buffer to match a pattern against (only read, recv, "
-      "write and send have)");
+      "r.rules:1:15: close has no buffer to match a pattern against (only read, write, "
+      "recv, send, readv, writev, recvfrom, sendto, recvmsg, sendmsg or getrandom have)");
   bad("forward poll rewrite \"x\"",
-      "r.rules:1:9: rewrite needs a call with a buffer (read, recv, write or send), not "
-      "poll");
+      "r.rules:1:9: rewrite needs a call with a buffer (read, write, recv, send, readv, "
+      "writev, recvfrom, sendto, recvmsg, sendmsg or getrandom), not poll");
   bad("forward recv drop", "r.rules:1:9: drop applies to calls the follower can skip "
-                           "(write, send, close), not "
+                           "(write, send, writev, sendto, sendmsg or close), not "
                            "recv");
+  bad("forward readv drop", "r.rules:1:9: drop applies to calls the follower can skip "
+                            "(write, send, writev, sendto, sendmsg or close), not "
+                            "readv");
+  /* the vectored and addressed calls are kinds of their own: a rule names
+   * writev to match a writev (a rule naming write does not), with patterns
+   * on its gathered bytes; drop and rewrite as on write and read */
+  CHECK(parse("forward writev socket \"VALUE *\" tolerate\n"
+              "forward sendmsg drop\n"
+              "reverse recvmsg \"GET *\" rewrite \"PING\\n\"\n"
+              "forward write tolerate\n"
+              "forward recvfrom insert\n"
+              "forward sendto \"x\" tolerate\n"
+              "forward readv tolerate\n",
+              err, sizeof err) == 0);
+  CHECK(rs.n == 7);
+  CHECK(rs.r[0].call == MOLT__SC_WRITEV && rs.r[0].fd_kind == MOLT__FDK_SOCKET &&
+        rs.r[0].has_pattern && molt__sc_buffer(MOLT__SC_WRITEV) == 2);
+  CHECK(rs.r[1].call == MOLT__SC_SENDMSG && rs.r[1].action == MOLT__RULE_DROP);
+  CHECK(rs.r[2].call == MOLT__SC_RECVMSG && rs.r[2].dir == MOLT__RULE_REVERSE &&
+        rs.r[2].text_len == 5 && molt__sc_buffer(MOLT__SC_RECVMSG) == 1);
+  CHECK(rs.r[3].call == MOLT__SC_WRITE && rs.r[3].call != MOLT__SC_WRITEV);
+  CHECK(rs.r[4].call == MOLT__SC_RECVFROM && rs.r[5].call == MOLT__SC_SENDTO &&
+        rs.r[6].call == MOLT__SC_READV);
+  CHECK(strcmp(molt__sc_name(MOLT__SC_SENDMSG), "sendmsg") == 0);
   bad("forward recv rewrite",
       "r.rules:1:21: rewrite needs the replacement: rewrite \"TEXT\"");
   bad("forward recv rewrite \"a*\"", "r.rules:1:22: a replacement has no wildcards "

@@ -18,17 +18,25 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
 #include <sys/random.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "molt/program.h"
+
+/* Each wrapper's molt__sc literal lists the fields up to fd_gen; the aux
+ * results (recvfrom, recvmsg) are set by name, and left zero (none) by
+ * every other call. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 /* The follower's result: the leader's, with its errno (true).  false: the
  * thread leads from this call on (molt promote, or the leader is gone):
@@ -400,5 +408,434 @@ ssize_t __wrap_getrandom(void *buf, size_t n, unsigned flags) {
     return (ssize_t)rr;
   ssize_t r = getrandom(buf, n, flags);
   record(&c, r, r > 0 ? (size_t)r : 0);
+  return r;
+}
+
+/* ---- vectored and addressed reads and writes -----------------------------------
+ * readv, writev, recvfrom, sendto, recvmsg, sendmsg: compared and recorded
+ * as read, write, recv and send are, their bytes as one buffer -- an
+ * output's iovecs gathered and compared with the follower's whole (how the
+ * bytes are split into pieces is not compared), an input's bytes recorded
+ * once and scattered into the follower's iovecs.  a[1] is the total length
+ * of the iovecs, a[2] the flags (0 for readv and writev); sendto's and
+ * sendmsg's a[2] also holds, in its high half, a hash of the destination
+ * address and of the control data passed, so that a differing address or
+ * a differing descriptor passed is a difference.  recvfrom's and recvmsg's
+ * address, recvmsg's msg_flags and its control data are aux results
+ * (molt__sc.aux): the follower gets the leader's, not compared.  A leader's
+ * call on TCP goes through an intent as read and write do: the leader's
+ * own read lands in the intent's single buffer (for a stream socket the
+ * same bytes a scattered read takes), its write is the real call on the
+ * program's iovecs.  Descriptors received with SCM_RIGHTS are not passed
+ * to the follower: a replayed recvmsg that carried some ends the follower
+ * with that reason (design §17). */
+
+/* Up to this many bytes are gathered on the stack; more take malloc (made
+ * only in a shadowed update's leader and follower). */
+#define GATHER_STACK 2048
+/* recvmsg's control data the follower can be given. */
+#define AUX_CONTROL 256
+
+typedef struct gathered {
+  char small[GATHER_STACK];
+  char *p;
+  size_t len;
+  bool heap;
+} gathered;
+
+/* The total length of cnt iovecs, or -1 if the kernel would refuse them
+ * (EINVAL: a negative count, too many, a total past SSIZE_MAX). */
+static ssize_t iov_total(const struct iovec *iov, int cnt) {
+  if (cnt < 0 || cnt > IOV_MAX || (cnt > 0 && !iov))
+    return -1;
+  size_t t = 0;
+  for (int i = 0; i < cnt; i++) {
+    if (iov[i].iov_len > (size_t)SSIZE_MAX - t)
+      return -1;
+    t += iov[i].iov_len;
+  }
+  return (ssize_t)t;
+}
+
+/* A buffer of n bytes (g->p), holding the iovecs' bytes if iov != NULL.
+ * false: no memory for it. */
+static bool gather(gathered *g, const struct iovec *iov, int cnt, size_t n) {
+  g->len = n;
+  g->heap = n > sizeof g->small;
+  g->p = g->heap ? malloc(n) : g->small;
+  if (!g->p)
+    return false;
+  size_t at = 0;
+  for (int i = 0; iov && i < cnt; i++) {
+    if (iov[i].iov_len)
+      memcpy(g->p + at, iov[i].iov_base, iov[i].iov_len);
+    at += iov[i].iov_len;
+  }
+  return true;
+}
+
+static void gathered_free(gathered *g) {
+  if (g->heap)
+    free(g->p);
+}
+
+/* n bytes of src into the iovecs, in order. */
+static void scatter(const struct iovec *iov, int cnt, const void *src, size_t n) {
+  const char *s = src;
+  for (int i = 0; i < cnt && n; i++) {
+    size_t k = iov[i].iov_len < n ? iov[i].iov_len : n;
+    if (k)
+      memcpy(iov[i].iov_base, s, k);
+    s += k;
+    n -= k;
+  }
+}
+
+/* 32 bits of FNV-1a over two byte strings (a destination address, control
+ * data), 0 when both are empty. */
+static uint64_t dest_hash(const void *a, size_t an, const void *b, size_t bn) {
+  if (!an && !bn)
+    return 0;
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < an; i++)
+    h = (h ^ ((const unsigned char *)a)[i]) * 16777619u;
+  for (size_t i = 0; i < bn; i++)
+    h = (h ^ ((const unsigned char *)b)[i]) * 16777619u;
+  return (uint64_t)(h | 1u) << 32;
+}
+
+/* The follower cannot hold the bytes of its call: ends with that reason. */
+static void no_memory(molt__sc_kind kind, size_t n) __attribute__((noreturn));
+static void no_memory(molt__sc_kind kind, size_t n) {
+  molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
+                             "%s of %zu bytes: no memory to gather them in the follower",
+                             molt__sc_name(kind), n);
+}
+
+/* An output call whose bytes c->in gathers: the follower's result, or the
+ * leader's call (real(arg)) made through an intent where it can be. */
+static ssize_t output_call(molt__shadow_role role, molt__sc *c, ssize_t (*real)(void *),
+                           void *arg) {
+  int64_t rr;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(c, &rr))
+    return (ssize_t)rr;
+  molt__shadow_intent it;
+  if (molt__shadow_intent_begin(c, &it))
+    return intent_end(&it, real(arg), NULL);
+  ssize_t r = real(arg);
+  record(c, r, 0);
+  return r;
+}
+
+/* An input call of at most c->out_cap bytes: the follower gets the
+ * leader's bytes in c->out (a buffer of out_cap), the leader makes real
+ * (arg, data) with data a single buffer of out_cap -- the intent's, or
+ * c->out -- and the bytes end in c->out either way.  real fills c->aux.
+ * *replayed: the result is the follower's (not made here). */
+static ssize_t input_call(molt__shadow_role role, molt__sc *c,
+                          ssize_t (*real)(void *, void *), void *arg, bool *replayed) {
+  int64_t rr;
+  *replayed = false;
+  if (role == MOLT__SHADOW_FOLLOWER && replay(c, &rr)) {
+    *replayed = true;
+    return (ssize_t)rr;
+  }
+  molt__shadow_intent it;
+  if (molt__shadow_intent_begin(c, &it)) {
+    ssize_t r = real(arg, it.data);
+    int e = errno;
+    /* a datagram's MSG_TRUNC result may exceed what was read */
+    if (r > 0)
+      memcpy(c->out, it.data, (size_t)r < c->out_cap ? (size_t)r : c->out_cap);
+    molt__shadow_intent_end(&it, r, e);
+    errno = e;
+    return r;
+  }
+  ssize_t r = real(arg, c->out);
+  record(c, r, r > 0 ? ((size_t)r < c->out_cap ? (size_t)r : c->out_cap) : 0);
+  return r;
+}
+
+/* recvfrom's aux: the sender's address. */
+typedef struct from_aux {
+  socklen_t len;
+  uint32_t pad;
+  struct sockaddr_storage a;
+} from_aux;
+
+/* recvmsg's aux: the header's results and the first AUX_CONTROL bytes of
+ * its control data. */
+typedef struct msg_aux {
+  socklen_t namelen;
+  int32_t flags;
+  uint64_t controllen;
+  struct sockaddr_storage name;
+  char control[AUX_CONTROL];
+} msg_aux;
+
+typedef struct vec_args {
+  int fd;
+  const struct iovec *iov;
+  int cnt;
+  size_t n;
+  int flags;
+  const struct sockaddr *to; /* sendto */
+  socklen_t to_len;
+  from_aux *from;               /* recvfrom: the address wanted, or NULL */
+  const struct msghdr *out_msg; /* sendmsg */
+  struct msghdr *in_msg;        /* recvmsg: the program's header, results in it */
+  msg_aux *maux;                /* recvmsg: the same results, recorded */
+} vec_args;
+
+static ssize_t real_writev(void *p) {
+  vec_args *v = p;
+  return writev(v->fd, v->iov, v->cnt);
+}
+
+static ssize_t real_sendto(void *p) {
+  vec_args *v = p;
+  return sendto(v->fd, v->iov[0].iov_base, v->n, v->flags, v->to, v->to_len);
+}
+
+static ssize_t real_sendmsg(void *p) {
+  vec_args *v = p;
+  return sendmsg(v->fd, v->out_msg, v->flags);
+}
+
+/* readv's bytes read whole into one buffer: for a socket, pipe or file
+ * the same bytes the scattered read takes. */
+static ssize_t real_readv(void *p, void *data) {
+  vec_args *v = p;
+  return read(v->fd, data, v->n);
+}
+
+static ssize_t real_recvfrom(void *p, void *data) {
+  vec_args *v = p;
+  if (!v->from)
+    return recvfrom(v->fd, data, v->n, v->flags, NULL, NULL);
+  v->from->len = sizeof v->from->a;
+  return recvfrom(v->fd, data, v->n, v->flags, (struct sockaddr *)&v->from->a,
+                  &v->from->len);
+}
+
+/* recvmsg into one buffer; the program's header gets the kernel's name,
+ * control data and flags, the aux a copy of them. */
+static ssize_t real_recvmsg(void *p, void *data) {
+  vec_args *v = p;
+  struct msghdr m = *v->in_msg;
+  struct iovec one = {data, v->n};
+  m.msg_iov = &one;
+  m.msg_iovlen = 1;
+  ssize_t r = recvmsg(v->fd, &m, v->flags);
+  if (r < 0)
+    return r;
+  struct msghdr *h = v->in_msg;
+  h->msg_namelen = m.msg_namelen;
+  h->msg_controllen = m.msg_controllen;
+  h->msg_flags = m.msg_flags;
+  msg_aux *a = v->maux;
+  a->flags = m.msg_flags;
+  if (h->msg_name) {
+    a->namelen = m.msg_namelen;
+    memcpy(&a->name, h->msg_name,
+           m.msg_namelen < sizeof a->name ? m.msg_namelen : sizeof a->name);
+  }
+  if (h->msg_control) {
+    a->controllen = m.msg_controllen;
+    memcpy(a->control, h->msg_control,
+           m.msg_controllen < AUX_CONTROL ? m.msg_controllen : AUX_CONTROL);
+  }
+  return r;
+}
+
+ssize_t __wrap_writev(int fd, const struct iovec *iov, int cnt) {
+  molt__shadow_role role = molt__shadow_role_now();
+  ssize_t n = role == MOLT__SHADOW_NONE ? 0 : iov_total(iov, cnt);
+  if (role == MOLT__SHADOW_NONE || n < 0) /* refused by the kernel alike */
+    return writev(fd, iov, cnt);
+  gathered g;
+  if (!gather(&g, iov, cnt, (size_t)n)) {
+    if (role == MOLT__SHADOW_FOLLOWER)
+      no_memory(MOLT__SC_WRITEV, (size_t)n);
+    g.p = NULL; /* the leader's record: no bytes, a difference */
+  }
+  molt__sc c = {MOLT__SC_WRITEV, {fd, n, 0}, g.p, g.p ? (size_t)n : 0, NULL, 0, 0};
+  vec_args v = {.fd = fd, .iov = iov, .cnt = cnt};
+  ssize_t r = output_call(role, &c, real_writev, &v);
+  int e = errno;
+  if (g.p)
+    gathered_free(&g);
+  errno = e;
+  return r;
+}
+
+ssize_t __wrap_sendto(int fd, const void *buf, size_t n, int flags,
+                      const struct sockaddr *to, socklen_t to_len) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return sendto(fd, buf, n, flags, to, to_len);
+  int64_t a2 =
+      (int64_t)((uint64_t)(uint32_t)flags | dest_hash(to, to ? to_len : 0, NULL, 0));
+  molt__sc c = {MOLT__SC_SENDTO, {fd, (int64_t)n, a2}, buf, n, NULL, 0, 0};
+  struct iovec one = {(void *)buf, n};
+  vec_args v = {
+      .fd = fd, .iov = &one, .n = n, .flags = flags, .to = to, .to_len = to_len};
+  return output_call(role, &c, real_sendto, &v);
+}
+
+/* The total of a message header's iovecs, -1 as iov_total. */
+static ssize_t msg_total(const struct msghdr *msg) {
+  if (!msg || msg->msg_iovlen > IOV_MAX)
+    return -1;
+  return iov_total(msg->msg_iov, (int)msg->msg_iovlen);
+}
+
+ssize_t __wrap_sendmsg(int fd, const struct msghdr *msg, int flags) {
+  molt__shadow_role role = molt__shadow_role_now();
+  ssize_t n = role == MOLT__SHADOW_NONE ? 0 : msg_total(msg);
+  if (role == MOLT__SHADOW_NONE || n < 0)
+    return sendmsg(fd, msg, flags);
+  gathered g;
+  if (!gather(&g, msg->msg_iov, (int)msg->msg_iovlen, (size_t)n)) {
+    if (role == MOLT__SHADOW_FOLLOWER)
+      no_memory(MOLT__SC_SENDMSG, (size_t)n);
+    g.p = NULL;
+  }
+  /* The address and the control data (an SCM_RIGHTS descriptor's number
+   * is the same in both processes, fds.c) compared through the hash. */
+  int64_t a2 =
+      (int64_t)((uint64_t)(uint32_t)flags |
+                dest_hash(msg->msg_name, msg->msg_name ? msg->msg_namelen : 0,
+                          msg->msg_control, msg->msg_control ? msg->msg_controllen : 0));
+  molt__sc c = {MOLT__SC_SENDMSG, {fd, n, a2}, g.p, g.p ? (size_t)n : 0, NULL, 0, 0};
+  vec_args v = {.fd = fd, .out_msg = msg, .flags = flags};
+  ssize_t r = output_call(role, &c, real_sendmsg, &v);
+  int e = errno;
+  if (g.p)
+    gathered_free(&g);
+  errno = e;
+  return r;
+}
+
+ssize_t __wrap_readv(int fd, const struct iovec *iov, int cnt) {
+  molt__shadow_role role = molt__shadow_role_now();
+  ssize_t n = role == MOLT__SHADOW_NONE ? 0 : iov_total(iov, cnt);
+  if (role == MOLT__SHADOW_NONE || n < 0)
+    return readv(fd, iov, cnt);
+  gathered g;
+  if (!gather(&g, NULL, 0, (size_t)n)) {
+    if (role == MOLT__SHADOW_FOLLOWER)
+      no_memory(MOLT__SC_READV, (size_t)n);
+    ssize_t r = readv(fd, iov, cnt);
+    int e = errno;
+    molt__sc c = {MOLT__SC_READV, {fd, -1, 0}, NULL, 0, NULL, 0, 0};
+    record(&c, r, 0); /* no bytes recorded: a difference for the follower */
+    errno = e;
+    return r;
+  }
+  molt__sc c = {MOLT__SC_READV, {fd, n, 0}, NULL, 0, g.p, (size_t)n, 0};
+  vec_args v = {.fd = fd, .n = (size_t)n};
+  bool replayed;
+  ssize_t r = input_call(role, &c, real_readv, &v, &replayed);
+  int e = errno;
+  if (r > 0)
+    scatter(iov, cnt, g.p, (size_t)r);
+  gathered_free(&g);
+  errno = e;
+  return r;
+}
+
+ssize_t __wrap_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
+                        socklen_t *from_len) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return recvfrom(fd, buf, n, flags, from, from_len);
+  from_aux aux;
+  memset(&aux, 0, sizeof aux); /* a result not the leader's: no address */
+  bool want = from && from_len;
+  molt__sc c = {MOLT__SC_RECVFROM, {fd, (int64_t)n, flags}, NULL, 0, buf, n, 0};
+  if (want) {
+    c.aux = &aux;
+    c.aux_len = sizeof aux;
+  }
+  vec_args v = {.fd = fd, .n = n, .flags = flags, .from = want ? &aux : NULL};
+  bool replayed;
+  ssize_t r = input_call(role, &c, real_recvfrom, &v, &replayed);
+  int e = errno;
+  if (r >= 0 && want) {
+    memcpy(from, &aux.a, aux.len < *from_len ? aux.len : *from_len);
+    *from_len = aux.len;
+  }
+  errno = e;
+  return r;
+}
+
+/* The follower's recvmsg got the leader's header results in aux: given to
+ * the program's header, or the follower ends if it cannot have what the
+ * leader got (descriptors, control data past AUX_CONTROL). */
+static void recvmsg_give(struct msghdr *msg, const msg_aux *aux) {
+  if (aux->controllen > AUX_CONTROL)
+    molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
+                               "recvmsg in the leader got %llu bytes of control data: a "
+                               "follower is given at most %d",
+                               (unsigned long long)aux->controllen, AUX_CONTROL);
+  struct msghdr m = {.msg_control = (void *)aux->control,
+                     .msg_controllen = (size_t)aux->controllen};
+  for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+    if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
+      molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
+                                 "recvmsg in the leader received descriptors "
+                                 "(SCM_RIGHTS): they are not passed to a follower");
+  if (msg->msg_name) {
+    memcpy(msg->msg_name, &aux->name,
+           aux->namelen < msg->msg_namelen ? aux->namelen : msg->msg_namelen);
+    msg->msg_namelen = aux->namelen;
+  }
+  int flags = aux->flags;
+  if (msg->msg_control) {
+    size_t k = (size_t)aux->controllen;
+    if (k > msg->msg_controllen) {
+      k = msg->msg_controllen;
+      flags |= MSG_CTRUNC;
+    }
+    memcpy(msg->msg_control, aux->control, k);
+    msg->msg_controllen = k;
+  }
+  msg->msg_flags = flags;
+}
+
+ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags) {
+  molt__shadow_role role = molt__shadow_role_now();
+  ssize_t n = role == MOLT__SHADOW_NONE ? 0 : msg_total(msg);
+  if (role == MOLT__SHADOW_NONE || n < 0)
+    return recvmsg(fd, msg, flags);
+  gathered g;
+  if (!gather(&g, NULL, 0, (size_t)n)) {
+    if (role == MOLT__SHADOW_FOLLOWER)
+      no_memory(MOLT__SC_RECVMSG, (size_t)n);
+    ssize_t r = recvmsg(fd, msg, flags);
+    int e = errno;
+    molt__sc c = {MOLT__SC_RECVMSG, {fd, -1, flags}, NULL, 0, NULL, 0, 0};
+    record(&c, r, 0); /* no bytes recorded: a difference for the follower */
+    errno = e;
+    return r;
+  }
+  msg_aux aux;
+  memset(&aux, 0, sizeof aux); /* a result not the leader's: no name, no control */
+  molt__sc c = {MOLT__SC_RECVMSG, {fd, n, flags}, NULL, 0, g.p, (size_t)n, 0};
+  c.aux = &aux;
+  c.aux_len = sizeof aux;
+  vec_args v = {.fd = fd, .n = (size_t)n, .flags = flags, .in_msg = msg, .maux = &aux};
+  bool replayed;
+  ssize_t r = input_call(role, &c, real_recvmsg, &v, &replayed);
+  int e = errno;
+  /* made here, the header holds the kernel's results already */
+  if (r >= 0 && replayed)
+    recvmsg_give(msg, &aux);
+  if (r > 0)
+    scatter(msg->msg_iov, (int)msg->msg_iovlen, g.p,
+            (size_t)r < (size_t)n ? (size_t)r : (size_t)n);
+  gathered_free(&g);
+  errno = e;
   return r;
 }

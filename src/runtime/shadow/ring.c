@@ -79,7 +79,8 @@ typedef struct rec {
    * or written to (write) the descriptor just before the call, if
    * base_ok (a TCP socket whose total the leader knows, see fd_total). */
   uint32_t base_ok;
-  uint64_t seq; /* its place among all threads' records (area.clock) */
+  uint32_t aux_len; /* the call's aux results (molt__sc.aux), after the output */
+  uint64_t seq;     /* its place among all threads' records (area.clock) */
   uint64_t base;
 } rec;
 
@@ -605,6 +606,14 @@ static bool is_epoll_wait(unsigned kind) {
          kind == MOLT__SC_EPOLL_PWAIT2;
 }
 
+/* A receive that leaves its bytes in the socket (MSG_PEEK in its flags,
+ * a[2]). */
+static bool is_peek(unsigned kind, const int64_t *a) {
+  return (kind == MOLT__SC_RECV || kind == MOLT__SC_RECVFROM ||
+          kind == MOLT__SC_RECVMSG) &&
+         (a[2] & MSG_PEEK);
+}
+
 static void futex_wake(_Atomic uint32_t *w) {
   syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
@@ -788,7 +797,7 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
   note_totals(c->kind, c->a[0], ret);
   ring *r = &shared->rings[my_ring1 - 1];
   size_t keep = c->in_len < MOLT__SHADOW_IN_KEEP ? c->in_len : MOLT__SHADOW_IN_KEEP;
-  size_t size = sizeof(rec) + align8(keep) + align8(out_len);
+  size_t size = sizeof(rec) + align8(keep) + align8(out_len) + align8(c->aux_len);
   if (size > MOLT__SHADOW_RING_BYTES / 4) {
     drop("thread %d: %s of %zu bytes is too large to record (at most %u); the shadow "
          "was dropped",
@@ -826,6 +835,7 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
              .in_hash = c->in ? fnv1a(c->in, c->in_len) : 0,
              .out_len = (uint32_t)out_len,
              .fd_gen = gen,
+             .aux_len = (uint32_t)c->aux_len,
              .seq = atomic_fetch_add_explicit(&shared->clock, 1, memory_order_relaxed)};
   memcpy(x->a, c->a, sizeof x->a);
   if (want_fd_kind)
@@ -835,6 +845,8 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
     memcpy(p, c->in, keep);
   if (out_len)
     memcpy(p + align8(keep), c->out, out_len);
+  if (c->aux_len)
+    memcpy(p + align8(keep) + align8(out_len), c->aux, c->aux_len);
   atomic_fetch_add_explicit(&r->recorded, 1, memory_order_relaxed);
   publish(r, end);
 }
@@ -860,7 +872,7 @@ bool molt__shadow_intent_begin(const molt__sc *c, molt__shadow_intent *it) {
                 : buffer == 2                                   ? c->in_len
                                                                 : 0;
   size_t cap = buffer == 1 ? c->out_cap : 0;
-  size_t size = sizeof(rec) + align8(keep) + align8(cap);
+  size_t size = sizeof(rec) + align8(keep) + align8(cap) + align8(c->aux_len);
   /* Larger reads are recorded after the call, as other calls are (the
    * window stays open for them: design §17). */
   if (size > MOLT__SHADOW_RING_BYTES / 4)
@@ -871,7 +883,7 @@ bool molt__shadow_intent_begin(const molt__sc *c, molt__shadow_intent *it) {
   if (!x)
     return false;
   int dir = buffer == 1 ? 0 : 1;
-  bool peek = c->kind == MOLT__SC_RECV && (c->a[2] & MSG_PEEK);
+  bool peek = is_peek(c->kind, c->a);
   uint64_t base = 0;
   bool ok = !peek && base_of(c->a[0], dir, &base);
   *x = (rec){.size = (uint32_t)size,
@@ -891,6 +903,8 @@ bool molt__shadow_intent_begin(const molt__sc *c, molt__shadow_intent *it) {
   it->reserved = size;
   it->data = buffer == 1 ? (char *)(x + 1) : NULL;
   it->total = ok ? totals_of(c->a[0], dir) : NULL;
+  it->aux = c->aux;
+  it->aux_len = c->aux_len;
   /* release: the header above before the mark; the system call comes
    * after it in this thread (see ring.intent). */
   atomic_store_explicit(&r->intent, end - size + 1, memory_order_release);
@@ -901,7 +915,12 @@ void molt__shadow_intent_end(molt__shadow_intent *it, int64_t ret, int err) {
   rec *x = it->x;
   ring *r = &shared->rings[my_ring1 - 1];
   size_t out_len = it->data && ret > 0 ? (size_t)ret : 0;
-  size_t size = sizeof(rec) + align8(x->in_keep) + align8(out_len);
+  /* A datagram's MSG_TRUNC result counts bytes that were not read: the
+   * record keeps those read, at most what was reserved for them. */
+  size_t room = it->reserved - sizeof(rec) - align8(x->in_keep) - align8(it->aux_len);
+  if (out_len > room)
+    out_len = room;
+  size_t size = sizeof(rec) + align8(x->in_keep) + align8(out_len) + align8(it->aux_len);
   /* The call moved ret bytes: the total the next call's base starts from
    * (relaxed: see fd_total). */
   if (it->total && ret > 0)
@@ -911,6 +930,11 @@ void molt__shadow_intent_end(molt__shadow_intent *it, int64_t ret, int err) {
   x->ret = ret;
   x->err = err;
   x->out_len = (uint32_t)out_len;
+  /* The aux results after the bytes read (within the reservation: out_len
+   * is at most the capacity reserved before them). */
+  x->aux_len = (uint32_t)it->aux_len;
+  if (it->aux_len)
+    memcpy((char *)(x + 1) + align8(x->in_keep) + align8(out_len), it->aux, it->aux_len);
   x->seq = atomic_fetch_add_explicit(&shared->clock, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&r->recorded, 1, memory_order_relaxed);
   /* The unused part of the reservation is given back: the record ends
@@ -1118,6 +1142,12 @@ static bool on_fd(unsigned kind) {
   case MOLT__SC_WRITE:
   case MOLT__SC_RECV:
   case MOLT__SC_SEND:
+  case MOLT__SC_READV:
+  case MOLT__SC_WRITEV:
+  case MOLT__SC_RECVFROM:
+  case MOLT__SC_SENDTO:
+  case MOLT__SC_RECVMSG:
+  case MOLT__SC_SENDMSG:
   case MOLT__SC_ACCEPT:
   case MOLT__SC_ACCEPT4:
   case MOLT__SC_CLOSE:
@@ -1323,7 +1353,9 @@ static bool take_handover(ring *r, uint64_t *tail, const rec *x) {
 
 static bool is_rw(unsigned kind) {
   return kind == MOLT__SC_READ || kind == MOLT__SC_RECV || kind == MOLT__SC_WRITE ||
-         kind == MOLT__SC_SEND;
+         kind == MOLT__SC_SEND || kind == MOLT__SC_READV || kind == MOLT__SC_WRITEV ||
+         kind == MOLT__SC_RECVFROM || kind == MOLT__SC_SENDTO ||
+         kind == MOLT__SC_RECVMSG || kind == MOLT__SC_SENDMSG;
 }
 
 /* The record the producer reserved for a read or write and had not
@@ -1347,7 +1379,7 @@ static void take_carry(const rec *x) {
   carry = x;
   carry_given = 0;
   carry_moved = -1;
-  if (x->kind == MOLT__SC_RECV && (x->a[2] & MSG_PEEK))
+  if (is_peek(x->kind, x->a))
     carry_moved = 0; /* a peek consumes nothing: made again */
   else if (x->base_ok && tcp_totals((int)x->a[0], tot) && tot[dir] >= x->base &&
            tot[dir] - x->base <= (uint64_t)x->a[1])
@@ -1425,7 +1457,7 @@ static bool finish_carry(const molt__sc *c, int64_t *result, int *err) {
       k = c->out_cap;
     if (k)
       memcpy(c->out, data + carry_given, k);
-    if (!(c->kind == MOLT__SC_RECV && (c->a[2] & MSG_PEEK))) {
+    if (!is_peek(c->kind, c->a)) {
       carry_given += (int64_t)k;
       count(&int_read_bytes, k);
       if (carry_given == carry_moved) {
@@ -1448,9 +1480,15 @@ static bool finish_carry(const molt__sc *c, int64_t *result, int *err) {
   int64_t ret = (int64_t)done;
   if (done < c->in_len) {
     const char *rest = (const char *)c->in + done;
-    ssize_t w = c->kind == MOLT__SC_SEND
-                    ? send((int)fd, rest, c->in_len - done, (int)c->a[2])
-                    : write((int)fd, rest, c->in_len - done);
+    /* The rest as one buffer: a writev's or sendmsg's bytes are gathered
+     * (calls.c); on a TCP socket (the only kind whose carry moved bytes)
+     * neither the pieces nor a destination address change what is sent.
+     * send's flags: a[2]'s low half (sendto and sendmsg keep a hash of
+     * the address in the high half). */
+    bool sends = c->kind == MOLT__SC_SEND || c->kind == MOLT__SC_SENDTO ||
+                 c->kind == MOLT__SC_SENDMSG;
+    ssize_t w = sends ? send((int)fd, rest, c->in_len - done, (int)(uint32_t)c->a[2])
+                      : write((int)fd, rest, c->in_len - done);
     if (w > 0)
       ret += w; /* else a short write of what went out */
   }
@@ -1587,6 +1625,10 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
         memcpy(c->out, kept + align8(x->in_keep),
                x->out_len < c->out_cap ? x->out_len : c->out_cap);
       }
+      /* The leader's aux results (an address, control data) as they are. */
+      if (x->aux_len && c->aux)
+        memcpy(c->aux, kept + align8(x->in_keep) + align8(x->out_len),
+               x->aux_len < c->aux_len ? x->aux_len : c->aux_len);
       /* A tolerated or rewritten output call that the leader's call
        * completed: it completed for the follower too, with its length. */
       if ((tol || rw) && buffer == 2 && x->ret >= 0)

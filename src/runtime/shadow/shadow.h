@@ -50,6 +50,11 @@ typedef struct molt__sc {
   void *out; /* where its results go (a read's buffer) */
   size_t out_cap;
   uint32_t fd_gen; /* a close: the generation of the descriptor it closes (fds.c) */
+  /* Further results, recorded after out and given back whole, never
+   * compared nor matched by a rule (recvfrom's address; recvmsg's
+   * address, msg_flags and control data): aux_len bytes at aux. */
+  void *aux;
+  size_t aux_len;
 } molt__sc;
 
 /* What the calling thread is in a shadowed update. */
@@ -111,6 +116,8 @@ typedef struct molt__shadow_intent {
   size_t reserved; /* bytes reserved */
   void *data;      /* a read: where the kernel is to put its bytes (shared memory) */
   void *total;     /* the descriptor's byte total to raise by the result (ring.c) */
+  const void *aux; /* the call's aux (molt__sc): recorded by _end, filled by then */
+  size_t aux_len;
 } molt__shadow_intent;
 /* Leader, before a read, recv, write or send (c: its arguments and, for a
  * write, its bytes): reserves its record, writes the call's header with

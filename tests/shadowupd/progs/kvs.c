@@ -6,9 +6,16 @@
  *
  *   molt run kvs.so PORTFILE [WORKERS]
  *
+ * With KVS_IO=vec in its environment it reads requests with recvmsg,
+ * readv and recvfrom in turn (each worker) and replies to GET with writev,
+ * to SET with sendmsg and to anything else with sendto, instead of recv
+ * and send.
  * Requests, one line each: "SET k v" -> "OK", "GET k" -> "VALUE v" or
  * "NONE", "PING" -> "PONG", "NOW" -> "NOW" with the clocks' values and
- * random bytes, "WRITEV" -> "WV" sent with writev (not followed), "EPOLL" ->
+ * random bytes, "WRITEV" -> "WV" sent with writev, "MMSG" -> "MM" sent with
+ * sendmmsg (not followed: a follower's backstop ends it), "FDPASS" ->
+ * "FDPASS ok" once a descriptor went through a socketpair with sendmsg
+ * and came back with recvmsg (SCM_RIGHTS: a follower ends), "EPOLL" ->
  * "EPOLL fd" after opening an epoll instance (kept open: a shadowed update
  * is then refused).  Built with -DKVS_VARIANT=N for the versions a
  * test updates to: 1 answers "GET magic" differently, 2 crashes on "GET
@@ -44,6 +51,7 @@
 struct worker {
   int conn;       /* the connection it serves, -1: none */
   size_t len;     /* bytes in buf */
+  unsigned reads; /* KVS_IO=vec: which call reads next */
   char buf[4096]; /* a request line not complete yet */
 };
 
@@ -57,6 +65,8 @@ struct slot {
 
 int listen_fd = -1;
 int nworkers;
+int vec_io;                  /* KVS_IO=vec */
+int pass_pair[2] = {-1, -1}; /* FDPASS: a unix socketpair made at the start */
 struct worker workers[WORKERS_MAX];
 struct slot store[SLOTS];
 pthread_mutex_t store_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -101,6 +111,8 @@ static int get(const char *k, char *out, size_t len) {
   return found;
 }
 
+static int pass_fd(void);
+
 /* One request line -> its reply. */
 static void execute(char *line, char *reply, size_t len) {
   char *save = NULL; /* strtok_r: the workers parse at the same time */
@@ -109,6 +121,8 @@ static void execute(char *line, char *reply, size_t len) {
   char val[64];
   if (cmd && strcmp(cmd, "PING") == 0) {
     snprintf(reply, len, "PONG\n");
+  } else if (cmd && strcmp(cmd, "FDPASS") == 0) {
+    snprintf(reply, len, pass_fd() == 0 ? "FDPASS ok\n" : "FDPASS failed\n");
   } else if (cmd && strcmp(cmd, "EPOLL") == 0) {
     snprintf(reply, len, "EPOLL %d\n", epoll_create1(EPOLL_CLOEXEC));
   } else if (cmd && strcmp(cmd, "NOW") == 0) {
@@ -156,15 +170,94 @@ static void execute(char *line, char *reply, size_t len) {
   }
 }
 
+/* FDPASS: the socketpair's one end sent through itself (SCM_RIGHTS) and
+ * received as a new descriptor, then closed. */
+static int pass_fd(void) {
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } out, in;
+  memset(&out, 0, sizeof out);
+  memset(&in, 0, sizeof in);
+  struct iovec one = {"x", 1};
+  struct msghdr m = {.msg_iov = &one,
+                     .msg_iovlen = 1,
+                     .msg_control = out.buf,
+                     .msg_controllen = sizeof out.buf};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &pass_pair[0], sizeof(int));
+  if (sendmsg(pass_pair[0], &m, 0) != 1)
+    return -1;
+  char got;
+  struct iovec back = {&got, 1};
+  struct msghdr r = {.msg_iov = &back,
+                     .msg_iovlen = 1,
+                     .msg_control = in.buf,
+                     .msg_controllen = sizeof in.buf};
+  if (recvmsg(pass_pair[1], &r, MSG_CMSG_CLOEXEC) != 1)
+    return -1;
+  struct cmsghdr *h = CMSG_FIRSTHDR(&r);
+  int fd = -1;
+  if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
+    memcpy(&fd, CMSG_DATA(h), sizeof fd);
+  if (fd < 0)
+    return -1;
+  close(fd);
+  return 0;
+}
+
 static void drop(struct worker *w) {
   close(w->conn);
   w->conn = -1;
   w->len = 0;
 }
 
+/* KVS_IO=vec: a read of the connection with recvmsg, readv or recvfrom
+ * in turn, in two pieces (the second a quarter of the room). */
+static ssize_t vec_read(struct worker *w) {
+  char *at = w->buf + w->len;
+  size_t room = sizeof w->buf - w->len, second = room / 4;
+  struct iovec iov[2] = {{at, room - second}, {at + room - second, second}};
+  struct sockaddr_storage from;
+  socklen_t from_len = sizeof from;
+  switch (w->reads++ % 3) {
+  case 0: {
+    char control[64];
+    struct msghdr m = {.msg_name = &from,
+                       .msg_namelen = sizeof from,
+                       .msg_iov = iov,
+                       .msg_iovlen = 2,
+                       .msg_control = control,
+                       .msg_controllen = sizeof control};
+    return recvmsg(w->conn, &m, 0);
+  }
+  case 1:
+    return readv(w->conn, iov, 2);
+  default:
+    return recvfrom(w->conn, at, room, 0, (struct sockaddr *)&from, &from_len);
+  }
+}
+
+/* KVS_IO=vec: a reply with writev (GET), sendmsg (SET) or sendto, its
+ * bytes in two pieces. */
+static ssize_t vec_send(int fd, const char *req, const char *reply, size_t n) {
+  struct iovec iov[2] = {{(void *)reply, n / 2}, {(void *)(reply + n / 2), n - n / 2}};
+  if (strncmp(req, "GET ", 4) == 0)
+    return writev(fd, iov, 2);
+  if (strncmp(req, "SET ", 4) == 0) {
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
+    return sendmsg(fd, &m, MSG_NOSIGNAL);
+  }
+  return sendto(fd, reply, n, MSG_NOSIGNAL, NULL, 0);
+}
+
 /* Reads what the connection has and answers every complete line. */
 static void serve(struct worker *w) {
-  ssize_t r = recv(w->conn, w->buf + w->len, sizeof w->buf - w->len, 0);
+  ssize_t r =
+      vec_io ? vec_read(w) : recv(w->conn, w->buf + w->len, sizeof w->buf - w->len, 0);
   if (r <= 0) {
     if (r == 0 || (errno != EAGAIN && errno != EINTR))
       drop(w);
@@ -175,11 +268,21 @@ static void serve(struct worker *w) {
   while (w->conn >= 0 && (nl = memchr(w->buf, '\n', w->len))) {
     *nl = '\0';
     char reply[160];
+    char req[16];
+    snprintf(req, sizeof req, "%s", w->buf); /* execute() cuts the line up */
     if (strcmp(w->buf, "WRITEV") == 0) {
-      /* a reply sent with a call shadowed updates do not wrap: a
-       * follower's copy would send it again (its backstop ends it) */
       struct iovec iov[2] = {{"W", 1}, {"V\n", 2}};
       if (writev(w->conn, iov, 2) != 3) {
+        drop(w);
+        return;
+      }
+      reply[0] = '\0';
+    } else if (strcmp(w->buf, "MMSG") == 0) {
+      /* a reply sent with a call shadowed updates do not wrap: a
+       * follower's copy would send it again (its backstop ends it) */
+      struct iovec iov[2] = {{"M", 1}, {"M\n", 2}};
+      struct mmsghdr mm = {.msg_hdr = {.msg_iov = iov, .msg_iovlen = 2}};
+      if (sendmmsg(w->conn, &mm, 1, MSG_NOSIGNAL) != 1 || mm.msg_len != 3) {
         drop(w);
         return;
       }
@@ -199,7 +302,8 @@ static void serve(struct worker *w) {
     }
 #endif
     size_t n = strlen(reply);
-    if (n && send(w->conn, reply, n, MSG_NOSIGNAL) != (ssize_t)n) {
+    if (n && (vec_io ? vec_send(w->conn, req, reply, n)
+                     : send(w->conn, reply, n, MSG_NOSIGNAL)) != (ssize_t)n) {
       drop(w);
       return;
     }
@@ -236,6 +340,10 @@ int main(int argc, char **argv) {
     if (argc < 2)
       return 2;
     nworkers = argc > 2 ? atoi(argv[2]) : 3;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pass_pair) != 0)
+      return 3;
+    const char *io = getenv("KVS_IO");
+    vec_io = io && strcmp(io, "vec") == 0;
     if (nworkers < 1 || nworkers > WORKERS_MAX)
       return 2;
     listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -33,7 +33,8 @@ from .annotations import annotations_json, collect_annotations
 
 # The calls of the image that libmolt's wrappers record in a shadowed
 # update's leader and replay in its follower (src/runtime/shadow/calls.c).
-SHADOWED_CALLS = ("read", "write", "recv", "send", "accept", "accept4", "poll",
+SHADOWED_CALLS = ("read", "write", "recv", "send", "readv", "writev", "recvfrom",
+                  "sendto", "recvmsg", "sendmsg", "accept", "accept4", "poll",
                   "epoll_wait", "close", "socket", "open", "openat", "clock_gettime",
                   "gettimeofday", "time", "getrandom", "epoll_create", "epoll_create1",
                   "epoll_ctl", "epoll_pwait", "epoll_pwait2")
