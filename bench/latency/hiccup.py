@@ -90,6 +90,69 @@ class Meter:
         struct.pack_into("<I", self.f, 8, 1 if on else 0)
 
 
+RESAMPLES = 2000
+
+
+def p999_verdicts(segs, policies, rounds, resamples=RESAMPLES, seed=20261206):
+    """The verdict of issue 14 item 4, for the segments of `rounds`.
+
+    A point comparison of three p99.9s (the first version: "within" if
+    immediate <= max(none, none2)) says "NOT within" about one time in
+    three when the update does nothing at all.  Instead, a paired bootstrap
+    over rounds (as report.py): resample the rounds with replacement, the
+    same draw for every server, and recompute each server's p99.9 of the
+    longest gap per millisecond from the resampled segments.  For each
+    server p: d = p99.9(p) - p99.9(none) with its 95% interval; for none2
+    that is the A/A difference, how far two identical servers differ in
+    this run.  p is "within the A/A control's spread" when its d is no
+    larger than the upper end of the A/A interval; the upper end of p's own
+    interval is the largest added stall the data do not exclude.
+
+    segs: dicts with "policy", "round" and "window_max" (a histogram).
+    Returns {policy: {"d": [point, lo, hi], "within": bool}} in µs, or {}
+    without none, none2 or 3 rounds."""
+    if "none" not in policies or "none2" not in policies or len(rounds) < 3:
+        return {}
+    rounds = sorted(rounds)
+    per = {p: {r: {} for r in rounds} for p in policies}
+    for sg in segs:
+        if sg["policy"] in per and sg["round"] in per[sg["policy"]]:
+            h = per[sg["policy"]][sg["round"]]
+            for b, c in enumerate(sg["window_max"]):
+                if c:
+                    h[b] = h.get(b, 0) + c
+
+    def p999(p, weights):
+        tot = [0] * BUCKETS
+        for r, w in weights.items():
+            for b, c in per[p][r].items():
+                tot[b] += w * c
+        return hist_pct(tot, 99.9) / 1e3
+
+    rng = random.Random(seed)
+    boot = {p: [] for p in policies}
+    for _ in range(resamples):
+        w = {}
+        for _ in rounds:
+            r = rng.choice(rounds)
+            w[r] = w.get(r, 0) + 1
+        for p in policies:
+            boot[p].append(p999(p, w))
+    ones = {r: 1 for r in rounds}
+    point = {p: p999(p, ones) for p in policies}
+    res = {}
+    for p in policies:
+        if p == "none":
+            continue
+        d = sorted(x - y for x, y in zip(boot[p], boot["none"]))
+        res[p] = {"d": [point[p] - point["none"], d[int(0.025 * len(d))],
+                        d[int(0.975 * len(d)) - 1]]}
+    ahi = res["none2"]["d"][2]
+    for p in res:
+        res[p]["within"] = res[p]["d"][0] <= ahi
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
@@ -306,78 +369,30 @@ def main():
           "", "All rounds:", ""] + table("servers") + [
           "", "Quiet rounds (%d of %d: the hypervisor stole at most 10 ms in every segment "
           "of the round):" % (len(quiet_rounds), cfg.rounds), ""] + table("quiet")
-    # The verdict.  A point comparison of three p99.9s (the first version:
-    # "within" if immediate <= max(none, none2)) says "NOT within" about
-    # one time in three when the update does nothing at all.  Instead, a
-    # paired bootstrap over rounds (as report.py): resample the rounds with
-    # replacement, the same draw for every server, and recompute each
-    # server's p99.9 from the resampled segments.  d = p99.9(update) -
-    # p99.9(none) is what the update adds; a = p99.9(none2) - p99.9(none)
-    # is how far two identical servers differ in this run.  The target
-    # (issue 14) is met -- "within the A/A control's spread" -- when d is
-    # no larger than the upper end of a's 95% interval; the upper end of
-    # d's own interval is the largest added stall the data do not exclude.
-    def verdicts(rounds, what):
-        if "none" not in policies or "none2" not in policies or len(rounds) < 3:
-            return [], {}
-        rounds = sorted(rounds)
-        per = {p: {r: {} for r in rounds} for p in policies}
-        for sg in segs:
-            if sg["round"] in per[sg["policy"]]:
-                h = per[sg["policy"]][sg["round"]]
-                for b, c in enumerate(sg["window_max"]):
-                    if c:
-                        h[b] = h.get(b, 0) + c
-
-        def p999(p, weights):
-            tot = [0] * BUCKETS
-            for r, w in weights.items():
-                for b, c in per[p][r].items():
-                    tot[b] += w * c
-            return hist_pct(tot, 99.9) / 1e3
-
-        rng = random.Random(20261206)
-        boot = {p: [] for p in policies}
-        for _ in range(2000):
-            w = {}
-            for _ in rounds:
-                r = rng.choice(rounds)
-                w[r] = w.get(r, 0) + 1
-            for p in policies:
-                boot[p].append(p999(p, w))
-        ones = {r: 1 for r in rounds}
-        point = {p: p999(p, ones) for p in policies}
-
-        def interval(p):
-            d = sorted(x - y for x, y in zip(boot[p], boot["none"]))
-            return point[p] - point["none"], d[int(0.025 * len(d))], d[int(0.975 * len(d)) - 1]
-
-        a, alo, ahi = interval("none2")
-        lines = ["", "p99.9 differences (%s, %d rounds; paired bootstrap over rounds, 2000 "
-                 "resamples, 95%% intervals): A/A none2 - none %+.0f µs [%+.0f, %+.0f]." % (
-                     what, len(rounds), a, alo, ahi)]
-        res = {"aa": [a, alo, ahi]}
-        for p in policies:
-            if p in ("none", "none2"):
-                continue
-            d, lo, hi = interval(p)
-            res[p] = [d, lo, hi]
-            verdict = "within" if d <= ahi else "NOT within"
-            lines.append(
-                "%s - none %+.0f µs [%+.0f, %+.0f]: %s the A/A control's spread (added stall "
-                "%+.0f µs vs the A/A interval's upper end %+.0f µs); the data do not exclude an "
-                "added p99.9 stall of up to %.0f µs." % (p, d, lo, hi, verdict, d, ahi, max(hi, 0)))
-        return lines, res
-
     lost = sum(sg["big_lost"] for sg in segs)
     if lost:
         md += ["", "**%d gaps >= 50 µs were not kept** (more than %d in a segment): the "
                "'after a request' column and the max miss them." % (lost, BIG_MAX)]
     for key, what, rounds in (("servers", "all rounds", set(range(cfg.rounds))),
                               ("quiet", "quiet rounds", quiet_rounds)):
-        lines, res = verdicts(rounds, what)
-        md += lines
+        res = p999_verdicts(segs, policies, rounds)
         out["verdict_" + key] = res
+        if not res:
+            continue
+        a, alo, ahi = res["none2"]["d"]
+        md += ["", "p99.9 differences (%s, %d rounds; paired bootstrap over rounds, %d "
+               "resamples, 95%% intervals): A/A none2 - none %+.0f µs [%+.0f, %+.0f]." % (
+                   what, len(rounds), RESAMPLES, a, alo, ahi)]
+        for p in policies:
+            if p in ("none", "none2"):
+                continue
+            d, lo, hi = res[p]["d"]
+            md.append(
+                "%s - none %+.0f µs [%+.0f, %+.0f]: %s the A/A control's spread (added stall "
+                "%+.0f µs vs the A/A interval's upper end %+.0f µs); the data do not exclude an "
+                "added p99.9 stall of up to %.0f µs." % (
+                    p, d, lo, hi, "within" if res[p]["within"] else "NOT within", d, ahi,
+                    max(hi, 0)))
     md += ["", "Command: `bash bench/latency/hiccup.sh %s` (%s)." % (
         " ".join(sys.argv[1:]), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))]
     os.makedirs(cfg.results, exist_ok=True)
