@@ -369,6 +369,20 @@ def main():
           "", "All rounds:", ""] + table("servers") + [
           "", "Quiet rounds (%d of %d: the hypervisor stole at most 10 ms in every segment "
           "of the round):" % (len(quiet_rounds), cfg.rounds), ""] + table("quiet")
+    # How long each CLI took (request to exit): the 'after a request'
+    # window is the --window-ms from the request on, so a CLI that took
+    # longer (a busy machine: it runs at SCHED_OTHER) did its update after
+    # the window.
+    cli = []
+    for p in policies:
+        ms = sorted((m["done_ns"] - m["request_ns"]) / 1e6 for m in marks
+                    if m["policy"] == p and m["rc"] is not None)
+        if ms:
+            cli.append("%s %.0f / %.0f ms (%d over %g ms)" % (
+                p, ms[len(ms) // 2], ms[-1], sum(1 for x in ms if x > cfg.window_ms),
+                cfg.window_ms))
+    if cli:
+        md += ["", "CLI time, request to exit, median / max: " + "; ".join(cli) + "."]
     lost = sum(sg["big_lost"] for sg in segs)
     if lost:
         md += ["", "**%d gaps >= 50 µs were not kept** (more than %d in a segment): the "
