@@ -358,7 +358,7 @@ def main():
           "",
           "%d rounds of %g s segments per server, %g requests/s, %d kvstore workers, %d meter "
           "thread(s) (metering 9 ms of every 10), scheduling %s (the meter at FIFO 1, below "
-          "the server's threads), `molt apply` at %s; `immediate` gets `molt apply` every "
+          "the server's threads; the driver at SCHED_OTHER), `molt apply` at %s; `immediate` gets `molt apply` every "
           "1.5 s; `status` gets `molt status` instead (the CLI and a request, no update); "
           "`none2` is the A/A control. Columns: metered seconds; the longest gap in a "
           "millisecond (a gap counts in every millisecond it overlaps) at p99 and p99.9, µs; "
