@@ -21,7 +21,9 @@
  *   - the exact longest gap, the metered time, the number of reads;
  *   - the last BIG_MAX gaps >= 50 us with their start (CLOCK_MONOTONIC
  *     ns, the clock of the driver and of latclient), to place them
- *     against the patch requests.
+ *     against the patch requests.  65536 of them: on a busy machine a
+ *     3 s segment has thousands (4096 kept only its last second or so;
+ *     hiccup.py counts any that are lost).
  * Nothing is written to stdout or stderr; without MOLT_HICCUP_FILE the
  * library does nothing.
  */
@@ -37,9 +39,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SUB 16       /* buckets per power of two          */
-#define BUCKETS 640  /* up to 2^40 ns                     */
-#define BIG_MAX 4096 /* gaps >= BIG_NS kept with their time */
+#define SUB 16        /* buckets per power of two          */
+#define BUCKETS 640   /* up to 2^40 ns                     */
+#define BIG_MAX 65536 /* gaps >= BIG_NS kept with their time */
 #define BIG_NS 50000
 #define WINDOW_NS 1000000
 #define STRETCH_NS 9000000 /* metered, then ...                  */
@@ -51,7 +53,7 @@ struct big {
 };
 
 struct meter {
-  char magic[8]; /* "HICCUP01" */
+  char magic[8]; /* "HICCUP02" */
   _Atomic uint32_t on;
   uint32_t threads;
   uint64_t metered_ns, reads, max_gap_ns, windows;
@@ -192,7 +194,7 @@ __attribute__((constructor)) static void hiccup_start(void) {
     m = NULL;
     return;
   }
-  memcpy(m->magic, "HICCUP01", 8);
+  memcpy(m->magic, "HICCUP02", 8);
   m->threads = (uint32_t)threads;
   /* The meter threads must not inherit the program's state: they start
    * here, before main, and are not the program's (they never call its

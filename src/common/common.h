@@ -84,6 +84,9 @@ MOLT__HIDDEN void molt__sha256_init(molt__sha256 *s);
 MOLT__HIDDEN void molt__sha256_add(molt__sha256 *s, const void *data, size_t n);
 MOLT__HIDDEN void molt__sha256_final(molt__sha256 *s, unsigned char out[32]);
 MOLT__HIDDEN void molt__sha256_hex(molt__sha256 *s, char hex[65]);
+/* Tests: on = true makes every hash use the portable code, false gives the
+ * SHA extensions back where the CPU has them.  Returns whether it has. */
+MOLT__HIDDEN bool molt__sha256_portable_only(bool on);
 
 /* ---- lists ---------------------------------------------------------------*/
 /* An intrusive doubly linked list: the head is a pointer to the first link

@@ -2,7 +2,11 @@
 into a real process, switched on through its file, it records a stall the
 test makes (the process stopped with SIGSTOP for 60 ms) as a gap of that
 length, counts the stall in every millisecond it overlaps, and records
-nothing while it is switched off."""
+nothing while it is switched off.  And hiccup.py's verdict (a paired
+bootstrap over rounds against the A/A control): on synthetic histograms it
+flags an added stall, and three servers drawn from one distribution are
+judged within the A/A spread (where the old point rule failed one time in
+three)."""
 import os
 import signal
 import subprocess
@@ -78,3 +82,71 @@ def test_bucket_edges_are_the_inverse_of_the_meter():
         b = bucket(v)
         assert v <= hiccup.bucket_value(b), v
         assert b == 0 or v > hiccup.bucket_value(b - 1), v
+
+
+def _bucket(v):
+    """hiccup.c's bucket() (as in the test above)."""
+    if v < 16:
+        return v
+    e = v.bit_length() - 1
+    return (e - 3) * 16 + (v >> (e - 4)) - 16
+
+
+def _segments(rng, rounds, extra_us=0, extra_per_round=0, policies=("none", "immediate", "none2")):
+    """Synthetic segments: per round and server 3000 milliseconds, most with
+    a longest gap of 40-60 us, a random handful with 500-1000 us (the
+    machine's own hiccups, alike for every server); `immediate` also gets
+    extra_per_round milliseconds with a stall of extra_us."""
+    segs = []
+    for r in range(rounds):
+        for p in policies:
+            h = [0] * hiccup.BUCKETS
+            for _ in range(3000):
+                h[_bucket(rng.randint(40_000, 60_000))] += 1
+            for _ in range(rng.randint(1, 6)):
+                h[_bucket(rng.randint(500_000, 1_000_000))] += 1
+            if p == "immediate":
+                for _ in range(extra_per_round):
+                    h[_bucket(extra_us * 1000)] += 1
+            segs.append({"policy": p, "round": r, "window_max": h})
+    return segs
+
+
+def test_verdict_sees_an_added_stall():
+    # 5 ms-long stalls in 5 milliseconds of every round: p99.9 of the
+    # update's server is the stall, far beyond what separates the controls.
+    import random
+    policies = ["none", "immediate", "none2"]
+    segs = _segments(random.Random(1), 20, extra_us=5000, extra_per_round=5)
+    v = hiccup.p999_verdicts(segs, policies, set(range(20)), resamples=300)
+    d, lo, hi = v["immediate"]["d"]
+    assert not v["immediate"]["within"], v
+    assert lo > 0 and d > v["none2"]["d"][2], v
+    assert 4000 < d < 6000, v
+
+
+def test_verdict_on_identical_servers():
+    # Three servers from one distribution: the update's server is judged
+    # within the A/A spread far more often than the old point rule's
+    # two times in three; each verdict's A/A interval covers 0.
+    import random
+    policies = ["none", "immediate", "none2"]
+    within = old_within = 0
+    trials = 15
+    for seed in range(trials):
+        segs = _segments(random.Random(100 + seed), 20)
+        v = hiccup.p999_verdicts(segs, policies, set(range(20)), resamples=200, seed=seed)
+        a, alo, ahi = v["none2"]["d"]
+        assert alo <= 0 <= ahi or alo <= a <= ahi, v
+        within += v["immediate"]["within"]
+        pt = {p: v[p]["d"][0] for p in ("immediate", "none2")}
+        old_within += pt["immediate"] <= max(0, pt["none2"])
+    print("within", within, "old rule", old_within, "of", trials)
+    assert within >= trials - 3, (within, old_within)
+
+
+def test_verdict_needs_both_controls_and_rounds():
+    import random
+    segs = _segments(random.Random(2), 5)
+    assert hiccup.p999_verdicts(segs, ["none", "immediate"], set(range(5))) == {}
+    assert hiccup.p999_verdicts(segs, ["none", "immediate", "none2"], {0, 1}) == {}

@@ -2,7 +2,7 @@
  * Tests of the ELF reader (src/runtime/elf.c) and of moltstamp, on files the
  * real toolchain built (see tests.cmake) and on corrupted copies of them.
  *
- *   test_elf unit    PATCH.so TARGET
+ *   test_elf unit    PATCH.so TARGET   (with SHA-256: sha256.c's two paths)
  *   test_elf corrupt PATCH.so
  *   test_elf stamp   MOLTSTAMP PATCH.so TARGET
  *
@@ -1110,6 +1110,88 @@ static void test_stamp(char *moltstamp, const char *patch_path, char *target_pat
   free(orig.p);
 }
 
+/* ---- SHA-256 (src/common/sha256.c) ------------------------------------------ */
+
+static void sha_hex(molt__sha256 *s, char out[65]) { molt__sha256_hex(s, out); }
+
+/* The digest of data[0..len) added in two pieces, split at `split`. */
+static void sha_two(const unsigned char *data, size_t len, size_t split,
+                    unsigned char d[32]) {
+  molt__sha256 s;
+  molt__sha256_init(&s);
+  molt__sha256_add(&s, data, split);
+  molt__sha256_add(&s, data + split, len - split);
+  molt__sha256_final(&s, d);
+}
+
+/* FIPS 180-2's examples on both paths (the SHA extensions where the CPU
+ * has them, the portable code), then both paths on pseudo-random data of
+ * every length to a few blocks, cut in two at many places: the fast path
+ * takes whole blocks straight from the caller's data and the buffer for
+ * the rest, so lengths and splits around 64 are where it could differ. */
+static void test_sha256(void) {
+  static const char *const vec[][2] = {
+      {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+      {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+      {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+       "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"}};
+  bool has_ext = false;
+  for (int portable = 1; portable >= 0; portable--) {
+    has_ext = molt__sha256_portable_only(portable);
+    const char *path = portable ? "portable" : has_ext ? "SHA extensions" : "default";
+    for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) {
+      molt__sha256 s;
+      char hex[65];
+      molt__sha256_init(&s);
+      molt__sha256_add(&s, vec[i][0], strlen(vec[i][0]));
+      sha_hex(&s, hex);
+      CHECK(strcmp(hex, vec[i][1]) == 0, "%s: sha256(\"%s\") = %s", path, vec[i][0], hex);
+    }
+    /* A million 'a', 1000 at a time (not a multiple of 64). */
+    char a[1000];
+    memset(a, 'a', sizeof a);
+    molt__sha256 s;
+    char hex[65];
+    molt__sha256_init(&s);
+    for (int i = 0; i < 1000; i++)
+      molt__sha256_add(&s, a, sizeof a);
+    sha_hex(&s, hex);
+    CHECK(strcmp(hex,
+                 "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0") == 0,
+          "%s: sha256 of a million 'a' = %s", path, hex);
+  }
+  enum { MAXLEN = 4 * 64 + 70 };
+  static unsigned char data[MAXLEN + 8192];
+  uint64_t x = 0x9e3779b97f4a7c15u;
+  for (size_t i = 0; i < sizeof data; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    data[i] = (unsigned char)x;
+  }
+  size_t compared = 0, differ = 0;
+  for (size_t len = 0; len <= MAXLEN; len++)
+    for (size_t split = 0; split <= len; split += split < 3 || len - split < 3 ? 1 : 13) {
+      unsigned char p[32], f[32];
+      molt__sha256_portable_only(true);
+      sha_two(data, len, split, p);
+      molt__sha256_portable_only(false);
+      sha_two(data, len, split, f);
+      compared++;
+      if (memcmp(p, f, 32) != 0 && differ++ == 0)
+        CHECK(0, "the two SHA-256 paths differ on %zu bytes split at %zu", len, split);
+    }
+  /* Many blocks in one call, at an odd address. */
+  unsigned char p[32], f[32];
+  molt__sha256_portable_only(true);
+  sha_two(data + 3, sizeof data - 3, 0, p);
+  molt__sha256_portable_only(false);
+  sha_two(data + 3, sizeof data - 3, 0, f);
+  CHECK(memcmp(p, f, 32) == 0, "the two SHA-256 paths differ on %zu bytes",
+        sizeof data - 3);
+  printf("sha256: %zu inputs on both paths (%s), %zu differ\n", compared,
+         has_ext ? "the CPU has the SHA extensions" : "no SHA extensions: both portable",
+         differ);
+}
+
 int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "unit") == 0) {
     test_loaded_build_id();
@@ -1117,6 +1199,7 @@ int main(int argc, char **argv) {
     test_symtab_self();
     test_symtab_patch(argv[2]);
     test_symtab_synthetic();
+    test_sha256();
   } else if (argc == 3 && strcmp(argv[1], "corrupt") == 0) {
     test_corrupt(argv[2]);
   } else if (argc == 5 && strcmp(argv[1], "stamp") == 0) {

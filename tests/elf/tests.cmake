@@ -1,7 +1,8 @@
 # Tests of the ELF reader (src/common/elf.c) and moltstamp.
 # Included from tests/CMakeLists.txt; needs the moltstamp target.
 #
-#   elf_unit     build-ids (loaded vs file), the patch note, symbol lookup
+#   elf_unit     build-ids (loaded vs file), the patch note, symbol lookup,
+#                SHA-256 (both paths of sha256.c: SHA extensions, portable)
 #   elf_corrupt  truncated / damaged patch files: error codes, never a crash
 #   elf_stamp    runs moltstamp on a copy of a patch and checks the result
 #   elf_fuzz     deterministic random mutations of real files (fuzz_elf.c;
