@@ -57,7 +57,7 @@ def images():
 class Server:
     """kvs.so run with `molt run`, its port read from a file."""
 
-    def __init__(self, so, tag):
+    def __init__(self, so, tag, extra_env=None):
         self.portfile = WORK / ("port-" + tag)
         if self.portfile.exists():
             self.portfile.unlink()
@@ -65,6 +65,7 @@ class Server:
         # the follower is the child of a multi-threaded fork() that starts
         # threads, which ThreadSanitizer refuses unless told
         env["TSAN_OPTIONS"] = (env.get("TSAN_OPTIONS", "") + " die_after_fork=0").strip()
+        env.update(extra_env or {})
         self.p = Program([molt_cli(), "run", so, self.portfile, "3"], env=env, name=tag)
         self.pid = self.p.pid
         poll(lambda: self.portfile.exists(), timeout=30, what="kvs listening")
@@ -433,10 +434,12 @@ def test_follower_crash_leader_serves_on():
 def test_full_ring_drops_the_shadow():
     """A follower that falls behind (v3 sleeps on one request): the
     leader's ring for that thread fills, the leader waits at most 1 s for
-    room, then drops the shadow; its clients see every reply right."""
+    room, then drops the shadow; its clients see every reply right.  The
+    rings made small (256 KiB, MOLT_SHADOW_RING_BYTES) so that this
+    connection fills one in a few seconds."""
     v1 = image("kvs-v1")
     slow = image("kvs-slow", 3, frm=v1)
-    srv = Server(v1, "slow")
+    srv = Server(v1, "slow", {"MOLT_SHADOW_RING_BYTES": "256K"})
     try:
         fds = srv.settled_fds()
         shadow(srv, slow)
