@@ -1094,6 +1094,29 @@ static const void *rec_bytes(const rec *x, size_t *n) {
   return NULL;
 }
 
+/* Pages of a ring are given back in chunks of this size as the consumer
+ * passes them (rings smaller than 4 chunks keep theirs). */
+#define TRIM_CHUNK (1u << 20)
+
+/* The consumer moves its tail from old_tail to new_tail (before it
+ * publishes new_tail, once it is done with the record between them: the
+ * chunk given back may hold that record's first bytes): a chunk of the ring the tail has just left behind
+ * is given back (MADV_REMOVE), so that a ring costs memory for what it
+ * holds, not for every byte it ever held.  Safe: its bytes are consumed
+ * (records taken ahead lie beyond the tail), the producer reads none of
+ * its records once published, and it writes there again only after it
+ * sees the new tail -- the release store that follows this call, which
+ * the madvise() precedes.  A page written again is a fresh zero page. */
+static void trim_behind(ring *r, uint64_t old_tail, uint64_t new_tail) {
+  if (ring_bytes < 4u * TRIM_CHUNK || ring_bytes % TRIM_CHUNK ||
+      old_tail / TRIM_CHUNK == new_tail / TRIM_CHUNK)
+    return;
+  /* A record is at most MOLT__SHADOW_REC_MAX < TRIM_CHUNK bytes: one
+   * chunk boundary crossed, the chunk before it wholly consumed. */
+  uint64_t chunk = (old_tail / TRIM_CHUNK) * TRIM_CHUNK;
+  madvise(r->data + chunk % ring_bytes, TRIM_CHUNK, MADV_REMOVE);
+}
+
 /* Waits for the ring's next record (SKIP fillers passed): its address;
  * NULL when the other side is gone and the ring is empty. */
 static rec *next_record(ring *r, uint64_t *tailp) {
@@ -1121,7 +1144,9 @@ static rec *next_record(ring *r, uint64_t *tailp) {
     }
     rec *x = (rec *)(r->data + tail % ring_bytes);
     if (x->kind == MOLT__SC_SKIP || (nahead && taken_ahead(tail, true))) {
-      tail += x->size;
+      uint64_t next = tail + x->size; /* read before the trim (consume()) */
+      trim_behind(r, tail, next);
+      tail = next;
       atomic_store_explicit(&r->tail, tail, memory_order_release);
       continue;
     }
@@ -1200,7 +1225,10 @@ static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t pos, uint64_
     ahead[nahead++] = pos;
     return;
   }
-  *tail += x->size;
+  /* x's size read before the trim, which may give back its first bytes. */
+  uint64_t next = *tail + x->size;
+  trim_behind(r, *tail, next);
+  *tail = next;
   /* release: we are done with the record's bytes before the leader may
    * overwrite them (its acquire load of tail). */
   atomic_store_explicit(&r->tail, *tail, memory_order_release);
@@ -1293,6 +1321,11 @@ static bool others_caught_up(const ring *mine, uint64_t seq) {
     uint64_t h = atomic_load_explicit(&o->head, memory_order_acquire);
     while (t != h) {
       const rec *y = (const rec *)(o->data + t % ring_bytes);
+      /* Size 0: that thread moved past this record meanwhile and gave its
+       * chunk back (trim_behind), a hole reads as zeros: wait once more,
+       * the next look starts from its new tail. */
+      if (y->size == 0)
+        return false;
       /* A HANDOVER: that thread is handing its ring over, past every call
        * before it (HANDOVER records carry no place among the calls). */
       if (y->kind == REC_HANDOVER)
