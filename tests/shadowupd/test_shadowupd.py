@@ -510,6 +510,60 @@ def test_refused_before_fork():
         srv.close()
 
 
+def rings_rss_kib(pid):
+    """Resident KiB of the shadow's rings in pid: its largest shared
+    anonymous mapping (64 rings, MOLT_SHADOW_RING_BYTES each)."""
+    best, size, shared_anon = 0, 0, False
+    with open("/proc/%d/smaps" % pid) as f:
+        for ln in f:
+            w = ln.split()
+            if "-" in w[0] and len(w) >= 5:
+                lo, hi = (int(x, 16) for x in w[0].split("-"))
+                size, shared_anon = hi - lo, "/dev/zero" in ln
+            elif w[0] == "Rss:" and shared_anon and size >= 64 << 20:
+                best = max(best, int(w[1]))
+    return best
+
+
+def test_ring_size_and_memory():
+    """MOLT_SHADOW_RING_BYTES: a bad value refuses the shadow with its
+    reason (the process unchanged).  The default 64 MiB rings cost what
+    they hold: ~7 MB through one thread's ring leaves at most 3 MiB of
+    rings resident (the consumer gives back each 1 MiB chunk it passed),
+    and nothing once the shadow ended (each thread gives its ring back)."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "ringbad", {"MOLT_SHADOW_RING_BYTES": "3000"})
+    try:
+        r = molt("update", "--shadow", srv.pid, same, check=1)
+        assert "MOLT_SHADOW_RING_BYTES='3000'" in r.err and "256 K" in r.err, r
+        assert status(srv.pid)["shadow"] is None
+        assert ask(srv, "PING") == "PONG\n"
+        srv.assert_clean()
+    finally:
+        srv.close()
+    srv = Server(v1, "ringmem")
+    try:
+        shadow(srv, same)
+        with srv.connect() as s, s.makefile("rwb") as f:
+            for i in range(0, 48000, 200):
+                f.write(b"".join(b"SET m%d %s\n" % (j % 10, b"v" * 40) for j in range(200)))
+                f.flush()
+                for _ in range(200):
+                    assert f.readline() == b"OK\n"
+        sh = caught_up(srv)
+        assert sh["stage"] == "shadowing" and sh["divergences"] == 0, sh
+        kib = rings_rss_kib(srv.pid)
+        assert 0 < kib <= 3 * 1024, "rings resident while shadowing: %d KiB" % kib
+        molt("rollback", srv.pid)
+        ended(srv)
+        poll(lambda: rings_rss_kib(srv.pid), lambda k: k == 0, timeout=10,
+             what="the rings given back")
+        assert ask(srv, "GET m7") == "VALUE " + "v" * 40 + "\n"
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
 # ---- the rule language (expected divergences) ----------------------------------
 
 RULES_INCR = r"""# v5 adds INCR, which v1 answers ERROR.  Give the follower a command it

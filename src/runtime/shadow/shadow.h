@@ -34,7 +34,7 @@
  * MAP_NORESERVE shared memory: only the pages a session touched cost
  * memory, and they are given back as its threads run alone (ring.c). */
 #define MOLT__SHADOW_RING_DEFAULT (64ull << 20)
-#define MOLT__SHADOW_RING_MIN (64ull << 10)
+#define MOLT__SHADOW_RING_MIN (256ull << 10)
 #define MOLT__SHADOW_RING_MAX (1ull << 30)
 /* The largest record kept (a call's kept input and output and its
  * header), whatever the ring's size: a quarter of the smallest ring. */
