@@ -9,6 +9,7 @@ on `molt status` / `molt log`, and on the leader's descriptors."""
 
 import ctypes
 import os
+import resource
 import re
 import signal
 import socket
@@ -543,6 +544,18 @@ def test_ring_size_and_memory():
         srv.close()
     srv = Server(v1, "ringmem")
     try:
+        # 1 GiB of address space left: the 4 GiB of rings cannot be mapped,
+        # the shadow is refused with the way out named, the process unchanged
+        with open("/proc/%d/status" % srv.pid) as f:
+            vm = [int(ln.split()[1]) for ln in f if ln.startswith("VmSize:")][0] * 1024
+        old = resource.prlimit(srv.pid, resource.RLIMIT_AS, (vm + (1 << 30), resource.RLIM_INFINITY))
+        try:
+            r = molt("update", "--shadow", srv.pid, same, check=1)
+        finally:
+            resource.prlimit(srv.pid, resource.RLIMIT_AS, old)
+        assert "cannot map the shadow's rings" in r.err and "MOLT_SHADOW_RING_BYTES" in r.err, r
+        assert status(srv.pid)["shadow"] is None
+        assert ask(srv, "PING") == "PONG\n"
         shadow(srv, same)
         with srv.connect() as s, s.makefile("rwb") as f:
             for i in range(0, 48000, 200):

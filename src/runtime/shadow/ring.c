@@ -339,7 +339,10 @@ int molt__shadow_area_get(char *err, size_t errlen) {
   void *m = mmap(NULL, rings_len, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) {
-    molt__errmsg(err, errlen, "cannot map the shadow's rings (%d x %llu MiB): %s",
+    molt__errmsg(err, errlen,
+                 "cannot map the shadow's rings (%d x %llu MiB of address space): %s "
+                 "(MOLT_SHADOW_RING_BYTES in the target's environment sets a smaller "
+                 "ring)",
                  MOLT__SHADOW_MAX_THREADS, (unsigned long long)(bytes >> 20),
                  strerror(errno));
     return MOLT_ENOMEM;
