@@ -8,7 +8,13 @@ then busy clients (examples/kvfull/loadgen.py, every reply checked) run
 for SECONDS with no update, and for SECONDS around `molt update --shadow`
 to v1 rebuilt from itself (the fork at the update points copies the
 store's page tables; the follower migrates the store).  Prints both
-maxima, their ratio and the time `molt update --shadow` took.
+maxima, their ratio and the time `molt update --shadow` took, and the
+memory of both processes while the shadow runs (Rss and Pss, from
+/proc/PID/smaps_rollup, and what the shared rings hold: the Rss of their
+mapping), then again once `molt rollback` ended the shadow and the
+leader's threads ran on alone (they give their rings' pages back).  The
+rings' size is the target's MOLT_SHADOW_RING_BYTES, passed on from this
+script's environment (64 MiB per thread by default).
 
   bench/shadowupd/p10_latency.py [--entries 1000000] [--seconds 3]
       [--molt-build DIR] [--obj DIR]
@@ -41,6 +47,41 @@ def fill(port, n, batch=2000):
                 raise SystemExit("p10: a SET of the fill failed")
         done += k
     s.close()
+
+
+def rollup(pid):
+    """Rss and Pss of a process, in MiB (0, 0 if it is gone)."""
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            kv = dict((ln.split()[0].rstrip(":"), ln.split()[1]) for ln in f
+                      if ln.split() and ln.split()[0] in ("Rss:", "Pss:"))
+        return int(kv["Rss"]) / 1024, int(kv["Pss"]) / 1024
+    except (OSError, KeyError):
+        return 0, 0
+
+
+def rings_rss(pid):
+    """Rss (MiB) of the largest shared anonymous mapping of pid: the rings."""
+    best, cur, size = 0, None, 0
+    try:
+        with open("/proc/%d/smaps" % pid) as f:
+            for ln in f:
+                w = ln.split()
+                if "-" in w[0] and len(w) >= 5:
+                    cur = "/dev/zero" in ln or "SYSV" in ln or "shmem" in ln
+                    lo, hi = (int(x, 16) for x in w[0].split("-"))
+                    size = hi - lo
+                elif w[0] == "Rss:" and cur and size >= 64 << 20:
+                    best = max(best, int(w[1]) / 1024)
+    except OSError:
+        pass
+    return best
+
+
+def mem(name, pid):
+    rss, pss = rollup(pid)
+    return "%s %d: Rss %.0f MiB, Pss %.0f MiB, rings %.1f MiB" % (
+        name, pid, rss, pss, rings_rss(pid))
 
 
 def main():
@@ -85,15 +126,21 @@ def main():
         time.sleep(args.seconds)
         shadow = load.max_gap(u0, time.monotonic())
         st = subprocess.run([molt, "status", str(pid)], stdout=subprocess.PIPE, text=True).stdout
-        load.stop()
-        subprocess.run([molt, "rollback", str(pid)], stdout=subprocess.DEVNULL)
-        errors = load.errors()
         line = [x for x in st.splitlines() if x.startswith("shadowed update")]
+        fm = re.search(r"follower (\d+)", line[0] if line else "")
+        during = [mem("leader", pid)] + ([mem("follower", int(fm.group(1)))] if fm else [])
+        subprocess.run([molt, "rollback", str(pid)], stdout=subprocess.DEVNULL)
+        time.sleep(1)  # the clients run on: each thread's next call gives its ring back
+        after = mem("leader", pid)
+        load.stop()
+        errors = load.errors()
         print("no update: longest wait %.1f ms over %.0f s" % (base * 1000, args.seconds))
         print("around molt update --shadow (%.0f ms, %s): longest wait %.1f ms: %.2fx" %
               ((u1 - u0) * 1000, "ok" if r.returncode == 0 else r.stdout.strip(),
                shadow * 1000, shadow / base if base else float("inf")))
         print(line[0] if line else st)
+        print("memory while shadowing: " + "; ".join(during))
+        print("memory 1 s after molt rollback: " + after)
         print("%d requests, %d errors (load average %s)" %
               (load.requests(), len(errors), " ".join(open("/proc/loadavg").read().split()[:3])))
         return 1 if errors or r.returncode else 0

@@ -9,6 +9,7 @@ on `molt status` / `molt log`, and on the leader's descriptors."""
 
 import ctypes
 import os
+import resource
 import re
 import signal
 import socket
@@ -57,7 +58,7 @@ def images():
 class Server:
     """kvs.so run with `molt run`, its port read from a file."""
 
-    def __init__(self, so, tag, io=None):
+    def __init__(self, so, tag, io=None, extra_env=None):
         self.portfile = WORK / ("port-" + tag)
         if self.portfile.exists():
             self.portfile.unlink()
@@ -67,6 +68,7 @@ class Server:
         env["TSAN_OPTIONS"] = (env.get("TSAN_OPTIONS", "") + " die_after_fork=0").strip()
         if io:
             env["KVS_IO"] = io  # "vec": recvmsg/readv/recvfrom, writev/sendmsg/sendto
+        env.update(extra_env or {})
         self.p = Program([molt_cli(), "run", so, self.portfile, "3"], env=env, name=tag)
         self.pid = self.p.pid
         poll(lambda: self.portfile.exists(), timeout=30, what="kvs listening")
@@ -543,10 +545,12 @@ def test_follower_crash_leader_serves_on():
 def test_full_ring_drops_the_shadow():
     """A follower that falls behind (v3 sleeps on one request): the
     leader's ring for that thread fills, the leader waits at most 1 s for
-    room, then drops the shadow; its clients see every reply right."""
+    room, then drops the shadow; its clients see every reply right.  The
+    rings made small (256 KiB, MOLT_SHADOW_RING_BYTES) so that this
+    connection fills one in a few seconds."""
     v1 = image("kvs-v1")
     slow = image("kvs-slow", 3, frm=v1)
-    srv = Server(v1, "slow")
+    srv = Server(v1, "slow", {"MOLT_SHADOW_RING_BYTES": "256K"})
     try:
         fds = srv.settled_fds()
         shadow(srv, slow)
@@ -612,6 +616,72 @@ def test_refused_before_fork():
         assert "build-id" in r.err, r
         assert status(srv.pid)["shadow"] is None
         assert ask(srv, "PING") == "PONG\n"
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def rings_rss_kib(pid):
+    """Resident KiB of the shadow's rings in pid: its largest shared
+    anonymous mapping (64 rings, MOLT_SHADOW_RING_BYTES each)."""
+    best, size, shared_anon = 0, 0, False
+    with open("/proc/%d/smaps" % pid) as f:
+        for ln in f:
+            w = ln.split()
+            if "-" in w[0] and len(w) >= 5:
+                lo, hi = (int(x, 16) for x in w[0].split("-"))
+                size, shared_anon = hi - lo, "/dev/zero" in ln
+            elif w[0] == "Rss:" and shared_anon and size >= 64 << 20:
+                best = max(best, int(w[1]))
+    return best
+
+
+def test_ring_size_and_memory():
+    """MOLT_SHADOW_RING_BYTES: a bad value refuses the shadow with its
+    reason (the process unchanged).  The default 64 MiB rings cost what
+    they hold: ~7 MB through one thread's ring leaves at most 3 MiB of
+    rings resident (the consumer gives back each 1 MiB chunk it passed),
+    and nothing once the shadow ended (each thread gives its ring back)."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "ringbad", {"MOLT_SHADOW_RING_BYTES": "3000"})
+    try:
+        r = molt("update", "--shadow", srv.pid, same, check=1)
+        assert "MOLT_SHADOW_RING_BYTES='3000'" in r.err and "256 K" in r.err, r
+        assert status(srv.pid)["shadow"] is None
+        assert ask(srv, "PING") == "PONG\n"
+        srv.assert_clean()
+    finally:
+        srv.close()
+    srv = Server(v1, "ringmem")
+    try:
+        # 1 GiB of address space left: the 4 GiB of rings cannot be mapped,
+        # the shadow is refused with the way out named, the process unchanged
+        with open("/proc/%d/status" % srv.pid) as f:
+            vm = [int(ln.split()[1]) for ln in f if ln.startswith("VmSize:")][0] * 1024
+        old = resource.prlimit(srv.pid, resource.RLIMIT_AS, (vm + (1 << 30), resource.RLIM_INFINITY))
+        try:
+            r = molt("update", "--shadow", srv.pid, same, check=1)
+        finally:
+            resource.prlimit(srv.pid, resource.RLIMIT_AS, old)
+        assert "cannot map the shadow's rings" in r.err and "MOLT_SHADOW_RING_BYTES" in r.err, r
+        assert status(srv.pid)["shadow"] is None
+        assert ask(srv, "PING") == "PONG\n"
+        shadow(srv, same)
+        with srv.connect() as s, s.makefile("rwb") as f:
+            for i in range(0, 48000, 200):
+                f.write(b"".join(b"SET m%d %s\n" % (j % 10, b"v" * 40) for j in range(200)))
+                f.flush()
+                for _ in range(200):
+                    assert f.readline() == b"OK\n"
+        sh = caught_up(srv)
+        assert sh["stage"] == "shadowing" and sh["divergences"] == 0, sh
+        kib = rings_rss_kib(srv.pid)
+        assert 0 < kib <= 3 * 1024, "rings resident while shadowing: %d KiB" % kib
+        molt("rollback", srv.pid)
+        ended(srv)
+        poll(lambda: rings_rss_kib(srv.pid), lambda k: k == 0, timeout=10,
+             what="the rings given back")
+        assert ask(srv, "GET m7") == "VALUE " + "v" * 40 + "\n"
         srv.assert_clean()
     finally:
         srv.close()

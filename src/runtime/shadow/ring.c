@@ -4,7 +4,15 @@
  * shadowed update at a time; the next one empties it), inherited by the
  * follower at fork().  It holds one ring per program thread of the leader
  * (the registry's order at the fork, the same order in which the follower
- * relaunches them) and the report of how a session ended.
+ * relaunches them) and the report of how a session ended.  The rings'
+ * bytes are a second such mapping, MOLT__SHADOW_MAX_THREADS rings of
+ * ring_bytes each (MOLT_SHADOW_RING_BYTES, 64 MiB by default), made
+ * MAP_NORESERVE: shared anonymous pages cost memory only once touched, so
+ * a ring can be large enough to absorb everything the leader does while
+ * the follower migrates a big store, and costs what the session wrote
+ * into it.  A thread that runs alone for good, the other side dead, gives
+ * its ring's pages back (MADV_REMOVE, give_back()); a new session gives
+ * back what is left before it starts.
  *
  * A ring has a single producer, the leader's thread, and a single
  * consumer, the follower's thread of the same index.  Records are
@@ -125,8 +133,10 @@ typedef struct ring {
    * death, which the consumer learned from the kernel (a pidfd, waitpid)
    * before it set peer_dead. */
   _Atomic uint64_t intent;
-  /* Records are 8-byte aligned (their sizes are multiples of 8). */
-  _Alignas(8) char data[MOLT__SHADOW_RING_BYTES];
+  /* Its ring_bytes bytes in the rings' mapping (set once when the
+   * mapping is made, before any fork); records are 8-byte aligned (their
+   * sizes are multiples of 8, the mapping is page-aligned). */
+  char *data;
 } ring;
 
 /* Descriptor numbers whose byte totals the leading side keeps (a read or
@@ -195,6 +205,12 @@ typedef struct area {
 } area;
 
 static area *shared;
+/* The rings' mapping: MOLT__SHADOW_MAX_THREADS rings of ring_bytes each
+ * (both written once, by the runtime thread before the first session, and
+ * only read after: the session's start orders them before the program
+ * threads' reads, as it orders the rings' headers). */
+static char *ring_mem;
+static uint64_t ring_bytes;
 /* This process takes part in a session (process-local; release store when
  * a session starts, with every program thread parked, or in the follower
  * before its threads start; acquire load in every wrapper). */
@@ -276,15 +292,89 @@ static __thread int64_t carry_given __attribute__((tls_model("initial-exec")));
 
 static unsigned my_side(void) { return follower ? 1u : 0u; }
 
-int molt__shadow_area_get(void) {
-  if (shared)
+/* The ring size MOLT_SHADOW_RING_BYTES asks for (bytes, or a number with
+ * a K, M or G suffix): 0, or MOLT_EINVAL with err set. */
+static int ring_size_from_env(uint64_t *bytes, char *err, size_t errlen) {
+  const char *v = getenv("MOLT_SHADOW_RING_BYTES");
+  *bytes = MOLT__SHADOW_RING_DEFAULT;
+  if (!v || !*v)
     return 0;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  unsigned shift = 0;
+  if (end != v && (*end == 'K' || *end == 'k'))
+    shift = 10, end++;
+  else if (end != v && (*end == 'M' || *end == 'm'))
+    shift = 20, end++;
+  else if (end != v && (*end == 'G' || *end == 'g'))
+    shift = 30, end++;
+  if (end == v || *end || errno || v[0] == '-' || n > (MOLT__SHADOW_RING_MAX >> shift) ||
+      (n << shift) < MOLT__SHADOW_RING_MIN || (n << shift) % 4096) {
+    molt__errmsg(err, errlen,
+                 "MOLT_SHADOW_RING_BYTES='%.40s' in the target's environment is not a "
+                 "ring size: a multiple of 4096 bytes from %llu K to %llu M (a K, M or G "
+                 "suffix allowed)",
+                 v, MOLT__SHADOW_RING_MIN >> 10, MOLT__SHADOW_RING_MAX >> 20);
+    return MOLT_EINVAL;
+  }
+  *bytes = (uint64_t)n << shift;
+  return 0;
+}
+
+int molt__shadow_area_get(char *err, size_t errlen) {
+  if (shared) {
+    /* No session runs (the caller checked): what the last one left in the
+     * rings -- threads that never ran alone after it, a thread blocked
+     * since -- is given back; the next session writes from the start. */
+    madvise(ring_mem, (size_t)ring_bytes * MOLT__SHADOW_MAX_THREADS, MADV_REMOVE);
+    return 0;
+  }
+  uint64_t bytes = 0;
+  int rc = ring_size_from_env(&bytes, err, errlen);
+  if (rc < 0)
+    return rc;
+  /* Virtual space only: MAP_NORESERVE shared pages are neither counted
+   * against the commit limit nor backed until a ring writes them. */
+  size_t rings_len = (size_t)bytes * MOLT__SHADOW_MAX_THREADS;
+  void *m = mmap(NULL, rings_len, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) {
+    molt__errmsg(err, errlen,
+                 "cannot map the shadow's rings (%d x %llu MiB of address space): %s "
+                 "(MOLT_SHADOW_RING_BYTES in the target's environment sets a smaller "
+                 "ring)",
+                 MOLT__SHADOW_MAX_THREADS, (unsigned long long)(bytes >> 20),
+                 strerror(errno));
+    return MOLT_ENOMEM;
+  }
   void *p = mmap(NULL, sizeof(area), PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED)
+  if (p == MAP_FAILED) {
+    munmap(m, rings_len);
+    molt__errmsg(err, errlen, "cannot map the shadow's shared area: out of memory");
     return MOLT_ENOMEM;
+  }
+  ring_mem = m;
+  ring_bytes = bytes;
   shared = p;
+  for (size_t i = 0; i < MOLT__SHADOW_MAX_THREADS; i++)
+    shared->rings[i].data = ring_mem + i * (size_t)bytes;
   return 0;
+}
+
+/* The calling thread runs alone for good and the other side's process is
+ * dead: nobody reads or writes its ring any more (it is the ring's only
+ * producer and consumer left, and it is between two calls: no read of its
+ * own lands in the ring), so the ring's pages go back to the kernel.  Once
+ * per session and thread. */
+static __thread uint32_t my_given_back __attribute__((tls_model("initial-exec")));
+static void give_back(ring *r) {
+  uint32_t s = atomic_load_explicit(&session, memory_order_relaxed);
+  if (my_given_back == s)
+    return;
+  my_given_back = s;
+  madvise(r->data, (size_t)ring_bytes, MADV_REMOVE);
 }
 
 molt__rules *molt__shadow_rules(void) { return &rules; }
@@ -414,8 +504,15 @@ molt__shadow_role molt__shadow_role_now(void) {
   }
   /* A thread running alone with a call the dead side was inside of still
    * to complete goes through molt__shadow_replay (finish_carry). */
-  if (my_done)
-    return carry ? MOLT__SHADOW_FOLLOWER : MOLT__SHADOW_NONE;
+  if (my_done) {
+    if (carry)
+      return MOLT__SHADOW_FOLLOWER;
+    /* acquire on alone orders peer_dead (stored before its release). */
+    if (atomic_load_explicit(&alone, memory_order_acquire) &&
+        atomic_load_explicit(&peer_dead, memory_order_relaxed))
+      give_back(&shared->rings[my_ring1 - 1]);
+    return MOLT__SHADOW_NONE;
+  }
   if (!my_lead)
     return MOLT__SHADOW_FOLLOWER;
   /* The follower leading after a promotion: an old version that stopped
@@ -576,7 +673,8 @@ void molt__shadow_counts(uint64_t *recorded, uint64_t *compared, unsigned *max_u
     if (m > max)
       max = m;
   }
-  *max_use_pct = (unsigned)(max * 100 / MOLT__SHADOW_RING_BYTES);
+  /* Rounded up: a ring that holds anything shows at least 1%. */
+  *max_use_pct = (unsigned)((max * 100 + ring_bytes - 1) / ring_bytes);
 }
 
 /* ---- the leader --------------------------------------------------------------*/
@@ -644,14 +742,14 @@ static rec *reserve(ring *r, size_t size, uint64_t *end) {
   /* Only this thread writes head while it produces: relaxed.  (A thread
    * that has just taken a HANDOVER read head with acquire there.) */
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-  size_t pos = (size_t)(head % MOLT__SHADOW_RING_BYTES);
-  size_t skip = pos + size > MOLT__SHADOW_RING_BYTES ? MOLT__SHADOW_RING_BYTES - pos : 0;
+  size_t pos = (size_t)(head % ring_bytes);
+  size_t skip = pos + size > ring_bytes ? ring_bytes - pos : 0;
   uint64_t need = skip + size;
   uint64_t t0 = 0;
   for (;;) {
     /* acquire: the follower is done reading the bytes we reuse. */
     uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-    if (head + need - tail <= MOLT__SHADOW_RING_BYTES)
+    if (head + need - tail <= ring_bytes)
       break;
     if (!still_leading())
       return NULL; /* dropped meanwhile */
@@ -798,11 +896,11 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
   ring *r = &shared->rings[my_ring1 - 1];
   size_t keep = c->in_len < MOLT__SHADOW_IN_KEEP ? c->in_len : MOLT__SHADOW_IN_KEEP;
   size_t size = sizeof(rec) + align8(keep) + align8(out_len) + align8(c->aux_len);
-  if (size > MOLT__SHADOW_RING_BYTES / 4) {
+  if (size > MOLT__SHADOW_REC_MAX) {
     drop("thread %d: %s of %zu bytes is too large to record (at most %u); the shadow "
          "was dropped",
          (int)molt__gettid(), kind_name(c->kind), out_len + keep,
-         MOLT__SHADOW_RING_BYTES / 4);
+         (unsigned)MOLT__SHADOW_REC_MAX);
     return;
   }
   uint64_t end = 0;
@@ -875,7 +973,7 @@ bool molt__shadow_intent_begin(const molt__sc *c, molt__shadow_intent *it) {
   size_t size = sizeof(rec) + align8(keep) + align8(cap) + align8(c->aux_len);
   /* Larger reads are recorded after the call, as other calls are (the
    * window stays open for them: design §17). */
-  if (size > MOLT__SHADOW_RING_BYTES / 4)
+  if (size > MOLT__SHADOW_REC_MAX)
     return false;
   ring *r = &shared->rings[my_ring1 - 1];
   uint64_t end = 0;
@@ -1023,6 +1121,29 @@ static const void *rec_bytes(const rec *x, size_t *n) {
   return NULL;
 }
 
+/* Pages of a ring are given back in chunks of this size as the consumer
+ * passes them (rings smaller than 4 chunks keep theirs). */
+#define TRIM_CHUNK (1u << 20)
+
+/* The consumer moves its tail from old_tail to new_tail (before it
+ * publishes new_tail, once it is done with the record between them: the
+ * chunk given back may hold that record's first bytes): a chunk of the ring the tail has just left behind
+ * is given back (MADV_REMOVE), so that a ring costs memory for what it
+ * holds, not for every byte it ever held.  Safe: its bytes are consumed
+ * (records taken ahead lie beyond the tail), the producer reads none of
+ * its records once published, and it writes there again only after it
+ * sees the new tail -- the release store that follows this call, which
+ * the madvise() precedes.  A page written again is a fresh zero page. */
+static void trim_behind(ring *r, uint64_t old_tail, uint64_t new_tail) {
+  if (ring_bytes < 4u * TRIM_CHUNK || ring_bytes % TRIM_CHUNK ||
+      old_tail / TRIM_CHUNK == new_tail / TRIM_CHUNK)
+    return;
+  /* A record is at most MOLT__SHADOW_REC_MAX < TRIM_CHUNK bytes: one
+   * chunk boundary crossed, the chunk before it wholly consumed. */
+  uint64_t chunk = (old_tail / TRIM_CHUNK) * TRIM_CHUNK;
+  madvise(r->data + chunk % ring_bytes, TRIM_CHUNK, MADV_REMOVE);
+}
+
 /* Waits for the ring's next record (SKIP fillers passed): its address;
  * NULL when the other side is gone and the ring is empty. */
 static rec *next_record(ring *r, uint64_t *tailp) {
@@ -1048,9 +1169,11 @@ static rec *next_record(ring *r, uint64_t *tailp) {
       atomic_store_explicit(&r->waiting, 0, memory_order_relaxed);
       continue;
     }
-    rec *x = (rec *)(r->data + tail % MOLT__SHADOW_RING_BYTES);
+    rec *x = (rec *)(r->data + tail % ring_bytes);
     if (x->kind == MOLT__SC_SKIP || (nahead && taken_ahead(tail, true))) {
-      tail += x->size;
+      uint64_t next = tail + x->size; /* read before the trim (consume()) */
+      trim_behind(r, tail, next);
+      tail = next;
       atomic_store_explicit(&r->tail, tail, memory_order_release);
       continue;
     }
@@ -1129,7 +1252,10 @@ static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t pos, uint64_
     ahead[nahead++] = pos;
     return;
   }
-  *tail += x->size;
+  /* x's size read before the trim, which may give back its first bytes. */
+  uint64_t next = *tail + x->size;
+  trim_behind(r, *tail, next);
+  *tail = next;
   /* release: we are done with the record's bytes before the leader may
    * overwrite them (its acquire load of tail). */
   atomic_store_explicit(&r->tail, *tail, memory_order_release);
@@ -1196,7 +1322,7 @@ static rec *find_on_fd(ring *r, uint64_t tail, const molt__sc *c, uint64_t *pos)
       atomic_store_explicit(&r->waiting, 0, memory_order_relaxed);
       head = atomic_load_explicit(&r->head, memory_order_acquire);
     }
-    rec *y = (rec *)(r->data + p % MOLT__SHADOW_RING_BYTES);
+    rec *y = (rec *)(r->data + p % ring_bytes);
     if (y->kind != MOLT__SC_SKIP && !taken_ahead(p, false)) {
       if (!on_fd(y->kind) && !is_time(y->kind))
         return NULL; /* a readiness call ends the round */
@@ -1227,7 +1353,12 @@ static bool others_caught_up(const ring *mine, uint64_t seq) {
     uint64_t t = atomic_load_explicit(&o->tail, memory_order_acquire);
     uint64_t h = atomic_load_explicit(&o->head, memory_order_acquire);
     while (t != h) {
-      const rec *y = (const rec *)(o->data + t % MOLT__SHADOW_RING_BYTES);
+      const rec *y = (const rec *)(o->data + t % ring_bytes);
+      /* Size 0: that thread moved past this record meanwhile and gave its
+       * chunk back (trim_behind), a hole reads as zeros: wait once more,
+       * the next look starts from its new tail. */
+      if (y->size == 0)
+        return false;
       /* A HANDOVER: that thread is handing its ring over, past every call
        * before it (HANDOVER records carry no place among the calls). */
       if (y->kind == REC_HANDOVER)
@@ -1364,9 +1495,9 @@ static const rec *pending_intent(ring *r, uint64_t tail) {
   /* acquire: pairs with the producer's release store of the mark, after
    * the header it wrote (see ring.intent for the rest). */
   uint64_t m = atomic_load_explicit(&r->intent, memory_order_acquire);
-  if (!m || m - 1 < tail || m - 1 - tail >= MOLT__SHADOW_RING_BYTES)
+  if (!m || m - 1 < tail || m - 1 - tail >= ring_bytes)
     return NULL; /* none, or published (below head) */
-  const rec *x = (const rec *)(r->data + (m - 1) % MOLT__SHADOW_RING_BYTES);
+  const rec *x = (const rec *)(r->data + (m - 1) % ring_bytes);
   return is_rw(x->kind) ? x : NULL;
 }
 

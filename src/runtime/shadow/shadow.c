@@ -291,10 +291,10 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
     molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
     return MOLT_EBUSY;
   }
-  if (molt__shadow_area_get() < 0) {
-    molt__errmsg(err, errlen, "cannot map the shadow's rings: out of memory");
+  int area_rc = molt__shadow_area_get(err, errlen);
+  if (area_rc < 0) {
     molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
-    return MOLT_ENOMEM;
+    return area_rc;
   }
   /* The rules, parsed again here: the text came from a client.  Into a
    * table of the operation's (op_lock): the session's table, which the

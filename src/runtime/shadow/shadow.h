@@ -26,8 +26,19 @@
 
 /* Program threads a shadowed update follows at most (one ring each). */
 #define MOLT__SHADOW_MAX_THREADS 64
-/* Bytes of one thread's ring: records and their payloads. */
-#define MOLT__SHADOW_RING_BYTES (256u * 1024u)
+/* Bytes of one thread's ring (records and their payloads): by default
+ * large enough that the leader does not wait while the follower migrates
+ * a big store before it replays (bench/RESULTS.md, P10); the environment
+ * variable MOLT_SHADOW_RING_BYTES of the target process sets it (bytes,
+ * or with a K, M or G suffix, within the bounds below).  The rings are
+ * MAP_NORESERVE shared memory: only the pages a session touched cost
+ * memory, and they are given back as its threads run alone (ring.c). */
+#define MOLT__SHADOW_RING_DEFAULT (64ull << 20)
+#define MOLT__SHADOW_RING_MIN (256ull << 10)
+#define MOLT__SHADOW_RING_MAX (1ull << 30)
+/* The largest record kept (a call's kept input and output and its
+ * header), whatever the ring's size: a quarter of the smallest ring. */
+#define MOLT__SHADOW_REC_MAX (MOLT__SHADOW_RING_MIN / 4)
 /* How long a leader thread waits for room in its full ring before the
  * shadow is dropped. */
 #define MOLT__SHADOW_FULL_WAIT_MS 1000
@@ -73,8 +84,10 @@ enum {
 };
 
 /* ---- ring.c ------------------------------------------------------------------*/
-/* The shared area (MAP_SHARED, made once, kept): 0 or MOLT_ENOMEM. */
-MOLT__HIDDEN int molt__shadow_area_get(void);
+/* The shared area and the rings (MAP_SHARED, made once, kept; the rings'
+ * size read from MOLT_SHADOW_RING_BYTES the first time): 0, or
+ * MOLT_EINVAL (a bad value) / MOLT_ENOMEM with err set. */
+MOLT__HIDDEN int molt__shadow_area_get(char *err, size_t errlen);
 /* A new session (runtime thread, every program thread parked): one ring per
  * tid, emptied; the calling process records from now on. */
 MOLT__HIDDEN void molt__shadow_session_begin(const pid_t *tids, size_t n);
