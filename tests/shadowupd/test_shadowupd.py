@@ -550,7 +550,7 @@ def test_full_ring_drops_the_shadow():
     connection fills one in a few seconds."""
     v1 = image("kvs-v1")
     slow = image("kvs-slow", 3, frm=v1)
-    srv = Server(v1, "slow", {"MOLT_SHADOW_RING_BYTES": "256K"})
+    srv = Server(v1, "slow", extra_env={"MOLT_SHADOW_RING_BYTES": "256K"})
     try:
         fds = srv.settled_fds()
         shadow(srv, slow)
@@ -643,7 +643,7 @@ def test_ring_size_and_memory():
     rings resident (the consumer gives back each 1 MiB chunk it passed),
     and nothing once the shadow ended (each thread gives its ring back)."""
     v1, same, _, _ = images()
-    srv = Server(v1, "ringbad", {"MOLT_SHADOW_RING_BYTES": "3000"})
+    srv = Server(v1, "ringbad", extra_env={"MOLT_SHADOW_RING_BYTES": "3000"})
     try:
         r = molt("update", "--shadow", srv.pid, same, check=1)
         assert "MOLT_SHADOW_RING_BYTES='3000'" in r.err and "256 K" in r.err, r
