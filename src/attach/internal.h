@@ -233,6 +233,10 @@ MOLT__HIDDEN size_t molt__stack_signal_ips(attach_view *v, const attach_stack *s
                                            uint64_t *ips, size_t max);
 /* The same for the word `word` of each frame (ATTACH_SIGFRAME_SP_WORD: the
  * stack pointer the interrupted code goes back to). */
+/* The mapping of v holding addr (and its index in v->maps, if index), or
+ * NULL. */
+MOLT__HIDDEN const attach_map *molt__attach_map_at(const attach_view *v, uint64_t addr,
+                                                   size_t *index);
 MOLT__HIDDEN size_t molt__stack_signal_words(attach_view *v, const attach_stack *s,
                                              unsigned word, uint64_t *out, size_t max);
 

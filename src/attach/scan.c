@@ -420,22 +420,6 @@ int molt__scan_begin(attach_scan *sc, pid_t pid, uint64_t lo, uint64_t hi,
   return rc == MOLT_ENOMEM ? rc : 0;
 }
 
-static const attach_map *map_at(const attach_view *v, uint64_t addr, size_t *index) {
-  size_t lo = 0, hi = v->n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (addr < v->maps[mid].start)
-      hi = mid;
-    else if (addr >= v->maps[mid].end)
-      lo = mid + 1;
-    else {
-      *index = mid;
-      return &v->maps[mid];
-    }
-  }
-  return NULL;
-}
-
 /* A thread's stack as the kernel ([stack]) or glibc (an anonymous mapping
  * right above its PROT_NONE guard) lays it out: it holds that stack only,
  * so what lies below the stack pointer is dead. */
@@ -482,7 +466,7 @@ static int find_stacks(const attach_stop *s, attach_view *v, live_from *lf) {
     for (size_t k = 0; k < nsp; k++) {
       size_t i;
       uint64_t live = sps[k] - (k == 0 && in_call ? 0 : RED_ZONE);
-      if (!map_at(v, sps[k], &i) || !stack_like(v, i))
+      if (!molt__attach_map_at(v, sps[k], &i) || !stack_like(v, i))
         continue;
       if (live < lf->from[i])
         lf->from[i] = live;
@@ -527,7 +511,7 @@ int molt__scan_finish(attach_scan *sc, const attach_stop *s, attach_found *found
   for (size_t h = 0; rc == 0 && h < sc->nhits; h++) {
     size_t i;
     uint64_t word;
-    const attach_map *m = map_at(&v, sc->hits[h], &i);
+    const attach_map *m = molt__attach_map_at(&v, sc->hits[h], &i);
     if (!m || !looked_in(m) || sc->hits[h] < lf.from[i] ||
         pread(sc->mem, &word, sizeof word, (off_t)sc->hits[h]) != (ssize_t)sizeof word)
       continue;
@@ -547,14 +531,14 @@ int molt__scan_finish(attach_scan *sc, const attach_stop *s, attach_found *found
   ps.force = true;
   for (size_t u = 0; rc == 0 && u < sc->nunread; u++) {
     size_t i;
-    const attach_map *m = map_at(&v, sc->unread[u], &i);
+    const attach_map *m = molt__attach_map_at(&v, sc->unread[u], &i);
     ps.live = m ? lf.from[i] : 0;
     if (m && looked_in(m) && sc->unread[u] + ATTACH_PAGE > lf.from[i])
       rc = scan_range(&ps, m, sc->unread[u], sc->unread[u] + ATTACH_PAGE);
   }
   if (rc == 1) {
     size_t i;
-    if (map_at(&v, found->at, &i))
+    if (molt__attach_map_at(&v, found->at, &i))
       name_mapping(&v, &lf, i, found);
     if (pread(sc->mem, &found->value, 8, (off_t)found->at) != 8)
       found->value = 0;

@@ -85,7 +85,8 @@ static int view_read(const attach_view *v, uint64_t addr, void *buf, size_t n) {
 /* The mapping holding addr: a binary search (the kernel lists mappings in
  * address order); every word of every stack is looked up during the
  * stop. */
-static const attach_map *map_of(const attach_view *v, uint64_t addr) {
+const attach_map *molt__attach_map_at(const attach_view *v, uint64_t addr,
+                                      size_t *index) {
   size_t lo = 0, hi = v->n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
@@ -93,15 +94,18 @@ static const attach_map *map_of(const attach_view *v, uint64_t addr) {
       hi = mid;
     else if (addr >= v->maps[mid].end)
       lo = mid + 1;
-    else
+    else {
+      if (index)
+        *index = mid;
       return &v->maps[mid];
+    }
   }
   return NULL;
 }
 
 int molt__stack_read(attach_view *v, uint64_t sp, attach_stack *out) {
   memset(out, 0, sizeof *out);
-  const attach_map *m = map_of(v, sp);
+  const attach_map *m = molt__attach_map_at(v, sp, NULL);
   if (!m && !v->fresh) {
     /* a stack mapped since the maps were read (a new thread) */
     attach_map *maps;
@@ -116,7 +120,7 @@ int molt__stack_read(attach_view *v, uint64_t sp, attach_stack *out) {
     rc = index_exec(v);
     if (rc)
       return rc;
-    m = map_of(v, sp);
+    m = molt__attach_map_at(v, sp, NULL);
   }
   if (!m)
     return MOLT_ENOENT;
@@ -152,7 +156,7 @@ static bool is_restorer(attach_view *v, uint64_t addr) {
   for (size_t i = 0; i < v->nother; i++)
     if (v->other[i] == addr)
       return false;
-  const attach_map *m = map_of(v, addr);
+  const attach_map *m = molt__attach_map_at(v, addr, NULL);
   uint8_t code[ATTACH_RESTORER_LEN];
   bool yes = m && m->x && addr + sizeof code <= m->end &&
              view_read(v, addr, code, sizeof code) == 0 && molt__arch_is_restorer(code);
