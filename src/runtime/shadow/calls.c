@@ -44,7 +44,7 @@
  * own calls are not trapped (trap.c); a thread that leads from here stays
  * allowed, since its calls are real from now on (a thread that follows
  * again blocks at the end of its next replay). */
-static bool replay(const molt__sc *c, int64_t *ret) {
+bool molt__shadow_call_replay(const molt__sc *c, int64_t *ret) {
   int e = 0;
   molt__shadow_trap_allow();
   if (!molt__shadow_replay(c, ret, &e))
@@ -57,7 +57,7 @@ static bool replay(const molt__sc *c, int64_t *ret) {
   return true;
 }
 
-static void record(const molt__sc *c, int64_t ret, size_t out_len) {
+void molt__shadow_call_record(const molt__sc *c, int64_t ret, size_t out_len) {
   int e = errno;
   molt__shadow_record(c, ret, e, out_len);
   errno = e;
@@ -84,13 +84,13 @@ ssize_t __wrap_read(int fd, void *buf, size_t n) {
     return read(fd, buf, n);
   molt__sc c = {MOLT__SC_READ, {fd, (int64_t)n, 0}, NULL, 0, buf, n, 0};
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr))
     return (ssize_t)rr;
   molt__shadow_intent it;
   if (molt__shadow_intent_begin(&c, &it))
     return intent_end(&it, read(fd, it.data, n), buf);
   ssize_t r = read(fd, buf, n);
-  record(&c, r, r > 0 ? (size_t)r : 0);
+  molt__shadow_call_record(&c, r, r > 0 ? (size_t)r : 0);
   return r;
 }
 
@@ -100,13 +100,13 @@ ssize_t __wrap_recv(int fd, void *buf, size_t n, int flags) {
     return recv(fd, buf, n, flags);
   molt__sc c = {MOLT__SC_RECV, {fd, (int64_t)n, flags}, NULL, 0, buf, n, 0};
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr))
     return (ssize_t)rr;
   molt__shadow_intent it;
   if (molt__shadow_intent_begin(&c, &it))
     return intent_end(&it, recv(fd, it.data, n, flags), buf);
   ssize_t r = recv(fd, buf, n, flags);
-  record(&c, r, r > 0 ? (size_t)r : 0);
+  molt__shadow_call_record(&c, r, r > 0 ? (size_t)r : 0);
   return r;
 }
 
@@ -116,13 +116,13 @@ ssize_t __wrap_write(int fd, const void *buf, size_t n) {
     return write(fd, buf, n);
   molt__sc c = {MOLT__SC_WRITE, {fd, (int64_t)n, 0}, buf, n, NULL, 0, 0};
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr))
     return (ssize_t)rr;
   molt__shadow_intent it;
   if (molt__shadow_intent_begin(&c, &it))
     return intent_end(&it, write(fd, buf, n), NULL);
   ssize_t r = write(fd, buf, n);
-  record(&c, r, 0);
+  molt__shadow_call_record(&c, r, 0);
   return r;
 }
 
@@ -132,13 +132,13 @@ ssize_t __wrap_send(int fd, const void *buf, size_t n, int flags) {
     return send(fd, buf, n, flags);
   molt__sc c = {MOLT__SC_SEND, {fd, (int64_t)n, flags}, buf, n, NULL, 0, 0};
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr))
     return (ssize_t)rr;
   molt__shadow_intent it;
   if (molt__shadow_intent_begin(&c, &it))
     return intent_end(&it, send(fd, buf, n, flags), NULL);
   ssize_t r = send(fd, buf, n, flags);
-  record(&c, r, 0);
+  molt__shadow_call_record(&c, r, 0);
   return r;
 }
 
@@ -156,7 +156,7 @@ static int accept_common(molt__sc_kind kind, int fd, struct sockaddr *addr,
   socklen_t cap = addr && len ? *len : 0;
   molt__sc c = {kind, {fd, flags, cap}, NULL, 0, &out, sizeof out, 0};
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr)) {
     int r = (int)rr;
     if (r >= 0 && addr && len) {
       int e = errno;
@@ -174,7 +174,7 @@ static int accept_common(molt__sc_kind kind, int fd, struct sockaddr *addr,
     memcpy(addr, &out.a, out.len < cap ? out.len : cap);
     *len = out.len;
   }
-  record(&c, r, r >= 0 ? sizeof out : 0);
+  molt__shadow_call_record(&c, r, r >= 0 ? sizeof out : 0);
   return r;
 }
 
@@ -233,7 +233,7 @@ int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout) {
                 revents,       n * sizeof revents[0],    0};
   memset(revents, 0, n * sizeof revents[0]); /* a follower's retry returns no event */
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr)) {
     if (rr >= 0)
       for (nfds_t k = 0; k < n; k++)
         fds[idx[k]].revents = revents[k];
@@ -242,7 +242,7 @@ int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout) {
   int r = poll(fds, n, timeout);
   for (nfds_t k = 0; k < n; k++)
     revents[k] = fds[idx[k]].revents;
-  record(&c, r, r >= 0 ? n * sizeof revents[0] : 0);
+  molt__shadow_call_record(&c, r, r >= 0 ? n * sizeof revents[0] : 0);
   return r;
 }
 
@@ -259,7 +259,7 @@ int __wrap_close(int fd) {
   }
   molt__sc c = {MOLT__SC_CLOSE, {fd, 0, 0}, NULL, 0, NULL, 0, 0};
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr)) {
     if (rr == 0)
       molt__shadow_epoll_closing(fd, false, molt__shadow_replayed_fd_gen());
     return (int)rr; /* the follower's copy: closed by the replay (fds.c) */
@@ -267,7 +267,7 @@ int __wrap_close(int fd) {
   molt__shadow_epoll_closing(fd, true, MOLT__SHADOW_ANY_GEN);
   c.fd_gen = molt__shadow_fd_gen(fd); /* before the number can be reused */
   int r = close(fd);
-  record(&c, r, 0);
+  molt__shadow_call_record(&c, r, 0);
   return r;
 }
 
@@ -282,10 +282,10 @@ int __wrap_socket(int domain, int type, int protocol) {
     return socket(domain, type, protocol);
   molt__sc c = {MOLT__SC_SOCKET, {domain, type, protocol}, NULL, 0, NULL, 0, 0};
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr))
     return (int)rr;
   int r = socket(domain, type, protocol);
-  record(&c, r, 0);
+  molt__shadow_call_record(&c, r, 0);
   return r;
 }
 
@@ -308,10 +308,10 @@ int __wrap_open(const char *path, int flags, ...) {
     return open(path, flags, mode);
   molt__sc c = {MOLT__SC_OPEN, {flags, mode, 0}, path, strlen(path), NULL, 0, 0};
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr))
     return (int)rr;
   int r = open(path, flags, mode);
-  record(&c, r, 0);
+  molt__shadow_call_record(&c, r, 0);
   return r;
 }
 
@@ -323,10 +323,10 @@ int __wrap_openat(int dirfd, const char *path, int flags, ...) {
     return openat(dirfd, path, flags, mode);
   molt__sc c = {MOLT__SC_OPENAT, {dirfd, flags, mode}, path, strlen(path), NULL, 0, 0};
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr))
     return (int)rr;
   int r = openat(dirfd, path, flags, mode);
-  record(&c, r, 0);
+  molt__shadow_call_record(&c, r, 0);
   return r;
 }
 
@@ -344,11 +344,11 @@ int __wrap_clock_gettime(clockid_t clock, struct timespec *ts) {
   molt__sc c = {MOLT__SC_CLOCK_GETTIME, {clock, 0, 0}, NULL, 0, &v, sizeof v, 0};
   int r;
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr)) {
     r = (int)rr;
   } else {
     r = clock_gettime(clock, &v);
-    record(&c, r, r == 0 ? sizeof v : 0);
+    molt__shadow_call_record(&c, r, r == 0 ? sizeof v : 0);
   }
   if (r == 0 && ts)
     *ts = v;
@@ -367,11 +367,11 @@ int __wrap_gettimeofday(struct timeval *tv, void *tz) {
       MOLT__SC_GETTIMEOFDAY, {tv != NULL, tz != NULL, 0}, NULL, 0, &v, sizeof v, 0};
   int r;
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr)) {
     r = (int)rr;
   } else {
     r = gettimeofday(&v.tv, tz ? (void *)&v.tz : NULL);
-    record(&c, r, r == 0 ? sizeof v : 0);
+    molt__shadow_call_record(&c, r, r == 0 ? sizeof v : 0);
   }
   if (r == 0 && tv)
     *tv = v.tv;
@@ -387,11 +387,11 @@ time_t __wrap_time(time_t *t) {
   molt__sc c = {MOLT__SC_TIME, {t != NULL, 0, 0}, NULL, 0, NULL, 0, 0};
   time_t r;
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr)) {
     r = (time_t)rr;
   } else {
     r = time(NULL);
-    record(&c, r, 0);
+    molt__shadow_call_record(&c, r, 0);
   }
   if (t && r != (time_t)-1)
     *t = r;
@@ -404,10 +404,10 @@ ssize_t __wrap_getrandom(void *buf, size_t n, unsigned flags) {
     return getrandom(buf, n, flags);
   molt__sc c = {MOLT__SC_GETRANDOM, {(int64_t)n, flags, 0}, NULL, 0, buf, n, 0};
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr))
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr))
     return (ssize_t)rr;
   ssize_t r = getrandom(buf, n, flags);
-  record(&c, r, r > 0 ? (size_t)r : 0);
+  molt__shadow_call_record(&c, r, r > 0 ? (size_t)r : 0);
   return r;
 }
 
@@ -517,13 +517,13 @@ static void no_memory(molt__sc_kind kind, size_t n) {
 static ssize_t output_call(molt__shadow_role role, molt__sc *c, ssize_t (*real)(void *),
                            void *arg) {
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(c, &rr))
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(c, &rr))
     return (ssize_t)rr;
   molt__shadow_intent it;
   if (molt__shadow_intent_begin(c, &it))
     return intent_end(&it, real(arg), NULL);
   ssize_t r = real(arg);
-  record(c, r, 0);
+  molt__shadow_call_record(c, r, 0);
   return r;
 }
 
@@ -536,7 +536,7 @@ static ssize_t input_call(molt__shadow_role role, molt__sc *c,
                           ssize_t (*real)(void *, void *), void *arg, bool *replayed) {
   int64_t rr;
   *replayed = false;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(c, &rr)) {
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(c, &rr)) {
     *replayed = true;
     return (ssize_t)rr;
   }
@@ -552,7 +552,8 @@ static ssize_t input_call(molt__shadow_role role, molt__sc *c,
     return r;
   }
   ssize_t r = real(arg, c->out);
-  record(c, r, r > 0 ? ((size_t)r < c->out_cap ? (size_t)r : c->out_cap) : 0);
+  molt__shadow_call_record(c, r,
+                           r > 0 ? ((size_t)r < c->out_cap ? (size_t)r : c->out_cap) : 0);
   return r;
 }
 
@@ -729,7 +730,8 @@ ssize_t __wrap_readv(int fd, const struct iovec *iov, int cnt) {
     ssize_t r = readv(fd, iov, cnt);
     int e = errno;
     molt__sc c = {MOLT__SC_READV, {fd, -1, 0}, NULL, 0, NULL, 0, 0};
-    record(&c, r, 0); /* no bytes recorded: a difference for the follower */
+    molt__shadow_call_record(&c, r,
+                             0); /* no bytes recorded: a difference for the follower */
     errno = e;
     return r;
   }
@@ -816,7 +818,8 @@ ssize_t __wrap_recvmsg(int fd, struct msghdr *msg, int flags) {
     ssize_t r = recvmsg(fd, msg, flags);
     int e = errno;
     molt__sc c = {MOLT__SC_RECVMSG, {fd, -1, flags}, NULL, 0, NULL, 0, 0};
-    record(&c, r, 0); /* no bytes recorded: a difference for the follower */
+    molt__shadow_call_record(&c, r,
+                             0); /* no bytes recorded: a difference for the follower */
     errno = e;
     return r;
   }

@@ -609,24 +609,6 @@ static void wait_for_older(int epfd, int fd, uint32_t gen) {
   }
 }
 
-/* As calls.c's: the leader's result (true), or false when the thread
- * leads from this call on. */
-static bool replay(const molt__sc *c, int64_t *ret) {
-  int e = 0;
-  molt__shadow_trap_allow();
-  if (!molt__shadow_replay(c, ret, &e))
-    return false;
-  molt__shadow_trap_block();
-  errno = e;
-  return true;
-}
-
-static void record(const molt__sc *c, int64_t ret, size_t out_len) {
-  int e = errno;
-  molt__shadow_record(c, ret, e, out_len);
-  errno = e;
-}
-
 /* epoll_create (which 0, arg its size) and epoll_create1 (which 1, arg
  * its flags): a new instance, passed to the follower at the same number
  * (fds.c), with an empty table on both sides. */
@@ -636,12 +618,13 @@ static int create_common(int which, int arg) {
     return which ? epoll_create1(arg) : epoll_create(arg);
   molt__sc c = {.kind = MOLT__SC_EPOLL_CREATE, .a = {which, arg, 0}};
   int64_t rr;
-  bool followed = role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr);
+  bool followed = role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr);
   if (followed)
     replayed_other_side();
   int r = followed ? (int)rr : which ? epoll_create1(arg) : epoll_create(arg);
   if (!followed)
-    record(&c, r, 0); /* passes the instance (fds.c), counts its generation */
+    molt__shadow_call_record(&c, r,
+                             0); /* passes the instance (fds.c), counts its generation */
   if (r >= 0) {
     int e = errno;
     uint32_t gen = followed ? molt__shadow_replayed_fd_gen() : molt__shadow_fd_gen(r);
@@ -713,7 +696,7 @@ int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
                  * the follower replays out of order is told apart by */
                 .fd_gen = role == MOLT__SHADOW_LEADER ? molt__shadow_fd_gen(fd) : 0};
   int64_t rr;
-  if (role == MOLT__SHADOW_FOLLOWER && replay(&c, &rr)) {
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_call_replay(&c, &rr)) {
     replayed_other_side();
     if (rr == 0) {
       int e = errno;
@@ -758,7 +741,7 @@ int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
                           : "epoll instance %d: the registration of descriptor %d "
                             "(%d) cannot be followed; the shadow was dropped",
                       epfd, dup, fd);
-  record(&c, r, 0);
+  molt__shadow_call_record(&c, r, 0);
   return r;
 }
 
@@ -809,7 +792,7 @@ static int wait_common(wait_kind w, int epfd, struct epoll_event *ev, int max,
   if (role == MOLT__SHADOW_FOLLOWER) {
     cur_ev = ev;
     cur_cap = cap;
-    bool followed = replay(&c, &rr);
+    bool followed = molt__shadow_call_replay(&c, &rr);
     cur_ev = NULL;
     if (followed) {
       replayed_other_side();
@@ -832,7 +815,7 @@ static int wait_common(wait_kind w, int epfd, struct epoll_event *ev, int max,
     molt__lock_release(&shep_lock);
     errno = e;
   }
-  record(&c, r, r > 0 ? (size_t)r * sizeof out[0] : 0);
+  molt__shadow_call_record(&c, r, r > 0 ? (size_t)r * sizeof out[0] : 0);
   return r;
 }
 

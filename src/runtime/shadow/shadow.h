@@ -164,6 +164,13 @@ MOLT__HIDDEN void molt__shadow_intent_counts(molt__shadow_intents *n);
  * (a promotion, or the other side is gone): the caller makes the call and
  * then molt__shadow_record. */
 MOLT__HIDDEN bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err);
+/* The wrappers' (calls.c, epoll.c) forms of the two, errno kept as the
+ * program's call leaves it: the follower's result, the leader's, with its
+ * errno (true), or false when the thread leads from this call on (the
+ * caller makes the call and records it); record after a real call. */
+MOLT__HIDDEN bool molt__shadow_call_replay(const molt__sc *c, int64_t *ret);
+MOLT__HIDDEN void molt__shadow_call_record(const molt__sc *c, int64_t ret,
+                                           size_t out_len);
 /* The follower ends with a report (first one wins): never returns.  In
  * the original process following after a promotion, the calling thread
  * stops for good instead (the process keeps its control socket). */
