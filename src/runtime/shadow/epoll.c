@@ -437,6 +437,23 @@ static int read_instance(int epfd, const inst *old, char *err, size_t errlen) {
   return rc;
 }
 
+/* Each epoll instance the program holds at the barrier, read into a table
+ * (old: the tables of an earlier session, for their absent registrations). */
+struct begin_ctx {
+  const inst *old;
+  char *err;
+  size_t errlen;
+};
+
+static int begin_instance(void *arg, int fd) {
+  struct begin_ctx *c = arg;
+  const inst *o = NULL;
+  for (int i = 0; i < MAX_INST; i++)
+    if (c->old[i].epfd == fd)
+      o = &c->old[i];
+  return read_instance(fd, o, c->err, c->errlen);
+}
+
 int molt__shadow_epoll_begin(char *err, size_t errlen) {
   molt__lock_acquire(&shep_lock);
   tables_init();
@@ -449,34 +466,9 @@ int molt__shadow_epoll_begin(char *err, size_t errlen) {
       atomic_fetch_sub_explicit(&ninst, 1, memory_order_relaxed);
     insts[i] = (inst){.epfd = -1};
   }
-  int rc = 0;
-  DIR *d = opendir("/proc/self/fd");
-  if (!d) {
-    int e = errno;
-    molt__errmsg(err, errlen, "cannot list the process's descriptors: %s", strerror(e));
-    rc = molt__from_errno(e);
-  }
-  int dfd = d ? dirfd(d) : -1;
-  for (struct dirent *de; rc == 0 && d && (de = readdir(d)) != NULL;) {
-    char *end;
-    long fd = strtol(de->d_name, &end, 10);
-    if (*end || end == de->d_name || fd == dfd)
-      continue;
-    char link[64];
-    ssize_t n = readlinkat(dfd, de->d_name, link, sizeof link - 1);
-    if (n <= 0)
-      continue;
-    link[n] = '\0';
-    if (strcmp(link, "anon_inode:[eventpoll]"))
-      continue;
-    const inst *o = NULL;
-    for (int i = 0; i < MAX_INST; i++)
-      if (old[i].epfd == fd)
-        o = &old[i];
-    rc = read_instance((int)fd, o, err, errlen);
-  }
-  if (d)
-    closedir(d);
+  struct begin_ctx ctx = {old, err, errlen};
+  int rc = molt__shadow_each_fd_of("anon_inode:[eventpoll]", begin_instance, &ctx, err,
+                                   errlen);
   for (int i = 0; i < MAX_INST; i++) {
     free(old[i].e);
     free(old[i].key);

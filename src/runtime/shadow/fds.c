@@ -370,7 +370,8 @@ static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
  * sight (trap.c).  It cannot be followed, so a program that holds one is
  * refused at the barrier, before the fork, with nothing changed.  (An
  * epoll instance is shared too; epoll.c follows it.) */
-int molt__shadow_fds_check_forkable(char *err, size_t errlen) {
+int molt__shadow_each_fd_of(const char *link_name, int (*fn)(void *arg, int fd),
+                            void *arg, char *err, size_t errlen) {
   DIR *d = opendir("/proc/self/fd");
   if (!d) {
     int e = errno;
@@ -388,17 +389,30 @@ int molt__shadow_fds_check_forkable(char *err, size_t errlen) {
     if (n <= 0)
       continue;
     link[n] = '\0';
-    const char *what = !strcmp(link, "anon_inode:[io_uring]") ? "an io_uring" : NULL;
-    if (what) {
-      molt__errmsg(
-          err, errlen,
-          "the program holds %s (fd %ld), which a forked follower would share "
-          "with the leader; shadowed updates follow poll- and epoll-based servers "
-          "only: use a plain full update (molt update)",
-          what, fd);
-      rc = MOLT_ENOTSUP;
-    }
+    if (strcmp(link, link_name) == 0)
+      rc = fn(arg, (int)fd);
   }
   closedir(d);
   return rc;
+}
+
+typedef struct refusal {
+  char *err;
+  size_t errlen;
+} refusal;
+
+static int refuse_io_uring(void *arg, int fd) {
+  refusal *r = arg;
+  molt__errmsg(r->err, r->errlen,
+               "the program holds an io_uring (fd %d), which a forked follower would "
+               "share with the leader; shadowed updates follow poll- and epoll-based "
+               "servers only: use a plain full update (molt update)",
+               fd);
+  return MOLT_ENOTSUP;
+}
+
+int molt__shadow_fds_check_forkable(char *err, size_t errlen) {
+  refusal r = {err, errlen};
+  return molt__shadow_each_fd_of("anon_inode:[io_uring]", refuse_io_uring, &r, err,
+                                 errlen);
 }

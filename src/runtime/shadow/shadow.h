@@ -164,6 +164,12 @@ MOLT__HIDDEN void molt__shadow_intent_counts(molt__shadow_intents *n);
  * (a promotion, or the other side is gone): the caller makes the call and
  * then molt__shadow_record. */
 MOLT__HIDDEN bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err);
+/* Calls fn(arg, fd) for each descriptor of this process whose
+ * /proc/self/fd link reads link_name ("anon_inode:[eventpoll]"), up to the
+ * first that returns non-zero: that, 0, or a MOLT_E* code with err. */
+MOLT__HIDDEN int molt__shadow_each_fd_of(const char *link_name,
+                                         int (*fn)(void *arg, int fd), void *arg,
+                                         char *err, size_t errlen);
 /* The wrappers' (calls.c, epoll.c) forms of the two, errno kept as the
  * program's call leaves it: the follower's result, the leader's, with its
  * errno (true), or false when the thread leads from this call on (the
