@@ -621,6 +621,27 @@ def test_refused_before_fork():
         srv.close()
 
 
+def test_io_uring_refused_at_the_barrier():
+    """A program that holds an io_uring (a kernel object a fork shares, whose
+    rings the kernel may read with no system call) is refused at the
+    barrier with the reason and the way forward, before the fork: no
+    follower, the process serving on unchanged."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "uring")
+    try:
+        got = ask(srv, "URING")
+        assert re.fullmatch(r"URING \d+\n", got), got  # this kernel has io_uring
+        fds = srv.settled_fds()
+        r = molt("update", "--shadow", srv.pid, same, check=1)
+        assert "the program holds an io_uring (fd %s)" % got.split()[1] in r.err and \
+            "use a plain full update (molt update)" in r.err, r
+        assert status(srv.pid)["shadow"] is None
+        assert ask(srv, "PING") == "PONG\n" and ask(srv, "GET nothing") == "NONE\n"
+        assert srv.settled_fds() == fds
+    finally:
+        srv.close()
+
+
 def rings_rss_kib(pid):
     """Resident KiB of the shadow's rings in pid: its largest shared
     anonymous mapping (64 rings, MOLT_SHADOW_RING_BYTES each)."""

@@ -15,9 +15,9 @@
  * random bytes, "WRITEV" -> "WV" sent with writev, "MMSG" -> "MM" sent with
  * sendmmsg (not followed: a follower's backstop ends it), "FDPASS" ->
  * "FDPASS ok" once a descriptor went through a socketpair with sendmsg
- * and came back with recvmsg (SCM_RIGHTS: a follower ends), "EPOLL" ->
- * "EPOLL fd" after opening an epoll instance (kept open: a shadowed update
- * is then refused).  Built with -DKVS_VARIANT=N for the versions a
+ * and came back with recvmsg (SCM_RIGHTS: a follower ends), "URING" ->
+ * "URING fd" after opening an io_uring (kept open: a shadowed update is
+ * then refused at the barrier; a negative fd is the kernel's -errno).  Built with -DKVS_VARIANT=N for the versions a
  * test updates to: 1 answers "GET magic" differently, 2 crashes on "GET
  * crash", 3 sleeps a minute on "GET slow", 4 adds a field whose
  * transformer faults (kvs-fail.xf), 5 accepts a new command "INCR k" ->
@@ -33,9 +33,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/io_uring.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -123,8 +125,11 @@ static void execute(char *line, char *reply, size_t len) {
     snprintf(reply, len, "PONG\n");
   } else if (cmd && strcmp(cmd, "FDPASS") == 0) {
     snprintf(reply, len, pass_fd() == 0 ? "FDPASS ok\n" : "FDPASS failed\n");
-  } else if (cmd && strcmp(cmd, "EPOLL") == 0) {
-    snprintf(reply, len, "EPOLL %d\n", epoll_create1(EPOLL_CLOEXEC));
+  } else if (cmd && strcmp(cmd, "URING") == 0) {
+    struct io_uring_params params;
+    memset(&params, 0, sizeof params);
+    long fd = syscall(SYS_io_uring_setup, 4, &params);
+    snprintf(reply, len, "URING %ld\n", fd >= 0 ? fd : -(long)errno);
   } else if (cmd && strcmp(cmd, "NOW") == 0) {
     /* time and randomness: a follower gets the leader's (shadow/calls.c) */
     struct timespec ts;
