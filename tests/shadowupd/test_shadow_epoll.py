@@ -261,10 +261,11 @@ def test_epoll_leader_killed_follower_takes_over():
     fork, after a while, and after a promotion): the follower rewrites the
     shared instances with its own data at its first real epoll call and
     serves the same connections and new ones; every reply right.  The
-    clients pause for the kill itself: with them sending through it, about
-    one run in five ends the follower right after its takeover -- one of
-    its threads is stopped by the backstop (SIGSYS) and the follower exits
-    (design §17, known gaps; traced, cause not yet found)."""
+    clients keep sending through the kill: a read or write the leader died
+    inside is completed by the follower (intents, design §17).  (Was: about
+    one run in five, a follower thread running alone after the takeover
+    closed a connection with the backstop still on, the epoll_ctl that
+    drops its registrations was trapped, and the follower exited.)"""
     v1 = eps("eps-v1")
     v2 = eps("eps-v2", 2, frm=v1)
     for i, moment in enumerate((0.0, 1.0, "promoted")):
@@ -280,10 +281,8 @@ def test_epoll_leader_killed_follower_takes_over():
                     served_on(srv, cl, "the promoted follower")
                 else:
                     time.sleep(moment)
-                cl.pause()
                 os.kill(srv.pid, 9)
                 srv.p.p.wait()
-                cl.resume()
                 served_on(srv, cl, "follower %d after the leader's death" % follower)
                 took_over(follower, srv.pid)
                 assert ask_on(f, "GET kept") == "VALUE %d\n" % i

@@ -478,7 +478,7 @@ void molt__shadow_follower_thread(size_t index, void *arg) {
 
 static bool hand_over(ring *r);
 
-molt__shadow_role molt__shadow_role_now(void) {
+static molt__shadow_role role_of_this_call(void) {
   if (!atomic_load_explicit(&active, memory_order_acquire))
     return MOLT__SHADOW_NONE;
   if (!follower) {
@@ -529,6 +529,20 @@ molt__shadow_role molt__shadow_role_now(void) {
     return MOLT__SHADOW_NONE;
   }
   return MOLT__SHADOW_FOLLOWER;
+}
+
+/* A thread for which a shadow no longer decides anything (NONE) makes its
+ * calls itself.  In the follower that means it runs alone now (the leader
+ * died, or a thread it started after the takeover): the backstop must let
+ * its calls through whatever its last replay left the selector at -- a
+ * close there deletes the descriptor's epoll registrations itself
+ * (epoll.c), which the backstop refuses to a thread that still follows.
+ * (Outside the follower the backstop is not armed: a no-op.) */
+molt__shadow_role molt__shadow_role_now(void) {
+  molt__shadow_role role = role_of_this_call();
+  if (role == MOLT__SHADOW_NONE && follower)
+    molt__shadow_trap_allow();
+  return role;
 }
 
 /* ---- descriptions (the report) -----------------------------------------------*/
