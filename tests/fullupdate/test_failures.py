@@ -2,9 +2,13 @@
 and updates that fail at run time -- after each, the old version goes on
 serving with its state exactly as it was."""
 
+import ctypes
+import subprocess
 import time
 
 from fuprogs import PROGS, Prog, assert_clean_stderr, build, build_raw
+from harness.proc import poll
+from harness.tree import molt_cli
 
 
 def test_build_refuses_changed_types_without_transformers():
@@ -155,5 +159,83 @@ def test_timeout_leaves_old_version():
         p.update_ok(v2)
         d2 = p.dump()
         assert (d2["version"], d2["counter"], d2["blocker_tid"]) == ("2", "3", d["blocker_tid"])
+        assert p.quit() == 0
+        assert_clean_stderr(p)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.ptrace.restype = ctypes.c_long
+_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT = 17, 0x4206, 0x4207
+SYS_FUTEX = 202
+
+
+def _syscall_of(tid):
+    """The system call thread tid is in (/proc/TID/syscall's first field), or
+    None when it runs in user space."""
+    first = open("/proc/%d/syscall" % tid).read().split()[0]
+    return int(first) if first.lstrip("-").isdigit() else None
+
+
+def test_released_thread_stopped_before_it_runs_does_not_hold_the_next_update():
+    """A barrier releases its parked threads; one of them is stopped (ptrace,
+    as a debugger would) before it leaves its wait.  The next update must
+    still end at its timeout: the barrier's end must not wait for that
+    thread.  With the parked threads waiting on a condition variable, glibc
+    2.36's broadcast waited for it (the group switch) and the runtime thread
+    hung, holding the barrier lock, until the thread was let go: in
+    examples/fullreal/failures.py about 1 run in 50."""
+    v1 = build("released", "v1")
+    v2 = build("released", "v2", frm=v1)
+    with Prog(v1) as p:
+        assert p.cmd("block") == "ok"
+        d = p.wait_for(lambda d: d["blocked"] == "1" and d["looper_tid"] != "0")
+        time.sleep(0.1)  # the blocker is now in read(), far from its point
+        looper = int(d["looper_tid"])
+        first = subprocess.Popen([str(molt_cli()), "update", str(p.pid), str(v2), "--timeout",
+                                  "3"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+        try:
+            # the looper parks in the first update's barrier: a futex wait
+            # (it otherwise sleeps in clock_nanosleep)
+            poll(lambda: _syscall_of(looper), lambda s: s == SYS_FUTEX, 10,
+                 "the looper parked in the first update")
+            assert _libc.ptrace(PTRACE_SEIZE, looper, None, None) == 0, ctypes.get_errno()
+            stopped = True
+            try:
+                assert _libc.ptrace(PTRACE_INTERRUPT, looper, None, None) == 0
+                poll(lambda: open("/proc/%d/status" % looper).read(),
+                     lambda s: "\nState:\tt" in s, 10, "the looper stopped")
+                out, _ = first.communicate(timeout=60)
+                assert first.returncode != 0, out
+                assert "timed out" in out and d["blocker_tid"] in out, out
+                # ... and the looper was parked in it, not missing
+                assert " %d (" % looper not in out, out
+                # released by the first update's end, but stopped: it has not
+                # left its wait.  The second update parks main and times out.
+                t0 = time.monotonic()
+                r = p.update(v2, timeout=1)
+                took = time.monotonic() - t0
+                assert r.returncode != 0, r.stdout
+                assert "timed out after 1000 ms" in r.stdout, r.stdout
+                assert took < 1 + 4, "molt update --timeout 1 answered after %.1f s" % took
+                # the stopped looper is named too: it did not arrive
+                assert " %d (" % looper in r.stdout, r.stdout
+                assert p.alive()
+            finally:
+                if stopped:
+                    _libc.ptrace(PTRACE_DETACH, looper, None, None)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
+        # the looper goes on, the blocker is let go, and the update happens
+        rounds = int(p.dump()["looper_rounds"])
+        p.wait_for(lambda d: int(d["looper_rounds"]) > rounds)
+        assert p.cmd("release") == "ok"
+        p.wait_for(lambda d: d["blocked"] == "0")
+        p.update_ok(v2)
+        d2 = p.dump()
+        assert (d2["version"], d2["counter"]) == ("2", "1"), d2
         assert p.quit() == 0
         assert_clean_stderr(p)

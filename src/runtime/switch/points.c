@@ -41,6 +41,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -64,6 +65,13 @@ typedef struct participant {
   bool waited_through_update;
   /* Runs at the thread's next update point; only the thread touches it. */
   void (*at_next_point)(void);
+  /* Posted by the end of a barrier when the thread is parked or joining
+   * (bar_lock held by the poster); the thread waits on it without
+   * bar_lock.  Its own semaphore, not a condition variable shared by all:
+   * see release_seq. */
+  sem_t wake;
+  bool wake_ready; /* wake initialized (only the thread itself) */
+  bool joining;    /* in molt__point_join, waiting for a step to end (bar_lock) */
   molt__link link;
 } participant;
 
@@ -71,14 +79,27 @@ static __thread participant self_part __attribute__((tls_model("initial-exec")))
 
 static molt__lock bar_lock = MOLT__LOCK_INIT(bar);
 static pthread_cond_t bar_arrive = PTHREAD_COND_INITIALIZER; /* to the updater */
-static pthread_cond_t bar_release;                           /* to the threads */
 static molt__link *parts;
 static size_t nparts, nparked, nwaiting;
 /* Participants in fork()'s handlers (bar_lock): each waits for op_lock,
  * which a barrier holds throughout, so none of them can reach an update
  * point before the barrier ends (molt__point_fork_begin). */
 static size_t nforking;
-static uint64_t release_seq; /* bumped when a barrier ends */
+/* Bumped when a barrier ends (bar_lock).  Parked threads and joiners wait
+ * for it to change on their own semaphore (participant.wake), which the
+ * barrier's end posts: the end must never wait for them.  With one
+ * condition variable for all, it could: glibc 2.36's
+ * pthread_cond_broadcast waits until a thread woken by an EARLIER
+ * broadcast has left pthread_cond_wait (its group switch), so a
+ * participant that one barrier released and a debugger or ptrace then
+ * stopped before it ran held the next barrier's end -- and the runtime
+ * thread, holding bar_lock -- until it was let go (found by
+ * examples/fullreal/failures.py, about 1 run in 50).  sem_post never
+ * waits.  Not a raw futex: ThreadSanitizer knows sem_wait as a blocking
+ * call and runs a signal arriving meanwhile inside it, as it did inside
+ * pthread_cond_wait, not later inside the bar_lock acquisition that
+ * follows (a handler that blocks would then hold bar_lock). */
+static uint64_t release_seq;
 /* The pending barrier is complete and its while_parked step runs without
  * bar_lock (bar_lock).  A program thread that starts meanwhile (its
  * creator is not a program thread: those are all parked) waits in
@@ -121,13 +142,22 @@ static void init_conds(void) {
   pthread_condattr_t a;
   pthread_condattr_init(&a);
   pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(&bar_release, &a);
   pthread_cond_destroy(&bar_arrive);
   pthread_cond_init(&bar_arrive, &a);
   pthread_condattr_destroy(&a);
 }
 
 static void on_thread_exit(void);
+
+/* bar_lock held (released while waiting, held again on return): waits
+ * for the end of a barrier to post p->wake, or a signal, or a post left
+ * over from an earlier wait -- callers re-check in a loop.  sem_wait is a
+ * cancellation point: callers disable cancellation. */
+static void wait_release_locked(participant *p) {
+  molt__lock_release(&bar_lock);
+  (void)sem_wait(&p->wake); /* EINTR: the caller re-checks */
+  molt__lock_acquire(&bar_lock);
+}
 
 /* The condition variables wait on CLOCK_MONOTONIC.  Also run by the first
  * participant or barrier, should one come before the runtime's start-up. */
@@ -217,6 +247,10 @@ static void join_self(void) {
   molt__thread *t = &molt__self;
   if (!t->viewp)
     molt__thread_register();
+  if (!p->wake_ready) {
+    sem_init(&p->wake, 0, 0);
+    p->wake_ready = true;
+  }
   molt__lock_acquire(&bar_lock);
   p->tid = molt__gettid();
   molt__list_push(&parts, &p->link);
@@ -236,8 +270,10 @@ void molt__point_join(void) {
   int cs;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
   molt__lock_acquire(&bar_lock);
+  self_part.joining = true; /* the barrier's end posts us */
   while (stepping)
-    molt__lock_wait(&bar_release, &bar_lock);
+    wait_release_locked(&self_part);
+  self_part.joining = false;
   molt__lock_release(&bar_lock);
   pthread_setcancelstate(cs, NULL);
 }
@@ -258,7 +294,7 @@ static molt__verdict park_locked(participant *p) {
   nparked++;
   pthread_cond_broadcast(&bar_arrive);
   while (release_seq == seq)
-    molt__lock_wait(&bar_release, &bar_lock);
+    wait_release_locked(p);
   /* The releaser already counted us out (p->parked, nparked), so a next
    * barrier that starts before we wake up does not take us for parked.
    * Read under bar_lock: the releaser wrote it under the same lock before
@@ -498,7 +534,7 @@ int molt__barrier(int timeout_ms,
     molt__lock_release(&bar_lock);
     rc = while_parked ? while_parked(arg, err, errlen) : 0;
     molt__lock_acquire(&bar_lock);
-    stepping = false; /* joiners waiting for it wake on bar_release below */
+    stepping = false; /* joiners waiting for it are posted with the parked, below */
   } else if (rc == MOLT_ETIMEDOUT) {
     describe_missing(err, errlen, timeout_ms, full);
   }
@@ -507,20 +543,24 @@ int molt__barrier(int timeout_ms,
    * barrier started right after this one could see a thread that is still
    * waking up (and about to run) as parked.  Each gets its verdict now for
    * the same reason. */
+  release_seq++;
   for (molt__link *l = parts; l; l = l->next) {
     participant *q = part_of(l);
     if (q->parked)
       q->verdict = verdict;
     else if (q->waiting && !full && verdict == MOLT__VERDICT_UPDATED)
       q->waited_through_update = true;
+    /* Under bar_lock: an exiting participant unlinks itself under it, so
+     * q->wake is alive here.  A post to a thread that is not waiting yet
+     * is found by its sem_wait. */
+    if (q->parked || q->joining)
+      sem_post(&q->wake);
     q->parked = false;
   }
   atomic_store_explicit(&pending, false, memory_order_relaxed);
   molt__waits_end(); /* the update descriptor is not readable any more */
   pending_verdict = MOLT__VERDICT_NONE;
   nparked = 0;
-  release_seq++;
-  pthread_cond_broadcast(&bar_release);
   molt__lock_release(&bar_lock);
   return rc;
 }
@@ -563,21 +603,23 @@ void molt__switch_after_fork_child(void) {
   nparts = nparked = nwaiting = 0;
   nforking = 0;
   if (self) {
-    self->parked = self->waiting = self->forking = false;
+    self->parked = self->waiting = self->forking = self->joining = false;
+    /* The parent's posts are not ours to consume. */
+    sem_init(&self->wake, 0, 0);
     self->tid = molt__gettid();
     molt__list_push(&parts, &self->link);
     nparts = 1;
   }
   molt__lock_reinit(&bar_lock);
-  /* The condition variables too: a parent thread may have been inside
+  /* The condition variable too: a parent thread may have been inside
    * pthread_cond_wait (just released, not yet out) at fork(), and glibc's
    * broadcast waits for such waiters to leave, which in the child they
-   * never do.  Initialized over, never destroyed (destroy would wait for
-   * them as well).  No thread of the child waits on them yet. */
+   * never do (the participants' semaphores have no such state).  Initialized over,
+   * never destroyed (destroy would wait for them as well).  No thread of
+   * the child waits on it yet. */
   pthread_condattr_t a;
   pthread_condattr_init(&a);
   pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(&bar_release, &a);
   pthread_cond_init(&bar_arrive, &a);
   pthread_condattr_destroy(&a);
   atomic_store(&pending, false);
