@@ -23,7 +23,10 @@
  * transformer faults (kvs-fail.xf), 5 accepts a new command "INCR k" ->
  * "VALUE n" (which the others answer "ERROR"), 6 sends "PONG" in two
  * pieces ("PO", "NG\n") and answers nothing to "QUIET" (which the others
- * answer "ERROR"). */
+ * answer "ERROR"), 7 answers "GET magic" differently while the file named
+ * by its environment's KVS_FLAKY exists (a divergence the test can make
+ * go away between two attempts of a shadowed update: a stand-in for a
+ * race that does not repeat). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <molt.h>
@@ -155,6 +158,12 @@ static void execute(char *line, char *reply, size_t len) {
 #elif KVS_VARIANT == 2
     if (strcmp(k, "crash") == 0)
       *(volatile int *)(uintptr_t)8 = 1;
+#elif KVS_VARIANT == 7
+    const char *flag = getenv("KVS_FLAKY");
+    if (strcmp(k, "magic") == 0 && flag && access(flag, F_OK) == 0) {
+      snprintf(reply, len, "VALUE changed-by-v7\n");
+      return;
+    }
 #elif KVS_VARIANT == 3
     if (strcmp(k, "slow") == 0)
       sleep(60); /* not a followed call: the follower falls behind */
