@@ -219,6 +219,62 @@ def test_failed_transformer_retried_then_rollback_cancels():
         srv.close()
 
 
+def test_retry_barrier_obeys_the_timeout():
+    """A retry's barrier waits --timeout, as the first one does: with a
+    worker of the leader held in a request (kvs's HOLD, until a file is
+    gone: it passes no update point), attempt 2 does not start ("update
+    timed out after 1000 ms", logged, its attempt used up) and the next one
+    waits its delay; once the worker is free a later attempt forks.  The
+    held client gets its reply; the others saw every reply right."""
+    v1, _, diff, _ = images()
+    hold = WORK / "hold-flag"
+    if hold.exists():
+        hold.unlink()
+    srv = Server(v1, "retry-timeout", extra_env={"KVS_HOLD": str(hold)})
+    try:
+        cl = Clients(srv, n=1)  # one worker; HOLD takes another, magic() the third
+        r = molt("update", "--shadow", srv.pid, diff, "--timeout", "1",
+                 "--retries", "3", "--retry-delay", "1", check=0)
+        assert "started" in r.out, r
+        attempt_running(srv, 1)
+        hold.write_text("held\n")
+        held = srv.connect()
+        held.sendall(b"HOLD\n")
+        time.sleep(0.3)  # the worker holds
+        magic(srv)
+        sh = poll(lambda: status(srv.pid)["shadow"],
+                  lambda s: s["attempt"] >= 2 and "did not start" in (s["outcome"] or ""),
+                  timeout=30, what="attempt 2's barrier to time out")
+        assert sh["stage"] == "retrying", sh
+        assert "attempt 2 of 4 did not start: update timed out after 1000 ms" in sh["outcome"], sh
+        hold.unlink()
+        with held.makefile("rb") as f:
+            assert f.readline() == b"HELD\n"
+        held.close()
+        sh = poll(lambda: status(srv.pid)["shadow"],
+                  lambda s: s["stage"] == "shadowing" and s["attempt"] >= 3,
+                  timeout=30, what="a later attempt to fork")
+        note_follower(srv, sh)
+        events = shadow_events(srv.pid)
+        missed = [m for m in events if "did not start" in m]
+        assert missed and ": attempt 2 of 4 did not start: update timed out after 1000 ms; " \
+            "threads that did not reach an update point:" in missed[0], events
+        assert "attempt 3 of 4 forks at the next update points in 1.000 s" in missed[0], missed
+        assert any("attempt %d of 4: follower" % sh["attempt"] in m for m in events), events
+        r = molt("rollback", srv.pid, check=0)
+        assert "follower %d" % sh["follower"] in r.out, r
+        sh = status(srv.pid)["shadow"]
+        assert sh["stage"] == "ended" and "dropped by molt rollback" in sh["outcome"], sh
+        replies = cl.stop()
+        assert cl.wrong == [] and replies > 20, (cl.wrong[:3], replies)
+        assert ask(srv, "GET magic") == "VALUE 42\n"
+        srv.assert_clean()
+    finally:
+        if hold.exists():
+            hold.unlink()
+        srv.close()
+
+
 def test_bad_retry_values_refused():
     """Bad --retries and --retry-delay values, and the options where they
     do not apply, are refused by the CLI with the reason (exit 2); an

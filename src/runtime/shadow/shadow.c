@@ -607,8 +607,8 @@ static void shadow_deferred(void) {
   }
   snprintf(outcome, sizeof outcome, "attempt %u of %u did not start: %.1900s; %s", k, m,
            err, next);
-  molt__log(MOLT__EV_SHADOW, gen, NULL, "shadowed update to %s%s: %s; the leader goes on",
-            path, which, outcome);
+  molt__log(MOLT__EV_SHADOW, gen, NULL, "shadowed update to %s: %s; the leader goes on",
+            path, outcome);
   molt__lock_release(&shd_lock);
   pthread_t th;
   if (again) {
