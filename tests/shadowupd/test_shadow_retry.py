@@ -78,8 +78,7 @@ def test_retry_after_a_divergence_that_does_not_repeat():
         first = sh["follower"]
         magic(srv)
         sh = attempt_over(srv, 1)
-        assert sh["divergences"] == 1, sh
-        assert "changed-by-v7" in sh["outcome"], sh
+        assert sh["divergences"] == 1, sh  # (the outcome may be attempt 2's already)
         flag.unlink()  # the "race" does not happen again
         sh = attempt_running(srv, 2)
         assert sh["follower"] != first and gone(first), sh
@@ -234,7 +233,7 @@ def test_retry_barrier_obeys_the_timeout():
     try:
         cl = Clients(srv, n=1)  # one worker; HOLD takes another, magic() the third
         r = molt("update", "--shadow", srv.pid, diff, "--timeout", "1",
-                 "--retries", "3", "--retry-delay", "1", check=0)
+                 "--retries", "4", "--retry-delay", "1", check=0)
         assert "started" in r.out, r
         attempt_running(srv, 1)
         hold.write_text("held\n")
@@ -245,8 +244,9 @@ def test_retry_barrier_obeys_the_timeout():
         sh = poll(lambda: status(srv.pid)["shadow"],
                   lambda s: s["attempt"] >= 2 and "did not start" in (s["outcome"] or ""),
                   timeout=30, what="attempt 2's barrier to time out")
+        # (a loaded machine may show a later attempt that timed out too)
         assert sh["stage"] == "retrying", sh
-        assert "attempt 2 of 4 did not start: update timed out after 1000 ms" in sh["outcome"], sh
+        assert "did not start: update timed out after 1000 ms" in sh["outcome"], sh
         hold.unlink()
         with held.makefile("rb") as f:
             assert f.readline() == b"HELD\n"
@@ -257,10 +257,11 @@ def test_retry_barrier_obeys_the_timeout():
         note_follower(srv, sh)
         events = shadow_events(srv.pid)
         missed = [m for m in events if "did not start" in m]
-        assert missed and ": attempt 2 of 4 did not start: update timed out after 1000 ms; " \
+        assert missed and ": attempt 2 of 5 did not start: update timed out after 1000 ms; " \
             "threads that did not reach an update point:" in missed[0], events
-        assert "attempt 3 of 4 forks at the next update points in 1.000 s" in missed[0], missed
-        assert any("attempt %d of 4: follower" % sh["attempt"] in m for m in events), events
+        assert "attempt 3 of 5 forks at the next update points in 1.000 s" in missed[0], missed
+        assert len(missed) == sh["attempt"] - 2, events  # each attempt between: logged once
+        assert any("attempt %d of 5: follower" % sh["attempt"] in m for m in events), events
         r = molt("rollback", srv.pid, check=0)
         assert "follower %d" % sh["follower"] in r.out, r
         sh = status(srv.pid)["shadow"]
