@@ -250,28 +250,32 @@ static void attempt_text(unsigned k, unsigned m, char *buf, size_t len) {
 
 /* Waits out the retry delay (shd_lock not held), then lets the runtime
  * thread fork the next attempt: retry_due, and a wake-up that makes it run
- * its deferred hooks (shadow_deferred).  Returns at once when the wait no
- * longer leads anywhere (another epoch: molt rollback cancelled it). */
+ * its deferred hooks (shadow_deferred), sent again every 500 ms until the
+ * hook has taken it (a wake-up written while the host had closed the
+ * runtime's pair is lost).  Returns at once when the wait no longer leads
+ * anywhere (another epoch: molt rollback cancelled it). */
 static void wait_then_retry(uint64_t epoch) {
   molt__lock_acquire(&shd_lock);
   uint64_t due = molt__now_ns() + (uint64_t)retry_delay_ms * 1000000u;
   molt__lock_release(&shd_lock);
+  uint64_t woke = 0; /* when it last woke the runtime thread; 0: never */
   for (;;) {
     molt__lock_acquire(&shd_lock);
     bool live = retry_epoch == epoch && stage == STAGE_RETRYING;
     uint64_t now = molt__now_ns();
-    if (live && now >= due)
+    if (live && now >= due && !woke)
       retry_due = true;
+    bool taken = woke && !retry_due; /* the hook took it (a new wait: a new epoch) */
     molt__lock_release(&shd_lock);
-    if (!live)
+    if (!live || taken)
       return;
-    if (now >= due) {
+    if (now >= due && (!woke || now - woke >= 500000000u)) {
       molt__wake();
-      return;
+      woke = now;
     }
     /* Polled, so that a cancelled wait of up to an hour ends within 20 ms
      * without a condition variable (and a lock of its own). */
-    uint64_t left = due - now;
+    uint64_t left = now < due ? due - now : 20000000u;
     struct timespec ts = {0, (long)(left < 20000000u ? left : 20000000u)};
     nanosleep(&ts, NULL);
   }
