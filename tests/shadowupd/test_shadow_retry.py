@@ -155,6 +155,10 @@ def test_always_diverging_ends_after_n_plus_one_attempts():
              what="descriptors back to baseline %s" % fds)
         poll(lambda: rings_rss_kib(srv.pid), lambda k: k == 0, timeout=10,
              what="the rings given back")
+        # each attempt loaded the new image in the leader (its sealed copy)
+        # and closed it after the fork: none is left mapped
+        maps = open("/proc/%d/maps" % srv.pid).read()
+        assert "memfd:kvs-v1.so" in maps and "memfd:kvs-diff.so" not in maps, maps
         srv.assert_clean()
     finally:
         srv.close()
