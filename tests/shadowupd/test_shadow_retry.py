@@ -280,6 +280,39 @@ def test_retry_barrier_obeys_the_timeout():
         srv.close()
 
 
+def test_refusal_at_a_retry_ends_the_retries():
+    """A retry's barrier that refuses for a reason that would refuse every
+    later attempt too -- an io_uring the program opened while the retry
+    waited -- ends the retries at once (attempt 2 of 4, logged with the
+    reason), the process serving on unchanged."""
+    v1 = image("kvs-v1")
+    bad = image("kvs-fail", 4, frm=v1, xf="kvs-fail.xf")
+    srv = Server(v1, "retry-uring")
+    try:
+        molt("update", "--shadow", srv.pid, bad, "--retries", "3", "--retry-delay", "3",
+             check=0)
+        poll(lambda: status(srv.pid)["shadow"], lambda s: s["stage"] == "retrying",
+             timeout=30, what="the first attempt to fail")
+        got = ask(srv, "URING")
+        assert got.startswith("URING ") and int(got.split()[1]) >= 0, got
+        sh = poll(lambda: status(srv.pid)["shadow"], lambda s: s["stage"] == "ended",
+                  timeout=30, what="the retries to end")
+        assert sh["attempt"] == 2 and sh["attempts"] == 4, sh
+        assert sh["outcome"].startswith("attempt 2 of 4 did not start: ") and \
+            "the program holds an io_uring (fd %s)" % got.split()[1] in sh["outcome"], sh
+        assert sh["outcome"].endswith(
+            "no more attempts: the next would be refused the same way"), sh
+        events = shadow_events(srv.pid)
+        assert len(events) == 3 and "io_uring" in events[2], events
+        time.sleep(3.5)  # past another delay: nothing forks
+        assert shadow_events(srv.pid) == events
+        assert ask(srv, "PING") == "PONG\n" and ask(srv, "GET nothing") == "NONE\n"
+        assert status(srv.pid)["image"]["full_updates"] == 0
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
 def test_bad_retry_values_refused():
     """Bad --retries and --retry-delay values, and the options where they
     do not apply, are refused by the CLI with the reason (exit 2); an

@@ -602,7 +602,9 @@ static void shadow_deferred(void) {
              k + 1, m, d);
     epoch = ++retry_epoch;
   } else {
-    snprintf(next, sizeof next, "no attempt left");
+    snprintf(next, sizeof next, "%s",
+             k < m ? "no more attempts: the next would be refused the same way"
+                   : "no attempt left");
     stage = STAGE_ENDED;
     if (image_fd >= 0) {
       close(image_fd);
