@@ -11,6 +11,7 @@ import os
 import time
 
 from harness.proc import log, molt, poll, status
+from harness.tree import build_sanitize
 from test_shadowupd import (WORK, Clients, Server, _followers, ask, caught_up, ended,
                             image, images, rings_rss_kib)
 
@@ -160,6 +161,34 @@ def test_always_diverging_ends_after_n_plus_one_attempts():
         maps = open("/proc/%d/maps" % srv.pid).read()
         assert "memfd:kvs-v1.so" in maps and "memfd:kvs-diff.so" not in maps, maps
         srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def test_crashed_follower_retried():
+    """A follower that crashes (v2 on GET crash) is retried like one that
+    diverged: with --retries 1, two attempts, each crash logged with the
+    signal (a sanitizer's handler exits instead), the leader serving on."""
+    v1, _, _, crash = images()
+    srv = Server(v1, "retry-crash")
+    try:
+        cl = Clients(srv)
+        molt("update", "--shadow", srv.pid, crash, "--retries", "1", "--retry-delay", "0.2",
+             check=0)
+        for k in (1, 2):
+            attempt_running(srv, k)
+            assert ask(srv, "GET crash") == "NONE\n"   # the leader runs v1
+            attempt_over(srv, k)
+        sh = ended(srv)
+        assert sh["attempt"] == 2 and sh["divergences"] == 0, sh
+        want = "crashed (signal 11" if not build_sanitize() else "exited with status"
+        ends = [m for m in shadow_events(srv.pid) if want in m]
+        assert len(ends) == 2, shadow_events(srv.pid)
+        assert "attempt 1 of 2" in ends[0] and "attempt 2 of 2 forks" in ends[0], ends
+        assert "attempt 2 of 2" in ends[1] and "no attempt left (2 made)" in ends[1], ends
+        replies = cl.stop()
+        assert cl.wrong == [] and replies > 20, (cl.wrong[:3], replies)
+        assert ask(srv, "PING") == "PONG\n"
     finally:
         srv.close()
 
