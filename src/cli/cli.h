@@ -52,6 +52,8 @@ typedef struct cli_args {
   long scan_limit_mib; /* molt rollback of an attached process; -1: not given */
   bool shadow;         /* update --shadow: the operation shadow */
   const char *rules;   /* update --shadow --rules FILE; NULL: none */
+  int retries;         /* update --shadow --retries N; -1: not given */
+  int retry_delay_ms;  /* update --shadow --retry-delay SEC; -1: not given */
   pid_t pid;           /* pos[0], for commands that take one */
   int argc;            /* the whole command line (molt run) */
   char **argv;

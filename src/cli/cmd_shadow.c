@@ -1,4 +1,5 @@
-/* molt shadow <pid> <image.so> [--timeout SEC] [--rules FILE], also spelled
+/* molt shadow <pid> <image.so> [--timeout SEC] [--rules FILE] [--retries N
+ * [--retry-delay SEC]], also spelled
  * molt update --shadow: a shadowed full update -- a forked follower
  * performs the update and replays the leader's calls while the process
  * serves on in the old version (docs/design.md §17).  `molt status` shows
@@ -63,6 +64,8 @@ int cli_cmd_shadow(const cli_args *a) {
   molt__request *req = cli_xmalloc(sizeof *req);
   memset(req, 0, sizeof *req);
   req->op = MOLT__OP_SHADOW;
+  req->retries = a->retries > 0 ? a->retries : 0;
+  req->retry_delay_ms = a->retry_delay_ms; /* -1: the runtime's default */
   int code = a->rules ? read_rules(what, a->rules, req) : 0;
   if (code != 0) {
     free(req);

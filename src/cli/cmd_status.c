@@ -83,6 +83,8 @@ static const cli_field shadow[] = {{"stage", 1, CLI_STR},
                                    {"outcome", 8, CLI_OPT},
                                    {"rules", 9, CLI_NUM},
                                    {"rule_decided", 10, CLI_NUM},
+                                   {"attempt", 11, CLI_NUM},
+                                   {"attempts", 12, CLI_NUM},
                                    {NULL, 0, 0}};
 
 static const char *field(const molt__records *rs, const char *key, size_t i,
@@ -313,6 +315,11 @@ static void status_human(pid_t pid, const molt__records *rs) {
              cli_field_of(sh, 4), cli_field_of(sh, 5), cli_field_of(sh, 6),
              cli_field_of(sh, 7), cli_field_of(sh, 9)[0] ? cli_field_of(sh, 9) : "0",
              cli_field_of(sh, 10)[0] ? cli_field_of(sh, 10) : "0");
+    /* With retries (--retries): which attempt this is, of how many. */
+    const char *k = cli_field_of(sh, 11), *m = cli_field_of(sh, 12);
+    if (k[0] && m[0] && strcmp(m, "1") != 0)
+      snprintf(line + strlen(line), sizeof line - strlen(line), ", attempt %s of %s", k,
+               m);
     cli_sanitize(line);
     printf("\nshadowed update  %s\n", line);
     if (cli_field_of(sh, 8)[0]) {

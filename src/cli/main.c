@@ -72,11 +72,14 @@ static void synopsis(const command *c, char *buf, size_t len) {
   if (c->flags & MOLT__OPF_INTERIOR)
     snprintf(buf + strlen(buf), len - strlen(buf), " [--check-interior]");
   if (c->op == MOLT__OP_UPDATE)
-    snprintf(buf + strlen(buf), len - strlen(buf), " [--shadow [--rules FILE]]");
+    snprintf(buf + strlen(buf), len - strlen(buf),
+             " [--shadow [--rules FILE] [--retries N]]");
   if (c->flags & MOLT__OPF_CALLBACKS)
     snprintf(buf + strlen(buf), len - strlen(buf), " [--callback-timeout SEC]");
   if (c->flags & MOLT__OPF_RULES)
     snprintf(buf + strlen(buf), len - strlen(buf), " [--rules FILE]");
+  if (c->flags & MOLT__OPF_RETRIES)
+    snprintf(buf + strlen(buf), len - strlen(buf), " [--retries N [--retry-delay SEC]]");
 }
 
 /* Words of text, wrapped before column 80, every line indented by col. */
@@ -128,6 +131,12 @@ void cli_usage(FILE *out) {
         "                                   pointers into the interior of objects\n"
         "  --rules FILE                     update --shadow: the expected divergences\n"
         "                                   (docs/guide.md section 9)\n"
+        "  --retries N                      update --shadow: a follower that diverges,\n"
+        "                                   crashes or fails its update is replaced by\n"
+        "                                   a new one forked at the next update points,\n"
+        "                                   up to N times (0 to 100; default: 0)\n"
+        "  --retry-delay SEC                how long after a follower ended the next\n"
+        "                                   one forks (0 to 3600; default: 1 s)\n"
         "  --check-active                   attach: no thread may be inside, or return\n"
         "                                   into, a function being replaced\n"
         "  --scan-limit MIB                 rollback of an attached process: read at\n"
@@ -161,6 +170,20 @@ static int parse_timeout(const char *s) {
     return -1;
   double ms = v * 1000.0;
   int r = (int)ms; /* round up by hand: no libm for one ceil() */
+  return r < ms ? r + 1 : r;
+}
+
+/* SEC as a decimal number of seconds from 0 to 3600 (fractions allowed);
+ * returns milliseconds rounded up, or -1. */
+static int parse_delay(const char *s) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end != '\0' || errno != 0 || !isfinite(v) || v < 0 ||
+      v > MOLT__MAX_RETRY_DELAY_MS / 1000)
+    return -1;
+  double ms = v * 1000.0;
+  int r = (int)ms;
   return r < ms ? r + 1 : r;
 }
 
@@ -201,6 +224,8 @@ static int parse_args(int argc, char **argv, cli_args *o) {
       want_val |= strncmp(a, "--callback-timeout", klen) == 0 && klen == 18;
       want_val |= strncmp(a, "--rules", klen) == 0 && klen == 7;
       want_val |= strncmp(a, "--scan-limit", klen) == 0 && klen == 12;
+      want_val |= strncmp(a, "--retries", klen) == 0 && klen == 9;
+      want_val |= strncmp(a, "--retry-delay", klen) == 0 && klen == 13;
       if (want_val) {
         if (a[klen] == '=')
           val = a + klen + 1;
@@ -223,6 +248,24 @@ static int parse_args(int argc, char **argv, cli_args *o) {
         o->shadow = true;
       } else if (klen == 7 && strncmp(a, "--rules", 7) == 0) {
         o->rules = val;
+      } else if (klen == 9 && strncmp(a, "--retries", 9) == 0) {
+        char *end;
+        errno = 0;
+        long n = strtol(val, &end, 10);
+        if (errno || end == val || *end || n < 0 || n > MOLT__MAX_RETRIES)
+          return cli_fail(
+              EXIT_USAGE,
+              "%s: invalid number of retries '%s'; give a whole number from 0 "
+              "to %d",
+              o->cmd, val, MOLT__MAX_RETRIES);
+        o->retries = (int)n;
+      } else if (klen == 13 && strncmp(a, "--retry-delay", 13) == 0) {
+        o->retry_delay_ms = parse_delay(val);
+        if (o->retry_delay_ms < 0)
+          return cli_fail(EXIT_USAGE,
+                          "%s: invalid retry delay '%s'; give a number of seconds from 0 "
+                          "to %d",
+                          o->cmd, val, MOLT__MAX_RETRY_DELAY_MS / 1000);
       } else if (klen == 12 && strncmp(a, "--scan-limit", 12) == 0) {
         char *end;
         errno = 0;
@@ -319,6 +362,17 @@ static int check_args(const command *c, const cli_args *o) {
         "%s: --rules applies only to a shadowed update (update --shadow); see "
         "'molt help'",
         o->cmd);
+  if ((o->retries >= 0 || o->retry_delay_ms >= 0) && !o->shadow &&
+      c->op != MOLT__OP_SHADOW)
+    return cli_fail(EXIT_USAGE,
+                    "%s: --%s applies only to a shadowed update (update --shadow); see "
+                    "'molt help'",
+                    o->cmd, o->retries >= 0 ? "retries" : "retry-delay");
+  if (o->retry_delay_ms >= 0 && o->retries < 0)
+    return cli_fail(EXIT_USAGE,
+                    "%s: --retry-delay needs --retries N (how many times to try again); "
+                    "see 'molt help'",
+                    o->cmd);
   if (o->shadow && o->check_interior)
     return cli_fail(EXIT_USAGE,
                     "%s: --check-interior does not apply to a shadowed update yet; see "
@@ -351,6 +405,8 @@ int main(int argc, char **argv) {
                 .timeout_ms = -1,
                 .callback_timeout_ms = -1,
                 .scan_limit_mib = -1,
+                .retries = -1,
+                .retry_delay_ms = -1,
                 .argc = argc,
                 .argv = argv};
   const command *c = find(argv[1]);

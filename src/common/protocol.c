@@ -97,6 +97,15 @@ void molt__request_encode(const molt__request *req, molt__buf *out) {
                                                         : sizeof req->rules);
     molt__buf_add(out, "\n", 1);
   }
+  if ((oi->flags & MOLT__OPF_RETRIES) && req->retries > 0) {
+    char t[16];
+    snprintf(t, sizeof t, "%d", req->retries);
+    molt__buf_pair(out, "retries", t);
+    if (req->retry_delay_ms >= 0) {
+      snprintf(t, sizeof t, "%d", req->retry_delay_ms);
+      molt__buf_pair(out, "retry_delay_ms", t);
+    }
+  }
 }
 
 /* Parses a decimal int field (optional leading '-').  false if it is not
@@ -129,6 +138,7 @@ int molt__request_decode(unsigned op, const molt__records *recs, molt__request *
   req->op = (molt__op)op;
   req->policy = MOLT_POLICY_IMMEDIATE;
   req->timeout_ms = -1; /* the runtime's default */
+  req->retry_delay_ms = -1;
   const molt__op_info *oi = molt__op_find(op);
   if (!oi)
     return 0;
@@ -171,6 +181,36 @@ int molt__request_decode(unsigned op, const molt__records *recs, molt__request *
       return MOLT_EPROTO;
     }
     req->check_interior = v[0] == '1';
+  }
+  r = oi->flags & MOLT__OPF_RETRIES ? molt__tsv_find(recs, "retries") : NULL;
+  if (r != NULL) {
+    int n;
+    if (!parse_int(molt__tsv_field(r, 1), &n)) {
+      molt__errmsg(err, errlen, "retries '%.40s' is not an integer",
+                   molt__tsv_field(r, 1));
+      return MOLT_EPROTO;
+    }
+    if (n < 0 || n > MOLT__MAX_RETRIES) {
+      molt__errmsg(err, errlen, "retries %d is out of range: give 0 to %d", n,
+                   MOLT__MAX_RETRIES);
+      return MOLT_EINVAL;
+    }
+    req->retries = n;
+  }
+  r = oi->flags & MOLT__OPF_RETRIES ? molt__tsv_find(recs, "retry_delay_ms") : NULL;
+  if (r != NULL) {
+    int ms;
+    if (!parse_int(molt__tsv_field(r, 1), &ms)) {
+      molt__errmsg(err, errlen, "retry_delay_ms '%.40s' is not an integer",
+                   molt__tsv_field(r, 1));
+      return MOLT_EPROTO;
+    }
+    if (ms < 0 || ms > MOLT__MAX_RETRY_DELAY_MS) {
+      molt__errmsg(err, errlen, "retry_delay_ms %d is out of range: give 0 to %d", ms,
+                   MOLT__MAX_RETRY_DELAY_MS);
+      return MOLT_EINVAL;
+    }
+    req->retry_delay_ms = ms;
   }
   r = oi->flags & MOLT__OPF_RULES ? molt__tsv_find(recs, "rules") : NULL;
   if (r != NULL) {

@@ -43,6 +43,7 @@
 #define MOLT__OPF_INTERIOR 16u /* request record "check_interior" (0 or 1)   */
 #define MOLT__OPF_CALLBACKS 32u /* request record "callback_timeout_ms"      */
 #define MOLT__OPF_RULES 64u   /* request records "rules_name", "rules" (text) */
+#define MOLT__OPF_RETRIES 128u /* request records "retries", "retry_delay_ms" */
 /* clang-format on */
 
 /*
@@ -78,8 +79,8 @@
      MOLT__MODE_FULL, "image",                                                 \
      "full update: replace the running program image, migrate its state "     \
      "and restart its threads in the new version (default 10 s)")             \
-  XX(SHADOW, shadow, 6, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT | MOLT__OPF_RULES,   \
-     MOLT__MODE_FULL,                                                          \
+  XX(SHADOW, shadow, 6, MOLT__OPF_CHANGES | MOLT__OPF_TIMEOUT | MOLT__OPF_RULES |  \
+     MOLT__OPF_RETRIES, MOLT__MODE_FULL,                                       \
      "image",                                                                  \
      "shadowed full update (also 'molt update --shadow'): a forked follower "  \
      "updates and replays the leader's calls, the leader serves on")           \
@@ -130,6 +131,12 @@ MOLT__HIDDEN const molt__op_info *molt__op_all(size_t *n);
 #define MOLT__DEFAULT_TIMEOUT_MS 10000
 /* How long an apply waits for each callback of the patch (molt.h). */
 #define MOLT__DEFAULT_CALLBACK_TIMEOUT_MS 5000
+/* A shadowed update's retries (docs/design.md §17, **Retries**): at most
+ * this many after the first attempt, each started this long (by default)
+ * after the last attempt's follower ended, the delay at most a hour. */
+#define MOLT__MAX_RETRIES 100
+#define MOLT__DEFAULT_RETRY_DELAY_MS 1000
+#define MOLT__MAX_RETRY_DELAY_MS 3600000
 
 /* One operation with its arguments, as the runtime carries it out. */
 typedef struct molt__request {
@@ -151,6 +158,11 @@ typedef struct molt__request {
   size_t rules_len;
   char rules_name[256];
   char rules[8192]; /* MOLT__RULES_MAX_TEXT (common.h) */
+  /* shadow: how many times a follower that diverged or failed is replaced
+   * by a new one (0: none, the default), and how long after its end the
+   * next one forks (< 0: MOLT__DEFAULT_RETRY_DELAY_MS). */
+  int retries;
+  int retry_delay_ms;
 } molt__request;
 
 /* "immediate", "local", "global", or NULL for anything else. */
@@ -158,7 +170,9 @@ MOLT__HIDDEN const char *molt__policy_name(molt_policy_t p);
 /* The policy named s; false if s names none. */
 MOLT__HIDDEN bool molt__policy_parse(const char *s, molt_policy_t *out);
 /* Appends the request records of req, as its operation's flags say (path,
- * policy or check_interior, timeout_ms, callback_timeout_ms). */
+ * policy or check_interior, timeout_ms, callback_timeout_ms, rules,
+ * retries and retry_delay_ms -- the last two only when retries > 0, so
+ * that a request without retries is what older runtimes read). */
 MOLT__HIDDEN void molt__request_encode(const molt__request *req, molt__buf *out);
 struct molt__records; /* the parsed TSV payload, below */
 /* Builds *req from the records of a request for operation `op` (already

@@ -447,6 +447,64 @@ static void test_sockaddr(void) {
   CHECK_EQ(len, offsetof(struct sockaddr_un, sun_path) + 16);
 }
 
+/* The shadow request's retries: encoded only when asked for (so that a
+ * request without them is what older runtimes read), decoded back, out of
+ * range or malformed values refused with the reason. */
+static void test_request_retries(void) {
+  static molt__request req, got;
+  memset(&req, 0, sizeof req);
+  req.op = MOLT__OP_SHADOW;
+  snprintf(req.path, sizeof req.path, "/x/new.so");
+  req.timeout_ms = 5000;
+  req.retry_delay_ms = 250;
+  char err[256];
+  molt__records r;
+  for (int retries = 0; retries <= 3; retries += 3) {
+    req.retries = retries;
+    molt__buf b;
+    molt__buf_init(&b);
+    molt__request_encode(&req, &b);
+    CHECK((strstr(b.data, "retries\t") != NULL) == (retries > 0));
+    CHECK((strstr(b.data, "retry_delay_ms\t250\n") != NULL) == (retries > 0));
+    CHECK_EQ(parse(b.data, b.len, 0, &r), 0);
+    CHECK_EQ(molt__request_decode(MOLT__OP_SHADOW, &r, &got, err, sizeof err), 0);
+    CHECK_EQ(got.retries, retries);
+    CHECK_EQ(got.retry_delay_ms, retries > 0 ? 250 : -1); /* -1: the default */
+    CHECK_EQ(got.timeout_ms, 5000);
+    molt__tsv_free(&r);
+    molt__buf_free(&b);
+  }
+  static const struct {
+    const char *text;
+    int rc;
+    const char *why;
+  } bad[] = {
+      {"path\t/x\nretries\t-1\n", MOLT_EINVAL,
+       "retries -1 is out of range: give 0 to 100"},
+      {"path\t/x\nretries\t101\n", MOLT_EINVAL, "retries 101 is out of range"},
+      {"path\t/x\nretries\tmany\n", MOLT_EPROTO, "retries 'many' is not an integer"},
+      {"path\t/x\nretries\t1\nretry_delay_ms\t-5\n", MOLT_EINVAL,
+       "retry_delay_ms -5 is out of range: give 0 to 3600000"},
+      {"path\t/x\nretries\t1\nretry_delay_ms\t3600001\n", MOLT_EINVAL,
+       "retry_delay_ms 3600001 is out of range"},
+      {"path\t/x\nretry_delay_ms\t1.5\n", MOLT_EPROTO,
+       "retry_delay_ms '1.5' is not an integer"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CHECK_EQ(parse(bad[i].text, strlen(bad[i].text), 0, &r), 0);
+    err[0] = '\0';
+    CHECK_EQ(molt__request_decode(MOLT__OP_SHADOW, &r, &got, err, sizeof err), bad[i].rc);
+    CHECK(strstr(err, bad[i].why) != NULL);
+    molt__tsv_free(&r);
+  }
+  /* Operations without retries ignore the records. */
+  const char *upd = "path\t/x\nretries\t-1\n";
+  CHECK_EQ(parse(upd, strlen(upd), 0, &r), 0);
+  CHECK_EQ(molt__request_decode(MOLT__OP_UPDATE, &r, &got, err, sizeof err), 0);
+  CHECK_EQ(got.retries, 0);
+  molt__tsv_free(&r);
+}
+
 int main(void) {
   test_header();
   test_header_malformed();
@@ -455,6 +513,7 @@ int main(void) {
   test_tsv_malformed();
   test_io();
   test_sockaddr();
+  test_request_retries();
   if (failures) {
     fprintf(stderr, "test_protocol: %d check(s) failed\n", failures);
     return 1;

@@ -15,6 +15,14 @@ molt_pytest(shadowupd_epoll ${CMAKE_CURRENT_LIST_DIR}/test_shadow_epoll.py
   TIMEOUT 300 LABELS shadowupd fullupdate concurrency moltcc cli
   ENV SHADOW_WORK=${CMAKE_CURRENT_BINARY_DIR}/shadowupd-epoll)
 
+# Retries (--retries N): a follower that diverged only on its first attempt
+# succeeds on the second; one that always diverges ends after exactly N+1
+# attempts, the leader unharmed; a failed transformer retried, molt rollback
+# cancelling the wait; bad values refused.
+molt_pytest(shadowupd_retry ${CMAKE_CURRENT_LIST_DIR}/test_shadow_retry.py
+  TIMEOUT 300 LABELS shadowupd fullupdate concurrency moltcc cli
+  ENV SHADOW_WORK=${CMAKE_CURRENT_BINARY_DIR}/shadowupd-retry)
+
 # The rule language (src/common/rules.c): good and bad files with their
 # file:line:col, patterns, and a deterministic mutation loop (60,000 inputs:
 # ~0.1 s plain, ~1.5 s under TSan;

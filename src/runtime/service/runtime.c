@@ -88,10 +88,14 @@ size_t molt__reclaim_locked(void) {
   return left;
 }
 
+/* The runtime loop's pass: reclamation, then what a mode asked for
+ * (molt__mode.deferred; through molt__op_lock, as an operation: a
+ * shadowed update's retry forks its follower here). */
 static size_t reclaim_pass(void) {
-  molt__lock_acquire(&op_lock);
+  molt__op_lock();
   size_t left = molt__reclaim_locked();
-  molt__lock_release(&op_lock);
+  molt__modes_deferred();
+  molt__op_unlock();
   return left;
 }
 

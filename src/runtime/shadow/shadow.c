@@ -26,6 +26,13 @@
  *     divergence and a fault each end its process; the leader's monitor
  *     reaps it, reads the shared report and logs it with both sides.
  *
+ *     With retries (molt update --shadow --retries N), a follower that
+ *     ended on its own (a divergence, a crash, a failed update) while the
+ *     old version led is replaced: the monitor waits the retry delay and
+ *     wakes the runtime thread, whose deferred hook (switch.h) runs steps
+ *     1-3 again from the kept image (a fresh fork at the next update
+ *     points, under the same timeout and rules), up to N times.
+ *
  *  5. molt promote: the new version leads, the old one follows under the
  *     reverse rules (ring.c hands every ring over at each thread's next
  *     followed call); molt rollback hands the lead back and ends the
@@ -35,8 +42,9 @@
  *     over and serves alone, with a control socket of its own.
  *
  * Lock: shd_lock (the lock table in base.h) protects the stage, the
- * follower's pid, the image path and the outcome; the runtime thread
- * takes it inside op_lock, the monitor thread alone; molt__log inside. */
+ * follower's pid, the image path, the outcome and the retries' state; the
+ * runtime thread takes it inside op_lock, the monitor thread (and the
+ * thread waiting out a retry delay) alone; molt__log inside. */
 #include "shadow/shadow.h"
 
 #include <errno.h>
@@ -61,6 +69,7 @@
   XX(PROMOTED, "promoted")   /* the new version (the follower) leads */                  \
   XX(ENDED, "ended")         /* the follower ended; the old version serves */            \
   XX(COMMITTED, "committed") /* molt commit: the process runs the new version */         \
+  XX(RETRYING, "retrying") /* a follower ended; the next attempt forks after a delay */  \
   XX(TOOK_OVER, "took-over") /* (in a follower) its leader ended; it serves alone */
 
 typedef enum {
@@ -85,9 +94,24 @@ static uint64_t divergences;     /* shd_lock: sessions ended by a divergence */
 /* shd_lock: why the runtime killed the follower (molt rollback, molt
  * commit); NULL: it did not. */
 static const char *ending;
-static unsigned nrules; /* shd_lock: rules of the last session */
+static unsigned nrules;      /* shd_lock: rules of the last session */
+static char rules_name[256]; /* shd_lock: where they came from ("": none) */
+
+/* Retries (shd_lock).  attempt: the running or last attempt, from 1;
+ * attempts: at most how many (1 + the retries asked for).  While RETRYING,
+ * a thread waits retry_delay_ms, then sets retry_due and wakes the runtime
+ * thread, whose deferred hook forks the next attempt under retry_timeout_ms
+ * (the request's timeout).  retry_epoch changes whenever a wait must not
+ * lead to a retry any more (molt rollback, the retries ended, a new
+ * wait): a waiter that finds another epoch leaves. */
+static unsigned attempt, attempts;
+static int retry_delay_ms, retry_timeout_ms;
+static bool retry_due;
+static uint64_t retry_epoch;
 
 static bool running(stage_t s) { return s == STAGE_SHADOWING || s == STAGE_PROMOTED; }
+/* A shadowed update is under way: a follower runs or the next attempt waits. */
+static bool busy(stage_t s) { return running(s) || s == STAGE_RETRYING; }
 
 /* The rules of the next session, parsed before the barrier (op_lock). */
 static molt__rules next_rules;
@@ -210,6 +234,60 @@ static int fork_step(void *arg, char *err, size_t errlen) {
   return 1; /* released without a switch: the leader goes on */
 }
 
+/* ---- retries ---------------------------------------------------------------------*/
+
+/* The retry delay as "1.500 s" into buf. */
+static void delay_text(int ms, char *buf, size_t len) {
+  snprintf(buf, len, "%d.%03d s", ms / 1000, ms % 1000);
+}
+
+/* ", attempt k of m" when the shadow has retries, else "". */
+static void attempt_text(unsigned k, unsigned m, char *buf, size_t len) {
+  buf[0] = '\0';
+  if (m > 1)
+    snprintf(buf, len, ", attempt %u of %u", k, m);
+}
+
+/* Waits out the retry delay (shd_lock not held), then lets the runtime
+ * thread fork the next attempt: retry_due, and a wake-up that makes it run
+ * its deferred hooks (shadow_deferred), sent again every 500 ms until the
+ * hook has taken it (a wake-up written while the host had closed the
+ * runtime's pair is lost).  Returns at once when the wait no longer leads
+ * anywhere (another epoch: molt rollback cancelled it). */
+static void wait_then_retry(uint64_t epoch) {
+  molt__lock_acquire(&shd_lock);
+  uint64_t due = molt__now_ns() + (uint64_t)retry_delay_ms * 1000000u;
+  molt__lock_release(&shd_lock);
+  uint64_t woke = 0; /* when it last woke the runtime thread; 0: never */
+  for (;;) {
+    molt__lock_acquire(&shd_lock);
+    bool live = retry_epoch == epoch && stage == STAGE_RETRYING;
+    uint64_t now = molt__now_ns();
+    if (live && now >= due && !woke)
+      retry_due = true;
+    bool taken = woke && !retry_due; /* the hook took it (a new wait: a new epoch) */
+    molt__lock_release(&shd_lock);
+    if (!live || taken)
+      return;
+    if (now >= due && (!woke || now - woke >= 500000000u)) {
+      molt__wake();
+      woke = now;
+    }
+    /* Polled, so that a cancelled wait of up to an hour ends within 20 ms
+     * without a condition variable (and a lock of its own). */
+    uint64_t left = now < due ? due - now : 20000000u;
+    struct timespec ts = {0, (long)(left < 20000000u ? left : 20000000u)};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void *retry_waiter(void *arg) {
+  sigset_t old;
+  molt__block_async_signals(&old);
+  wait_then_retry((uint64_t)(uintptr_t)arg);
+  return NULL;
+}
+
 /* ---- the leader's monitor -------------------------------------------------------*/
 
 static void *monitor(void *arg) {
@@ -259,35 +337,115 @@ static void *monitor(void *arg) {
                    "threads stay stopped (restart the process)"
                  : "it led: the old version replays its calls and leads again";
   molt__lock_acquire(&shd_lock);
-  stage = STAGE_ENDED;
-  snprintf(outcome, sizeof outcome, "%s", text);
+  /* Retried: a follower that ended on its own while the old version led
+   * (a divergence, a crash, a failed update or relaunch, a call molt does
+   * not follow) -- not one the operator ended, nor one a full ring made
+   * the leader drop (the follower was too slow: each retry would make the
+   * leader's threads wait for room again), nor after a promotion. */
+  bool retry = !why && !led && kind != MOLT__SHADOW_END_DROPPED && attempt < attempts;
+  char which[64], next[128] = "";
+  attempt_text(attempt, attempts, which, sizeof which);
+  if (retry) {
+    char d[32];
+    delay_text(retry_delay_ms, d, sizeof d);
+    snprintf(next, sizeof next,
+             "; attempt %u of %u forks at the next update points in %s", attempt + 1,
+             attempts, d);
+  } else if (attempts > 1 && !why && !led) {
+    snprintf(next, sizeof next, "; no attempt left (%u made)", attempt);
+  }
+  stage = retry ? STAGE_RETRYING : STAGE_ENDED;
+  snprintf(outcome, sizeof outcome, "%s%s%.2048s%s", which[0] ? which + 2 : "",
+           which[0] ? ": " : "", text, next);
   if (kind == MOLT__SHADOW_END_DIVERGED)
     divergences++;
-  if (image_fd >= 0) {
+  if (!retry && image_fd >= 0) {
     close(image_fd);
     image_fd = -1;
   }
+  uint64_t epoch = retry ? ++retry_epoch : 0;
   molt__log(MOLT__EV_SHADOW, molt__gen_number_now(), NULL,
-            "shadowed update to %s: %s (%" PRIu64 " calls recorded, %" PRIu64
-            " compared, %" PRIu64 " decided by a rule); %s",
-            image, text, rec, cmp, applied, after);
+            "shadowed update to %s%s: %s (%" PRIu64 " calls recorded, %" PRIu64
+            " compared, %" PRIu64 " decided by a rule); %s%s",
+            image, which, text, rec, cmp, applied, after, next);
   molt__lock_release(&shd_lock);
+  if (retry)
+    wait_then_retry(epoch); /* this thread has nothing else to do */
   return NULL;
 }
 
 /* ---- the operation ---------------------------------------------------------------*/
 
+/* Starts the monitor of follower pid (shd_lock not held): 0, or (no thread)
+ * the follower killed, the shadow ended and MOLT_ENOMEM with err. */
+static int watch(pid_t pid, char *err, size_t errlen) {
+  pthread_t th;
+  if (pthread_create(&th, NULL, monitor, (void *)(intptr_t)pid) == 0) {
+    pthread_detach(th);
+    return 0;
+  }
+  /* Without a monitor nobody would reap it: end it now. */
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, __WALL);
+  molt__shadow_session_end();
+  molt__lock_acquire(&shd_lock);
+  stage = STAGE_ENDED;
+  snprintf(outcome, sizeof outcome, "no thread to watch the follower: killed");
+  if (image_fd >= 0) {
+    close(image_fd);
+    image_fd = -1;
+  }
+  molt__lock_release(&shd_lock);
+  molt__errmsg(err, errlen, "cannot start the thread that watches the follower");
+  return MOLT_ENOMEM;
+}
+
+/* One attempt's steps 1-3 (runtime thread, op_lock held): the new image
+ * prepared from fd, the barrier within timeout_ms, the fork.  0 with *pid
+ * the follower's; or MOLT_E* with err, *prepared telling whether the image
+ * was accepted (the full mode logged a refusal of it). */
+static int fork_attempt(const char *path, int fd, int timeout_ms, pid_t *pid,
+                        bool *prepared, char *err, size_t errlen) {
+  fork_ctx c = {0};
+  *prepared = false;
+  int rc = molt__full_update_prepare(path, fd, timeout_ms, &c.u, err, errlen);
+  if (rc < 0)
+    return rc;
+  *prepared = true;
+  rc = molt__barrier(timeout_ms, fork_step, &c, MOLT__VERDICT_RESTART, err, errlen);
+  molt__full_update_discard(c.u);
+  if (rc <= 0)
+    return rc == 0 ? MOLT_EINTERNAL : rc; /* 0 cannot happen: the step returns 1 */
+  *pid = c.pid;
+  return 0;
+}
+
+/* The refusal of an operation that needs a follower, while the next attempt
+ * waits (shd_lock held). */
+static void retrying_why(char *buf, size_t len) {
+  snprintf(buf, len,
+           "no follower runs: attempt %u of %u of the shadowed update ended and the "
+           "next one forks at the next update points ('molt rollback' cancels it; "
+           "molt status)",
+           attempt, attempts);
+}
+
 static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
   uint64_t gen = molt__gen_number_now();
   molt__lock_acquire(&shd_lock);
-  bool busy = running(stage);
+  stage_t st = stage;
   pid_t busy_pid = follower;
+  char why[256];
+  retrying_why(why, sizeof why);
   molt__lock_release(&shd_lock);
-  if (busy) {
-    molt__errmsg(err, errlen,
-                 "a shadowed update is already running (follower %d); end it first with "
-                 "'molt commit' or 'molt rollback' (molt status)",
-                 (int)busy_pid);
+  if (busy(st)) {
+    if (st == STAGE_RETRYING)
+      molt__errmsg(err, errlen, "a shadowed update is already under way: %s", why);
+    else
+      molt__errmsg(err, errlen,
+                   "a shadowed update is already running (follower %d); end it first "
+                   "with 'molt commit' or 'molt rollback' (molt status)",
+                   (int)busy_pid);
     molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
     return MOLT_EBUSY;
   }
@@ -299,7 +457,8 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
   /* The rules, parsed again here: the text came from a client.  Into a
    * table of the operation's (op_lock): the session's table, which the
    * original process's threads read while they follow after a promotion,
-   * is written by the fork step, with every program thread parked. */
+   * is written by the fork step, with every program thread parked.  A
+   * retry forks under the same table (no other shadow starts meanwhile). */
   molt__rules *rules = &next_rules;
   if (req->rules_len > 0) {
     int prc = molt__rules_parse(req->rules_name, req->rules, req->rules_len, rules, err,
@@ -312,62 +471,173 @@ static int op_shadow(const molt__request *req, molt__buf *out, char *err, size_t
   } else {
     rules->n = 0;
   }
-  fork_ctx c = {0};
-  int rc = molt__full_update_prepare(req->path, req->has_fd ? req->fd : -1,
-                                     req->timeout_ms, &c.u, err, errlen);
-  if (rc < 0)
-    return rc; /* logged */
-  pthread_t th;
-  rc = molt__barrier(req->timeout_ms, fork_step, &c, MOLT__VERDICT_RESTART, err, errlen);
-  molt__full_update_discard(c.u);
-  if (rc <= 0) {
-    if (rc == 0) /* cannot happen: the step returns 1 or an error */
-      rc = MOLT_EINTERNAL;
+  if (req->retries < 0 || req->retries > MOLT__MAX_RETRIES ||
+      req->retry_delay_ms > MOLT__MAX_RETRY_DELAY_MS) {
+    molt__errmsg(err, errlen, "retries %d, delay %d ms: out of range", req->retries,
+                 req->retry_delay_ms);
     molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
+    return MOLT_EINVAL;
+  }
+  pid_t pid = 0;
+  bool prepared;
+  int rc = fork_attempt(req->path, req->has_fd ? req->fd : -1, req->timeout_ms, &pid,
+                        &prepared, err, errlen);
+  if (rc < 0) {
+    if (prepared) /* else the full mode logged it */
+      molt__log(MOLT__EV_REFUSE, gen, NULL, "shadow %s refused: %s", req->path, err);
     return rc;
   }
-  /* The image, kept for molt commit (opened after the fork: the follower
-   * does not hold it; a high number, out of the way of the program's). */
+  /* The image, kept for molt commit and for retries (opened after the
+   * fork: the follower does not hold it; a high number, out of the way of
+   * the program's). */
   int keep = req->has_fd ? fcntl(req->fd, F_DUPFD_CLOEXEC, 256)
                          : open(req->path, O_RDONLY | O_CLOEXEC);
   molt__lock_acquire(&shd_lock);
   stage = STAGE_SHADOWING;
-  follower = c.pid;
+  follower = pid;
   nrules = rules->n;
+  snprintf(rules_name, sizeof rules_name, "%s", req->rules_len ? req->rules_name : "");
   ending = NULL;
   if (image_fd >= 0)
     close(image_fd);
   image_fd = keep;
   snprintf(image, sizeof image, "%s", req->path);
   outcome[0] = '\0';
-  molt__log(MOLT__EV_SHADOW, gen, NULL,
-            "shadowed update to %s: follower %d forked at the update points; it updates "
-            "and replays the leader's calls under %u rule%s%s%s, the leader goes on",
-            req->path, (int)c.pid, rules->n, rules->n == 1 ? "" : "s",
-            req->rules_len ? " from " : "", req->rules_len ? req->rules_name : "");
-  molt__lock_release(&shd_lock);
-  if (pthread_create(&th, NULL, monitor, (void *)(intptr_t)c.pid) == 0) {
-    pthread_detach(th);
-  } else {
-    /* Without a monitor nobody would reap it: end it now. */
-    kill(c.pid, SIGKILL);
-    waitpid(c.pid, NULL, __WALL);
-    molt__shadow_session_end();
-    molt__lock_acquire(&shd_lock);
-    stage = STAGE_ENDED;
-    snprintf(outcome, sizeof outcome, "no thread to watch the follower: killed");
-    molt__lock_release(&shd_lock);
-    molt__errmsg(err, errlen, "cannot start the thread that watches the follower");
-    return MOLT_ENOMEM;
+  attempt = 1;
+  attempts = 1 + (unsigned)req->retries;
+  retry_delay_ms =
+      req->retry_delay_ms >= 0 ? req->retry_delay_ms : MOLT__DEFAULT_RETRY_DELAY_MS;
+  retry_timeout_ms = req->timeout_ms;
+  retry_due = false;
+  retry_epoch++;
+  char which[64], tries[96] = "";
+  attempt_text(attempt, attempts, which, sizeof which);
+  if (attempts > 1) {
+    char d[32];
+    delay_text(retry_delay_ms, d, sizeof d);
+    snprintf(tries, sizeof tries, "; up to %u retr%s, each %s after a follower ends",
+             attempts - 1, attempts == 2 ? "y" : "ies", d);
   }
+  molt__log(MOLT__EV_SHADOW, gen, NULL,
+            "shadowed update to %s%s: follower %d forked at the update points; it "
+            "updates and replays the leader's calls under %u rule%s%s%s, the leader goes "
+            "on%s",
+            req->path, which, (int)pid, rules->n, rules->n == 1 ? "" : "s",
+            rules_name[0] ? " from " : "", rules_name, tries);
+  molt__lock_release(&shd_lock);
+  rc = watch(pid, err, errlen);
+  if (rc < 0)
+    return rc;
   char num[24], msg[256];
   snprintf(num, sizeof num, "%" PRIu64, gen);
   molt__buf_pair(out, "generation", num);
   snprintf(msg, sizeof msg,
            "follower %d updates and is compared; the leader serves on (molt status)",
-           (int)c.pid);
+           (int)pid);
   molt__buf_pair(out, "message", msg);
   return 0;
+}
+
+/* The runtime thread's deferred hook (op_lock held, in its own pass): the
+ * next attempt of a shadowed update once its delay has passed -- the image
+ * kept open, a barrier within the request's timeout, a fresh fork, under
+ * the same rules.  A barrier that times out uses up its attempt (threads
+ * busy for a moment may park next time); any other refusal ends the
+ * retries, as it would refuse the next attempt too. */
+static void shadow_deferred(void) {
+  molt__lock_acquire(&shd_lock);
+  if (stage != STAGE_RETRYING || !retry_due) {
+    molt__lock_release(&shd_lock);
+    return;
+  }
+  retry_due = false;
+  unsigned k = attempt + 1, m = attempts;
+  int fd = image_fd, timeout_ms = retry_timeout_ms;
+  char path[sizeof image];
+  memcpy(path, image, sizeof path);
+  molt__lock_release(&shd_lock);
+
+  char err[1024] = "", reason[256];
+  pid_t pid = 0;
+  bool prepared = false;
+  int rc;
+  if (molt__refusing(reason, sizeof reason)) {
+    molt__errmsg(err, sizeof err,
+                 "the runtime refuses updates after an internal failure: %s", reason);
+    rc = MOLT_EREFUSING;
+  } else if (fd < 0) {
+    molt__errmsg(err, sizeof err, "the new image %s was not kept open", path);
+    rc = MOLT_EIO;
+  } else {
+    rc = fork_attempt(path, fd, timeout_ms, &pid, &prepared, err, sizeof err);
+  }
+  uint64_t gen = molt__gen_number_now();
+  molt__lock_acquire(&shd_lock);
+  attempt = k;
+  char which[64];
+  attempt_text(k, m, which, sizeof which);
+  if (rc == 0) {
+    stage = STAGE_SHADOWING;
+    follower = pid;
+    ending = NULL;
+    outcome[0] = '\0';
+    molt__log(MOLT__EV_SHADOW, gen, NULL,
+              "shadowed update to %s%s: follower %d forked at the update points; it "
+              "updates and replays the leader's calls under %u rule%s%s%s, the leader "
+              "goes on",
+              path, which, (int)pid, nrules, nrules == 1 ? "" : "s",
+              rules_name[0] ? " from " : "", rules_name);
+    molt__lock_release(&shd_lock);
+    char werr[128];
+    (void)watch(pid, werr, sizeof werr); /* on failure the outcome says so */
+    return;
+  }
+  bool again = rc == MOLT_ETIMEDOUT && k < m;
+  char next[128];
+  uint64_t epoch = 0;
+  if (again) {
+    char d[32];
+    delay_text(retry_delay_ms, d, sizeof d);
+    snprintf(next, sizeof next, "attempt %u of %u forks at the next update points in %s",
+             k + 1, m, d);
+    epoch = ++retry_epoch;
+  } else {
+    snprintf(next, sizeof next, "%s",
+             k < m ? "no more attempts: the next would be refused the same way"
+                   : "no attempt left");
+    stage = STAGE_ENDED;
+    if (image_fd >= 0) {
+      close(image_fd);
+      image_fd = -1;
+    }
+  }
+  snprintf(outcome, sizeof outcome, "attempt %u of %u did not start: %.1900s; %s", k, m,
+           err, next);
+  molt__log(MOLT__EV_SHADOW, gen, NULL, "shadowed update to %s: %s; the leader goes on",
+            path, outcome);
+  molt__lock_release(&shd_lock);
+  pthread_t th;
+  if (again) {
+    if (pthread_create(&th, NULL, retry_waiter, (void *)(uintptr_t)epoch) == 0) {
+      pthread_detach(th);
+    } else {
+      molt__lock_acquire(&shd_lock);
+      if (retry_epoch == epoch && stage == STAGE_RETRYING) {
+        stage = STAGE_ENDED;
+        retry_epoch++;
+        snprintf(outcome, sizeof outcome,
+                 "attempt %u of %u did not start: %.1900s; no thread to wait for the "
+                 "next one: retries ended",
+                 k, m, err);
+        if (image_fd >= 0) {
+          close(image_fd);
+          image_fd = -1;
+        }
+        molt__log(MOLT__EV_SHADOW, gen, NULL, "shadowed update to %s: %s", path, outcome);
+      }
+      molt__lock_release(&shd_lock);
+    }
+  }
 }
 
 /* Kills the follower for `why` (shd_lock not held) and waits until the
@@ -425,10 +695,74 @@ static int timeout_of(const molt__request *req) {
   return req->timeout_ms > 0 ? req->timeout_ms : MOLT__DEFAULT_TIMEOUT_MS;
 }
 
+/* molt rollback while the next attempt waits (shd_lock held): no more
+ * attempts (the waiting thread finds another epoch and leaves). */
+static void cancel_locked(void) {
+  stage = STAGE_ENDED;
+  retry_epoch++;
+  retry_due = false;
+  /* Set by a rollback whose follower had just ended on its own: its
+   * monitor had read it already. */
+  ending = NULL;
+  if (image_fd >= 0) {
+    close(image_fd);
+    image_fd = -1;
+  }
+  char last[sizeof outcome];
+  memcpy(last, outcome, sizeof last);
+  snprintf(outcome, sizeof outcome,
+           "retries cancelled by molt rollback after attempt %u of %u (%.2048s)", attempt,
+           attempts, last);
+  molt__log(MOLT__EV_SHADOW, molt__gen_number_now(), NULL,
+            "shadowed update to %s: retries cancelled by molt rollback after attempt %u "
+            "of %u; no follower runs, the leader goes on",
+            image, attempt, attempts);
+}
+
+/* molt rollback while the next attempt waits: cancelled, its answer into
+ * out.  false if none waits. */
+static bool cancel_retries(molt__buf *out) {
+  molt__lock_acquire(&shd_lock);
+  if (stage != STAGE_RETRYING) {
+    molt__lock_release(&shd_lock);
+    return false;
+  }
+  unsigned k = attempt, m = attempts;
+  cancel_locked();
+  molt__lock_release(&shd_lock);
+  char num[24], msg[160];
+  snprintf(num, sizeof num, "%" PRIu64, molt__gen_number_now());
+  molt__buf_pair(out, "generation", num);
+  snprintf(msg, sizeof msg,
+           "the shadowed update's retries were cancelled after attempt %u of %u; no "
+           "follower runs",
+           k, m);
+  molt__buf_pair(out, "message", msg);
+  return true;
+}
+
+/* While the next attempt waits: op (promote, commit) refused; 0 if none
+ * waits. */
+static int refuse_retrying(const char *op, char *err, size_t errlen) {
+  molt__lock_acquire(&shd_lock);
+  bool waiting = stage == STAGE_RETRYING;
+  char why[256];
+  retrying_why(why, sizeof why);
+  molt__lock_release(&shd_lock);
+  if (!waiting)
+    return 0;
+  molt__errmsg(err, errlen, "%s", why);
+  molt__log(MOLT__EV_REFUSE, molt__gen_number_now(), NULL, "%s refused: %s", op, err);
+  return MOLT_EINVAL;
+}
+
 /* molt promote: the new version (the follower) leads, the old one follows
  * under the reverse rules. */
 static int op_promote(const molt__request *req, molt__buf *out, char *err,
                       size_t errlen) {
+  int wrc = refuse_retrying("promote", err, errlen);
+  if (wrc < 0)
+    return wrc;
   pid_t pid;
   char why[2048];
   stage_t st = session_now(&pid, why, sizeof why);
@@ -491,6 +825,8 @@ static int hand_back(const char *op, pid_t pid, const char *why, int timeout_ms,
  * shadow, the full mode's answer (hot patches are not supported there). */
 static int op_rollback(const molt__request *req, molt__buf *out, char *err,
                        size_t errlen) {
+  if (cancel_retries(out))
+    return 0;
   pid_t pid;
   char why[2048];
   stage_t st = session_now(&pid, why, sizeof why);
@@ -510,6 +846,12 @@ static int op_rollback(const molt__request *req, molt__buf *out, char *err,
                         ? "rolled back by molt rollback after the promotion: the old "
                           "version leads again"
                         : "dropped by molt rollback");
+  /* Its follower may have ended on its own just before the kill, its
+   * monitor now waiting to retry: the rollback cancels that too. */
+  molt__lock_acquire(&shd_lock);
+  if (stage == STAGE_RETRYING)
+    cancel_locked();
+  molt__lock_release(&shd_lock);
   char num[24], msg[160];
   snprintf(num, sizeof num, "%" PRIu64, molt__gen_number_now());
   molt__buf_pair(out, "generation", num);
@@ -523,6 +865,9 @@ static int op_rollback(const molt__request *req, molt__buf *out, char *err,
  * (after a promotion), the follower ends, and this process performs the
  * rehearsed full update in place, so that it keeps its pid. */
 static int op_commit(const molt__request *req, molt__buf *out, char *err, size_t errlen) {
+  int wrc = refuse_retrying("commit", err, errlen);
+  if (wrc < 0)
+    return wrc;
   pid_t pid;
   char why[2048];
   stage_t st = session_now(&pid, why, sizeof why);
@@ -584,12 +929,16 @@ static int shadow_veto(const molt__op_info *op, char *err, size_t errlen) {
   if (op->op != MOLT__OP_UPDATE)
     return 0;
   molt__lock_acquire(&shd_lock);
-  bool busy = running(stage);
   stage_t st = stage;
   pid_t pid = follower;
+  char why[256];
+  retrying_why(why, sizeof why);
   molt__lock_release(&shd_lock);
-  if (!busy)
+  if (!busy(st))
     return 0;
+  if (st == STAGE_RETRYING)
+    return refuse(MOLT_EBUSY, "update", err, errlen, "a shadowed update is under way: %s",
+                  why);
   return refuse(MOLT_EBUSY, "update", err, errlen,
                 "a shadowed update is running (follower %d, %s); end it first: 'molt "
                 "commit' applies the new version, 'molt rollback' drops it",
@@ -599,7 +948,8 @@ static int shadow_veto(const molt__op_info *op, char *err, size_t errlen) {
 /* ---- status, fork ------------------------------------------------------------------*/
 
 /* shadow <stage> <follower pid> <image> <recorded> <compared> <ring use %>
- *        <divergences> <outcome> <rules> <calls decided by a rule> */
+ *        <divergences> <outcome> <rules> <calls decided by a rule>
+ *        <attempt> <attempts> (both empty in a follower that took over) */
 static void shadow_status(molt__buf *out) {
   molt__lock_acquire(&shd_lock);
   if (stage != STAGE_NONE) {
@@ -635,9 +985,14 @@ static void shadow_status(molt__buf *out) {
                in.uncertain);
     else
       snprintf(said, sizeof said, "%s", outcome);
-    const char *f[] = {"shadow", stage_names[stage], pid, image, r, c, u, d, said, nr,
-                       ap};
-    molt__buf_record(out, 11, f);
+    char k[16] = "", m[16] = "";
+    if (attempts > 0) {
+      snprintf(k, sizeof k, "%u", attempt);
+      snprintf(m, sizeof m, "%u", attempts);
+    }
+    const char *f[] = {
+        "shadow", stage_names[stage], pid, image, r, c, u, d, said, nr, ap, k, m};
+    molt__buf_record(out, 13, f);
   }
   molt__lock_release(&shd_lock);
 }
@@ -659,6 +1014,14 @@ static void shadow_fork_child(void) {
    * neither records nor has a shadow of its own. */
   molt__shadow_session_end();
   stage = STAGE_NONE;
+  attempt = attempts = 0;
+  retry_due = false;
+  /* The image kept for a retry or commit is the leader's (the follower of
+   * a retry inherits it: it never reads it). */
+  if (image_fd >= 0) {
+    close(image_fd);
+    image_fd = -1;
+  }
   molt__lock_reinit(&shd_lock);
 }
 
@@ -674,6 +1037,7 @@ static const molt__mode shadow_mode = {
     .fork_parent = shadow_fork_parent,
     .fork_child = shadow_fork_child,
     .status = shadow_status,
+    .deferred = shadow_deferred,
 };
 
 __attribute__((constructor(101))) static void shadow_register(void) {

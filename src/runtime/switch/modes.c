@@ -135,3 +135,10 @@ void molt__modes_reclaim(void) {
     if (modes[i]->reclaim)
       modes[i]->reclaim();
 }
+
+void molt__modes_deferred(void) {
+  unsigned n = count();
+  for (unsigned i = 0; i < n; i++)
+    if (modes[i]->deferred)
+      modes[i]->deferred();
+}

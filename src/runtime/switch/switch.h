@@ -165,6 +165,11 @@ typedef struct molt__mode {
   void (*status)(molt__buf *out);
   /* Each reclamation pass (runtime thread, op_lock held). */
   void (*reclaim)(void);
+  /* Work the mode asked the runtime thread for (it called molt__wake): a
+   * shadowed update's next attempt.  On the runtime thread's own passes
+   * only, never inside another operation, with op_lock held as an
+   * operation holds it (the thread may fork). */
+  void (*deferred)(void);
 } molt__mode;
 
 MOLT__HIDDEN void molt__mode_register(const molt__mode *m);
@@ -193,5 +198,6 @@ MOLT__HIDDEN void molt__modes_status(molt__buf *out);
 /* The first mode's describe_thread that says something; buf "" if none. */
 MOLT__HIDDEN void molt__modes_describe_thread(pid_t tid, char *buf, size_t len);
 MOLT__HIDDEN void molt__modes_reclaim(void);
+MOLT__HIDDEN void molt__modes_deferred(void);
 
 #endif /* MOLT_SWITCH_H */

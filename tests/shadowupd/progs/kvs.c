@@ -17,13 +17,18 @@
  * "FDPASS ok" once a descriptor went through a socketpair with sendmsg
  * and came back with recvmsg (SCM_RIGHTS: a follower ends), "URING" ->
  * "URING fd" after opening an io_uring (kept open: a shadowed update is
- * then refused at the barrier; a negative fd is the kernel's -errno).  Built with -DKVS_VARIANT=N for the versions a
+ * then refused at the barrier; a negative fd is the kernel's -errno),
+ * "HOLD" -> "HELD" once the file named by the environment's KVS_HOLD is
+ * gone (the worker passes no update point meanwhile: a barrier times out).  Built with -DKVS_VARIANT=N for the versions a
  * test updates to: 1 answers "GET magic" differently, 2 crashes on "GET
  * crash", 3 sleeps a minute on "GET slow", 4 adds a field whose
  * transformer faults (kvs-fail.xf), 5 accepts a new command "INCR k" ->
  * "VALUE n" (which the others answer "ERROR"), 6 sends "PONG" in two
  * pieces ("PO", "NG\n") and answers nothing to "QUIET" (which the others
- * answer "ERROR"). */
+ * answer "ERROR"), 7 answers "GET magic" differently while the file named
+ * by its environment's KVS_FLAKY exists (a divergence the test can make
+ * go away between two attempts of a shadowed update: a stand-in for a
+ * race that does not repeat). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <molt.h>
@@ -130,6 +135,11 @@ static void execute(char *line, char *reply, size_t len) {
     memset(&params, 0, sizeof params);
     long fd = syscall(SYS_io_uring_setup, 4, &params);
     snprintf(reply, len, "URING %ld\n", fd >= 0 ? fd : -(long)errno);
+  } else if (cmd && strcmp(cmd, "HOLD") == 0) {
+    const char *hold = getenv("KVS_HOLD");
+    while (hold && access(hold, F_OK) == 0)
+      usleep(10000);
+    snprintf(reply, len, "HELD\n");
   } else if (cmd && strcmp(cmd, "NOW") == 0) {
     /* time and randomness: a follower gets the leader's (shadow/calls.c) */
     struct timespec ts;
@@ -155,6 +165,12 @@ static void execute(char *line, char *reply, size_t len) {
 #elif KVS_VARIANT == 2
     if (strcmp(k, "crash") == 0)
       *(volatile int *)(uintptr_t)8 = 1;
+#elif KVS_VARIANT == 7
+    const char *flag = getenv("KVS_FLAKY");
+    if (strcmp(k, "magic") == 0 && flag && access(flag, F_OK) == 0) {
+      snprintf(reply, len, "VALUE changed-by-v7\n");
+      return;
+    }
 #elif KVS_VARIANT == 3
     if (strcmp(k, "slow") == 0)
       sleep(60); /* not a followed call: the follower falls behind */
