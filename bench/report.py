@@ -1420,13 +1420,15 @@ def main():
     # (P1 with a live patch, callgrind), bench/apply_cost.py (the cost of a
     # transition), bench/latency/hiccup.sh (hiccups and instructions per
     # request around updates), bench/shadowupd (P10, shadowed updates:
-    # shadow_p10.md, written by hand from p10_latency.py and run.sh).
+    # shadow_p10.md, written by hand from p10_latency.py and run.sh;
+    # shadow_faults.md from faults.py).
     for name, tag in (("patchbuild_realfixes.md", "patchbuild-realfixes"),
                       ("attach.md", "attach"), ("fullreal_p9.md", "fullreal-p9"),
                       ("p1_patched.md", "p1-patched"), ("apply_cost.md", "apply-cost"),
                       ("../latency/results/hiccup.md", "latency-hiccup"),
                       ("../latency/results/instr.md", "latency-instr"),
-                      ("shadow_p10.md", "shadow-p10")):
+                      ("shadow_p10.md", "shadow-p10"),
+                      ("shadow_faults.md", "shadow-faults")):
         path = os.path.normpath(os.path.join(bl.BENCH, "results", name))
         if os.path.exists(path):
             with open(path) as f:

@@ -28,7 +28,12 @@
  * answer "ERROR"), 7 answers "GET magic" differently while the file named
  * by its environment's KVS_FLAKY exists (a divergence the test can make
  * go away between two attempts of a shadowed update: a stand-in for a
- * race that does not repeat). */
+ * race that does not repeat), 8 has a migration hook that forgets the
+ * values of every odd slot (a state transformation error that shows only
+ * when such a key is read), 9 answers "GET magic" differently in a process
+ * whose migration hook drew "unlucky" from its pid (about one follower in
+ * two: a stand-in for an update timed badly, which a retry may escape;
+ * bench/shadowupd/faults.py). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <molt.h>
@@ -100,6 +105,25 @@ static void set(const char *k, const char *v) {
   pthread_mutex_unlock(&store_lock);
 }
 
+#if KVS_VARIANT == 8
+int molt_on_migrated(char *why, size_t len) {
+  (void)why;
+  (void)len;
+  for (unsigned i = 1; i < SLOTS; i += 2)
+    store[i].val[0] = '\0'; /* "forgot" to carry these values over */
+  return 0;
+}
+#elif KVS_VARIANT == 9
+static int unlucky; /* drawn once, by the migration hook */
+int molt_on_migrated(char *why, size_t len) {
+  (void)why;
+  (void)len;
+  unsigned x = (unsigned)getpid() * 2654435761u; /* Knuth's multiplicative hash */
+  unlucky = (int)((x >> 16) & 1);
+  return 0;
+}
+#endif
+
 static int get(const char *k, char *out, size_t len) {
   int found = 0;
   pthread_mutex_lock(&store_lock);
@@ -169,6 +193,11 @@ static void execute(char *line, char *reply, size_t len) {
     const char *flag = getenv("KVS_FLAKY");
     if (strcmp(k, "magic") == 0 && flag && access(flag, F_OK) == 0) {
       snprintf(reply, len, "VALUE changed-by-v7\n");
+      return;
+    }
+#elif KVS_VARIANT == 9
+    if (strcmp(k, "magic") == 0 && unlucky) {
+      snprintf(reply, len, "VALUE changed-by-v9\n");
       return;
     }
 #elif KVS_VARIANT == 3
