@@ -96,6 +96,11 @@ struct molt__owner {
    * proof.c finds the object's code). */
   bool entered_directly;
   void *direct_code;
+  /* Its release never unmaps the code calls reached (a pinned patch stays
+   * mapped for the life of the process, a patch whose callback outlived
+   * its deadline too): proof.c then proves nothing and releases it at
+   * once.  Written and read on the runtime thread (op_lock). */
+  bool keeps_code;
 };
 
 MOLT__HIDDEN void molt__gen_init(void);
@@ -195,12 +200,14 @@ typedef struct molt__stack_scan {
   void (*hit)(void *arg, uintptr_t word);
   void *arg;
 } molt__stack_scan;
-enum { MOLT__STACK_READ, MOLT__STACK_RUNNING, MOLT__STACK_FAILED };
+enum { MOLT__STACK_READ, MOLT__STACK_RUNNING, MOLT__STACK_ELSEWHERE, MOLT__STACK_FAILED };
 #define MOLT__STACK_BUF 65536 /* bytes of the buffer a scan is given */
 /* Reads thread tid's whole stack at one moment while it is blocked, into
  * s's callbacks; buf holds MOLT__STACK_BUF bytes.  MOLT__STACK_READ: done; RUNNING: it
- * is not blocked now; FAILED: gone, on another stack, too deep, or it ran
- * during every attempt (runtime thread, op_lock). */
+ * is not blocked now; ELSEWHERE: blocked with its stack pointer outside its
+ * registered stack (a handler on sigaltstack; every thread under valgrind,
+ * which runs the program on stacks of its own); FAILED: gone, too deep,
+ * or it ran during every attempt (runtime thread, op_lock). */
 MOLT__HIDDEN int molt__stack_scan_blocked(pid_t tid, const molt__stack_scan *s,
                                           uint64_t *buf);
 
