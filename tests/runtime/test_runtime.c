@@ -504,7 +504,7 @@ static void case_pinnedproof(void) {
  * second); the thread answers at its next point once the handler returns,
  * and only then is the superseded patch unloaded. */
 static int alt_fd = -1;
-static volatile sig_atomic_t alt_read = -2;
+static atomic_int alt_read = -2; /* lock-free: async-signal-safe */
 static atomic_int alt_tid;
 static atomic_bool alt_stop;
 static char alt_stack[1 << 16] __attribute__((aligned(16)));
@@ -512,14 +512,14 @@ static char alt_stack[1 << 16] __attribute__((aligned(16)));
 static void alt_handler(int sig) {
   (void)sig;
   unsigned char c;
-  alt_read = (sig_atomic_t)read(alt_fd, &c, 1);
+  atomic_store(&alt_read, (int)read(alt_fd, &c, 1));
 }
 
 static void *alt_caller(void *arg) {
   (void)arg;
   molt_quiesce(); /* registered: its stack bounds are known */
-  stack_t ss = {.ss_sp = alt_stack, .ss_size = sizeof alt_stack, .ss_flags = 0};
-  if (sigaltstack(&ss, NULL) != 0)
+  stack_t ss = {.ss_sp = alt_stack, .ss_size = sizeof alt_stack, .ss_flags = 0}, old;
+  if (sigaltstack(&ss, &old) != 0)
     return NULL;
   atomic_store(&alt_tid, (int)syscall(SYS_gettid));
   pthread_kill(pthread_self(), SIGUSR2); /* blocks in read() on alt_stack */
@@ -527,6 +527,8 @@ static void *alt_caller(void *arg) {
     molt_quiesce(); /* a point: answers the proof */
     sleep_ms(1);
   }
+  /* The one it had (AddressSanitizer unmaps its own at thread exit). */
+  sigaltstack(&old, NULL);
   return NULL;
 }
 
@@ -582,9 +584,10 @@ static void case_altstack(void) {
   /* The handler returns; the thread passes its point and answers. */
   CHECK(wait_unmapped("patch_proof.so", 10000),
         "the patch still mapped after the thread passed its point");
-  CHECK(alt_read == 1, "the handler's read returned %d", (int)alt_read);
   atomic_store(&alt_stop, true);
   pthread_join(th, NULL);
+  CHECK(atomic_load(&alt_read) == 1, "the handler's read returned %d",
+        atomic_load(&alt_read));
   printf("altstack: entries held %d%% of the time after the rollback\n", held);
 }
 
