@@ -167,11 +167,12 @@ MOLT__HIDDEN void molt__gen_hold_or_relax(void);
 MOLT__HIDDEN void molt__proof_init(void);
 /* Whether the entries of owner o may jump straight into its code (not when
  * the program counts every call, MOLT_COUNT_CALLS, nor while too many
- * proofs are pending). */
+ * proofs are pending, unless o needs none: keeps_code). */
 MOLT__HIDDEN bool molt__proof_accepts(const molt__owner *o);
-/* Every entry takes its dispatch path while a proof waits for a thread that
- * does not block (for a second, then a second every 16 s): threads that
- * never block answer there. */
+/* Every entry takes its dispatch path while a proof waits for a thread found
+ * running (from 5 ms into the proof for a second, then a second every 16 s;
+ * for threads found blocked on another stack only from 16 s on): threads
+ * that never block answer there (proof.c). */
 MOLT__HIDDEN bool molt__proof_holds_dispatch(void);
 /* One pass (runtime thread, op_lock held, no molt__rt_lock): the owners in
  * `released` (no live generation points into them) are released at once
