@@ -60,6 +60,43 @@ cp "$KV/patches/value-length/kv_commands.c" "$SRC/patches/value-length/"
     "$LAT_WORK"/obj/kv_net.o "$LAT_WORK"/obj/kv_store.o \
     "$LAT_WORK"/obj/kv_commands.o "$LAT_WORK/obj/nowake.o" -pthread
 
+  # Two patches that are not pinned (instr.py --pair unpinned-a,unpinned-b):
+  # kv_format_reply with its separators in a local array instead of string
+  # literals passed to kv_net.c, so that moltcc has no reason to keep them
+  # loaded; a superseded one is proved unused and unloaded (design §4).
+  # They differ from each other (and from 1.0) in that array only.
+  /usr/bin/python3 - <<'PY'
+import os
+src = open("kv_commands.c").read()
+old = """  kv_out_append(out, status, strlen(status));
+  if (payload) {
+    kv_out_append(out, " ", 1);
+    kv_out_append(out, payload, plen);
+  }
+  kv_out_append(out, "\\n", 1);
+}"""
+if old not in src:
+    raise SystemExit("build.sh: kv_format_reply changed: update the unpinned patches")
+for name, init in (("a", "{' ', '\\n'}"), ("b", "{' ', '\\n', 0}")):
+    new = """  char sep[] = %s; /* not literals: the patch is not pinned */
+  kv_out_append(out, status, strlen(status));
+  if (payload) {
+    kv_out_append(out, &sep[0], 1);
+    kv_out_append(out, payload, plen);
+  }
+  kv_out_append(out, &sep[1], 1);
+}""" % init
+    os.makedirs("patches/unpinned-" + name, exist_ok=True)
+    with open("patches/unpinned-%s/kv_commands.c" % name, "w") as f:
+        f.write(src.replace(old, new))
+PY
+  for p in unpinned-a unpinned-b; do
+    "$MOLTCC" --molt-patch --molt-target "$LAT_WORK/kvstore" \
+      -o "$LAT_WORK/patches/$p.so" "patches/$p/kv_commands.c" \
+      --molt-patch-id "$p" --molt-description "latency bench: $p" \
+      -I. -I"$ROOT/include" $CFLAGS
+  done
+
   # The two patches the patcher alternates between: 1.1 (bug fix) and 1.2
   # (reply format change).  Both are complete versions of kv_commands.c, so
   # either can follow the other; every apply loads a fresh copy (dlopen).
@@ -83,4 +120,4 @@ chmod go-w "$LAT_WORK"/patches/*.so "$LAT_WORK"/patches/nowake/*.so
 # The load client: plain gcc, it is not part of the system under test.
 gcc -O2 -g -Wall -Wextra -o "$LAT_WORK/latclient" "$HERE/latclient.c" -lm
 
-echo "built: $LAT_WORK/kvstore{,-nowake}, $LAT_WORK/patches/{fix-del,value-length}.so, $LAT_WORK/latclient (molt: $MOLT_BUILD)"
+echo "built: $LAT_WORK/kvstore{,-nowake}, $LAT_WORK/patches/{fix-del,value-length,unpinned-a,unpinned-b}.so, $LAT_WORK/latclient (molt: $MOLT_BUILD)"

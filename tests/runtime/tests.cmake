@@ -52,6 +52,7 @@ target_link_options(patch_table_obj PRIVATE -Wl,-z,now -Wl,-z,relro)
 molt_runtime_patch(patch_unlisted ${RT}/patch_unlisted.c test_runtime)
 molt_runtime_patch(patch_pinned ${RT}/patch_pinned.c test_runtime)
 molt_runtime_patch(patch_pinned_nofunc ${RT}/patch_pinned_nofunc.c test_runtime)
+molt_runtime_patch(patch_pinned_spin ${RT}/patch_pinned_spin.c test_runtime)
 molt_runtime_patch(patch_cb ${RT}/patch_cb.c test_runtime)
 molt_runtime_patch(patch_ctor ${RT}/patch_ctor.c test_runtime)
 target_compile_definitions(patch_ctor_obj PRIVATE CTOR)
@@ -83,7 +84,7 @@ molt_runtime_patch(fdhost_b ${RT}/patch_b.c fdhost)
 
 add_custom_target(runtime_test_files ALL DEPENDS ${RT_PATCH_FILES} plain_lib abi_other)
 
-foreach(case entry stress inflight proof static maps refuse socket locks atomic wakeup cancel verdict
+foreach(case entry stress inflight proof pinnedproof altstack static maps refuse socket locks atomic wakeup cancel verdict
              selfglobal imports pinned forkglobal forklocks fifo ctor callbacks)
   add_test(NAME runtime_${case} COMMAND test_runtime ${case} ${RT_OUT})
   set_tests_properties(runtime_${case} PROPERTIES TIMEOUT 600 LABELS "runtime;concurrency")

@@ -96,6 +96,11 @@ struct molt__owner {
    * proof.c finds the object's code). */
   bool entered_directly;
   void *direct_code;
+  /* Its release never unmaps the code calls reached (a pinned patch stays
+   * mapped for the life of the process, a patch whose callback outlived
+   * its deadline too): proof.c then proves nothing and releases it at
+   * once.  Written and read on the runtime thread (op_lock). */
+  bool keeps_code;
 };
 
 MOLT__HIDDEN void molt__gen_init(void);
@@ -162,11 +167,12 @@ MOLT__HIDDEN void molt__gen_hold_or_relax(void);
 MOLT__HIDDEN void molt__proof_init(void);
 /* Whether the entries of owner o may jump straight into its code (not when
  * the program counts every call, MOLT_COUNT_CALLS, nor while too many
- * proofs are pending). */
+ * proofs are pending, unless o needs none: keeps_code). */
 MOLT__HIDDEN bool molt__proof_accepts(const molt__owner *o);
-/* Every entry takes its dispatch path while a proof waits for a thread that
- * does not block (for a second, then a second every 16 s): threads that
- * never block answer there. */
+/* Every entry takes its dispatch path while a proof waits for a thread found
+ * running (from 5 ms into the proof for a second, then a second every 16 s;
+ * for threads found blocked on another stack only from 16 s on): threads
+ * that never block answer there (proof.c). */
 MOLT__HIDDEN bool molt__proof_holds_dispatch(void);
 /* One pass (runtime thread, op_lock held, no molt__rt_lock): the owners in
  * `released` (no live generation points into them) are released at once
@@ -195,12 +201,14 @@ typedef struct molt__stack_scan {
   void (*hit)(void *arg, uintptr_t word);
   void *arg;
 } molt__stack_scan;
-enum { MOLT__STACK_READ, MOLT__STACK_RUNNING, MOLT__STACK_FAILED };
+enum { MOLT__STACK_READ, MOLT__STACK_RUNNING, MOLT__STACK_ELSEWHERE, MOLT__STACK_FAILED };
 #define MOLT__STACK_BUF 65536 /* bytes of the buffer a scan is given */
 /* Reads thread tid's whole stack at one moment while it is blocked, into
  * s's callbacks; buf holds MOLT__STACK_BUF bytes.  MOLT__STACK_READ: done; RUNNING: it
- * is not blocked now; FAILED: gone, on another stack, too deep, or it ran
- * during every attempt (runtime thread, op_lock). */
+ * is not blocked now; ELSEWHERE: blocked with its stack pointer outside its
+ * registered stack (a handler on sigaltstack; every thread under valgrind,
+ * which runs the program on stacks of its own); FAILED: gone, too deep,
+ * or it ran during every attempt (runtime thread, op_lock). */
 MOLT__HIDDEN int molt__stack_scan_blocked(pid_t tid, const molt__stack_scan *s,
                                           uint64_t *buf);
 

@@ -51,11 +51,15 @@
  *      top of its stack; it read the table of owners under proof (with
  *      acquire, after T) before reading its stack.  A thread that never
  *      blocks but calls updatable functions is proved here: while a proof
- *      waits for a thread that was not found blocked, every entry takes
- *      its dispatch path (from 5 ms after the proof began -- most threads
- *      are proved by a read of their stack before -- for a second, then a
- *      second out of every 16: molt__entries_hold), and molt__proof_round changes at every pass,
- *      which makes the next dispatched call of every thread answer once.
+ *      waits for a thread that was found running, every entry takes its
+ *      dispatch path (from 5 ms after the proof began -- most threads are
+ *      proved by a read of their stack before -- for a second, then a
+ *      second out of every 16: molt__entries_hold; for threads found
+ *      blocked on another stack only the later seconds,
+ *      molt__proof_holds_dispatch), and molt__proof_round changes at every
+ *      pass, which makes the next dispatched call or point of every thread
+ *      answer -- once per table: a thread whose answer about the current
+ *      table found no owner on its stack is not asked again.
  * A thread that is in O (blocked inside it, or spinning in it) is never
  * proved out, and O stays mapped until it is (guarantee H1); a stale word
  * left in a live frame can keep O mapped longer than needed (conservative).
@@ -74,7 +78,9 @@
  * needed (guide §6).
  *
  * Owners never entered by a direct jump (counted all along) are released
- * at once, as before.  At most PROOF_SLOTS owners are under proof at once
+ * at once, as before; so are owners whose release keeps their code mapped
+ * anyway (keeps_code: a pinned patch), for which a proof would prove
+ * nothing that matters.  At most PROOF_SLOTS owners are under proof at once
  * (a bit each in a thread's answer); while that many are pending, no new
  * owner is entered directly (molt__proof_accepts), so pending proofs are
  * bounded however many patches follow (P6).
@@ -112,9 +118,13 @@ static pending table[PROOF_SLOTS]; /* runtime thread, op_lock */
 static molt__owner *waiting;       /* released while the table was full */
 static size_t nwaiting;
 static bool count_calls; /* MOLT_COUNT_CALLS: never enter a patch uncounted */
-/* The last pass found a thread to prove that was not blocked (it can only
- * answer on the dispatch path). */
+/* The last pass found a thread to prove that was not blocked, or whose
+ * stack could not be read at one moment (it ran meanwhile): a thread that
+ * runs can only answer on the dispatch path or at a point. */
 static bool running_unproved;
+/* The last pass found a thread to prove blocked on another stack than its
+ * own (its words prove nothing; it answers when it runs again). */
+static bool elsewhere_unproved;
 
 /* The code ranges of the table as application threads read them: written
  * under `seq` odd, stable while even (a sequence lock). */
@@ -136,17 +146,30 @@ static size_t npending(void) {
 bool molt__proof_accepts(const molt__owner *o) {
   if (count_calls)
     return false;
-  return o->entered_directly || npending() < PROOF_SLOTS;
+  return o->entered_directly || o->keeps_code || npending() < PROOF_SLOTS;
 }
 
+/* Whether every entry is held on its dispatch path now.  The hold costs
+ * every updatable call of every thread the dispatch path, and it only helps
+ * a thread that runs: one found running answers on its next dispatched
+ * call, so while one is unproved the hold starts 5 ms into the proof, for
+ * a second, then a second out of every 16.  A thread blocked on another
+ * stack cannot answer before it runs again, and then it most often blocks
+ * on its own stack (read at the next pass) or passes a point: for it the
+ * hold comes only in the later periods (the second from 16 s, from 32 s,
+ * ...), which still bounds how long a thread that runs without blocking
+ * or passing a point keeps a proof open.  (Under valgrind every blocked
+ * thread is on another stack: before this, entries stayed on the dispatch
+ * path until the slowest thread passed a point.) */
 bool molt__proof_holds_dispatch(void) {
-  if (!running_unproved)
+  if (!running_unproved && !elsewhere_unproved)
     return false;
   uint64_t now = molt__now_ns();
   for (unsigned k = 0; k < PROOF_SLOTS; k++) {
     uint64_t age = now - table[k].since_ns;
-    if (table[k].o && age >= HOLD_AFTER_NS &&
-        (age < HOLD_NS || age % HOLD_PERIOD_NS < HOLD_NS))
+    if (!table[k].o || age < HOLD_AFTER_NS || age % HOLD_PERIOD_NS >= HOLD_NS)
+      continue;
+    if (running_unproved || age >= HOLD_PERIOD_NS)
       return true;
   }
   return false;
@@ -210,6 +233,16 @@ molt__thread_prove(void) {
   uint32_t s = atomic_load_explicit(&seq, memory_order_acquire);
   if (s & 1)
     return; /* being changed: the next round asks again */
+  /* Already answered about this very table, with no owner on the stack:
+   * that answer stays true (a thread out of an owner after T never comes
+   * back into it, file comment) and stays where the runtime reads it, so
+   * a new round asks nothing of this thread until the table changes.
+   * relaxed: only this thread writes its answer.  Rounds change at every
+   * pass while a proof waits; without this a thread read its whole stack
+   * at its next point or dispatched call after each of them. */
+  uint64_t last = atomic_load_explicit(&t->proof_answer, memory_order_relaxed);
+  if ((uint32_t)(last >> 32) == s && (uint32_t)last == 0)
+    return;
   uintptr_t lo[PROOF_SLOTS][RANGES], hi[PROOF_SLOTS][RANGES], min, max;
   for (unsigned k = 0; k < PROOF_SLOTS; k++)
     for (unsigned r = 0; r < RANGES; r++) {
@@ -374,6 +407,19 @@ size_t molt__proof_pass(molt__owner *released) {
       o->release(o);
       continue;
     }
+    /* An owner whose release keeps its code mapped (a pinned patch) needs
+     * no proof: a thread still in its code, or returning into it, runs
+     * mapped code.  Released at once, so a transition that supersedes it
+     * ends with the reclamation of its generation (no hold, no answers
+     * asked of the threads: issue 14).  One already under proof (it could
+     * only have become so while there) goes the usual way below. */
+    bool in_table = false;
+    for (unsigned k = 0; k < PROOF_SLOTS && !in_table; k++)
+      in_table = table[k].o == o;
+    if (o->keeps_code && !in_table) {
+      release_owner(o);
+      continue;
+    }
     /* Taken up again by a rollback while under proof, and superseded
      * again: the proof starts over, and answers given before (about the
      * same table) no longer count -- a new table version. */
@@ -411,7 +457,7 @@ size_t molt__proof_pass(molt__owner *released) {
     any |= table[k].o != NULL;
   if (!any) {
     molt__stack_forget(NULL, 0);
-    running_unproved = false;
+    running_unproved = elsewhere_unproved = false;
     return nwaiting;
   }
   pid_t *now;
@@ -452,7 +498,7 @@ size_t molt__proof_pass(molt__owner *released) {
       .limit = STACK_MAX, .reset = hits_reset, .hit = hits_add, .arg = &h};
   span_of(h.lo, h.hi, &scan.min, &scan.max);
   uint64_t *buf = malloc(MOLT__STACK_BUF);
-  running_unproved = false;
+  running_unproved = elsewhere_unproved = false;
   /* Only threads some proof still waits for are looked at (the others
    * are gone or answered on their own above): no /proc read for them. */
   for (size_t i = 0; buf && i < nnow; i++) {
@@ -462,8 +508,12 @@ size_t molt__proof_pass(molt__owner *released) {
                molt__stack_has_tid(table[k].tids, table[k].ntids, now[i]);
     if (!wanted)
       continue;
-    if (molt__stack_scan_blocked(now[i], &scan, buf) != MOLT__STACK_READ) {
-      running_unproved = true;
+    int rc = molt__stack_scan_blocked(now[i], &scan, buf);
+    if (rc != MOLT__STACK_READ) {
+      if (rc == MOLT__STACK_ELSEWHERE)
+        elsewhere_unproved = true;
+      else
+        running_unproved = true;
       continue;
     }
     for (unsigned k = 0; k < PROOF_SLOTS; k++)

@@ -206,8 +206,10 @@ int molt__stack_scan_blocked(pid_t tid, const molt__stack_scan *s, uint64_t *buf
     goto out;
   }
   if (molt__thread_stack_of(tid, &slo, &shi)) {
-    if (sp < slo || sp >= shi)
-      goto out; /* on another stack than its own */
+    if (sp < slo || sp >= shi) {
+      rc = MOLT__STACK_ELSEWHERE; /* on another stack than its own */
+      goto out;
+    }
   } else if (!mapping_of(tid, sp, &slo, &shi)) {
     goto out;
   }

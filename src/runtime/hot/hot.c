@@ -128,6 +128,7 @@ static int run_callback(molt__object *obj, struct molt__object_callback *cb,
     /* Its code is running: the object must stay mapped (object_release). */
     obj->stuck = cb == &obj->pre ? "pre-update callback still running"
                                  : "post-update callback still running";
+    obj->owner.keeps_code = true; /* object_release keeps it: no proof needed */
     /* (none yet: a stuck object is never applied again) */
     molt__callback_release(obj->stuck_run);
     obj->stuck_run = running;

@@ -689,6 +689,10 @@ int molt__patch_open(const char *path, int fd, molt__object **out, char *err,
     }
     obj->owner.id = obj->id;
     obj->owner.release = object_release;
+    /* Once published, a pinned patch is never unmapped (object_release):
+     * no thread needs proving out of it (core/proof.c).  (Not published
+     * yet, no entry has jumped into it.) */
+    obj->owner.keeps_code = obj->pinned;
   }
   if (rc == 0) {
     molt__rt_lock_acquire();

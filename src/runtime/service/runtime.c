@@ -90,10 +90,12 @@ size_t molt__reclaim_locked(void) {
 
 /* The runtime loop's pass: reclamation, then what a mode asked for
  * (molt__mode.deferred; through molt__op_lock, as an operation: a
- * shadowed update's retry forks its follower here). */
-static size_t reclaim_pass(void) {
+ * shadowed update's retry forks its follower here).  *held: a proof now
+ * holds every entry on its dispatch path. */
+static size_t reclaim_pass(bool *held) {
   molt__op_lock();
   size_t left = molt__reclaim_locked();
+  *held = molt__proof_holds_dispatch();
   molt__modes_deferred();
   molt__op_unlock();
   return left;
@@ -194,8 +196,17 @@ static void *runtime_main(void *arg) {
     /* Clients, then new connections (the listener is checked there). */
     molt__control_poll_done(&listener, fds + 1);
     if (interval >= 0) {
-      if (reclaim_pass() == 0)
+      bool held;
+      if (reclaim_pass(&held) == 0)
         interval = -1;
+      else if (held)
+        /* Every updatable call of every thread takes the dispatch path
+         * until the proof is complete, and the thread it waits for answers
+         * on its next call: the pass that takes the answer comes 1 ms
+         * later rather than after a doubled interval, which kept the hold
+         * on about as long again as it had lasted when the answer came
+         * (issue 14).  The hold ends after its second. */
+        interval = RECLAIM_MIN_MS;
       else if ((interval *= 2) > RECLAIM_MAX_MS)
         interval = RECLAIM_MAX_MS; /* a thread still runs old code: back off */
     }
