@@ -1,6 +1,9 @@
 /* A thread that does not reach an update point: the update times out and
  * v1 goes on.  "block" makes the thread wait in read() on a pipe (no update
- * point, no wake-up callback); "release" lets it go back to its loop. */
+ * point, no wake-up callback); "release" lets it go back to its loop.  A
+ * looper reaches its update point every 2 ms: test_failures.py stops it
+ * with ptrace right after a barrier released it, and the next barrier must
+ * still end at its timeout. */
 #include "fu.h"
 #include <pthread.h>
 #include <stdatomic.h>
@@ -11,7 +14,7 @@ int counter = 1;
  * value on its own that publishes nothing else (the test gives the
  * blocker time to react to `blocked`; pipefd is written before the blocker
  * is created). */
-_Atomic int blocker_tid;
+_Atomic int blocker_tid, looper_tid;
 int pipefd[2];
 _Atomic int blocked;
 
@@ -25,6 +28,16 @@ void *blocker(void *arg) {
       }
       atomic_store_explicit(&blocked, 0, memory_order_relaxed);
     }
+    struct timespec ts = {0, 2000000L};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+void *looper(void *arg) {
+  atomic_store_explicit(&looper_tid, fu_tid(), memory_order_relaxed);
+  for (;;) {
+    molt_update_point("looper");
     struct timespec ts = {0, 2000000L};
     nanosleep(&ts, NULL);
   }
@@ -45,8 +58,9 @@ static int fu_handle(char *cmd) {
     else
       printf("ok\n");
   } else if (!strcmp(cmd, "dump")) {
-    printf("version=1 counter=%d blocker_tid=%d blocked=%d\n", counter,
+    printf("version=1 counter=%d blocker_tid=%d looper_tid=%d blocked=%d\n", counter,
            atomic_load_explicit(&blocker_tid, memory_order_relaxed),
+           atomic_load_explicit(&looper_tid, memory_order_relaxed),
            atomic_load_explicit(&blocked, memory_order_relaxed));
   } else {
     printf("error %s\n", cmd);
@@ -60,6 +74,7 @@ int main(void) {
       return 1;
     pthread_t t;
     pthread_create(&t, NULL, blocker, NULL);
+    pthread_create(&t, NULL, looper, NULL);
   }
   fu_serve();
   _exit(0);
