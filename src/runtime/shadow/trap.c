@@ -29,8 +29,10 @@
  *    io_uring and AIO submissions, epoll calls (the instances are shared
  *    with the leader; epoll.c follows the wrapped ones): the follower ends ("the follower made
  *    a system call molt does not follow: writev(5, ...)").
- *  - A new thread or process (clone, fork, exec): the follower ends too;
- *    threads started after the fork are not followed.
+ *  - A new thread or process (clone, fork, exec): the follower ends too --
+ *    a thread the program image starts with pthread_create is followed
+ *    (ring.c, threads) and its clone runs while the wrapper allows calls;
+ *    one a library starts on its own, or a raw clone, is not.
  *  - A file opened read-only (a library reading /proc/self/maps, locale
  *    files): made by the handler, and the descriptor remembered as the
  *    follower's own, whose reads and close are then let through.
@@ -284,7 +286,8 @@ static const char *refused(long nr, const long long *a) {
   case SYS_vfork:
   case SYS_execve:
   case SYS_execveat:
-    return "threads and processes started after the fork are not followed";
+    return "threads and processes started outside the program image's pthread_create "
+           "(which molt follows) are not followed";
   default:
     return NULL;
   }
