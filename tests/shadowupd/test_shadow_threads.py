@@ -295,3 +295,28 @@ def test_leader_killed_while_connection_threads_serve():
         finally:
             srv.close()
         srv.assert_clean()
+
+
+def test_thread_started_past_the_wrapper_ends_the_follower():
+    """A thread started past the program's pthread_create wrapper (as a
+    library starts one of its own; glibc blocks every signal around its
+    clone) is not followed: the follower's backstop ends it with the clone
+    named -- SIGSYS is kept unblocked for that -- and the leader serves
+    on, its thread started and joined."""
+    v1 = tps("tps-v1")
+    same = tps("tps-same", frm=v1)
+    srv = Server(v1, "tp-lib")
+    try:
+        cl = Clients(srv, n=1, tag="b")
+        shadow(srv, same)
+        assert ask(srv, "LIB") == "LIB 0\n"
+        sh = ended(srv)
+        assert "made a system call molt does not follow: clone" in sh["outcome"], sh
+        assert "started outside the program image's pthread_create" in sh["outcome"], sh
+        assert sh["divergences"] == 0, sh
+        assert ask(srv, "LIB") == "LIB 0\n" and ask(srv, "PING") == "PONG\n"
+        replies = cl.stop()
+        assert cl.wrong == [] and replies > 0, cl.wrong[:3]
+        srv.assert_clean()
+    finally:
+        srv.close()

@@ -9,7 +9,9 @@
  *
  * Requests, one line each: "SET k v" -> "OK", "GET k" -> "VALUE v" or
  * "NONE", "PING" -> "PONG", "VERSION" -> "VERSION n" (n: 1, or the
- * variant).  Built
+ * variant), "LIB" -> "LIB rc" after starting (and joining) a thread past
+ * the program's pthread_create wrapper, as a library starts one of its
+ * own (__real_pthread_create: a shadowed update does not follow it).  Built
  * with -DTPS_VARIANT=N: 1 answers "GET magic" differently; 2 serves each
  * connection in the main thread, starting no thread; 3 serves alike but
  * answers VERSION 3. */
@@ -80,6 +82,12 @@ static int get(const char *k, char *out, size_t len) {
   return found;
 }
 
+/* The real pthread_create, past the image's --wrap (molt/program.h). */
+int __real_pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                          void *arg);
+
+static void *lib_main(void *arg) { return arg; }
+
 static void execute(char *line, char *reply, size_t len) {
   char *save = NULL;
   char *cmd = strtok_r(line, " ", &save), *k = strtok_r(NULL, " ", &save),
@@ -89,6 +97,12 @@ static void execute(char *line, char *reply, size_t len) {
     snprintf(reply, len, "PONG\n");
   } else if (cmd && strcmp(cmd, "VERSION") == 0) {
     snprintf(reply, len, "VERSION %d\n", TPS_VARIANT ? TPS_VARIANT : 1);
+  } else if (cmd && strcmp(cmd, "LIB") == 0) {
+    pthread_t th;
+    int rc = __real_pthread_create(&th, NULL, lib_main, NULL);
+    if (rc == 0)
+      pthread_join(th, NULL);
+    snprintf(reply, len, "LIB %d\n", rc);
   } else if (cmd && k && v && strcmp(cmd, "SET") == 0) {
     set(k, v);
     snprintf(reply, len, "OK\n");
