@@ -1016,7 +1016,9 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
              .aux_len = (uint32_t)c->aux_len,
              .seq = atomic_fetch_add_explicit(&shared->clock, 1, memory_order_relaxed)};
   memcpy(x->a, c->a, sizeof x->a);
-  if (want_fd_kind)
+  /* (Not of a close: the descriptor is gone, its number may be another
+   * thread's new one already; the follower looks at its own copy.) */
+  if (want_fd_kind && c->kind != MOLT__SC_CLOSE)
     x->fd_kind = (uint16_t)fd_kind_of(c->kind, c->a[0]);
   char *p = (char *)(x + 1);
   if (keep)
@@ -1785,8 +1787,8 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
      * leader opened it after the fork); else the follower's own. */
     unsigned fdk = MOLT__FDK_ANY;
     if (rules.n) {
-      bool same_fd =
-          c->kind != MOLT__SC_POLL && x->kind != MOLT__SC_POLL && x->a[0] == c->a[0];
+      bool same_fd = c->kind != MOLT__SC_POLL && x->kind != MOLT__SC_POLL &&
+                     x->kind != MOLT__SC_CLOSE && x->a[0] == c->a[0];
       fdk = same_fd && has_fd_kind ? x->fd_kind : fd_kind_of(c->kind, c->a[0]);
     }
     /* An output call's bytes as compared: rewritten by a rule that
