@@ -19,7 +19,7 @@ molt_pytest(shadowupd_epoll ${CMAKE_CURRENT_LIST_DIR}/test_shadow_epoll.py
 # started by the main thread, ended when the client hangs up): a
 # self-shadow under hundreds of connections, a changed reply caught on a
 # connection's thread, a version that starts no thread caught,
-# promote/commit, the leader killed while such threads serve.
+# promote/rollback/commit, the leader killed while such threads serve.
 molt_pytest(shadowupd_threads ${CMAKE_CURRENT_LIST_DIR}/test_shadow_threads.py
   TIMEOUT 300 LABELS shadowupd fullupdate concurrency moltcc cli
   ENV SHADOW_WORK=${CMAKE_CURRENT_BINARY_DIR}/shadowupd-threads)
