@@ -4,7 +4,8 @@
  * shadowed update at a time; the next one empties it), inherited by the
  * follower at fork().  It holds one ring per program thread of the leader
  * (the registry's order at the fork, the same order in which the follower
- * relaunches them) and the report of how a session ended.  The rings'
+ * relaunches them; a thread started later claims a free one, "threads"
+ * below) and the report of how a session ended.  The rings'
  * bytes are a second such mapping, MOLT__SHADOW_MAX_THREADS rings of
  * ring_bytes each (MOLT_SHADOW_RING_BYTES, 64 MiB by default), made
  * MAP_NORESERVE: shared anonymous pages cost memory only once touched, so

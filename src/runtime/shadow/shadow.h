@@ -24,7 +24,8 @@
 
 #include "full/full.h"
 
-/* Program threads a shadowed update follows at most (one ring each). */
+/* Program threads a shadowed update follows at most at once (one ring
+ * each; a ring whose thread ended is reused, ring.c "threads"). */
 #define MOLT__SHADOW_MAX_THREADS 64
 /* Bytes of one thread's ring (records and their payloads): by default
  * large enough that the leader does not wait while the follower migrates
