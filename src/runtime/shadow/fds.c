@@ -453,6 +453,39 @@ void molt__shadow_fds_ring_take(unsigned creator, unsigned ring) {
     close(old);
 }
 
+void molt__shadow_fds_drain(unsigned ring) {
+  if (ring >= nchannels || recv_end[ring] < 0)
+    return;
+  int e = errno;
+  molt__lock_acquire(&shfd_lock);
+  for (;;) {
+    char byte;
+    struct iovec iov = {&byte, 1};
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } u;
+    struct msghdr m = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = u.buf,
+                       .msg_controllen = sizeof u.buf};
+    ssize_t r = recvmsg(recv_end[ring], &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r != 1)
+      break;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int))) {
+      int got;
+      memcpy(&got, CMSG_DATA(c), sizeof got);
+      close(got);
+    }
+  }
+  molt__lock_release(&shfd_lock);
+  errno = e;
+}
+
 void molt__shadow_fds_ring_close(unsigned ring) {
   if (ring >= nchannels)
     return;

@@ -1565,6 +1565,25 @@ static bool take_handover(ring *r, uint64_t *tail, const rec *x) {
 
 /* ---- completing a call the other side died inside of --------------------------------*/
 
+/* A consumer whose ring is drained for good (my_done): if the other side's
+ * process died (relaxed: next_record's acquire load of `alone` ordered
+ * peer_dead, stored before it), a read or write it was inside of is taken
+ * to complete (carry), and in the follower the descriptors still in the
+ * ring's channel -- created by the dead leader after its last published
+ * record, an accepted connection say -- are closed: no record will place
+ * them, and held there they would keep a client waiting for ever. */
+static const rec *pending_intent(ring *r, uint64_t tail);
+static void take_carry(const rec *x);
+static void drained_after_death(ring *r) {
+  if (!atomic_load_explicit(&peer_dead, memory_order_relaxed))
+    return;
+  const rec *p = pending_intent(r, atomic_load_explicit(&r->tail, memory_order_relaxed));
+  if (p)
+    take_carry(p);
+  if (follower)
+    molt__shadow_fds_drain((unsigned)(r - shared->rings));
+}
+
 static bool is_rw(unsigned kind) {
   return kind == MOLT__SC_READ || kind == MOLT__SC_RECV || kind == MOLT__SC_WRITE ||
          kind == MOLT__SC_SEND || kind == MOLT__SC_READV || kind == MOLT__SC_WRITEV ||
@@ -1748,14 +1767,8 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
     if (!x) { /* the other side is gone: this call is made for real */
       my_done = true;
       /* ... unless it died inside a read or write of its own: completed
-       * from what the kernel says it moved.  (relaxed: next_record's
-       * acquire load of `alone` ordered peer_dead, stored before it.) */
-      if (atomic_load_explicit(&peer_dead, memory_order_relaxed)) {
-        const rec *p =
-            pending_intent(r, atomic_load_explicit(&r->tail, memory_order_relaxed));
-        if (p)
-          take_carry(p);
-      }
+       * from what the kernel says it moved. */
+      drained_after_death(r);
       return carry && finish_carry(c, result, err);
     }
     if (x->kind == REC_HANDOVER) {
@@ -2106,15 +2119,8 @@ static rec *expect_record(ring *r, uint64_t *tail, unsigned want, const char *mi
     rec *x = next_record(r, tail);
     if (!x) {
       my_done = true;
-      /* The dead side's read or write in progress, completed at this
-       * thread's next call on its descriptor (as in molt__shadow_replay;
-       * relaxed: next_record's acquire load of `alone` ordered it). */
-      if (atomic_load_explicit(&peer_dead, memory_order_relaxed)) {
-        const rec *p =
-            pending_intent(r, atomic_load_explicit(&r->tail, memory_order_relaxed));
-        if (p)
-          take_carry(p);
-      }
+      /* as in molt__shadow_replay */
+      drained_after_death(r);
       return NULL;
     }
     if (x->kind == REC_HANDOVER) {

@@ -249,6 +249,9 @@ MOLT__HIDDEN void molt__shadow_fds_fork_child(void);
 MOLT__HIDDEN int molt__shadow_fds_ring_open(unsigned creator, unsigned ring);
 MOLT__HIDDEN void molt__shadow_fds_ring_take(unsigned creator, unsigned ring);
 MOLT__HIDDEN void molt__shadow_fds_ring_close(unsigned ring);
+/* Follower, its ring drained for good after the leader's death: closes the
+ * descriptors still in the ring's channel (no record will place them). */
+MOLT__HIDDEN void molt__shadow_fds_drain(unsigned ring);
 /* Follower: the leader closed fd (generation gen, or MOLT__SHADOW_ANY_GEN):
  * closes the follower's copy if it holds that one. */
 MOLT__HIDDEN void molt__shadow_fd_release(int fd, uint32_t gen);
