@@ -2169,6 +2169,7 @@ static unsigned claim_slot(const ring *creator) {
     for (unsigned i = 0; i < MOLT__SHADOW_MAX_THREADS; i++) {
       ring *r = &shared->rings[i];
       uint32_t cur = RING_FREE;
+      /* relaxed look first: the compare-exchange below orders the claim */
       if (atomic_load_explicit(&r->live, memory_order_relaxed) != RING_FREE ||
           !atomic_compare_exchange_strong_explicit(
               &r->live, &cur, RING_CLAIMING, memory_order_acquire, memory_order_relaxed))
@@ -2217,6 +2218,7 @@ static unsigned claim_slot(const ring *creator) {
  * producer ended after that record), so its pages go back, its channel
  * closes, and the slot is free for a thread started later. */
 static void free_slot(ring *r) {
+  /* relaxed: next_record's acquire load saw this head, the last one */
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
   uint64_t used = head < ring_bytes ? (head + 4095) & ~(uint64_t)4095 : ring_bytes;
   if (used)
@@ -2346,7 +2348,7 @@ static void thread_created(uintptr_t token, int rc, pid_t tid) {
     ok = record_thread_rec(r, REC_THREAD, a, rc, b->entry);
   if (rc != 0) {
     /* No thread: its ring free again (a failure recorded is replayed as
-     * one: the follower starts none either). */
+     * one: the follower starts none either; release, as in free_slot). */
     atomic_store_explicit(&nr->live, RING_FREE, memory_order_release);
     free(b);
     return;
