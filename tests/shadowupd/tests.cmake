@@ -23,6 +23,15 @@ molt_pytest(shadowupd_retry ${CMAKE_CURRENT_LIST_DIR}/test_shadow_retry.py
   TIMEOUT 300 LABELS shadowupd fullupdate concurrency moltcc cli
   ENV SHADOW_WORK=${CMAKE_CURRENT_BINARY_DIR}/shadowupd-retry)
 
+# Threads started after the fork (progs/tps.c: a thread per connection,
+# started by the main thread, ended when the client hangs up): a
+# self-shadow under hundreds of connections, a changed reply caught on a
+# connection's thread, a version that starts no thread caught,
+# promote/rollback/commit, the leader killed while such threads serve.
+molt_pytest(shadowupd_threads ${CMAKE_CURRENT_LIST_DIR}/test_shadow_threads.py
+  TIMEOUT 300 LABELS shadowupd fullupdate concurrency moltcc cli
+  ENV SHADOW_WORK=${CMAKE_CURRENT_BINARY_DIR}/shadowupd-threads)
+
 # The rule language (src/common/rules.c): good and bad files with their
 # file:line:col, patterns, and a deterministic mutation loop (60,000 inputs:
 # ~0.1 s plain, ~1.5 s under TSan;

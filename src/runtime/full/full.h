@@ -148,4 +148,28 @@ MOLT__HIDDEN void molt__program_keep_threads_at_fork(void);
 MOLT__HIDDEN int molt__program_relaunch(void (*on_start)(size_t index, void *arg),
                                         void *arg, char *err, size_t errlen);
 
+/* Threads a program thread starts while a shadowed update runs (the
+ * shadow layer follows them: docs/design.md §17, "Threads started after
+ * the fork").  Called by __wrap_pthread_create, the trampoline of the new
+ * thread and end_thread; every hook is set (or none). */
+typedef struct molt__program_thread_hooks {
+  /* The calling program thread is about to start a thread in its entry
+   * function (entry_name: its name in the image, NULL if it has none).
+   * 0: start it, and pass *token to the hooks below; an errno value: do
+   * not start it, pthread_create returns that value (a follower replaying
+   * a creation that failed in the leader). */
+  int (*creating)(const char *entry_name, uintptr_t *token);
+  /* pthread_create returned rc (0, or the errno value of a failure); tid:
+   * the new thread's, if it started.  In the creating thread. */
+  void (*created)(uintptr_t token, int rc, pid_t tid);
+  /* In the new thread, after its creator was released and before its
+   * entry function runs (never again at a restart). */
+  void (*started)(uintptr_t token);
+  /* A program thread exits: its entry function or main returned, or it
+   * called pthread_exit (end_thread). */
+  void (*exiting)(void);
+} molt__program_thread_hooks;
+/* Set once, from a constructor, before the image runs. */
+MOLT__HIDDEN void molt__program_set_thread_hooks(const molt__program_thread_hooks *h);
+
 #endif /* MOLT_FULL_H */

@@ -125,6 +125,14 @@ static char **run_argv;
  * handlers): its child keeps every thread record, to relaunch them. */
 static bool keep_at_fork;
 
+/* The shadow layer's hooks around thread creation and exit (full.h), set
+ * by a constructor before the image runs; NULL: none. */
+static const molt__program_thread_hooks *thread_hooks;
+
+void molt__program_set_thread_hooks(const molt__program_thread_hooks *h) {
+  thread_hooks = h;
+}
+
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static bool key_ok;
@@ -214,6 +222,8 @@ static void end_thread(molt__pthread *t) {
    * stay a participant for ever. */
   int cs;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+  if (thread_hooks)
+    thread_hooks->exiting();
   bool kick = false;
   molt__lock_acquire(&prog_lock);
   molt__list_unlink(&threads, &t->link);
@@ -257,14 +267,20 @@ static bool full_owns_exit(void) {
 
 typedef struct start {
   molt__pthread *t;
-  sem_t started; /* on the creator's stack: posted once, never touched after */
+  uintptr_t token; /* thread_hooks' */
+  pid_t tid;       /* the new thread's, written before it posts */
+  sem_t started;   /* on the creator's stack: posted once, never touched after */
 } start;
 
 static void *trampoline(void *p) {
   start *s = p;
   molt__pthread *t = s->t; /* not modified after sigsetjmp below */
+  uintptr_t token = s->token;
   begin_thread(t);
+  s->tid = t->tid;
   sem_post(&s->started); /* s may be gone from here on */
+  if (thread_hooks)
+    thread_hooks->started(token);
   sigjmp_buf env;
   t->restart_env = &env;
   /* Restart frame.  A full update siglongjmps here with t->entry and
@@ -317,13 +333,22 @@ MOLT_EXTERN int __wrap_pthread_create(pthread_t *th, const pthread_attr_t *attr,
     return EAGAIN;
   }
   start s = {.t = t};
-  if (sem_init(&s.started, 0, 0) != 0) {
-    free_record(t);
-    return EAGAIN;
+  if (thread_hooks) {
+    int refused = thread_hooks->creating(t->entry_name, &s.token);
+    if (refused) {
+      free_record(t);
+      return refused;
+    }
   }
-  int rc = pthread_create(th, attr, trampoline, &s);
+  int rc = sem_init(&s.started, 0, 0) != 0 ? EAGAIN : 0;
+  if (rc == 0) {
+    rc = pthread_create(th, attr, trampoline, &s);
+    if (rc != 0)
+      sem_destroy(&s.started);
+  }
   if (rc != 0) {
-    sem_destroy(&s.started);
+    if (thread_hooks)
+      thread_hooks->created(s.token, rc, 0);
     free_record(t);
     return rc;
   }
@@ -338,6 +363,8 @@ MOLT_EXTERN int __wrap_pthread_create(pthread_t *th, const pthread_attr_t *attr,
     ;
   pthread_setcancelstate(cs, NULL);
   sem_destroy(&s.started);
+  if (thread_hooks)
+    thread_hooks->created(s.token, 0, s.tid);
   return 0;
 }
 

@@ -81,9 +81,23 @@ static _Atomic uint32_t own[TRACKED], own_open[TRACKED];
  * thread sees -1, or the end waits for it before it closes (Dekker). */
 static _Atomic int send_end[MOLT__SHADOW_MAX_THREADS];
 static _Atomic int senders[MOLT__SHADOW_MAX_THREADS];
-static int recv_end[MOLT__SHADOW_MAX_THREADS];
+/* seq_cst accesses (plain C on an atomic): a ring's receiving end is set
+ * and closed by the follower's threads that have the ring in turn (its
+ * creator places it, the consumer that takes its EXIT closes it), and what
+ * orders them passes through the leader's process, where a sanitizer does
+ * not see it. */
+static _Atomic int recv_end[MOLT__SHADOW_MAX_THREADS];
+/* Channels slots: every ring's (a thread started after the fork gets one
+ * for its ring, molt__shadow_fds_ring_open). */
 static size_t nchannels;
 static pid_t leader_pid; /* the process that made the channels */
+/* A leader thread making a new ring's channel counts itself in `opening`
+ * (seq_cst) before it loads `channels_open` (seq_cst); the session's end
+ * clears `channels_open` (seq_cst) before it reads `opening` (seq_cst) and
+ * waits for it: either the thread sees the channels closed and makes none,
+ * or the end closes the channel it stored (Dekker, as `senders`). */
+static _Atomic bool channels_open;
+static _Atomic int opening;
 
 /* fd moved to a high number below 1024 (close-on-exec): out of the small
  * numbers the program uses, below the runtime's band when there is room
@@ -106,7 +120,14 @@ static int high(int fd) {
 
 void molt__shadow_fds_begin(size_t n) {
   leader_pid = getpid();
-  nchannels = n;
+  nchannels = MOLT__SHADOW_MAX_THREADS;
+  atomic_store_explicit(&channels_open, true, memory_order_relaxed);
+  atomic_store_explicit(&opening, 0, memory_order_relaxed);
+  for (size_t i = n; i < MOLT__SHADOW_MAX_THREADS; i++) {
+    atomic_store_explicit(&send_end[i], -1, memory_order_relaxed);
+    atomic_store_explicit(&senders[i], 0, memory_order_relaxed);
+    recv_end[i] = -1;
+  }
   for (size_t i = 0; i < n; i++) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -133,6 +154,11 @@ void molt__shadow_fds_end(void) {
   /* In a child of fork() (the follower, or the program's own child) no
    * other thread runs: a sender counted in the copy never finishes. */
   bool child = getpid() != leader_pid;
+  atomic_store_explicit(&channels_open, false, memory_order_seq_cst);
+  while (!child && atomic_load_explicit(&opening, memory_order_seq_cst) > 0) {
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+  }
   for (size_t i = 0; i < nchannels; i++) {
     int fd = atomic_exchange_explicit(&send_end[i], -1, memory_order_seq_cst);
     if (fd < 0)
@@ -162,6 +188,8 @@ uint32_t molt__shadow_fd_gen(int fd) {
                               memory_order_relaxed);
 }
 
+static int send_fd(unsigned ring, int fd);
+
 int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen) {
   if (in_follower) { /* leading after a promotion: nothing is sent */
     *gen = 0;
@@ -173,6 +201,12 @@ int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen) {
   }
   *gen = fd < TRACKED ? atomic_fetch_add_explicit(&made[fd], 1, memory_order_relaxed) + 1
                       : 0;
+  return send_fd(ring, fd);
+}
+
+/* Sends fd on ring's channel (one byte and the descriptor, never
+ * blocking): 0 or -errno (-ENOTCONN: the session's end closed it). */
+static int send_fd(unsigned ring, int fd) {
   if (ring >= nchannels)
     return -EINVAL;
   atomic_fetch_add_explicit(&senders[ring], 1, memory_order_seq_cst);
@@ -289,13 +323,16 @@ void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
   molt__lock_release(&shfd_lock);
 }
 
-static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
-  int e = errno;
-  if (ring >= nchannels || recv_end[ring] < 0)
+/* The next descriptor on ring's channel (the leader sent it before it
+ * published the record being consumed); what: what it is, for the
+ * follower's end when it is not there.  shfd_lock held. */
+static int recv_fd(unsigned ring, const char *what) {
+  int ch = ring < nchannels ? recv_end[ring] : -1;
+  if (ch < 0)
     molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
-                               "descriptor %d, which the leader created after the fork, "
-                               "cannot reach the follower (no channel for thread %u)",
-                               fd, ring);
+                               "%s, which the leader created after the fork, cannot "
+                               "reach the follower (no channel for thread %u)",
+                               what, ring);
   char byte;
   struct iovec iov = {&byte, 1};
   union {
@@ -308,18 +345,26 @@ static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
                      .msg_controllen = sizeof u.buf};
   ssize_t r;
   /* The leader sent it before it published the record: it is there. */
-  while ((r = recvmsg(recv_end[ring], &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+  while ((r = recvmsg(ch, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
     ;
   struct cmsghdr *c = r == 1 ? CMSG_FIRSTHDR(&m) : NULL;
   if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
       c->cmsg_len != CMSG_LEN(sizeof(int)))
     molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
-                               "descriptor %d, which the leader created after the fork, "
-                               "did not reach the follower (%s)",
-                               fd,
+                               "%s, which the leader created after the fork, did not "
+                               "reach the follower (%s)",
+                               what,
                                r < 0 ? strerror(errno) : "no descriptor in the message");
   int got;
   memcpy(&got, CMSG_DATA(c), sizeof got);
+  return got;
+}
+
+static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
+  int e = errno;
+  char what[48];
+  snprintf(what, sizeof what, "descriptor %d", fd);
+  int got = recv_fd(ring, what);
   if (fd >= TRACKED) {
     if (got != fd && dup3(got, fd, cloexec ? O_CLOEXEC : 0) < 0)
       molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
@@ -360,6 +405,102 @@ static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
   }
   unclaim(fd, gen + 1);
   errno = e;
+}
+
+/* ---- channels of threads started after the fork ------------------------------------*/
+
+static int ring_open(unsigned creator, unsigned ring) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return -errno;
+  int out = high(sv[0]), in = high(sv[1]);
+  int rc = send_fd(creator, in);
+  close(in); /* the follower's end: in the channel now, or nowhere */
+  if (rc < 0) {
+    close(out);
+    return rc;
+  }
+  /* The slot's last thread closed its end when it ended: none to close. */
+  int old = atomic_exchange_explicit(&send_end[ring], out, memory_order_seq_cst);
+  if (old >= 0)
+    close(old);
+  return 0;
+}
+
+int molt__shadow_fds_ring_open(unsigned creator, unsigned ring) {
+  if (ring >= nchannels)
+    return -EINVAL;
+  atomic_fetch_add_explicit(&opening, 1, memory_order_seq_cst);
+  int rc = atomic_load_explicit(&channels_open, memory_order_seq_cst)
+               ? ring_open(creator, ring)
+               : -ENOTCONN;
+  /* release: done with the ends before the session's end closes them */
+  atomic_fetch_sub_explicit(&opening, 1, memory_order_release);
+  return rc;
+}
+
+void molt__shadow_fds_ring_take(unsigned creator, unsigned ring) {
+  if (ring >= nchannels)
+    molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
+                               "the channel of thread %u is out of range", ring);
+  molt__lock_acquire(&shfd_lock);
+  int got = recv_fd(creator, "the channel of a thread");
+  int fd = high(got);
+  molt__lock_release(&shfd_lock);
+  int old = recv_end[ring];
+  recv_end[ring] = fd;
+  if (old >= 0)
+    close(old);
+}
+
+void molt__shadow_fds_drain(unsigned ring) {
+  if (ring >= nchannels || recv_end[ring] < 0)
+    return;
+  int e = errno;
+  molt__lock_acquire(&shfd_lock);
+  for (;;) {
+    char byte;
+    struct iovec iov = {&byte, 1};
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } u;
+    struct msghdr m = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = u.buf,
+                       .msg_controllen = sizeof u.buf};
+    ssize_t r = recvmsg(recv_end[ring], &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r != 1)
+      break;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int))) {
+      int got;
+      memcpy(&got, CMSG_DATA(c), sizeof got);
+      close(got);
+    }
+  }
+  molt__lock_release(&shfd_lock);
+  errno = e;
+}
+
+void molt__shadow_fds_ring_close(unsigned ring) {
+  if (ring >= nchannels)
+    return;
+  if (in_follower) {
+    int fd = recv_end[ring];
+    recv_end[ring] = -1;
+    if (fd >= 0)
+      close(fd);
+    return;
+  }
+  /* Its thread was the ring's only sender; the session's end may swap
+   * the end out at the same time: whoever gets it closes it. */
+  int fd = atomic_exchange_explicit(&send_end[ring], -1, memory_order_seq_cst);
+  if (fd >= 0)
+    close(fd);
 }
 
 /* ---- kernel objects a fork shares -------------------------------------------------*/

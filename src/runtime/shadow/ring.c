@@ -4,7 +4,8 @@
  * shadowed update at a time; the next one empties it), inherited by the
  * follower at fork().  It holds one ring per program thread of the leader
  * (the registry's order at the fork, the same order in which the follower
- * relaunches them) and the report of how a session ended.  The rings'
+ * relaunches them; a thread started later claims a free one, "threads"
+ * below) and the report of how a session ended.  The rings'
  * bytes are a second such mapping, MOLT__SHADOW_MAX_THREADS rings of
  * ring_bytes each (MOLT_SHADOW_RING_BYTES, 64 MiB by default), made
  * MAP_NORESERVE: shared anonymous pages cost memory only once touched, so
@@ -66,6 +67,12 @@
 /* A record that hands the lead to the consumer (a[0]: the handover's
  * epoch).  Not a call kind: outside molt__sc_kind's range. */
 #define REC_HANDOVER 0xffffu
+/* The producer's thread started a thread (a[0]: the new thread's ring, a[1]:
+ * 1 if a channel for that ring was sent on this ring's, fds.c; the input:
+ * its entry function's name; ret: pthread_create's result), and its
+ * thread ended (threads, below).  Not call kinds either. */
+#define REC_THREAD 0xfffeu
+#define REC_EXIT 0xfffdu
 /* Descriptor numbers whose presence the original process tracks after a
  * promotion (see `opened`). */
 #define FD_TRACKED 4096
@@ -105,7 +112,7 @@ typedef struct ring {
    * head on its re-check, or the leader sees waiting (Dekker). */
   _Atomic uint32_t seq;
   _Atomic uint32_t waiting;
-  pid_t leader_tid;                    /* written before the fork, read-only after */
+  pid_t leader_tid; /* the original process's thread: tid_of(), set_tid() */
   _Atomic uint64_t recorded, compared; /* relaxed: counters for status */
   _Atomic uint64_t max_use;            /* relaxed: bytes, for status */
   _Atomic uint64_t applied;            /* relaxed: calls a rule decided, for status */
@@ -137,6 +144,20 @@ typedef struct ring {
    * mapping is made, before any fork); records are 8-byte aligned (their
    * sizes are multiples of 8, the mapping is page-aligned). */
   char *data;
+  /* Threads started after the fork (below, "threads"): whether a thread
+   * of this session has the ring -- RING_LIVE from the session's start
+   * (the threads of the fork) or from its claim by a creating thread until
+   * the consumer took its EXIT record; RING_FREE then, RING_CLAIMING while
+   * a claimer sets it up.  A claimer takes it from RING_FREE by
+   * compare-exchange (acquire: the last consumer's release store of
+   * RING_FREE, after it was done with the ring), sets it up and stores
+   * RING_LIVE (release: the set-up before any reader that sees it live,
+   * acquire loads). */
+  _Atomic uint32_t live;
+  /* The slot was claimed for a thread started after the fork this session:
+   * leader_tid names no thread of the fork (relaxed: read only with
+   * `live`, see role_of_this_call). */
+  _Atomic uint32_t reused;
 } ring;
 
 /* Descriptor numbers whose byte totals the leading side keeps (a read or
@@ -202,9 +223,35 @@ typedef struct area {
    * (fd_total below). */
   fd_total totals[FD_TOTALS][2];
   ring rings[MOLT__SHADOW_MAX_THREADS];
+  /* Rings a thread of this session had, at most (nrings at the start;
+   * raised by a claim, release after the ring is set up and live; acquire
+   * loads by the loops over the rings). */
+  _Atomic uint32_t nslots;
 } area;
 
 static area *shared;
+
+/* ring.live (see there). */
+enum { RING_FREE = 0, RING_LIVE = 1, RING_CLAIMING = 2 };
+
+/* The rings a thread of this session had, at most (area.nslots). */
+static uint32_t slots(void) {
+  return atomic_load_explicit(&shared->nslots, memory_order_acquire);
+}
+
+static bool is_live(const ring *r) {
+  return atomic_load_explicit(&r->live, memory_order_acquire) == RING_LIVE;
+}
+
+/* ring.leader_tid: written before the fork for the threads of the fork,
+ * by the new thread for a thread started after it (threads, below), read
+ * for messages and by role_of_this_call: relaxed atomic accesses. */
+static pid_t tid_of(const ring *r) {
+  return __atomic_load_n(&r->leader_tid, __ATOMIC_RELAXED);
+}
+static void set_tid(ring *r, pid_t tid) {
+  __atomic_store_n(&r->leader_tid, tid, __ATOMIC_RELAXED);
+}
 /* The rings' mapping: MOLT__SHADOW_MAX_THREADS rings of ring_bytes each
  * (both written once, by the runtime thread before the first session, and
  * only read after: the session's start orders them before the program
@@ -406,9 +453,23 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
     atomic_store_explicit(&r->applied, 0, memory_order_relaxed);
     atomic_store_explicit(&r->taken, 0, memory_order_relaxed);
     atomic_store_explicit(&r->handed, 0, memory_order_relaxed);
-    r->leader_tid = tids[i];
+    set_tid(r, tids[i]);
   }
   s->nrings = (uint32_t)n;
+  /* Every other slot free, with its counters at 0 (a slot's counters add
+   * up over the threads that have it in one session). */
+  for (size_t i = 0; i < MOLT__SHADOW_MAX_THREADS; i++) {
+    ring *r = &s->rings[i];
+    atomic_store_explicit(&r->live, i < n ? RING_LIVE : RING_FREE, memory_order_relaxed);
+    atomic_store_explicit(&r->reused, 0, memory_order_relaxed);
+    if (i >= n) {
+      atomic_store_explicit(&r->recorded, 0, memory_order_relaxed);
+      atomic_store_explicit(&r->compared, 0, memory_order_relaxed);
+      atomic_store_explicit(&r->max_use, 0, memory_order_relaxed);
+      atomic_store_explicit(&r->applied, 0, memory_order_relaxed);
+    }
+  }
+  atomic_store_explicit(&s->nslots, (uint32_t)n, memory_order_relaxed);
   atomic_store_explicit(&s->clock, 1, memory_order_relaxed);
   molt__shadow_fds_begin(n);
   atomic_store_explicit(&s->kind, 0, memory_order_relaxed);
@@ -490,8 +551,11 @@ static molt__shadow_role role_of_this_call(void) {
       my_done = false;
       carry = NULL;
       pid_t tid = molt__gettid();
+      /* Only the rings of the threads of the fork: a thread started later
+       * was given its ring when it started (threads, below). */
       for (uint32_t i = 0; i < shared->nrings; i++)
-        if (shared->rings[i].leader_tid == tid)
+        if (tid_of(&shared->rings[i]) == tid && is_live(&shared->rings[i]) &&
+            !atomic_load_explicit(&shared->rings[i].reused, memory_order_relaxed))
           my_ring1 = i + 1;
     }
     if (!my_ring1)
@@ -581,6 +645,9 @@ static void describe(char *buf, size_t len, unsigned kind, const int64_t *a,
   if (in && in_len > in_keep)
     snprintf(buf + strlen(buf), len - strlen(buf), " (%" PRIu64 " bytes)", in_len);
 }
+
+static void thread_diverged(ring *r, const rec *x, const char *mine)
+    __attribute__((noreturn));
 
 /* ---- the report ----------------------------------------------------------------*/
 
@@ -678,7 +745,7 @@ void molt__shadow_counts(uint64_t *recorded, uint64_t *compared, unsigned *max_u
   if (!s)
     return;
   uint64_t max = 0;
-  for (uint32_t i = 0; i < s->nrings; i++) {
+  for (uint32_t i = 0; i < slots(); i++) {
     ring *r = &s->rings[i];
     *recorded += atomic_load_explicit(&r->recorded, memory_order_relaxed);
     *compared += atomic_load_explicit(&r->compared, memory_order_relaxed);
@@ -950,7 +1017,9 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
              .aux_len = (uint32_t)c->aux_len,
              .seq = atomic_fetch_add_explicit(&shared->clock, 1, memory_order_relaxed)};
   memcpy(x->a, c->a, sizeof x->a);
-  if (want_fd_kind)
+  /* (Not of a close: the descriptor is gone, its number may be another
+   * thread's new one already; the follower looks at its own copy.) */
+  if (want_fd_kind && c->kind != MOLT__SC_CLOSE)
     x->fd_kind = (uint16_t)fd_kind_of(c->kind, c->a[0]);
   char *p = (char *)(x + 1);
   if (keep)
@@ -1360,9 +1429,9 @@ static rec *find_on_fd(ring *r, uint64_t tail, const molt__sc *c, uint64_t *pos)
  * overwrites a record only after its consumer moved past it, and a value
  * read as that thread moves on only makes us wait once more. */
 static bool others_caught_up(const ring *mine, uint64_t seq) {
-  for (uint32_t j = 0; j < shared->nrings; j++) {
+  for (uint32_t j = 0; j < slots(); j++) {
     const ring *o = &shared->rings[j];
-    if (o == mine)
+    if (o == mine || !is_live(o))
       continue;
     uint64_t t = atomic_load_explicit(&o->tail, memory_order_acquire);
     uint64_t h = atomic_load_explicit(&o->head, memory_order_acquire);
@@ -1495,6 +1564,25 @@ static bool take_handover(ring *r, uint64_t *tail, const rec *x) {
 }
 
 /* ---- completing a call the other side died inside of --------------------------------*/
+
+/* A consumer whose ring is drained for good (my_done): if the other side's
+ * process died (relaxed: next_record's acquire load of `alone` ordered
+ * peer_dead, stored before it), a read or write it was inside of is taken
+ * to complete (carry), and in the follower the descriptors still in the
+ * ring's channel -- created by the dead leader after its last published
+ * record, an accepted connection say -- are closed: no record will place
+ * them, and held there they would keep a client waiting for ever. */
+static const rec *pending_intent(ring *r, uint64_t tail);
+static void take_carry(const rec *x);
+static void drained_after_death(ring *r) {
+  if (!atomic_load_explicit(&peer_dead, memory_order_relaxed))
+    return;
+  const rec *p = pending_intent(r, atomic_load_explicit(&r->tail, memory_order_relaxed));
+  if (p)
+    take_carry(p);
+  if (follower)
+    molt__shadow_fds_drain((unsigned)(r - shared->rings));
+}
 
 static bool is_rw(unsigned kind) {
   return kind == MOLT__SC_READ || kind == MOLT__SC_RECV || kind == MOLT__SC_WRITE ||
@@ -1661,9 +1749,9 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
              c->in_len);
     molt__shadow_follower_fail(
         MOLT__SHADOW_END_DIVERGED,
-        "thread %d of the follower is not one the leader had at the "
-        "update (threads started after it are not followed yet); it "
-        "called %s",
+        "thread %d of the follower is neither one the leader had at the update nor "
+        "one a followed thread started with pthread_create (a thread started "
+        "outside the program image's wrappers is not followed); it called %s",
         (int)molt__gettid(), mine);
   }
   /* Running alone, with a call of the dead side still to complete (the
@@ -1679,14 +1767,8 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
     if (!x) { /* the other side is gone: this call is made for real */
       my_done = true;
       /* ... unless it died inside a read or write of its own: completed
-       * from what the kernel says it moved.  (relaxed: next_record's
-       * acquire load of `alone` ordered peer_dead, stored before it.) */
-      if (atomic_load_explicit(&peer_dead, memory_order_relaxed)) {
-        const rec *p =
-            pending_intent(r, atomic_load_explicit(&r->tail, memory_order_relaxed));
-        if (p)
-          take_carry(p);
-      }
+       * from what the kernel says it moved. */
+      drained_after_death(r);
       return carry && finish_carry(c, result, err);
     }
     if (x->kind == REC_HANDOVER) {
@@ -1695,6 +1777,14 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
       if (my_done)
         return false;
       continue;
+    }
+    /* The leader's thread started a thread or ended where this one makes
+     * a call: a divergence, which no rule reconciles. */
+    if (x->kind == REC_THREAD || x->kind == REC_EXIT) {
+      describe(mine, sizeof mine, c->kind, c->a, c->in,
+               c->in_len < MOLT__SHADOW_IN_KEEP ? c->in_len : MOLT__SHADOW_IN_KEEP,
+               c->in_len);
+      thread_diverged(r, x, mine);
     }
     uint64_t xpos = tail;
     bool natural = x->kind == c->kind && (is_time(c->kind) || x->a[0] == c->a[0]);
@@ -1711,8 +1801,8 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
      * leader opened it after the fork); else the follower's own. */
     unsigned fdk = MOLT__FDK_ANY;
     if (rules.n) {
-      bool same_fd =
-          c->kind != MOLT__SC_POLL && x->kind != MOLT__SC_POLL && x->a[0] == c->a[0];
+      bool same_fd = c->kind != MOLT__SC_POLL && x->kind != MOLT__SC_POLL &&
+                     x->kind != MOLT__SC_CLOSE && x->a[0] == c->a[0];
       fdk = same_fd && has_fd_kind ? x->fd_kind : fd_kind_of(c->kind, c->a[0]);
     }
     /* An output call's bytes as compared: rewritten by a rule that
@@ -1749,7 +1839,7 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
         molt__shadow_follower_fail(
             MOLT__SHADOW_END_DIVERGED,
             "divergence in thread %d (leader thread %d), call %" PRIu64 ": %s",
-            (int)my_ring1 - 1, (int)r->leader_tid, n, why);
+            (int)my_ring1 - 1, (int)tid_of(r), n, why);
     }
     if (same || tol) {
       int64_t ret = x->ret;
@@ -1828,7 +1918,7 @@ bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
     molt__shadow_follower_fail(MOLT__SHADOW_END_DIVERGED,
                                "divergence in thread %d (leader thread %d), call %" PRIu64
                                ": the leader made %s = %" PRId64 ", the follower %s",
-                               (int)my_ring1 - 1, (int)r->leader_tid, n, theirs, x->ret,
+                               (int)my_ring1 - 1, (int)tid_of(r), n, theirs, x->ret,
                                mine);
   }
 }
@@ -1839,7 +1929,7 @@ static void wake_all(void) {
   area *s = shared;
   if (!s)
     return;
-  for (uint32_t i = 0; i < s->nrings; i++) {
+  for (uint32_t i = 0; i < slots(); i++) {
     atomic_fetch_add_explicit(&s->rings[i].seq, 1, memory_order_seq_cst);
     futex_wake(&s->rings[i].seq);
   }
@@ -1905,12 +1995,17 @@ int molt__shadow_hand_over(unsigned to, int timeout_ms, pid_t other, char *err,
     uint32_t i, waiting_on = 0;
     /* A promotion: the original process's threads, which hand over, are
      * waited for in this process too (`handed`). */
-    for (i = 0; i < s->nrings; i++)
-      if (atomic_load_explicit(&s->rings[i].taken, memory_order_acquire) != e ||
-          (to == 1 &&
-           atomic_load_explicit(&s->rings[i].handed, memory_order_acquire) != e))
+    /* A ring that no thread has (its thread ended on both sides) hands
+     * nothing over; one a thread claims meanwhile is born in the state of
+     * its creator's ring (claim_slot), which this loop waits for. */
+    uint32_t nslots = slots();
+    for (i = 0; i < nslots; i++)
+      if (is_live(&s->rings[i]) &&
+          (atomic_load_explicit(&s->rings[i].taken, memory_order_acquire) != e ||
+           (to == 1 &&
+            atomic_load_explicit(&s->rings[i].handed, memory_order_acquire) != e)))
         break;
-    if (i == s->nrings)
+    if (i == nslots)
       break;
     waiting_on = i;
     if (atomic_load_explicit(&alone, memory_order_acquire) ||
@@ -1923,7 +2018,7 @@ int molt__shadow_hand_over(unsigned to, int timeout_ms, pid_t other, char *err,
       molt__errmsg(err, errlen,
                    "program thread %u (tid %d in this process) did not reach a followed "
                    "call within %d ms; nothing changed",
-                   waiting_on, (int)s->rings[waiting_on].leader_tid, timeout_ms);
+                   waiting_on, (int)tid_of(&s->rings[waiting_on]), timeout_ms);
       rc = MOLT_ETIMEDOUT;
       break;
     }
@@ -1949,3 +2044,376 @@ int molt__shadow_hand_over(unsigned to, int timeout_ms, pid_t other, char *err,
   atomic_store_explicit(&s->ready, e, memory_order_release);
   return rc;
 }
+
+/* ---- threads started after the fork ----------------------------------------------
+ * (docs/design.md §17, "Threads started after the fork")
+ *
+ * A program thread that starts a thread (pthread_create, which program
+ * images wrap: full/program.c calls these hooks) while it produces its
+ * ring claims a free ring for the new thread (claim_slot) and appends a
+ * THREAD record to its own ring, in its place among its calls; the new
+ * thread produces the new ring.  The consumer of the creator's ring, when
+ * its program starts a thread at the same place of its calls, takes that
+ * record -- compared: a call there, or a record that is not THREAD, is a
+ * divergence, and so is another entry function -- and starts its thread
+ * paired with the same ring, as its consumer.  A thread that ends appends
+ * an EXIT record (producer) or takes it (consumer: a call there instead is
+ * a divergence); the consumer that took it frees the ring (its pages given
+ * back, its channel closed), and a later thread claims it again: rings are
+ * reused, 64 threads at a time at most.  A creator that finds no free ring
+ * for MOLT__SHADOW_FULL_WAIT_MS (the follower is that far behind) drops
+ * the shadow, as a full ring does.
+ *
+ * The new thread of the producing side makes no call before its creator
+ * has published the THREAD record (it waits in `started`): a side that
+ * outlives the other then has either the record, and the new thread's
+ * calls to replay, or neither (the thread started on its own from there).
+ *
+ * Handovers (molt promote) pass through threads as through calls: a new
+ * ring is born in the state of its creator's ring (taken and handed: the
+ * epoch of the handover by which the creator became the producer), so
+ * that the operation waits for it exactly when the creator has still to
+ * hand over; a thread that ends after `want` changed hands its ring over
+ * first, then takes the other side's EXIT. */
+
+/* A thread being started, from `creating` to the new thread's `started`:
+ * malloc'ed by the creator; freed by the new thread, or by the creator if
+ * no thread started.  The token is its address, | 1 if the new thread
+ * produces its ring. */
+typedef struct born {
+  unsigned ring;   /* the new thread's ring */
+  _Atomic int go;  /* producer: 0 until the creator published THREAD, then
+                     1 (the ring is the new thread's) or 2 (none: the
+                     shadow was dropped meanwhile); release store by the
+                     creator, acquire load by the new thread */
+  char entry[128]; /* its entry function's name, as compared */
+} born;
+
+/* How a record of the other side names what it did, for a divergence. */
+static void describe_rec(char *buf, size_t len, const rec *x) {
+  const char *kept = (const char *)(x + 1);
+  if (x->kind == REC_THREAD)
+    snprintf(buf, len, "pthread_create(%.*s) = %" PRId64, (int)x->in_keep, kept, x->ret);
+  else if (x->kind == REC_EXIT)
+    snprintf(buf, len, "the end of its thread");
+  else
+    describe(buf, len, x->kind, x->a, x->in_keep ? kept : NULL, x->in_keep, x->in_len);
+}
+
+static void thread_diverged(ring *r, const rec *x, const char *mine) {
+  char theirs[512];
+  describe_rec(theirs, sizeof theirs, x);
+  molt__shadow_follower_fail(MOLT__SHADOW_END_DIVERGED,
+                             "divergence in thread %d (leader thread %d), call %" PRIu64
+                             ": the leader made %s, the follower %s",
+                             (int)(r - shared->rings), (int)tid_of(r),
+                             atomic_load_explicit(&r->compared, memory_order_relaxed) + 1,
+                             theirs, mine);
+}
+
+/* A consumer's next record, which must be of kind `want` (REC_THREAD,
+ * REC_EXIT; mine: what this thread does, for a divergence).  NULL: this
+ * thread leads from now (my_lead) or runs alone (my_done). */
+static rec *expect_record(ring *r, uint64_t *tail, unsigned want, const char *mine) {
+  for (;;) {
+    rec *x = next_record(r, tail);
+    if (!x) {
+      my_done = true;
+      /* as in molt__shadow_replay */
+      drained_after_death(r);
+      return NULL;
+    }
+    if (x->kind == REC_HANDOVER) {
+      if (take_handover(r, tail, x) || my_done)
+        return NULL;
+      continue;
+    }
+    if (x->kind == want)
+      return x;
+    thread_diverged(r, x, mine);
+  }
+}
+
+/* Appends a THREAD or EXIT record to the producer's ring r: false if the
+ * shadow was dropped or is over meanwhile. */
+static bool record_thread_rec(ring *r, unsigned kind, const int64_t a[3], int64_t ret,
+                              const char *name) {
+  size_t len = name ? strlen(name) : 0;
+  size_t size = sizeof(rec) + align8(len);
+  uint64_t end = 0;
+  rec *x = reserve(r, size, &end);
+  if (!x)
+    return false;
+  *x = (rec){.size = (uint32_t)size,
+             .kind = (uint16_t)kind,
+             .ret = ret,
+             .in_keep = (uint32_t)len,
+             .in_len = len,
+             .in_hash = fnv1a(name ? name : "", len),
+             .seq = atomic_fetch_add_explicit(&shared->clock, 1, memory_order_relaxed)};
+  memcpy(x->a, a, sizeof x->a);
+  if (len)
+    memcpy(x + 1, name, len);
+  atomic_fetch_add_explicit(&r->recorded, 1, memory_order_relaxed);
+  publish(r, end);
+  return true;
+}
+
+/* A free ring for a thread the producer of ring `creator` starts, set up
+ * empty and live: its index, or MOLT__SHADOW_MAX_THREADS if none came free
+ * within MOLT__SHADOW_FULL_WAIT_MS (the shadow dropped) or the shadow is
+ * over. */
+static unsigned claim_slot(const ring *creator) {
+  uint64_t t0 = 0;
+  for (;;) {
+    for (unsigned i = 0; i < MOLT__SHADOW_MAX_THREADS; i++) {
+      ring *r = &shared->rings[i];
+      uint32_t cur = RING_FREE;
+      /* relaxed look first: the compare-exchange below orders the claim */
+      if (atomic_load_explicit(&r->live, memory_order_relaxed) != RING_FREE ||
+          !atomic_compare_exchange_strong_explicit(
+              &r->live, &cur, RING_CLAIMING, memory_order_acquire, memory_order_relaxed))
+        continue;
+      atomic_store_explicit(&r->head, 0, memory_order_relaxed);
+      atomic_store_explicit(&r->tail, 0, memory_order_relaxed);
+      atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
+      atomic_store_explicit(&r->waiting, 0, memory_order_relaxed);
+      atomic_store_explicit(&r->intent, 0, memory_order_relaxed);
+      /* Born in its creator's handover state (the epoch by which the
+       * creator became the producer: the creator took it, so its own
+       * store; see the section's comment). */
+      uint32_t e = atomic_load_explicit(&creator->taken, memory_order_relaxed);
+      atomic_store_explicit(&r->taken, e, memory_order_relaxed);
+      atomic_store_explicit(&r->handed, e, memory_order_relaxed);
+      atomic_store_explicit(&r->reused, 1, memory_order_relaxed);
+      set_tid(r, 0);
+      /* release: the set-up above before any reader that sees it live */
+      atomic_store_explicit(&r->live, RING_LIVE, memory_order_release);
+      uint32_t n = atomic_load_explicit(&shared->nslots, memory_order_relaxed);
+      /* release: a loop that reads the new count sees the ring live */
+      while (n < i + 1 &&
+             !atomic_compare_exchange_weak_explicit(
+                 &shared->nslots, &n, i + 1, memory_order_release, memory_order_relaxed))
+        ;
+      return i;
+    }
+    if (!still_leading())
+      return MOLT__SHADOW_MAX_THREADS;
+    uint64_t now = molt__now_ns();
+    if (!t0) {
+      t0 = now;
+    } else if (now - t0 > (uint64_t)MOLT__SHADOW_FULL_WAIT_MS * 1000000u) {
+      drop("thread %d started a thread while all %d rings stayed in use for %d ms (the "
+           "follower had not finished replaying the threads that ended); the shadow "
+           "was dropped",
+           (int)molt__gettid(), MOLT__SHADOW_MAX_THREADS, MOLT__SHADOW_FULL_WAIT_MS);
+      return MOLT__SHADOW_MAX_THREADS;
+    }
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* The consumer took its ring's EXIT: nobody uses the ring any more (its
+ * producer ended after that record), so its pages go back, its channel
+ * closes, and the slot is free for a thread started later. */
+static void free_slot(ring *r) {
+  /* relaxed: next_record's acquire load saw this head, the last one */
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+  uint64_t used = head < ring_bytes ? (head + 4095) & ~(uint64_t)4095 : ring_bytes;
+  if (used)
+    madvise(r->data, (size_t)used, MADV_REMOVE);
+  if (follower)
+    molt__shadow_fds_ring_close((unsigned)(r - shared->rings));
+  /* release: done with the ring before a claimer sets it up again (its
+   * acquire compare-exchange) */
+  atomic_store_explicit(&r->live, RING_FREE, memory_order_release);
+}
+
+static int thread_creating(const char *entry, uintptr_t *token) {
+  *token = 0;
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return 0;
+  unsigned me = my_ring1 - 1;
+  ring *r = &shared->rings[me];
+  born *b = calloc(1, sizeof *b);
+  if (!b) {
+    if (role == MOLT__SHADOW_FOLLOWER)
+      molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
+                                 "thread %u of the follower: out of memory starting a "
+                                 "thread",
+                                 me);
+    drop("thread %d: out of memory starting a thread; the shadow was dropped",
+         (int)molt__gettid());
+    return 0;
+  }
+  snprintf(b->entry, sizeof b->entry, "%s", entry ? entry : "?");
+  if (role == MOLT__SHADOW_FOLLOWER) {
+    /* The replay's own calls (the ring's futex, the channel) and the
+     * thread's creation (clone) are not trapped; `created` blocks again. */
+    molt__shadow_trap_allow();
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    char mine[192];
+    snprintf(mine, sizeof mine, "pthread_create(%s)", b->entry);
+    rec *x = expect_record(r, &tail, REC_THREAD, mine);
+    if (x) {
+      size_t len = strlen(b->entry);
+      if (x->in_len != len || x->in_hash != fnv1a(b->entry, len))
+        thread_diverged(r, x, mine);
+      /* Not before every other thread has replayed what its leader thread
+       * did before this start: the new thread's work may follow from it
+       * through the world outside (a client that got its reply from one
+       * connection's thread, then opened the connection this thread
+       * serves, and reads back what it wrote), which no record shows.
+       * Bounded: a thread that waits on its own program goes on after. */
+      uint64_t t0 = molt__now_ns();
+      while (!others_caught_up(r, x->seq) &&
+             molt__now_ns() - t0 < (uint64_t)MOLT__SHADOW_RETRY_MS * 1000000u) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+      }
+      int rc = (int)x->ret;
+      unsigned k = (unsigned)x->a[0];
+      if (rc == 0 && k >= MOLT__SHADOW_MAX_THREADS)
+        molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
+                                   "thread %u: a THREAD record names ring %u", me, k);
+      /* The new ring's channel, sent before the record was published. */
+      if (rc == 0 && x->a[1])
+        molt__shadow_fds_ring_take(me, k);
+      consume(r, &tail, x, tail,
+              atomic_load_explicit(&r->compared, memory_order_relaxed) + 1);
+      if (rc != 0) {
+        /* The leader's pthread_create failed: so does this one. */
+        free(b);
+        if (molt__shadow_follows())
+          molt__shadow_trap_block();
+        return rc;
+      }
+      b->ring = k;
+      *token = (uintptr_t)b;
+      return 0;
+    }
+    if (my_done) { /* alone: started as any thread */
+      free(b);
+      return 0;
+    }
+    /* this thread leads from here */
+  }
+  unsigned k = claim_slot(r);
+  if (k == MOLT__SHADOW_MAX_THREADS) {
+    free(b);
+    return 0;
+  }
+  b->ring = k;
+  *token = (uintptr_t)b | 1u;
+  return 0;
+}
+
+static void thread_created(uintptr_t token, int rc, pid_t tid) {
+  (void)tid; /* the new thread writes its own (started) */
+  born *b = (born *)(token & ~(uintptr_t)1);
+  if (!b)
+    return;
+  if (!(token & 1)) { /* the consumer's side: the new thread frees b */
+    if (rc != 0)
+      molt__shadow_follower_fail(MOLT__SHADOW_END_DIVERGED,
+                                 "thread %u of the follower could not start the thread "
+                                 "the leader's started in %s: %s",
+                                 my_ring1 - 1, b->entry, strerror(rc));
+    if (molt__shadow_follows())
+      molt__shadow_trap_block();
+    return;
+  }
+  unsigned me = my_ring1 - 1, k = b->ring;
+  ring *r = &shared->rings[me], *nr = &shared->rings[k];
+  bool ok = still_leading();
+  int64_t a[3] = {k, 0, 0};
+  /* The original process leads: the new ring gets a channel for the
+   * descriptors its thread creates, sent on the creator's (fds.c). */
+  if (ok && rc == 0 && !follower) {
+    int crc = molt__shadow_fds_ring_open(me, k);
+    if (crc == 0) {
+      a[1] = 1;
+    } else if (crc != -ENOTCONN || still_leading()) {
+      drop("thread %d: the channel of the thread it started could not be sent to the "
+           "follower (%s); the shadow was dropped",
+           (int)molt__gettid(), strerror(-crc));
+      ok = false;
+    } else {
+      ok = false;
+    }
+  }
+  if (ok)
+    ok = record_thread_rec(r, REC_THREAD, a, rc, b->entry);
+  if (rc != 0) {
+    /* No thread: its ring free again (a failure recorded is replayed as
+     * one: the follower starts none either; release, as in free_slot). */
+    atomic_store_explicit(&nr->live, RING_FREE, memory_order_release);
+    free(b);
+    return;
+  }
+  /* release: the record published before the new thread makes a call */
+  atomic_store_explicit(&b->go, ok ? 1 : 2, memory_order_release);
+}
+
+static void thread_started(uintptr_t token) {
+  /* A thread started in this session has its ring (or none) from here:
+   * role_of_this_call does not look it up by tid. */
+  my_session = atomic_load_explicit(&session, memory_order_relaxed);
+  my_ring1 = 0;
+  my_lead = my_done = false;
+  born *b = (born *)(token & ~(uintptr_t)1);
+  if (!b)
+    return;
+  bool lead = token & 1;
+  int go = 1;
+  /* The producer's new thread: not before its creator published THREAD. */
+  while (lead && (go = atomic_load_explicit(&b->go, memory_order_acquire)) == 0) {
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+  }
+  unsigned k = b->ring;
+  free(b);
+  if (go != 1)
+    return;
+  my_ring1 = k + 1;
+  my_lead = lead;
+  if (!follower)
+    set_tid(&shared->rings[k], molt__gettid());
+  if (follower && !lead && trap_ok)
+    molt__shadow_trap_arm();
+}
+
+static void thread_exiting(void) {
+  molt__shadow_role role = molt__shadow_role_now();
+  if (role == MOLT__SHADOW_NONE)
+    return;
+  unsigned me = my_ring1 - 1;
+  ring *r = &shared->rings[me];
+  if (role == MOLT__SHADOW_FOLLOWER) {
+    /* This thread's calls pass from here (the replay's, then its exit's):
+     * it runs no program code any more. */
+    molt__shadow_trap_allow();
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    rec *x = expect_record(r, &tail, REC_EXIT, "the end of its thread");
+    if (x) {
+      consume(r, &tail, x, tail,
+              atomic_load_explicit(&r->compared, memory_order_relaxed) + 1);
+      my_done = true;
+      free_slot(r);
+      return;
+    }
+    if (my_done)
+      return;
+    /* this thread leads from here */
+  }
+  int64_t a[3] = {0, 0, 0};
+  record_thread_rec(r, REC_EXIT, a, 0, NULL);
+  my_done = true;
+  if (!follower)
+    molt__shadow_fds_ring_close(me);
+}
+
+const molt__program_thread_hooks molt__shadow_thread_hooks = {
+    thread_creating, thread_created, thread_started, thread_exiting};

@@ -1042,4 +1042,5 @@ static const molt__mode shadow_mode = {
 
 __attribute__((constructor(101))) static void shadow_register(void) {
   molt__mode_register(&shadow_mode);
+  molt__program_set_thread_hooks(&molt__shadow_thread_hooks);
 }

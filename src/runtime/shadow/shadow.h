@@ -24,7 +24,8 @@
 
 #include "full/full.h"
 
-/* Program threads a shadowed update follows at most (one ring each). */
+/* Program threads a shadowed update follows at most at once (one ring
+ * each; a ring whose thread ended is reused, ring.c "threads"). */
 #define MOLT__SHADOW_MAX_THREADS 64
 /* Bytes of one thread's ring (records and their payloads): by default
  * large enough that the leader does not wait while the follower migrates
@@ -199,6 +200,10 @@ MOLT__HIDDEN int molt__shadow_report(char *text, size_t len);
 MOLT__HIDDEN void molt__shadow_counts(uint64_t *recorded, uint64_t *compared,
                                       unsigned *max_use_pct, uint64_t *applied);
 
+/* The hooks of threads started after the fork (full.h), registered with the
+ * mode. */
+MOLT__HIDDEN extern const molt__program_thread_hooks molt__shadow_thread_hooks;
+
 /* ---- fds.c: descriptors the leader creates after the fork ---------------------*/
 /* Any generation (molt__shadow_fd_release). */
 #define MOLT__SHADOW_ANY_GEN UINT32_MAX
@@ -236,6 +241,17 @@ MOLT__HIDDEN void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool
 MOLT__HIDDEN void molt__shadow_fds_fork_prepare(void);
 MOLT__HIDDEN void molt__shadow_fds_fork_parent(void);
 MOLT__HIDDEN void molt__shadow_fds_fork_child(void);
+/* A thread started after the fork (ring.c, threads): the leader's creator
+ * (producer of ring `creator`) makes the new ring's channel and sends the
+ * follower's end on its own (0 or -errno); the follower's creator takes
+ * it when it replays that creation; a ring's end is closed when its thread
+ * ends (the consumer's, the producer's in the leader). */
+MOLT__HIDDEN int molt__shadow_fds_ring_open(unsigned creator, unsigned ring);
+MOLT__HIDDEN void molt__shadow_fds_ring_take(unsigned creator, unsigned ring);
+MOLT__HIDDEN void molt__shadow_fds_ring_close(unsigned ring);
+/* Follower, its ring drained for good after the leader's death: closes the
+ * descriptors still in the ring's channel (no record will place them). */
+MOLT__HIDDEN void molt__shadow_fds_drain(unsigned ring);
 /* Follower: the leader closed fd (generation gen, or MOLT__SHADOW_ANY_GEN):
  * closes the follower's copy if it holds that one. */
 MOLT__HIDDEN void molt__shadow_fd_release(int fd, uint32_t gen);

@@ -29,11 +29,15 @@
  *    io_uring and AIO submissions, epoll calls (the instances are shared
  *    with the leader; epoll.c follows the wrapped ones): the follower ends ("the follower made
  *    a system call molt does not follow: writev(5, ...)").
- *  - A new thread or process (clone, fork, exec): the follower ends too;
- *    threads started after the fork are not followed.
+ *  - A new thread or process (clone, fork, exec): the follower ends too --
+ *    a thread the program image starts with pthread_create is followed
+ *    (ring.c, threads) and its clone runs while the wrapper allows calls;
+ *    one a library starts on its own, or a raw clone, is not.
  *  - A file opened read-only (a library reading /proc/self/maps, locale
  *    files): made by the handler, and the descriptor remembered as the
  *    follower's own, whose reads and close are then let through.
+ *  - rt_sigprocmask that would block SIGSYS: emulated with SIGSYS left
+ *    unblocked (keeps_sigsys), so that a call trapped later is named.
  *  - Anything else (memory, futexes, signals, sleeps, time): let through
  *    -- the handler points the interrupted context at `resume`, which
  *    makes the same call with the same registers (the kernel left the
@@ -284,10 +288,39 @@ static const char *refused(long nr, const long long *a) {
   case SYS_vfork:
   case SYS_execve:
   case SYS_execveat:
-    return "threads and processes started after the fork are not followed";
+    return "threads and processes started outside the program image's pthread_create "
+           "(which molt follows) are not followed";
   default:
     return NULL;
   }
+}
+
+/* rt_sigprocmask(how, set, oldset, 8) of an armed thread that would block
+ * SIGSYS -- glibc's pthread_create blocks every signal around its clone, a
+ * sanitizer around its own work: a call trapped then would be SIGSYS
+ * forced to its default action, the follower killed without a word (a
+ * thread started outside the followed pthread_create, say by a library,
+ * could not be named).  Emulated here on the mask sigreturn restores, with
+ * SIGSYS left out: the thread's mask is what it asked for but SIGSYS
+ * (true, result in rax).  false: not such a call, made as any other. */
+__attribute__((no_sanitize("address", "thread", "undefined"))) static bool
+keeps_sigsys(ucontext_t *uc, const long long *a) {
+  const uint64_t sys = 1ull << (SIGSYS - 1);
+  const uint64_t *set = (const uint64_t *)(uintptr_t)a[1];
+  uint64_t *old = (uint64_t *)(uintptr_t)a[2];
+  long long how = a[0];
+  if (a[3] != 8 || !set || (how != SIG_BLOCK && how != SIG_SETMASK) || !(*set & sys))
+    return false;
+  uint64_t want = *set, cur;
+  memcpy(&cur, &uc->uc_sigmask, sizeof cur);
+  if (old)
+    *old = cur;
+  cur = how == SIG_BLOCK ? cur | want : want;
+  /* as the kernel does: SIGKILL and SIGSTOP cannot be blocked */
+  cur &= ~(sys | 1ull << (SIGKILL - 1) | 1ull << (SIGSTOP - 1));
+  memcpy(&uc->uc_sigmask, &cur, sizeof cur);
+  uc->uc_mcontext.gregs[REG_RAX] = 0;
+  return true;
 }
 
 /* A system call made from C inside the allowed region's rules: the
@@ -320,7 +353,9 @@ on_sigsys(int sig, siginfo_t *si, void *ucv) {
         "covered function, docs/design.md §17)",
         (int)molt__gettid(), name, a[0], a[1], a[2], si->si_call_addr, why);
   }
-  if (nr == SYS_open || nr == SYS_openat) {
+  if (nr == SYS_rt_sigprocmask && keeps_sigsys(uc, a)) {
+    /* emulated on the interrupted context's mask */
+  } else if (nr == SYS_open || nr == SYS_openat) {
     /* Read-only: made here, so that the descriptor is known as its own. */
     long fd = syscall(nr, a[0], a[1], a[2], a[3]);
     if (fd >= 0 && fd < OWN_MAX)
