@@ -301,6 +301,9 @@ static bool taken_ahead(uint64_t pos, bool forget) {
 #define TAIL_REFRESH (64u << 10)
 static __thread uint64_t tail_seen __attribute__((tls_model("initial-exec")));
 static __thread uint64_t refresh_at __attribute__((tls_model("initial-exec")));
+/* The last early wrap's filler (reserve()): where it ends and its size. */
+static __thread uint64_t hole_end __attribute__((tls_model("initial-exec")));
+static __thread uint64_t hole_len __attribute__((tls_model("initial-exec")));
 /* The thread produces its ring (leads); done: it runs alone for good. */
 static __thread bool my_lead __attribute__((tls_model("initial-exec")));
 static __thread bool my_done __attribute__((tls_model("initial-exec")));
@@ -521,7 +524,7 @@ static molt__shadow_role role_of_this_call(void) {
       my_lead = true;
       my_done = false;
       carry = NULL;
-      tail_seen = refresh_at = 0;
+      tail_seen = refresh_at = hole_end = hole_len = 0;
       pid_t tid = molt__gettid();
       for (uint32_t i = 0; i < shared->nrings; i++)
         if (shared->rings[i].leader_tid == tid)
@@ -858,8 +861,11 @@ static rec *reserve(ring *r, size_t size, uint64_t *end) {
    * leader and half as many in the follower (P10).  The SKIP filler
    * takes the rest of the ring.  tail_seen is at most the tail: the room
    * it shows is there. */
-  if (!skip && pos >= TRIM_CHUNK && trimmed() && head - tail_seen + size <= pos)
+  if (!skip && pos >= TRIM_CHUNK && trimmed() && head - tail_seen + size <= pos) {
     skip = ring_bytes - pos;
+    hole_end = head + skip;
+    hole_len = skip;
+  }
   uint64_t need = skip + size;
   uint64_t t0 = 0;
   /* The tail as last loaded: the room it shows is there (the tail only
@@ -873,10 +879,13 @@ static rec *reserve(ring *r, size_t size, uint64_t *end) {
     tail_seen = atomic_load_explicit(&r->tail, memory_order_acquire);
     uint64_t refresh = ring_bytes / 16 < TAIL_REFRESH ? ring_bytes / 16 : TAIL_REFRESH;
     refresh_at = head + need + refresh;
-    /* relaxed: a counter for status, written by this thread alone (the
-     * backlog and this record; a SKIP filler holds nothing) */
-    if (head + size - tail_seen > atomic_load_explicit(&r->max_use, memory_order_relaxed))
-      atomic_store_explicit(&r->max_use, head + size - tail_seen, memory_order_relaxed);
+    /* relaxed: a counter for status, written by this thread alone: the
+     * backlog and this reservation, less the early wrap's filler if the tail
+     * has not passed it yet (a filler holds nothing; at most one lies
+     * between tail and head, an early wrap needing a backlog below 1 MiB) */
+    uint64_t use = head + need - tail_seen - (tail_seen < hole_end ? hole_len : 0);
+    if (use > atomic_load_explicit(&r->max_use, memory_order_relaxed))
+      atomic_store_explicit(&r->max_use, use, memory_order_relaxed);
     if (head + need - tail_seen <= ring_bytes)
       break;
     if (!still_leading())
