@@ -595,6 +595,7 @@ static void wait_for_older(int epfd, int fd, uint32_t gen) {
           epfd, fd, gen, MOLT__SHADOW_RETRY_MS, x->gen);
     }
     molt__lock_release(&shep_lock);
+    molt__shadow_nudge(); /* the closing thread may nap with the close waiting */
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
     molt__lock_acquire(&shep_lock);
@@ -697,11 +698,19 @@ int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
       wait_for_older(epfd, fd, gen);
       int dup = table_ctl(epfd, op, fd, ev, gen);
       if (apply_replayed()) { /* the dead side made it with its data */
+        /* Real calls of a thread that still replays the dead side's ring
+         * (its replay blocked the backstop again): let through, then
+         * blocked again while it follows.  (Seen once the follower's
+         * threads lagged a few ms behind at the leader's death: the MOD
+         * was trapped and the follower ended.) */
+        molt__shadow_trap_allow();
         if (op == EPOLL_CTL_DEL) {
           /* nothing: the kernel's registration went with the call */
         } else if (ev && epoll_ctl(epfd, EPOLL_CTL_MOD, fd, ev) < 0) {
           epoll_ctl(epfd, EPOLL_CTL_ADD, fd, ev);
         }
+        if (molt__shadow_follows())
+          molt__shadow_trap_block();
       }
       molt__lock_release(&shep_lock);
       if (dup != -1 && !molt__shadow_alone())

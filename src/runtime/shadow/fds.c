@@ -40,6 +40,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,11 +233,32 @@ static int send_fd(unsigned ring, int fd) {
     c->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(c), &fd, sizeof fd);
     ssize_t w;
-    /* Never blocks: a follower that far behind is dropped by the caller. */
-    while ((w = sendmsg(ch, &m, MSG_DONTWAIT | MSG_NOSIGNAL)) < 0 && errno == EINTR)
-      ;
+    uint64_t t0 = 0;
+    /* A full channel (the follower is behind on this ring's descriptors)
+     * is waited for as a full ring is: the follower's threads nudged out
+     * of their naps (ring.c), at most MOLT__SHADOW_FULL_WAIT_MS, then
+     * the caller drops the shadow.  (Dropped at once, it ended the shadow
+     * of a server taking connections back to back while the follower's
+     * threads napped, ~2 ms behind: shadowupd_epoll under load.) */
+    int e = 0;
+    for (;;) {
+      w = sendmsg(ch, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+      e = w < 0 ? errno : 0;
+      if (w >= 0 || (e != EINTR && e != EAGAIN))
+        break;
+      if (e == EINTR)
+        continue;
+      uint64_t now = molt__now_ns();
+      if (!t0)
+        t0 = now;
+      else if (now - t0 > (uint64_t)MOLT__SHADOW_FULL_WAIT_MS * 1000000u)
+        break;
+      molt__shadow_nudge();
+      struct pollfd room = {ch, POLLOUT, 0};
+      poll(&room, 1, 10);
+    }
     if (w != 1)
-      rc = w < 0 ? -errno : -EIO;
+      rc = w < 0 ? -e : -EIO;
   }
   /* release: done with the end before the session's end may close it. */
   atomic_fetch_sub_explicit(&senders[ring], 1, memory_order_release);

@@ -99,34 +99,19 @@ typedef struct rec {
   uint64_t base;
 } rec;
 
+/* The fields each side writes for every record are on cache lines of
+ * their own (the producer's: head, intent, recorded; the consumer's: tail,
+ * compared, applied), apart from those written only when a side waits
+ * (seq, waiting) and from the rest: a record does not move a line the
+ * other side keeps reading (P10, bench/RESULTS.md). */
+#define LINE 64
 typedef struct ring {
   /* Bytes published by the leader: release store after the record is
    * written, acquire load by the follower before it reads it. */
-  _Atomic uint64_t head;
-  /* Bytes the follower consumed: release store after it copied a record
-   * out, acquire load by the leader before it reuses the space. */
-  _Atomic uint64_t tail;
-  /* The follower sleeps on seq (a futex across the two processes) after
-   * setting waiting; the leader bumps seq after head and wakes it if
-   * waiting.  seq_cst on both sides: either the follower sees the new
-   * head on its re-check, or the leader sees waiting (Dekker). */
-  _Atomic uint32_t seq;
-  _Atomic uint32_t waiting;
-  pid_t leader_tid; /* the original process's thread: tid_of(), set_tid() */
-  _Atomic uint64_t recorded, compared; /* relaxed: counters for status */
-  _Atomic uint64_t max_use;            /* relaxed: bytes, for status */
-  _Atomic uint64_t applied;            /* relaxed: calls a rule decided, for status */
-  /* The epoch of the last HANDOVER its consumer took: release store by
-   * that consumer after its last replay, acquire load by the operation,
-   * which then reads `opened` and `closed` (written by those replays). */
-  _Atomic uint32_t taken;
-  /* The epoch of the last HANDOVER its producer saw taken: release store
-   * by that producer, which makes no call after it until the handover is
-   * released; acquire load by a promotion's operation, in the same
-   * process, before it looks at the descriptors those threads created
-   * (molt__shadow_note_shared_with).  The order through `taken` passes
-   * through the other process, where a sanitizer does not see it. */
-  _Atomic uint32_t handed;
+  _Alignas(LINE) _Atomic uint64_t head;
+  /* relaxed: counters for status (recorded: one writer, the producer;
+   * compared, applied: the consumer) */
+  _Atomic uint64_t recorded;
   /* The record of the producer's read or write in progress: its position
    * + 1 (0: none).  The producer reserves the record, writes the call's
    * header (kind, arguments, the kernel's total before it: an intent),
@@ -140,6 +125,37 @@ typedef struct ring {
    * death, which the consumer learned from the kernel (a pidfd, waitpid)
    * before it set peer_dead. */
   _Atomic uint64_t intent;
+  /* Bytes the follower consumed: release store after it copied a record
+   * out, acquire load by the leader before it reuses the space (which it
+   * does from a copy it refreshes only now and then, reserve()). */
+  _Alignas(LINE) _Atomic uint64_t tail;
+  _Atomic uint64_t compared;
+  _Atomic uint64_t applied; /* calls a rule decided */
+  /* The follower waits on seq (a futex across the two processes) after
+   * setting waiting: WAIT_NAP for a short nap that ends by its timeout,
+   * WAIT_SLEEP for a sleep the leader must end (consumer_wait()).  The
+   * leader stores head, then loads waiting, and bumps seq and wakes the
+   * follower only for WAIT_SLEEP.  seq_cst on both sides: either the
+   * follower sees the new head on its re-check, or the leader sees the
+   * waiting it stored (Dekker). */
+  _Alignas(LINE) _Atomic uint32_t seq;
+  _Atomic uint32_t waiting;
+  _Atomic uint64_t max_use; /* relaxed: bytes, for status (the producer, now and then) */
+  /* Read by both sides at every record, written rarely: before the fork,
+   * or when a thread started after it claims the ring (leader_tid: tid_of,
+   * set_tid), at a handover (taken, handed). */
+  _Alignas(LINE) pid_t leader_tid; /* the original process's thread */
+  /* The epoch of the last HANDOVER its consumer took: release store by
+   * that consumer after its last replay, acquire load by the operation,
+   * which then reads `opened` and `closed` (written by those replays). */
+  _Atomic uint32_t taken;
+  /* The epoch of the last HANDOVER its producer saw taken: release store
+   * by that producer, which makes no call after it until the handover is
+   * released; acquire load by a promotion's operation, in the same
+   * process, before it looks at the descriptors those threads created
+   * (molt__shadow_note_shared_with).  The order through `taken` passes
+   * through the other process, where a sanitizer does not see it. */
+  _Atomic uint32_t handed;
   /* Its ring_bytes bytes in the rings' mapping (set once when the
    * mapping is made, before any fork); records are 8-byte aligned (their
    * sizes are multiples of 8, the mapping is page-aligned). */
@@ -193,13 +209,15 @@ typedef struct area {
   uint32_t nrings; /* written before the fork */
   /* The leader's records in the order their calls returned, across threads
    * (relaxed fetch-add: only the numbers' order matters, and a record is
-   * published with release after it takes its number). */
-  _Atomic uint64_t clock;
+   * published with release after it takes its number).  On a line of its
+   * own: every leader thread writes it at every record, and reads `want`
+   * at every call. */
+  _Alignas(LINE) _Atomic uint64_t clock;
   /* The side that should lead (0 the original process, 1 the follower),
    * and the number of the handover that set it: the operation stores
    * epoch, then want with release; a thread's acquire load of want sees
    * the epoch it writes into its HANDOVER. */
-  _Atomic uint32_t want;
+  _Alignas(LINE) _Atomic uint32_t want;
   _Atomic uint32_t epoch;
   /* The last handover the operation released: a thread that took a
    * HANDOVER of epoch e leads only once ready >= e (acquire, pairing with
@@ -260,8 +278,9 @@ static char *ring_mem;
 static uint64_t ring_bytes;
 /* This process takes part in a session (process-local; release store when
  * a session starts, with every program thread parked, or in the follower
- * before its threads start; acquire load in every wrapper). */
-static _Atomic bool active;
+ * before its threads start; acquire load in every wrapper, inlined there
+ * as molt__shadow_off(), shadow.h). */
+_Atomic bool molt__shadow_active;
 /* The other side is gone: each thread replays what its ring holds, then
  * runs alone (release store; acquire loads in the wrappers). */
 static _Atomic bool alone;
@@ -325,6 +344,14 @@ static bool taken_ahead(uint64_t pos, bool forget) {
     }
   return false;
 }
+/* The producer's copy of its ring's tail and the head past which it loads
+ * the tail again (reserve()); both 0 at a session's start. */
+#define TAIL_REFRESH (64u << 10)
+static __thread uint64_t tail_seen __attribute__((tls_model("initial-exec")));
+static __thread uint64_t refresh_at __attribute__((tls_model("initial-exec")));
+/* The last early wrap's filler (reserve()): where it ends and its size. */
+static __thread uint64_t hole_end __attribute__((tls_model("initial-exec")));
+static __thread uint64_t hole_len __attribute__((tls_model("initial-exec")));
 /* The thread produces its ring (leads); done: it runs alone for good. */
 static __thread bool my_lead __attribute__((tls_model("initial-exec")));
 static __thread bool my_done __attribute__((tls_model("initial-exec")));
@@ -479,7 +506,7 @@ void molt__shadow_session_begin(const pid_t *tids, size_t n) {
   atomic_fetch_add_explicit(&session, 1, memory_order_relaxed);
   /* release: a thread that sees `active` sees the rings made above (the
    * program threads are parked anyway; the barrier orders it too). */
-  atomic_store_explicit(&active, true, memory_order_release);
+  atomic_store_explicit(&molt__shadow_active, true, memory_order_release);
 }
 
 void molt__shadow_session_follower(pid_t pid) {
@@ -488,7 +515,7 @@ void molt__shadow_session_follower(pid_t pid) {
 }
 
 void molt__shadow_session_end(void) {
-  atomic_store_explicit(&active, false, memory_order_release);
+  atomic_store_explicit(&molt__shadow_active, false, memory_order_release);
   molt__shadow_fds_end();
 }
 
@@ -514,16 +541,25 @@ void molt__shadow_session_alone(void) {
 /* The backstop could be installed (trap.c): each thread arms it. */
 static bool trap_ok;
 
+/* MOLT_SHADOW_BACKSTOP=off in the target's environment: the follower runs
+ * without the backstop (the wrappers alone).  For measuring under
+ * valgrind, which makes the guest's system calls from its own code: with
+ * Syscall User Dispatch armed the kernel would trap those (SIGSYS). */
+static bool backstop_off(void) {
+  const char *v = getenv("MOLT_SHADOW_BACKSTOP");
+  return v && strcmp(v, "off") == 0;
+}
+
 void molt__shadow_become_follower(void) {
   follower = true;
-  trap_ok = molt__shadow_trap_install() == 0;
+  trap_ok = !backstop_off() && molt__shadow_trap_install() == 0;
   /* The follower records when it leads, for the original process's
    * threads, which the reverse rules decide. */
   want_fd_kind = names_fd_kind(MOLT__RULE_REVERSE);
   has_fd_kind = names_fd_kind(MOLT__RULE_FORWARD);
   atomic_store_explicit(&alone, false, memory_order_relaxed);
   atomic_store_explicit(&peer_dead, false, memory_order_relaxed);
-  atomic_store_explicit(&active, true, memory_order_release);
+  atomic_store_explicit(&molt__shadow_active, true, memory_order_release);
 }
 
 void molt__shadow_follower_thread(size_t index, void *arg) {
@@ -540,7 +576,7 @@ void molt__shadow_follower_thread(size_t index, void *arg) {
 static bool hand_over(ring *r);
 
 static molt__shadow_role role_of_this_call(void) {
-  if (!atomic_load_explicit(&active, memory_order_acquire))
+  if (!atomic_load_explicit(&molt__shadow_active, memory_order_acquire))
     return MOLT__SHADOW_NONE;
   if (!follower) {
     uint32_t s = atomic_load_explicit(&session, memory_order_relaxed);
@@ -550,6 +586,7 @@ static molt__shadow_role role_of_this_call(void) {
       my_lead = true;
       my_done = false;
       carry = NULL;
+      tail_seen = refresh_at = hole_end = hole_len = 0;
       pid_t tid = molt__gettid();
       /* Only the rings of the threads of the fork: a thread started later
        * was given its ring when it started (threads, below). */
@@ -701,7 +738,7 @@ static void drop(const char *fmt, ...) {
     molt__shadow_session_alone();
     return;
   }
-  atomic_store_explicit(&active, false, memory_order_release);
+  atomic_store_explicit(&molt__shadow_active, false, memory_order_release);
   pid_t pid = atomic_load_explicit(&follower_pid, memory_order_relaxed);
   if (first && pid > 0)
     kill(pid, SIGKILL);
@@ -725,7 +762,7 @@ static bool still_leading(void) {
   if (follower)
     return !atomic_load_explicit(&alone, memory_order_relaxed) &&
            !atomic_load_explicit(&shared->written, memory_order_relaxed);
-  return atomic_load_explicit(&active, memory_order_relaxed) &&
+  return atomic_load_explicit(&molt__shadow_active, memory_order_relaxed) &&
          !atomic_load_explicit(&alone, memory_order_relaxed);
 }
 
@@ -760,14 +797,23 @@ void molt__shadow_counts(uint64_t *recorded, uint64_t *compared, unsigned *max_u
 
 /* ---- the leader --------------------------------------------------------------*/
 
+/* The hash a call's input is compared by (both sides run this libmolt):
+ * FNV-1a's constants, eight bytes a step (a byte at a time cost the
+ * leader ~50 instructions a call, P10), each step's product folded so
+ * that every input bit reaches the low half; the length mixed in last. */
 static uint64_t fnv1a(const void *p, size_t n) {
   const unsigned char *c = p;
   uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) {
-    h ^= c[i];
-    h *= 0x100000001b3ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, c + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 32;
   }
-  return h;
+  for (; i < n; i++)
+    h = (h ^ c[i]) * 0x100000001b3ull;
+  return (h ^ n) * 0x100000001b3ull;
 }
 
 static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
@@ -797,9 +843,51 @@ static void futex_wake(_Atomic uint32_t *w) {
   syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
-static void futex_wait(_Atomic uint32_t *w, uint32_t seen, int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+static void futex_wait_us(_Atomic uint32_t *w, uint32_t seen, long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
   syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+/* ring.waiting: how the consumer waits. */
+#define WAIT_NONE 0u
+#define WAIT_NAP 1u   /* a nap that ends by its timeout: no wake needed */
+#define WAIT_SLEEP 2u /* the producer wakes it at its next record */
+/* A consumer that finds its ring empty naps, first NAP_MIN_US, twice as
+ * long after each nap that brought nothing, and once past NAP_MAX_US
+ * sleeps until the producer wakes it (at most SLEEP_US, then it looks
+ * again).  Under load the producer thus makes no system call for its
+ * consumer: a futex wake at every record cost the leader ~7 us of CPU per
+ * request of kvs and the follower as much (P10, bench/RESULTS.md); the
+ * consumer takes the records in batches, up to NAP_MAX_US behind. */
+#define NAP_MIN_US 500
+#define NAP_MAX_US 2000
+#define SLEEP_US 100000
+static __thread uint32_t nap_us __attribute__((tls_model("initial-exec")));
+
+/* The consumer found nothing past `head` in its ring: waits for the
+ * producer (or a wake of wake_all()), by a nap or a sleep (above). */
+static void consumer_wait(ring *r, uint64_t head) {
+  if (nap_us < NAP_MIN_US)
+    nap_us = NAP_MIN_US;
+  bool sleep = nap_us > NAP_MAX_US;
+  /* seq read before waiting is stored: a bump after our store is one the
+   * futex sees (the wait returns at once) */
+  uint32_t seen = atomic_load_explicit(&r->seq, memory_order_seq_cst);
+  /* seq_cst store, then seq_cst load of head: with the producer's seq_cst
+   * store of head and load of waiting, one of us sees the other's store
+   * (Dekker): either the record is seen here, or the producer sees
+   * WAIT_SLEEP and wakes us.  A nap may miss a record: it ends anyway. */
+  atomic_store_explicit(&r->waiting, sleep ? WAIT_SLEEP : WAIT_NAP, memory_order_seq_cst);
+  if (atomic_load_explicit(&r->head, memory_order_seq_cst) == head)
+    futex_wait_us(&r->seq, seen, sleep ? SLEEP_US : (long)nap_us);
+  /* relaxed: a stale WAIT_* seen by the producer costs one needless wake */
+  atomic_store_explicit(&r->waiting, WAIT_NONE, memory_order_relaxed);
+  /* relaxed: only whether something came matters here; next_record reads
+   * head again with acquire before it reads a record */
+  if (atomic_load_explicit(&r->head, memory_order_relaxed) != head)
+    nap_us = NAP_MIN_US;
+  else if (nap_us <= NAP_MAX_US)
+    nap_us *= 2;
 }
 
 /* What descriptor a call's first argument is (poll's is a count). */
@@ -816,6 +904,14 @@ static molt__fd_kind fd_kind_of(unsigned kind, int64_t fd) {
   return MOLT__FDK_ANY;
 }
 
+/* Pages of a ring are given back in chunks of this size as the consumer
+ * passes them, but for the first (rings smaller than 4 chunks keep all
+ * theirs): trim_behind(). */
+#define TRIM_CHUNK (1u << 20)
+static bool trimmed(void) {
+  return ring_bytes >= 4u * TRIM_CHUNK && ring_bytes % TRIM_CHUNK == 0;
+}
+
 /* Room for a record of `size` bytes at the ring's head (SKIP filler
  * written): its address, *end the head once it is published; NULL if the
  * shadow was dropped meanwhile. */
@@ -825,12 +921,40 @@ static rec *reserve(ring *r, size_t size, uint64_t *end) {
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
   size_t pos = (size_t)(head % ring_bytes);
   size_t skip = pos + size > ring_bytes ? ring_bytes - pos : 0;
+  /* Past the first chunk of a ring whose consumer keeps up (what it has
+   * not consumed, and this record, fit before pos): back to the ring's
+   * start, whose pages the consumer keeps (trim_behind()), instead of on
+   * into pages it gave back, which the kernel would fault in and zero
+   * again for both processes -- 0.08 faults per request of kvs in the
+   * leader and half as many in the follower (P10).  The SKIP filler
+   * takes the rest of the ring.  tail_seen is at most the tail: the room
+   * it shows is there. */
+  if (!skip && pos >= TRIM_CHUNK && trimmed() && head - tail_seen + size <= pos) {
+    skip = ring_bytes - pos;
+    hole_end = head + skip;
+    hole_len = skip;
+  }
   uint64_t need = skip + size;
   uint64_t t0 = 0;
+  /* The tail as last loaded: the room it shows is there (the tail only
+   * grows within a session), so the consumer's line is read again only
+   * when that room runs short, or every refresh bytes (for the ring's use
+   * in status). */
+  if (head + need - tail_seen <= ring_bytes && head + need < refresh_at)
+    goto room;
   for (;;) {
     /* acquire: the follower is done reading the bytes we reuse. */
-    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-    if (head + need - tail <= ring_bytes)
+    tail_seen = atomic_load_explicit(&r->tail, memory_order_acquire);
+    uint64_t refresh = ring_bytes / 16 < TAIL_REFRESH ? ring_bytes / 16 : TAIL_REFRESH;
+    refresh_at = head + need + refresh;
+    /* relaxed: a counter for status, written by this thread alone: the
+     * backlog and this reservation, less the early wrap's filler if the tail
+     * has not passed it yet (a filler holds nothing; at most one lies
+     * between tail and head, an early wrap needing a backlog below 1 MiB) */
+    uint64_t use = head + need - tail_seen - (tail_seen < hole_end ? hole_len : 0);
+    if (use > atomic_load_explicit(&r->max_use, memory_order_relaxed))
+      atomic_store_explicit(&r->max_use, use, memory_order_relaxed);
+    if (head + need - tail_seen <= ring_bytes)
       break;
     if (!still_leading())
       return NULL; /* dropped meanwhile */
@@ -841,7 +965,7 @@ static rec *reserve(ring *r, size_t size, uint64_t *end) {
       drop(
           "the ring of thread %d stayed full for %d ms (the follower fell behind by "
           "%" PRIu64 " bytes; ring %d, handover %u, released %u); the shadow was dropped",
-          (int)molt__gettid(), MOLT__SHADOW_FULL_WAIT_MS, head - tail,
+          (int)molt__gettid(), MOLT__SHADOW_FULL_WAIT_MS, head - tail_seen,
           (int)(r - shared->rings), atomic_load_explicit(&r->taken, memory_order_relaxed),
           atomic_load_explicit(&shared->ready, memory_order_relaxed));
       return NULL;
@@ -849,6 +973,7 @@ static rec *reserve(ring *r, size_t size, uint64_t *end) {
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
+room:
   if (skip) {
     rec *f = (rec *)(r->data + pos);
     f->size = (uint32_t)skip;
@@ -856,20 +981,30 @@ static rec *reserve(ring *r, size_t size, uint64_t *end) {
     pos = 0;
   }
   *end = head + need;
-  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-  if (head + need - tail > atomic_load_explicit(&r->max_use, memory_order_relaxed))
-    atomic_store_explicit(&r->max_use, head + need - tail, memory_order_relaxed);
   return (rec *)(r->data + pos);
 }
 
-/* Publishes the records up to end and wakes the consumer. */
+/* One more record for status: relaxed, and a load and a store, not a
+ * locked add (the producer is the counter's only writer). */
+static void count_record(ring *r) {
+  atomic_store_explicit(&r->recorded,
+                        atomic_load_explicit(&r->recorded, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+}
+
+/* Publishes the records up to end and wakes the consumer if it sleeps
+ * (not if it naps: consumer_wait). */
 static void publish(ring *r, uint64_t end) {
   /* release: the record's bytes before the new head (the consumer's
    * acquire load); seq_cst for the futex handshake (see struct ring). */
   atomic_store_explicit(&r->head, end, memory_order_seq_cst);
-  atomic_fetch_add_explicit(&r->seq, 1, memory_order_seq_cst);
-  if (atomic_load_explicit(&r->waiting, memory_order_seq_cst))
+  if (atomic_load_explicit(&r->waiting, memory_order_seq_cst) == WAIT_SLEEP) {
+    /* The consumer read seq before it stored WAIT_SLEEP, which we saw
+     * (seq_cst: that store is ordered before this bump), so its futex
+     * wait sees the new value if it has not begun yet. */
+    atomic_fetch_add_explicit(&r->seq, 1, memory_order_seq_cst);
     futex_wake(&r->seq);
+  }
 }
 
 /* ---- byte totals: what a read or write the leader died inside of moved -----------*/
@@ -1028,7 +1163,7 @@ void molt__shadow_record(const molt__sc *c, int64_t ret, int err, size_t out_len
     memcpy(p + align8(keep), c->out, out_len);
   if (c->aux_len)
     memcpy(p + align8(keep) + align8(out_len), c->aux, c->aux_len);
-  atomic_fetch_add_explicit(&r->recorded, 1, memory_order_relaxed);
+  count_record(r);
   publish(r, end);
 }
 
@@ -1117,7 +1252,7 @@ void molt__shadow_intent_end(molt__shadow_intent *it, int64_t ret, int err) {
   if (it->aux_len)
     memcpy((char *)(x + 1) + align8(x->in_keep) + align8(out_len), it->aux, it->aux_len);
   x->seq = atomic_fetch_add_explicit(&shared->clock, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&r->recorded, 1, memory_order_relaxed);
+  count_record(r);
   /* The unused part of the reservation is given back: the record ends
    * where its bytes end.  Publishing makes the mark stale (below head). */
   publish(r, it->end - it->reserved + size);
@@ -1204,27 +1339,27 @@ static const void *rec_bytes(const rec *x, size_t *n) {
   return NULL;
 }
 
-/* Pages of a ring are given back in chunks of this size as the consumer
- * passes them (rings smaller than 4 chunks keep theirs). */
-#define TRIM_CHUNK (1u << 20)
-
 /* The consumer moves its tail from old_tail to new_tail (before it
  * publishes new_tail, once it is done with the record between them: the
- * chunk given back may hold that record's first bytes): a chunk of the ring the tail has just left behind
- * is given back (MADV_REMOVE), so that a ring costs memory for what it
- * holds, not for every byte it ever held.  Safe: its bytes are consumed
+ * chunk given back may hold that record's first bytes): a chunk of the
+ * ring the tail has just left behind is given back (MADV_REMOVE), so that
+ * a ring costs memory for what it holds, not for every byte it ever held
+ * -- except its first chunk, the warm one the producer comes back to
+ * while the consumer keeps up (reserve()).  Safe: its bytes are consumed
  * (records taken ahead lie beyond the tail), the producer reads none of
  * its records once published, and it writes there again only after it
  * sees the new tail -- the release store that follows this call, which
  * the madvise() precedes.  A page written again is a fresh zero page. */
 static void trim_behind(ring *r, uint64_t old_tail, uint64_t new_tail) {
-  if (ring_bytes < 4u * TRIM_CHUNK || ring_bytes % TRIM_CHUNK ||
-      old_tail / TRIM_CHUNK == new_tail / TRIM_CHUNK)
+  if (!trimmed() || old_tail / TRIM_CHUNK == new_tail / TRIM_CHUNK)
     return;
-  /* A record is at most MOLT__SHADOW_REC_MAX < TRIM_CHUNK bytes: one
-   * chunk boundary crossed, the chunk before it wholly consumed. */
+  /* A record is at most MOLT__SHADOW_REC_MAX < TRIM_CHUNK bytes, so the
+   * chunk where old_tail lies is wholly consumed; a SKIP filler may pass
+   * more chunks, which this lap did not write (given back on an earlier
+   * lap, or never written). */
   uint64_t chunk = (old_tail / TRIM_CHUNK) * TRIM_CHUNK;
-  madvise(r->data + chunk % ring_bytes, TRIM_CHUNK, MADV_REMOVE);
+  if (chunk % ring_bytes)
+    madvise(r->data + chunk % ring_bytes, TRIM_CHUNK, MADV_REMOVE);
 }
 
 /* Waits for the ring's next record (SKIP fillers passed): its address;
@@ -1245,11 +1380,7 @@ static rec *next_record(ring *r, uint64_t *tailp) {
        * nothing more will come. */
       if (!follower && atomic_load_explicit(&shared->written, memory_order_acquire))
         park_for_good();
-      uint32_t seen = atomic_load_explicit(&r->seq, memory_order_seq_cst);
-      atomic_store_explicit(&r->waiting, 1, memory_order_seq_cst);
-      if (atomic_load_explicit(&r->head, memory_order_seq_cst) == tail)
-        futex_wait(&r->seq, seen, 100);
-      atomic_store_explicit(&r->waiting, 0, memory_order_relaxed);
+      consumer_wait(r, tail);
       continue;
     }
     rec *x = (rec *)(r->data + tail % ring_bytes);
@@ -1398,11 +1529,7 @@ static rec *find_on_fd(ring *r, uint64_t tail, const molt__sc *c, uint64_t *pos)
        * next_record). */
       if (atomic_load_explicit(&alone, memory_order_acquire))
         return NULL;
-      uint32_t ticket = atomic_load_explicit(&r->seq, memory_order_seq_cst);
-      atomic_store_explicit(&r->waiting, 1, memory_order_seq_cst);
-      if (atomic_load_explicit(&r->head, memory_order_seq_cst) == head)
-        futex_wait(&r->seq, ticket, 100);
-      atomic_store_explicit(&r->waiting, 0, memory_order_relaxed);
+      consumer_wait(r, head);
       head = atomic_load_explicit(&r->head, memory_order_acquire);
     }
     rec *y = (rec *)(r->data + p % ring_bytes);
@@ -1519,8 +1646,10 @@ static bool retry(ring *r, const rec *x, const molt__sc *c, int64_t *ret, int *e
   if (now - retry_t0 > (uint64_t)MOLT__SHADOW_RETRY_MS * 1000000u)
     return false;
   struct timespec ts = {0, 100000};
-  for (int i = 0; i < 200 && !others_caught_up(r, x->seq); i++)
+  for (int i = 0; i < 200 && !others_caught_up(r, x->seq); i++) {
+    molt__shadow_nudge(); /* the others may nap with records waiting */
     nanosleep(&ts, NULL);
+  }
   /* and time for them to act on what they replayed (a table updated
    * after an accept returned) before this thread looks again */
   ts.tv_nsec = 200000;
@@ -1935,6 +2064,22 @@ static void wake_all(void) {
   }
 }
 
+void molt__shadow_nudge(void) {
+  area *s = shared;
+  if (!s)
+    return;
+  for (uint32_t i = 0; i < s->nrings; i++) {
+    ring *r = &s->rings[i];
+    /* relaxed: a wait begun after this look ends by its timeout (or by
+     * its producer), as it would have without the nudge; the bump makes
+     * a futex wait about to begin return at once (its seq changed). */
+    if (atomic_load_explicit(&r->waiting, memory_order_relaxed) != WAIT_NONE) {
+      atomic_fetch_add_explicit(&r->seq, 1, memory_order_relaxed);
+      futex_wake(&r->seq);
+    }
+  }
+}
+
 int molt__shadow_leading_side(void) {
   return shared ? (int)atomic_load_explicit(&shared->want, memory_order_relaxed) : 0;
 }
@@ -1947,7 +2092,8 @@ bool molt__shadow_leader_exited(void) {
  * follower ends with it instead of taking over (a crash or a signal runs
  * no destructor, and the follower takes over then). */
 __attribute__((destructor)) static void leader_exits(void) {
-  if (shared && !follower && atomic_load_explicit(&active, memory_order_relaxed))
+  if (shared && !follower &&
+      atomic_load_explicit(&molt__shadow_active, memory_order_relaxed))
     atomic_store_explicit(&shared->leader_exited, 1, memory_order_release);
 }
 

@@ -116,6 +116,15 @@ MOLT__HIDDEN void molt__shadow_become_follower(void);
 /* A follower's program thread: its ring (on_start of molt__program_relaunch). */
 MOLT__HIDDEN void molt__shadow_follower_thread(size_t index, void *arg);
 MOLT__HIDDEN molt__shadow_role molt__shadow_role_now(void);
+/* No shadowed update involves this process: every wrapper makes the plain
+ * call (the wrappers' fast path, calls.c).  When it is false the thread's
+ * role is molt__shadow_role_now()'s.  The acquire load orders the rings a
+ * session made before it set the flag (ring.c, release store) before the
+ * wrapper's use of them. */
+MOLT__HIDDEN extern _Atomic bool molt__shadow_active;
+static inline bool molt__shadow_off(void) {
+  return !atomic_load_explicit(&molt__shadow_active, memory_order_acquire);
+}
 /* The forward and reverse rules of the next or running session (ring.c
  * keeps them; shadow.c parses into them with no session running). */
 MOLT__HIDDEN molt__rules *molt__shadow_rules(void);
@@ -147,6 +156,11 @@ MOLT__HIDDEN void molt__shadow_intent_end(molt__shadow_intent *it, int64_t ret, 
  * as molt__shadow_session_alone, and each thread also completes a read or
  * write the dead side was inside of. */
 MOLT__HIDDEN void molt__shadow_session_peer_died(void);
+/* A thread of this process waits for another one's replay (a follower's
+ * retry, epoll.c's registration waiting for a close): every consumer of
+ * this process that naps on an empty ring looks at it again now (ring.c,
+ * consumer_wait: a consumer naps up to 2 ms with nobody waking it). */
+MOLT__HIDDEN void molt__shadow_nudge(void);
 /* The calling thread replays the other side's calls (a follower's wrapper
  * blocks the backstop again after a replay only then). */
 MOLT__HIDDEN bool molt__shadow_follows(void);

@@ -288,12 +288,15 @@ def _compile_and_link(s, sources, others, old, rules):
     if getattr(s, "object_annotations", None):
         ann = merge_annotations([ann] + s.object_annotations)
 
+    # the calls a shadowed update records and replays (libmolt's __wrap_*,
+    # docs/design.md §17); MOLT_NO_SHADOW_WRAP=1 leaves them out -- an image
+    # that cannot be shadowed, the baseline of P10's one-version overhead
+    # (bench/shadowupd/p10_overhead.py)
+    no_wrap = os.environ.get("MOLT_NO_SHADOW_WRAP", "") not in ("", "0")
     link_tail = [x.path for x in others] + link + san + [
         "-L" + layout.libdir, "-lmolt", "-Wl,-rpath," + layout.libdir, "-pthread",
         "-Wl,--wrap=pthread_create", "-Wl,-Bsymbolic", "-Wl,--build-id"] + [
-        # the calls a shadowed update records and replays (libmolt's
-        # __wrap_*, docs/design.md §17)
-        "-Wl,--wrap=" + c for c in SHADOWED_CALLS]
+        "-Wl,--wrap=" + c for c in (() if no_wrap else SHADOWED_CALLS)]
     gen_dir = work.subdir()
     gen = os.path.join(gen_dir, GEN_NAME)
     gen_obj = gen[:-2] + ".o"

@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""p10_overhead.py -- P10's first two numbers, measured so that a 2-core
+machine shared with other jobs can resolve them: the cost of the wrappers
+with no shadow (one version) and of a follower (two versions), on
+tests/shadowupd/progs/kvs.c (4 workers, CONNS connections of kvsload).
+
+One version ("shadowing armed, no follower"): the program image linked
+with libmolt's wrappers of the followed calls (moltcc --molt-program, as
+every image is) against the same source linked without them
+(MOLT_NO_SHADOW_WRAP=1 moltcc ...).  Both servers run side by side and
+the rounds alternate between them: requests per second, the server's CPU
+time per request (the sum of its threads' /proc/PID/task/*/schedstat), and
+under `valgrind --tool=callgrind` its instructions per request (user
+space only: the kernel's part of a system call is not counted).
+
+Two versions: the image with wrappers, each round measured without a
+shadow and then with a follower of the same version (kvs rebuilt
+--molt-from itself) replaying every call, then `molt rollback`.  Per
+request: the leader's CPU time and the follower's, and requests per
+second, in two placements -- "shared": no pinning, leader, follower and
+load generator on the machine's 2 cores (the raw number: the follower's
+CPU comes out of the leader's); "spare core": the leader and the load
+generator pinned to CPU 0 in both halves of the round and the follower
+to CPU 1 (MVEDSUA's setting, a core of its own for the follower).  And
+under callgrind: the leader's instructions per request without and with
+a follower, and the follower's (it runs with MOLT_SHADOW_BACKSTOP=off,
+valgrind making the guest's system calls from its own code; it is ended
+by a request that diverges -- the shadow's version is variant 1 -- so
+that callgrind writes its profile at its exit: its worker threads' cost
+from the fork on, divided by the requests it replayed).
+
+  bench/shadowupd/p10_overhead.py [--rounds 7] [--seconds 3] [--cg-seconds 4]
+      [--molt-build DIR] [--work DIR] [--skip one,two,cg]
+"""
+
+import argparse
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+KVS = os.path.join(ROOT, "tests", "shadowupd", "progs", "kvs.c")
+
+
+def sh(args, **kw):
+    return subprocess.run(args, check=True, capture_output=True, text=True, **kw).stdout
+
+
+class Ctx:
+    def __init__(self, a):
+        self.build = os.path.abspath(a.molt_build)
+        self.molt = os.path.join(self.build, "bin", "molt")
+        self.run = os.path.join(self.build, "bin", "molt-run")
+        self.moltcc = os.path.join(self.build, "bin", "moltcc")
+        self.work = a.work
+        self.conns = a.conns
+        os.makedirs(self.work, exist_ok=True)
+
+    def path(self, name):
+        return os.path.join(self.work, name)
+
+    def images(self):
+        sh(["gcc", "-O2", "-pthread", "-o", self.path("kvsload"),
+            os.path.join(HERE, "kvsload.c")])
+        cc = [self.moltcc, "--molt-program", "-O2", "-g"]
+        env = dict(os.environ, MOLT_NO_SHADOW_WRAP="1")
+        sh(cc + ["-o", self.path("nowrap.so"), KVS], env=env)
+        sh(cc + ["-o", self.path("wrap.so"), KVS])
+        sh(cc + ["-o", self.path("wrapb.so"), KVS, "--molt-from", self.path("wrap.so")])
+        sh(cc + ["-DKVS_VARIANT=1", "-o", self.path("wrapd.so"), KVS,
+                 "--molt-from", self.path("wrap.so")])
+
+    def start(self, image, name, pre=(), env=None):
+        port = self.path(name + ".port")
+        if os.path.exists(port):
+            os.unlink(port)
+        p = subprocess.Popen(list(pre) + [self.run, self.path(image), port, "4"],
+                             stdout=subprocess.DEVNULL,
+                             stderr=open(self.path(name + ".log"), "w"),
+                             env=env, start_new_session=True)
+        for _ in range(600):
+            if os.path.exists(port) and open(port).read().strip():
+                return p, int(open(port).read())
+            time.sleep(0.1)
+        raise SystemExit("p10_overhead: %s did not start (%s)" % (image, self.path(name + ".log")))
+
+    def load(self, port, secs, cpu=None):
+        pre = ["taskset", "-c", str(cpu)] if cpu is not None else []
+        out = sh(pre + [self.path("kvsload"), str(port), str(self.conns), str(secs)])
+        m = re.match(r"requests (\d+) seconds ([\d.]+) errors (\d+)", out)
+        if not m or int(m.group(3)):
+            raise SystemExit("p10_overhead: load failed: " + out)
+        return int(m.group(1)), float(m.group(2))
+
+    def status(self, pid):
+        out = sh([self.molt, "status", str(pid)])
+        line = [ln for ln in out.splitlines() if ln.startswith("shadowed update")]
+        return line[0] if line else ""
+
+    def shadow(self, pid, image):
+        sh([self.molt, "update", "--shadow", "--timeout", "120", str(pid), self.path(image)])
+        st = self.status(pid)
+        m = re.search(r"follower (\d+)", st)
+        if "shadowing" not in st or not m:
+            raise SystemExit("p10_overhead: no follower: " + st)
+        return int(m.group(1))
+
+
+def cpu_ns(pid):
+    """CPU time of every thread of pid so far (ns)."""
+    t = 0
+    d = "/proc/%d/task" % pid
+    for tid in os.listdir(d):
+        try:
+            with open(os.path.join(d, tid, "schedstat")) as f:
+                t += int(f.read().split()[0])
+        except OSError:
+            pass
+    return t
+
+
+def pin(pid, cpu):
+    subprocess.run(["taskset", "-a", "-cp", str(cpu), str(pid)], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def stop(p):
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+
+
+def spread(xs):
+    return "median %.4g (min %.4g, max %.4g, n %d)" % (statistics.median(xs), min(xs),
+                                                       max(xs), len(xs))
+
+
+def loadavg():
+    return " ".join(open("/proc/loadavg").read().split()[:3])
+
+
+def one_version(c, rounds, secs):
+    print("== one version: wrappers (no shadow) against no wrappers, %d rounds of %d s"
+          % (rounds, secs))
+    srv = {k: c.start(k + ".so", k) for k in ("nowrap", "wrap")}
+    res = {k: {"rps": [], "cpu": []} for k in srv}
+    try:
+        for r in range(rounds):
+            order = ("nowrap", "wrap") if r % 2 == 0 else ("wrap", "nowrap")
+            line = []
+            for k in order:
+                p, port = srv[k]
+                c0 = cpu_ns(p.pid)
+                n, s = c.load(port, secs)
+                cpu = (cpu_ns(p.pid) - c0) / n
+                res[k]["rps"].append(n / s)
+                res[k]["cpu"].append(cpu)
+                line.append("%s %.0f req/s %.0f ns CPU/req" % (k, n / s, cpu))
+            print("round %d: %s (load %s)" % (r + 1, ", ".join(line), loadavg()))
+    finally:
+        for p, _ in srv.values():
+            stop(p)
+    for k in ("nowrap", "wrap"):
+        print("%-7s req/s %s; CPU ns/req %s" % (k, spread(res[k]["rps"]), spread(res[k]["cpu"])))
+    rel = [100 * (w - n) / n for n, w in zip(res["nowrap"]["rps"], res["wrap"]["rps"])]
+    relc = [100 * (w - n) / n for n, w in zip(res["nowrap"]["cpu"], res["wrap"]["cpu"])]
+    print("wrappers: req/s %+.2f%% (per-round pairs: %s); CPU/req %+.2f%% (pairs: %s)" %
+          (-100 * (1 - statistics.median(res["wrap"]["rps"]) / statistics.median(res["nowrap"]["rps"])),
+           spread(rel), 100 * (statistics.median(res["wrap"]["cpu"]) /
+                               statistics.median(res["nowrap"]["cpu"]) - 1), spread(relc)))
+    return res
+
+
+def two_versions(c, rounds, secs, spare):
+    name = "spare core" if spare else "shared"
+    print("== two versions (%s): no shadow, then a follower of the same version, %d rounds "
+          "of %d s each" % (name, rounds, secs))
+    p, port = c.start("wrap.so", "two")
+    cpu = 0 if spare else None
+    if spare:
+        pin(p.pid, 0)
+    res = {"rps0": [], "rps1": [], "lead0": [], "lead1": [], "fol": []}
+    try:
+        for r in range(rounds):
+            c0 = cpu_ns(p.pid)
+            n0, s0 = c.load(port, secs, cpu)
+            l0 = (cpu_ns(p.pid) - c0) / n0
+            fp = c.shadow(p.pid, "wrapb.so")
+            if spare:
+                pin(fp, 1)
+            time.sleep(0.3)  # the follower's update and relaunch
+            c0, f0 = cpu_ns(p.pid), cpu_ns(fp)
+            n1, s1 = c.load(port, secs, cpu)
+            # the follower's replay of this load, caught up (at most 5 s)
+            for _ in range(50):
+                st = c.status(p.pid)
+                m = re.search(r"(\d+) calls recorded, (\d+) compared", st)
+                if m and m.group(1) == m.group(2):
+                    break
+                time.sleep(0.1)
+            l1 = (cpu_ns(p.pid) - c0) / n1
+            fo = (cpu_ns(fp) - f0) / n1
+            st = c.status(p.pid)
+            sh([c.molt, "rollback", str(p.pid)])
+            if "shadowing" not in st:
+                raise SystemExit("p10_overhead: the shadow ended early: " + st)
+            for k, v in (("rps0", n0 / s0), ("rps1", n1 / s1), ("lead0", l0), ("lead1", l1),
+                         ("fol", fo)):
+                res[k].append(v)
+            print("round %d: no shadow %.0f req/s, leader %.0f ns CPU/req; shadowing %.0f "
+                  "req/s, leader %.0f ns/req, follower %.0f ns/req (%s) (load %s)" %
+                  (r + 1, n0 / s0, l0, n1 / s1, l1, fo,
+                   re.search(r"\d+ calls recorded.*ring use up to \d+%", st).group(0), loadavg()))
+    finally:
+        stop(p)
+    m = {k: statistics.median(v) for k, v in res.items()}
+    for k in res:
+        print("%-6s %s" % (k, spread(res[k])))
+    print("%s: req/s %+.1f%%, leader CPU/req %+.1f%%, follower CPU/req %.2f of the "
+          "leader's (no shadow)" % (name, 100 * (m["rps1"] / m["rps0"] - 1),
+                                    100 * (m["lead1"] / m["lead0"] - 1),
+                                    m["fol"] / m["lead0"]))
+    return res
+
+
+# ---- callgrind ----------------------------------------------------------------------
+
+def cg_totals(path):
+    for ln in open(path):
+        if ln.startswith("totals:") or ln.startswith("summary:"):
+            return int(ln.split()[1])
+    raise SystemExit("p10_overhead: no totals in " + path)
+
+
+def cg_inclusive(path, fn):
+    """Inclusive Ir of function fn (callgrind_annotate)."""
+    out = sh(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path])
+    for ln in out.splitlines():
+        m = re.match(r"\s*([\d,]+)\s.*:(\S+) \[", ln)
+        if m and m.group(2) == fn:
+            return int(m.group(1).replace(",", ""))
+    raise SystemExit("p10_overhead: no %s in %s" % (fn, path))
+
+
+def cg_start(c, image, name, env=None):
+    for f in os.listdir(c.work):
+        if f.startswith("cg." + name + "."):
+            os.unlink(c.path(f))
+    pre = ["valgrind", "--tool=callgrind", "--dump-instr=yes",
+           "--callgrind-out-file=" + c.path("cg." + name + ".%p")]
+    return c.start(image, name, pre, env)
+
+
+def cg_window(c, pid, port, secs):
+    """Instructions of pid during a load of secs: (Ir, requests, profile)."""
+    before = set(os.listdir(c.work))
+    sh(["callgrind_control", "-z", str(pid)])
+    n, _ = c.load(port, secs)
+    sh(["callgrind_control", "-d", str(pid)])
+    new = sorted(set(os.listdir(c.work)) - before)
+    dump = [f for f in new if f.startswith("cg.") and ".%d." % pid in f + "."]
+    if not dump:
+        raise SystemExit("p10_overhead: no callgrind dump of %d" % pid)
+    path = c.path(dump[-1])
+    return cg_totals(path), n, path
+
+
+def callgrind(c, secs, reps):
+    print("== callgrind: instructions per request (user space), %d s of load each" % secs)
+    res = {"nowrap": [], "wrap": [], "lead0": [], "lead1": [], "fol": []}
+    for rep in range(reps):
+        for k in ("nowrap", "wrap"):
+            p, port = cg_start(c, k + ".so", "cg" + k)
+            try:
+                ir, n, _ = cg_window(c, p.pid, port, secs)
+            finally:
+                stop(p)
+            res[k].append(ir / n)
+            print("%s: %d Ir / %d requests = %.1f Ir/req" % (k, ir, n, ir / n))
+        env = dict(os.environ, MOLT_SHADOW_BACKSTOP="off")
+        p, port = cg_start(c, "wrap.so", "cgtwo", env)
+        try:
+            ir, n, _ = cg_window(c, p.pid, port, secs)
+            res["lead0"].append(ir / n)
+            fp = c.shadow(p.pid, "wrapd.so")
+            ir1, n1, _ = cg_window(c, p.pid, port, secs)
+            for _ in range(100):
+                m = re.search(r"(\d+) calls recorded, (\d+) compared", c.status(p.pid))
+                if m and m.group(1) == m.group(2):
+                    break
+                time.sleep(0.2)
+            res["lead1"].append(ir1 / n1)
+            # a reply that differs ends the follower: callgrind writes its profile
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"GET magic\n")
+            s.recv(100)
+            s.close()
+            fpath = c.path("cg.cgtwo.%d" % fp)
+            for _ in range(100):
+                if os.path.exists(fpath) and cg_totals(fpath):
+                    break
+                time.sleep(0.2)
+            time.sleep(0.5)
+            # its program threads from their relaunch on (not the update)
+            fir = cg_inclusive(fpath, "relaunched")
+            res["fol"].append(fir / n1)
+            print("leader alone %.1f Ir/req; with a follower %.1f Ir/req; follower %.1f "
+                  "Ir/req (its program threads since the fork: %d Ir, %d requests replayed)"
+                  % (ir / n, ir1 / n1, fir / n1, fir, n1))
+        finally:
+            stop(p)
+    for k in res:
+        print("%-6s Ir/req %s" % (k, spread(res[k])))
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--seconds", type=int, default=3)
+    ap.add_argument("--cg-seconds", type=int, default=4)
+    ap.add_argument("--cg-reps", type=int, default=2)
+    ap.add_argument("--conns", type=int, default=3)
+    ap.add_argument("--molt-build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--work", default="/tmp/molt-bench-p10-overhead")
+    ap.add_argument("--skip", default="")
+    a = ap.parse_args()
+    skip = set(a.skip.split(",")) - {""}
+    c = Ctx(a)
+    c.images()
+    print("load average at the start: %s; %d CPUs" % (loadavg(), os.cpu_count()))
+    if "one" not in skip:
+        one_version(c, a.rounds, a.seconds)
+    if "two" not in skip:
+        two_versions(c, a.rounds, a.seconds, spare=False)
+        two_versions(c, a.rounds, a.seconds, spare=True)
+    if "cg" not in skip:
+        callgrind(c, a.cg_seconds, a.cg_reps)
+    print("load average at the end: %s" % loadavg())
+
+
+if __name__ == "__main__":
+    main()
