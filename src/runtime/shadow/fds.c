@@ -23,14 +23,23 @@
  * (`held`): it closes its copy only for a close of that generation, and
  * never replaces a newer one with an older one.
  *
- * After molt promote the follower leads and the original process follows:
- * the channels run one way, so a descriptor the new version creates is not
- * sent.  It counts its own generations per number (`own`, from 1; 0 in a
- * record: a descriptor it did not create, one both processes hold), and
- * the original process notes those descriptors as absent (ring.c), which
- * bars the lead from coming back while any is open; a close of generation
- * 0 closes the original's copy if it is one both hold (`held` there, set by
- * molt__shadow_note_shared_with).
+ * After molt promote the follower leads and the original process follows.
+ * The follower counts its own generations per number (`own`, from 1; 0 in
+ * a record: a descriptor it did not create, one both processes hold), and
+ * sends each descriptor its followed calls create the other way over the
+ * same channel (a unix socketpair is two-way), before it publishes the
+ * record; the original process takes it when it replays that record and
+ * places it at the same number, as the follower does (take()), and closes
+ * it when it replays its close.  So the old version has the connections
+ * the new one accepts: a server that touches one outside the followed
+ * calls (mosquitto sets each new connection non-blocking with fcntl) gets
+ * the same descriptor, where it failed with EBADF and closed the
+ * connection, a divergence.  The original process still notes those
+ * descriptors as the new version's (ring.c, `opened`/`closed`), which bars
+ * the lead from coming back while any is open (their generations are the
+ * new version's numbering, not the original's `made`); a close of
+ * generation 0 closes the original's copy if it is one both hold (`held`
+ * there, set by molt__shadow_note_shared_with).
  *
  * The channels are placed at high numbers (just below the runtime's band of
  * base/fd.c, 760 and up under the usual limits), so that the numbers the
@@ -162,14 +171,47 @@ uint32_t molt__shadow_fd_gen(int fd) {
                               memory_order_relaxed);
 }
 
+/* Sends fd over channel end ch (one byte with SCM_RIGHTS), never
+ * blocking: 0 or -errno. */
+static int send_fd(int ch, int fd) {
+  char byte = 'F';
+  struct iovec iov = {&byte, 1};
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } u;
+  memset(&u, 0, sizeof u);
+  struct msghdr m = {.msg_iov = &iov,
+                     .msg_iovlen = 1,
+                     .msg_control = u.buf,
+                     .msg_controllen = sizeof u.buf};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  ssize_t w;
+  /* Never blocks: a follower that far behind is dropped by the caller. */
+  while ((w = sendmsg(ch, &m, MSG_DONTWAIT | MSG_NOSIGNAL)) < 0 && errno == EINTR)
+    ;
+  if (w != 1)
+    return w < 0 ? -errno : -EIO;
+  return 0;
+}
+
 int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen) {
-  if (in_follower) { /* leading after a promotion: nothing is sent */
+  if (in_follower) {
+    /* Leading after a promotion: its own generation, and the descriptor
+     * to the original process over its end of the channel (the follower
+     * closes its ends only when it ends). */
     *gen = 0;
     if (fd < TRACKED) {
       *gen = atomic_fetch_add_explicit(&own[fd], 1, memory_order_relaxed) + 1;
       atomic_store_explicit(&own_open[fd], *gen, memory_order_relaxed);
     }
-    return 0;
+    if (ring >= nchannels || recv_end[ring] < 0)
+      return 0; /* nothing sent: the original process finds none (take) */
+    return send_fd(recv_end[ring], fd);
   }
   *gen = fd < TRACKED ? atomic_fetch_add_explicit(&made[fd], 1, memory_order_relaxed) + 1
                       : 0;
@@ -177,33 +219,7 @@ int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen) {
     return -EINVAL;
   atomic_fetch_add_explicit(&senders[ring], 1, memory_order_seq_cst);
   int ch = atomic_load_explicit(&send_end[ring], memory_order_seq_cst);
-  int rc = 0;
-  if (ch < 0) {
-    rc = -ENOTCONN;
-  } else {
-    char byte = 'F';
-    struct iovec iov = {&byte, 1};
-    union {
-      struct cmsghdr h;
-      char buf[CMSG_SPACE(sizeof(int))];
-    } u;
-    memset(&u, 0, sizeof u);
-    struct msghdr m = {.msg_iov = &iov,
-                       .msg_iovlen = 1,
-                       .msg_control = u.buf,
-                       .msg_controllen = sizeof u.buf};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    ssize_t w;
-    /* Never blocks: a follower that far behind is dropped by the caller. */
-    while ((w = sendmsg(ch, &m, MSG_DONTWAIT | MSG_NOSIGNAL)) < 0 && errno == EINTR)
-      ;
-    if (w != 1)
-      rc = w < 0 ? -errno : -EIO;
-  }
+  int rc = ch < 0 ? -ENOTCONN : send_fd(ch, fd);
   /* release: done with the end before the session's end may close it. */
   atomic_fetch_sub_explicit(&senders[ring], 1, memory_order_release);
   return rc;
@@ -281,21 +297,56 @@ void molt__shadow_fds_fork_prepare(void) { molt__lock_acquire(&shfd_lock); }
 void molt__shadow_fds_fork_parent(void) { molt__lock_release(&shfd_lock); }
 void molt__shadow_fds_fork_child(void) { molt__lock_reinit(&shfd_lock); }
 
-static void take(unsigned ring, int fd, uint32_t gen, bool cloexec);
+static void take(int ch, int fd, uint32_t gen, bool cloexec);
 
 void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
-  molt__lock_acquire(&shfd_lock);
-  take(ring, fd, gen, cloexec); /* a failure ends the follower: the lock goes too */
-  molt__lock_release(&shfd_lock);
-}
-
-static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
-  int e = errno;
+  if (!in_follower) {
+    /* The original process following (promoted follower leads): from its
+     * end of the channel, if the follower sent one (molt__shadow_fd_created:
+     * before it published the record, so it is there now or never).
+     * Counted as a sender: the session's end closes the end only once no
+     * thread uses it (Dekker, as the leader's sends). */
+    if (ring >= nchannels)
+      return;
+    atomic_fetch_add_explicit(&senders[ring], 1, memory_order_seq_cst);
+    int ch = atomic_load_explicit(&send_end[ring], memory_order_seq_cst);
+    if (ch >= 0) {
+      molt__lock_acquire(&shfd_lock);
+      take(ch, fd, gen, cloexec);
+      molt__lock_release(&shfd_lock);
+    }
+    /* release: done with the end before the session's end may close it. */
+    atomic_fetch_sub_explicit(&senders[ring], 1, memory_order_release);
+    return;
+  }
   if (ring >= nchannels || recv_end[ring] < 0)
     molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
                                "descriptor %d, which the leader created after the fork, "
                                "cannot reach the follower (no channel for thread %u)",
                                fd, ring);
+  molt__lock_acquire(&shfd_lock);
+  take(recv_end[ring], fd, gen,
+       cloexec); /* a failure ends the follower: the lock goes too */
+  molt__lock_release(&shfd_lock);
+}
+
+/* A descriptor that cannot be placed ends the follower (the lock goes
+ * with it).  The original process following does not stop there, holding
+ * shfd_lock and its count in `senders`: the descriptor is not placed, and
+ * a program that then acts on it diverges, reported as any divergence. */
+#define CANNOT(...)                                                                      \
+  do {                                                                                   \
+    if (in_follower)                                                                     \
+      molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED, __VA_ARGS__);                  \
+    errno = e;                                                                           \
+    return;                                                                              \
+  } while (0)
+
+/* Receives the descriptor the other side sent on ch and places it at fd
+ * (generation gen).  The original process receives without waiting: a
+ * promoted follower that had no channel sent nothing. */
+static void take(int ch, int fd, uint32_t gen, bool cloexec) {
+  int e = errno;
   char byte;
   struct iovec iov = {&byte, 1};
   union {
@@ -308,23 +359,27 @@ static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
                      .msg_controllen = sizeof u.buf};
   ssize_t r;
   /* The leader sent it before it published the record: it is there. */
-  while ((r = recvmsg(recv_end[ring], &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+  while ((r = recvmsg(ch, &m, MSG_CMSG_CLOEXEC | (in_follower ? 0 : MSG_DONTWAIT))) < 0 &&
+         errno == EINTR)
     ;
+  if (r < 0 && errno == EAGAIN && !in_follower) {
+    errno = e;
+    return;
+  }
   struct cmsghdr *c = r == 1 ? CMSG_FIRSTHDR(&m) : NULL;
   if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
       c->cmsg_len != CMSG_LEN(sizeof(int)))
-    molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
-                               "descriptor %d, which the leader created after the fork, "
-                               "did not reach the follower (%s)",
-                               fd,
-                               r < 0 ? strerror(errno) : "no descriptor in the message");
+    CANNOT("descriptor %d, which the leader created after the fork, "
+           "did not reach the follower (%s)",
+           fd, r < 0 ? strerror(errno) : "no descriptor in the message");
   int got;
   memcpy(&got, CMSG_DATA(c), sizeof got);
   if (fd >= TRACKED) {
-    if (got != fd && dup3(got, fd, cloexec ? O_CLOEXEC : 0) < 0)
-      molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
-                                 "cannot place descriptor %d in the follower: %s", fd,
-                                 strerror(errno));
+    if (got != fd && dup3(got, fd, cloexec ? O_CLOEXEC : 0) < 0) {
+      int de = errno;
+      close(got);
+      CANNOT("cannot place descriptor %d in the follower: %s", fd, strerror(de));
+    }
     if (got != fd)
       close(got);
     errno = e;
@@ -341,18 +396,16 @@ static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
   if (got != fd) {
     if (cur == 0 && fcntl(fd, F_GETFD) >= 0) {
       unclaim(fd, cur);
-      molt__shadow_follower_fail(
-          MOLT__SHADOW_END_FAILED,
-          "descriptor %d, which the leader created after the fork, "
-          "is taken in the follower by one of its own",
-          fd);
+      close(got);
+      CANNOT("descriptor %d, which the leader created after the fork, "
+             "is taken in the follower by one of its own",
+             fd);
     }
     if (dup3(got, fd, cloexec ? O_CLOEXEC : 0) < 0) {
       int de = errno;
       unclaim(fd, cur);
-      molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
-                                 "cannot place descriptor %d in the follower: %s", fd,
-                                 strerror(de));
+      close(got);
+      CANNOT("cannot place descriptor %d in the follower: %s", fd, strerror(de));
     }
     close(got);
   } else if (!cloexec) {
@@ -361,6 +414,7 @@ static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
   unclaim(fd, gen + 1);
   errno = e;
 }
+#undef CANNOT
 
 /* ---- kernel objects a fork shares -------------------------------------------------*/
 

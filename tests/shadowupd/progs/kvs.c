@@ -17,7 +17,12 @@
  * "FDPASS ok" once a descriptor went through a socketpair with sendmsg
  * and came back with recvmsg (SCM_RIGHTS: a follower ends), "URING" ->
  * "URING fd" after opening an io_uring (kept open: a shadowed update is
- * then refused at the barrier; a negative fd is the kernel's -errno).  Built with -DKVS_VARIANT=N for the versions a
+ * then refused at the barrier; a negative fd is the kernel's -errno).
+ * With KVS_LOG=PATH it appends a line per accepted connection to PATH
+ * with fprintf and fflush (libc's own write, which no wrapper sees).  Its
+ * main reads the clock before it skips the start-up on an update, as
+ * mosquitto's does (a follower's restarting thread makes that call itself:
+ * the leader has none to compare it with).  Built with -DKVS_VARIANT=N for the versions a
  * test updates to: 1 answers "GET magic" differently, 2 crashes on "GET
  * crash", 3 sleeps a minute on "GET slow", 4 adds a field whose
  * transformer faults (kvs-fail.xf), 5 accepts a new command "INCR k" ->
@@ -30,6 +35,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +72,7 @@ struct slot {
 };
 
 int listen_fd = -1;
+FILE *log_file; /* KVS_LOG */
 int nworkers;
 int vec_io;                  /* KVS_IO=vec */
 int pass_pair[2] = {-1, -1}; /* FDPASS: a unix socketpair made at the start */
@@ -335,12 +342,21 @@ static void *worker_main(void *arg) {
     if (fd >= 0) {
       w->conn = fd;
       w->len = 0;
+      if (log_file) {
+        static _Atomic int logged;
+        fprintf(log_file, "connection %d: worker %d, fd %d\n", ++logged,
+                (int)(intptr_t)arg, fd);
+        fflush(log_file);
+      }
     }
   }
   return NULL;
 }
 
 int main(int argc, char **argv) {
+  struct timeval started;
+  gettimeofday(&started, NULL);
+  srand((unsigned)(started.tv_sec ^ started.tv_usec));
   if (!molt_is_updating()) {
     if (argc < 2)
       return 2;
@@ -349,6 +365,9 @@ int main(int argc, char **argv) {
       return 3;
     const char *io = getenv("KVS_IO");
     vec_io = io && strcmp(io, "vec") == 0;
+    const char *log_path = getenv("KVS_LOG");
+    if (log_path && !(log_file = fopen(log_path, "a")))
+      return 3;
     if (nworkers < 1 || nworkers > WORKERS_MAX)
       return 2;
     listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
