@@ -1968,8 +1968,9 @@ int molt__shadow_hand_over(unsigned to, int timeout_ms, pid_t other, char *err,
   if (rc == 0 && to == 0 && absent_list(list, sizeof list) > 0) {
     molt__errmsg(err, errlen,
                  "descriptor(s) %s, which the new version opened after the promotion, "
-                 "are still open and the old version does not have them; nothing "
-                 "changed (try again once those connections are closed)",
+                 "are still open and the old version holds them only as the new "
+                 "version's copies; nothing changed (try again once those connections "
+                 "are closed)",
                  list);
     rc = MOLT_EBUSY;
   }
