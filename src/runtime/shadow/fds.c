@@ -91,6 +91,10 @@ static _Atomic uint32_t own[TRACKED], own_open[TRACKED];
 static _Atomic int send_end[MOLT__SHADOW_MAX_THREADS];
 static _Atomic int senders[MOLT__SHADOW_MAX_THREADS];
 static int recv_end[MOLT__SHADOW_MAX_THREADS];
+/* Follower leading after a promotion: a descriptor could not be sent back
+ * on this ring's channel, which carries none from then on (only this
+ * ring's producer thread reads and writes it). */
+static bool back_broken[MOLT__SHADOW_MAX_THREADS];
 static size_t nchannels;
 static pid_t leader_pid; /* the process that made the channels */
 
@@ -209,9 +213,16 @@ int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen) {
       *gen = atomic_fetch_add_explicit(&own[fd], 1, memory_order_relaxed) + 1;
       atomic_store_explicit(&own_open[fd], *gen, memory_order_relaxed);
     }
-    if (ring >= nchannels || recv_end[ring] < 0)
+    if (ring >= nchannels || recv_end[ring] < 0 || back_broken[ring])
       return 0; /* nothing sent: the original process finds none (take) */
-    return send_fd(recv_end[ring], fd);
+    /* A failure (the original process died: EPIPE; it lags by a full
+     * channel) drops nothing: the new version serves on.  This ring sends
+     * no more, so that the original never takes a later descriptor for
+     * the one that was not sent; it follows without those, as it did
+     * before descriptors went back at all. */
+    if (send_fd(recv_end[ring], fd) != 0)
+      back_broken[ring] = true;
+    return 0;
   }
   *gen = fd < TRACKED ? atomic_fetch_add_explicit(&made[fd], 1, memory_order_relaxed) + 1
                       : 0;
