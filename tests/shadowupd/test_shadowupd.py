@@ -411,6 +411,32 @@ def test_log_written_inside_libc_needs_a_drop_rule():
             srv.close()
 
 
+def test_signal_mask_calls_made_by_the_follower():
+    """KVS_SIGMASK: each worker blocks every signal around its poll and
+    yields meanwhile (sched_yield, which the backstop traps).  sigprocmask
+    and pthread_sigmask are wrapped (moltcc): the follower makes them
+    itself, untrapped and with SIGSYS kept deliverable -- trapped and let
+    through as they were, they blocked SIGSYS, and the next trapped call
+    killed the follower (its SIGSYS forced to the default action)."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "sigmask", extra_env={"KVS_SIGMASK": "1"})
+    try:
+        cl = Clients(srv, n=2)
+        shadow(srv, same)
+        time.sleep(2)
+        for _ in range(5):
+            assert ask(srv, "PING") == "PONG\n"
+        sh = poll(lambda: status(srv.pid)["shadow"],
+                  lambda s: s["stage"] != "shadowing" or s["compared"] >= s["recorded"],
+                  timeout=20, what="the follower to catch up")
+        assert sh["stage"] == "shadowing" and sh["divergences"] == 0, sh
+        assert cl.stop() > 0 and cl.wrong == [], cl.wrong[:3]
+        molt("rollback", srv.pid, check=0)
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
 def test_vectored_and_addressed_calls_followed():
     """KVS_IO=vec: requests read with recvmsg, readv and recvfrom in turn,
     replies sent with writev (GET), sendmsg (SET) and sendto (the rest),
