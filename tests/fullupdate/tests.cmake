@@ -97,7 +97,8 @@ if(NOT MOLT_SANITIZE)
   # by itself under mqttload's checking load and fresh clients (0
   # divergences, the follower caught up), a version that acks one topic
   # with another packet id (a divergence with both sides) and crashes on
-  # another (the follower ended by its signal), then deb12u1 -> deb12u2
+  # another (the follower ended by its signal), a transformer that faults
+  # in the follower (fullupdate_mosquitto's u2fault.so), then deb12u1 -> deb12u2
   # with deb12u2.xf: promote, rollback, and promote, commit.  Fails on a
   # false divergence, a difference not caught, a lost, repeated or wrong
   # message, a lost connection or retained message, or descriptors that

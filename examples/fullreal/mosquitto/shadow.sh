@@ -17,7 +17,10 @@
 #     to `molt/crash` crashes): a PUBLISH to molt/odd must be a divergence
 #     with both sides logged, the follower ended and the client acked
 #     correctly by the leader; a second shadow and a PUBLISH to molt/crash
-#     must end the follower by its signal, the leader serving on.
+#     must end the follower by its signal, the leader serving on; then
+#     deb12u2 with a transformer that faults after its stores (run.sh
+#     --abort's u2fault.so): the follower's migration fails, named, and the
+#     leader, whose tree the follower's rule never touched, serves on.
 #  3. the real pair deb12u1 -> deb12u2 (deb12u2.xf moves the shared
 #     subscriptions to the new tree): a shadow, `molt promote` (deb12u2
 #     leads, deb12u1 follows), fresh clients served by deb12u2, `molt
@@ -31,7 +34,7 @@
 # descriptors must be what they were.  Exit status 0 only then.
 #
 # --seconds S: the self-shadow's length (the ctest shadowupd_mosquitto
-# uses 8).  --images-only: build the four images and stop
+# uses 8).  --images-only: build the five images and stop
 # (bench/shadowupd/mosquitto.sh uses them).  Environment as run.sh's: MOLT_FULLREAL_WORK (default
 # /var/tmp/molt-fullreal-mosquitto), MOLT_BUILD, MOLT_FULLREAL_PORT.  The
 # images u1.so and u2.so come from run.sh --images-only (built once per work
@@ -50,7 +53,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) SECONDS_SELF=$2; shift 2 ;;
         --images-only) IMAGES_ONLY=1; shift ;;
-        -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
         *) echo "shadow.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -60,11 +63,13 @@ fullreal_prepare
 LOAD=$HERE/mqttload.py
 MAKE_OPTS=(WITH_TLS=no WITH_CJSON=no WITH_DOCS=no WITH_WEBSOCKETS=no WITH_SRV=no WITH_SYSTEMD=no)
 
-# u1.so, u2.so and deb12u1's built tree u1/ (run.sh keeps it for this)
-[ -d "$WORK/u1/src" ] || rm -f "$WORK/u1.so"
-MOLT_FULLREAL_WORK=$WORK MOLT_BUILD=$MOLT_BUILD bash "$HERE/run.sh" --images-only | grep -v '^images:' || true
+# u1.so, u2.so, u2fault.so and deb12u1's built tree u1/ (run.sh keeps it
+# for this); everything again if a piece is missing
+{ [ -d "$WORK/u1/src" ] && { [ -f "$WORK/u2fault.so" ] || [ -d "$WORK/u2/src" ]; }; } || rm -f "$WORK/u1.so"
+MOLT_FULLREAL_WORK=$WORK MOLT_BUILD=$MOLT_BUILD bash "$HERE/run.sh" --images-only --abort | grep -v '^images:' || true
 cd "$WORK"
-[ -f u1.so ] && [ -f u2.so ] && [ -d u1/src ] || { echo "shadow.sh: run.sh built no images" >&2; exit 1; }
+[ -f u1.so ] && [ -f u2.so ] && [ -f u2fault.so ] && [ -d u1/src ] ||
+    { echo "shadow.sh: run.sh built no images" >&2; exit 1; }
 if [ ! -f u1same.so ] || [ u1.so -nt u1same.so ]; then
     echo "== deb12u1 linked again with --molt-from u1.so: u1same.so (a shadow of a version by itself)"
     rm -f u1/src/mosquitto
@@ -170,7 +175,7 @@ LOADPID=$!
 sleep 1
 echo "broker $PID (deb12u1), load: 8 clients, 100 retained messages, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
-echo "== 1. self: deb12u1 shadowed by itself for $SECONDS_SELF s, a fresh client every ~1 s"
+echo "[$SECONDS s] == 1. self: deb12u1 shadowed by itself for $SECONDS_SELF s, a fresh client every ~1 s"
 if start_shadow u1same.so; then
     end=$((SECONDS + SECONDS_SELF))
     while [ $SECONDS -lt $end ] && [ "$(sh_field stage)" = shadowing ]; do
@@ -185,7 +190,7 @@ if start_shadow u1same.so; then
     "$MOLT" rollback "$PID" >/dev/null || fail "rollback of the self-shadow"
 fi
 
-echo "== 2. a version that differs: deb12u1 + odd.patch"
+echo "[$SECONDS s] == 2. a version that differs: deb12u1 + odd.patch"
 if start_shadow u1odd.so; then
     fresh_clients 2
     out=$(python3 "$LOAD" --port "$PORT" --publish molt/odd 2>&1) || fail "molt/odd: $out"
@@ -210,20 +215,31 @@ if start_shadow u1odd.so; then
     fi
 fi
 fresh_clients 1
+echo "[$SECONDS s] == 2b. a transformer that faults in the follower: u2fault.so (run.sh --abort's deb12u2.xf + a fault after its stores)"
+if start_shadow u2fault.so; then
+    if wait_stage ended; then
+        o=$(sh_field outcome)
+        echo "outcome: $o"
+        case "$o" in *"db -> db"*fault*) ;; *) fail "not the transformer's fault: $o" ;; esac
+    else
+        fail "the follower of u2fault.so did not end: $(sh_field stage) $(sh_field outcome)"
+    fi
+fi
+fresh_clients 1
 
-echo "== 3. deb12u1 -> deb12u2 (deb12u2.xf): shadow, promote, rollback; shadow, promote, commit"
+echo "[$SECONDS s] == 3. deb12u1 -> deb12u2 (deb12u2.xf): shadow, promote, rollback; shadow, promote, commit"
 if start_shadow u2.so; then
     sleep 2
     caught_up || fail "deb12u2 fell behind: $(sh_field outcome)"
     r=$("$MOLT" promote "$PID" --timeout 20 2>&1) || fail "promote: $r"
-    echo "$r"
+    echo "[$SECONDS s] $r"
     fresh_clients 3
     sleep 1
     caught_up || fail "deb12u1 following deb12u2: $(sh_field outcome)"
     read -r st rec cmp <<<"$(sh_field stage recorded compared)"
     echo "promoted: $rec calls recorded, $cmp compared (both directions), $(new_divergences) divergences, stage $st"
     r=$("$MOLT" rollback "$PID" --timeout 20 2>&1) || fail "rollback after promote: $r"
-    echo "$r"
+    echo "[$SECONDS s] $r"
     [ "$(new_divergences)" = 0 ] || fail "rollback: $(sh_field outcome)"
 fi
 fresh_clients 1
@@ -233,7 +249,7 @@ if start_shadow u2.so; then
     fresh_clients 2
     caught_up || fail "deb12u1 following deb12u2: $(sh_field outcome)"
     r=$("$MOLT" commit "$PID" --timeout 20 2>&1) || fail "commit: $r"
-    echo "$r"
+    echo "[$SECONDS s] $r"
     [ "$(sh_field stage)" = committed ] && [ "$(new_divergences)" = 0 ] ||
         fail "commit: stage $(sh_field stage): $(sh_field outcome)"
     "$MOLT" status "$PID" | grep -q "^program image .*/u2.so" || fail "the broker does not run u2.so"
@@ -256,5 +272,5 @@ echo "descriptors: $fds0 -> $fds1; followers: $(followers | tr '\n' ' ')"
 kill "$PID" 2>/dev/null || true
 wait "$PID" 2>/dev/null || true
 PID=
-echo "shadow.sh: $failed failure(s), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "[$SECONDS s] shadow.sh: $failed failure(s), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 [ "$failed" = 0 ]
