@@ -99,12 +99,14 @@ if(NOT MOLT_SANITIZE)
   # with another packet id (a divergence with both sides) and crashes on
   # another (the follower ended by its signal), a transformer that faults
   # in the follower (fullupdate_mosquitto's u2fault.so), then deb12u1 -> deb12u2
-  # with deb12u2.xf: promote, rollback, and promote, commit.  Fails on a
+  # with deb12u2.xf: promote, rollback, and promote, commit; then a broker
+  # with persistence autosave (the shadow ends at the follower's first save,
+  # the file named).  Fails on a
   # false divergence, a difference not caught, a lost, repeated or wrong
   # message, a lost connection or retained message, or descriptors that
   # are not what they were.  Shares fullupdate_mosquitto's work directory
   # (after it: its images and deb12u1's tree; the two variants are linked
-  # here, then kept) and port.  About 30 s on top of the variants' links.
+  # here, then kept) and port.  About 35-45 s on top of the variants' links.
   #   by hand:  ctest --test-dir build -R shadowupd_mosquitto --output-on-failure
   add_test(NAME shadowupd_mosquitto
     COMMAND bash ${PROJECT_SOURCE_DIR}/examples/fullreal/mosquitto/shadow.sh --seconds 8)

@@ -27,6 +27,10 @@
 #     rollback` (deb12u1 leads again); then a shadow, promote and `molt
 #     commit`: the broker runs deb12u2 in place (status: u2.so), and a
 #     shared subscription ($share/...) made then works.
+#  4. a broker with persistence and autosave: its saves are file writes
+#     no rule covers; a shadow must end at the follower's first save,
+#     naming the call and the file (unlink of mosquitto.db.new), and the
+#     leader must save on.
 # Every shadow runs under shadow.rules (`forward write file drop`: the
 # broker's log, which libc writes with fprintf, is the leader's to write).
 # At the end the load must have lost, repeated or changed no message, kept
@@ -53,7 +57,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) SECONDS_SELF=$2; shift 2 ;;
         --images-only) IMAGES_ONLY=1; shift ;;
-        -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
         *) echo "shadow.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -269,6 +273,43 @@ for f in $(followers); do
     [ ! -d /proc/$f ] || [ "$(awk '{print $3}' /proc/$f/stat)" = Z ] || fail "follower $f still runs"
 done
 echo "descriptors: $fds0 -> $fds1; followers: $(followers | tr '\n' ' ')"
+kill "$PID" 2>/dev/null || true
+wait "$PID" 2>/dev/null || true
+PID=
+
+echo "[$SECONDS s] == 4. persistence with autosave: not followed, the follower ended naming the file"
+mkdir -p persist
+rm -f persist/mosquitto.db*
+cat >persist.conf <<CONF
+listener $PORT 127.0.0.1
+allow_anonymous true
+persistence true
+persistence_location $WORK/persist/
+autosave_interval 1
+user $(id -un)
+log_dest file $WORK/persist-broker.log
+CONF
+: >persist-broker.log
+"$MOLT" run ./u1.so -c persist.conf >persist-broker.out 2>&1 &
+PID=$!
+for _ in $(seq 100); do
+    grep -q running persist-broker.log 2>/dev/null && break
+    sleep 0.1
+done
+python3 "$LOAD" --port "$PORT" --fill 100 >/dev/null || fail "filling the persistent broker"
+if start_shadow u1same.so; then
+    if wait_stage ended; then
+        o=$(sh_field outcome)
+        echo "outcome: $o"
+        case "$o" in *'unlink('*'mosquitto.db.new"'*"change files the leader changes"*) ;;
+            *) fail "not the autosave's refusal: $o" ;; esac
+    else
+        fail "the follower went on through autosaves: $(sh_field stage) $(sh_field outcome)"
+    fi
+    fresh_clients 1
+    sleep 1.5
+    [ -s persist/mosquitto.db ] || fail "the leader did not save its database"
+fi
 kill "$PID" 2>/dev/null || true
 wait "$PID" 2>/dev/null || true
 PID=

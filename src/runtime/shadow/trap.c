@@ -294,6 +294,35 @@ static const char *refused(long nr, const long long *a) {
   }
 }
 
+/* The path a refused call names (NULL: none): the file the follower
+ * would have changed, for its report. */
+static const char *path_of(long nr, const long long *a) {
+  switch (nr) {
+  case SYS_open:
+  case SYS_creat:
+  case SYS_unlink:
+  case SYS_rename:
+  case SYS_mkdir:
+  case SYS_rmdir:
+  case SYS_truncate:
+  case SYS_link:
+    return (const char *)(uintptr_t)a[0];
+  case SYS_openat:
+  case SYS_unlinkat:
+  case SYS_renameat:
+  case SYS_renameat2:
+  case SYS_mkdirat:
+  case SYS_linkat:
+    return (const char *)(uintptr_t)a[1];
+  case SYS_symlink:
+    return (const char *)(uintptr_t)a[1];
+  case SYS_symlinkat:
+    return (const char *)(uintptr_t)a[2];
+  default:
+    return NULL;
+  }
+}
+
 /* A system call made from C inside the allowed region's rules: the
  * selector is ALLOW while the handler runs. */
 __attribute__((no_sanitize("address", "thread", "undefined"))) static void
@@ -337,13 +366,18 @@ on_sigsys(int sig, siginfo_t *si, void *ucv) {
       snprintf(num, sizeof num, "system call %ld", nr);
       name = num;
     }
+    /* the path it names, up to 160 bytes (the program's own string) */
+    char on[192] = "";
+    const char *path = path_of(nr, a);
+    if (path)
+      snprintf(on, sizeof on, " on \"%.160s\"", path);
     molt__shadow_follower_fail(
         MOLT__SHADOW_END_FAILED,
         "the follower's thread %d made a system call molt does not "
-        "follow: %s(%lld, %lld, %lld, ...) at %p, which %s; the "
+        "follow: %s(%lld, %lld, %lld, ...)%s at %p, which %s; the "
         "follower was ended before it ran (call it through a "
         "covered function, docs/design.md §17)%s",
-        (int)molt__gettid(), name, a[0], a[1], a[2], si->si_call_addr, why,
+        (int)molt__gettid(), name, a[0], a[1], a[2], on, si->si_call_addr, why,
         molt_is_updating()
             ? "; the thread was restarting in the new version (before its "
               "first update point, where the leader has no call to compare)"
