@@ -190,6 +190,9 @@ MOLT_EXTERN int __wrap_clock_gettime(clockid_t clock, struct timespec *ts);
 MOLT_EXTERN int __wrap_gettimeofday(struct timeval *tv, void *tz);
 MOLT_EXTERN time_t __wrap_time(time_t *t);
 MOLT_EXTERN ssize_t __wrap_getrandom(void *buf, size_t n, unsigned flags);
+/* Not followed: the follower makes them itself, past its backstop. */
+MOLT_EXTERN int __wrap_sigprocmask(int how, const sigset_t *set, sigset_t *old);
+MOLT_EXTERN int __wrap_pthread_sigmask(int how, const sigset_t *set, sigset_t *old);
 
 /* The driver behind `molt run` (bin/molt-run): loads the program image at
  * `path` and runs its main(argc, argv, environ) as the main program thread

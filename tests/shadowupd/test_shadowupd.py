@@ -369,6 +369,74 @@ def test_unfollowed_io_ends_the_follower():
         srv.close()
 
 
+def test_log_written_inside_libc_needs_a_drop_rule():
+    """KVS_LOG: kvs logs each connection with fprintf, whose write libc
+    makes itself (no wrapper sees it, in either process).  Without a rule
+    the follower's backstop ends it at the first such write, named; with
+    `forward write file drop` the follower's writes to files that the
+    wrappers do not see are not made and succeed: the shadow goes on, the
+    log has each line once (the leader's), and status counts the calls
+    the rule decided.  (kvs's main also reads the clock before it skips
+    its start-up: the follower's restarting main makes that call itself,
+    else every shadow of kvs diverged at its first call.)"""
+    v1, same, _, _ = images()
+    logf = WORK / "kvs-log.txt"
+    rules = WORK / "log.rules"
+    rules.write_text("forward write file drop  # the log, written inside libc\n")
+    for with_rule in (False, True):
+        if logf.exists():
+            logf.unlink()
+        srv = Server(v1, "log", extra_env={"KVS_LOG": str(logf)})
+        try:
+            cl = Clients(srv, n=2)
+            shadow(srv, same, *(["--rules", str(rules)] if with_rule else []))
+            for _ in range(5):
+                assert ask(srv, "PING") == "PONG\n"
+            if not with_rule:
+                sh = ended(srv)
+                assert "molt does not follow: write(" in sh["outcome"], sh
+                assert "repeat output the leader makes" in sh["outcome"], sh
+            else:
+                sh = poll(lambda: status(srv.pid)["shadow"],
+                          lambda s: s["compared"] >= s["recorded"] and s["rule_decided"] >= 5,
+                          timeout=20, what="the follower to replay the 5 connections")
+                assert sh["stage"] == "shadowing" and sh["divergences"] == 0, sh
+                molt("rollback", srv.pid, check=0)
+            lines = logf.read_text().splitlines()
+            # the 2 clients' and 5 PINGs' connections, each logged once
+            assert len(lines) == 7 and len(set(lines)) == 7, lines
+            assert cl.stop() > 0 and cl.wrong == [], cl.wrong[:3]
+            srv.assert_clean()
+        finally:
+            srv.close()
+
+
+def test_signal_mask_calls_made_by_the_follower():
+    """KVS_SIGMASK: each worker blocks every signal around its poll and
+    yields meanwhile (sched_yield, which the backstop traps).  sigprocmask
+    and pthread_sigmask are wrapped (moltcc): the follower makes them
+    itself, untrapped and with SIGSYS kept deliverable -- trapped and let
+    through as they were, they blocked SIGSYS, and the next trapped call
+    killed the follower (its SIGSYS forced to the default action)."""
+    v1, same, _, _ = images()
+    srv = Server(v1, "sigmask", extra_env={"KVS_SIGMASK": "1"})
+    try:
+        cl = Clients(srv, n=2)
+        shadow(srv, same)
+        time.sleep(2)
+        for _ in range(5):
+            assert ask(srv, "PING") == "PONG\n"
+        sh = poll(lambda: status(srv.pid)["shadow"],
+                  lambda s: s["stage"] != "shadowing" or s["compared"] >= s["recorded"],
+                  timeout=20, what="the follower to catch up")
+        assert sh["stage"] == "shadowing" and sh["divergences"] == 0, sh
+        assert cl.stop() > 0 and cl.wrong == [], cl.wrong[:3]
+        molt("rollback", srv.pid, check=0)
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
 def test_vectored_and_addressed_calls_followed():
     """KVS_IO=vec: requests read with recvmsg, readv and recvfrom in turn,
     replies sent with writev (GET), sendmsg (SET) and sendto (the rest),
@@ -1063,14 +1131,19 @@ def test_promote_rollback_commit_under_load():
 def test_promote_keeps_passed_connections_rollback_waits_for_new_ones():
     """A connection the leader accepted after the fork reached the follower
     (fds.c), so promote goes through while it is open and the new version
-    serves it.  One the new version accepts after the promotion is not
-    passed back: while it is open, rollback is refused naming it, and
-    nothing changes (both connections still served); once it is closed,
-    rollback succeeds and the old version serves the first one again."""
+    serves it.  One the new version accepts after the promotion is passed
+    back to the old version, at the same number (so that a server that
+    touches it outside the followed calls, as mosquitto's fcntl, keeps
+    following), and closed there when the new version closes it; but it
+    is numbered by the new version: while it is open, rollback is refused
+    naming it, and nothing changes (both connections still served); once
+    it is closed, rollback succeeds and the old version serves the first
+    one again."""
     v1, same, _, _ = images()
     srv = Server(v1, "absent")
     try:
         shadow(srv, same)
+        follower = status(srv.pid)["shadow"]["follower"]
         with srv.connect() as c1, c1.makefile("rwb") as f1:
             f1.write(b"PING\n")
             f1.flush()
@@ -1080,10 +1153,21 @@ def test_promote_keeps_passed_connections_rollback_waits_for_new_ones():
             f1.write(b"PING\n")
             f1.flush()
             assert f1.readline() == b"PONG\n"
+            before = fd_links(follower)
             with srv.connect() as c2, c2.makefile("rwb") as f2:
                 f2.write(b"PING\n")
                 f2.flush()
                 assert f2.readline() == b"PONG\n"
+                # the new version's connection (a TCP socket at a number
+                # it did not hold before) reached the original process at
+                # that number, once it replayed the accept
+                tcp = tcp_inodes()
+                fresh = {fd: link for fd, link in fd_links(follower).items()
+                         if link in tcp and before.get(fd) != link}
+                assert len(fresh) == 1, (fresh, before)
+                (num, link), = fresh.items()
+                poll(lambda: fd_links(srv.pid).get(num), lambda l: l == link, timeout=20,
+                     what="descriptor %d (%s) to reach the original process" % (num, link))
                 # 4 s: half of it waits for the connection to close, the
                 # rest is the handover's (slow under TSan)
                 r = molt("rollback", srv.pid, "--timeout", "4", check=1)
@@ -1095,6 +1179,9 @@ def test_promote_keeps_passed_connections_rollback_waits_for_new_ones():
                     f.write(b"PING\n")
                     f.flush()
                     assert f.readline() == b"PONG\n"
+            # closed by the new version, then by the old one as it replays it
+            poll(lambda: fd_links(srv.pid).get(num), lambda l: l != link, timeout=20,
+                 what="descriptor %d to be closed in the original process" % num)
             r = molt("rollback", srv.pid, "--timeout", "20", check=0)
             assert "the old version leads again" in r.out, r
             f1.write(b"PING\n")

@@ -6,6 +6,8 @@
     mqttload.py --port P --check-retained N      a fresh client must get them
     mqttload.py --port P --shared                a shared subscription works
     mqttload.py --port P --shared-hold GO        one made before the update
+    mqttload.py --port P --publish TOPIC         one QoS 1 PUBLISH, its PUBACK checked
+    mqttload.py --port P --fill N                N retained messages keep/K, then exit
 
 Load: each of --conns clients connects once (clean session), subscribes to
 its own topic `load/I` at QoS 1, and publishes numbered QoS 1 messages to
@@ -23,6 +25,14 @@ status 0 only if nothing failed.
 "subscribed", and waits for the file GO (the update is made meanwhile);
 then a message to `pre/t` must reach it exactly once, and after its
 UNSUBSCRIBE none may (the subscription must have moved to the new tree).
+
+--latency FILE (with the load): each message's round trip, from its
+PUBLISH to its coming back, as lines "T MS" (T: seconds since the epoch
+when it came back), for the maximum latency around an update (bench).
+
+--publish TOPIC: a fresh client publishes one message to TOPIC at QoS 1
+and must get the PUBACK of its packet id (examples/fullreal/mosquitto/
+shadow.sh: the leader's answer, whatever a follower would have said).
 
 --shared: a client subscribes to `$share/molt/shared/t`, another publishes
 to `shared/t` at QoS 1, and the first must get it (mosquitto 2.0.11's
@@ -207,6 +217,18 @@ def publish_once(port, topic, payload):
     pub.close()
 
 
+def publish_checked(port, topic):
+    """One QoS 1 PUBLISH on a fresh connection: the PUBACK must carry its
+    packet id."""
+    pub = Client(port, "mqttload-one-%d" % os.getpid())
+    pub.next_id = 4242
+    pid = pub.publish(topic, b"one message", qos=1)
+    kind, _, body = pub.read()
+    if kind != PUBACK or body[:2] != struct.pack("!H", pid):
+        raise Failure("PUBLISH %s (packet id %d): got packet %d %r" % (topic, pid, kind, body))
+    pub.close()
+
+
 def shared_hold(port, go_file):
     """A shared subscription made before the update, checked after it."""
     sub = Client(port, "mqttload-shared-hold")
@@ -226,11 +248,12 @@ def shared_hold(port, go_file):
 
 
 class Conn(threading.Thread):
-    def __init__(self, port, index, window, stop):
+    def __init__(self, port, index, window, stop, latency=False):
         super().__init__(daemon=True)
         self.port, self.index, self.window, self.stop = port, index, window, stop
         self.done = 0
         self.error = None
+        self.latency = [] if latency else None   # (came back, ms)
 
     def run(self):
         try:
@@ -245,10 +268,13 @@ class Conn(threading.Thread):
         sent = 0            # messages published
         acked = {}          # packet id -> sequence number, PUBACK pending
         expect = 0          # the next sequence number that must come back
+        sent_at = {}        # sequence number -> when it was published (--latency)
         while True:
             stopping = self.stop()
             while not stopping and sent - expect < self.window:
                 pid = c.publish(topic, b"%d:%d:%s" % (self.index, sent, b"x" * (sent % 64)))
+                if self.latency is not None:
+                    sent_at[sent] = time.time()
                 acked[pid] = sent
                 sent += 1
             if stopping and expect == sent and not acked:
@@ -264,6 +290,9 @@ class Conn(threading.Thread):
                 want = b"%d:%d:%s" % (self.index, expect, b"x" * (expect % 64))
                 if got_topic != topic or payload != want:
                     raise Failure("message %d: got %s %r" % (expect, got_topic, payload[:40]))
+                if self.latency is not None:
+                    now = time.time()
+                    self.latency.append((now, (now - sent_at.pop(expect)) * 1000.0))
                 expect += 1
                 self.done += 1
             else:
@@ -283,6 +312,9 @@ def main():
     ap.add_argument("--check-retained", type=int)
     ap.add_argument("--shared", action="store_true")
     ap.add_argument("--shared-hold", metavar="GO_FILE")
+    ap.add_argument("--publish", metavar="TOPIC")
+    ap.add_argument("--fill", type=int, metavar="N")
+    ap.add_argument("--latency", metavar="FILE")
     a = ap.parse_args()
     try:
         if a.check_retained is not None:
@@ -292,6 +324,14 @@ def main():
         if a.shared_hold:
             shared_hold(a.port, a.shared_hold)
             print("shared subscription from before the update: delivered once, then unsubscribed")
+            return 0
+        if a.fill is not None:
+            publish_retained(a.port, a.fill)
+            print("retained: %d published" % a.fill)
+            return 0
+        if a.publish:
+            publish_checked(a.port, a.publish)
+            print("PUBLISH %s: acked" % a.publish)
             return 0
         if a.shared:
             check_shared(a.port)
@@ -307,12 +347,16 @@ def main():
         stop = lambda: os.path.exists(a.stop_file)  # noqa: E731
     else:
         stop = lambda: time.time() - t0 >= (a.duration or 5)  # noqa: E731
-    conns = [Conn(a.port, i, a.window, stop) for i in range(a.conns)]
+    conns = [Conn(a.port, i, a.window, stop, bool(a.latency)) for i in range(a.conns)]
     for c in conns:
         c.start()
     for c in conns:
         c.join()
     seconds = time.time() - t0
+    if a.latency:
+        with open(a.latency, "w") as f:
+            for t, ms in sorted(x for c in conns for x in c.latency):
+                f.write("%.6f %.3f\n" % (t, ms))
     errors = [c.error for c in conns if c.error]
     retained_error = None
     if a.retained:

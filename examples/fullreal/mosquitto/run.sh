@@ -246,5 +246,6 @@ if p:
     print("pause ms over %d updates deb12u1 -> deb12u2: p50 %.3f, max %.3f, min %.3f"
           % (len(p), statistics.median(p), max(p), min(p)))
 PY
-[ "$KEEP" = 1 ] || rm -rf u1 u2
+# deb12u1's built tree stays: shadow.sh links its variants from its objects
+[ "$KEEP" = 1 ] || rm -rf u2
 [ "$failed" = 0 ] && [ "$(wc -l <pauses)" = "$ROUNDS" ]

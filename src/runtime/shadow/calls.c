@@ -21,6 +21,8 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
@@ -889,4 +891,39 @@ int __wrap_close(int fd) {
     return shadowed_close(fd);
   molt__shadow_epoll_closing(fd, true, MOLT__SHADOW_ANY_GEN);
   return close(fd);
+}
+
+/* The calling thread's signal mask touches nothing but the thread: the
+ * follower makes these calls itself, not compared, past the backstop --
+ * trapped, each cost a SIGSYS, and mosquitto blocks its signals around
+ * every epoll_wait (two a loop turn).  SIGSYS stays deliverable in the
+ * follower: blocked, the backstop's next trap would kill it. */
+static const sigset_t *keep_sigsys(const sigset_t *set, sigset_t *copy) {
+  if (!set || !sigismember(set, SIGSYS))
+    return set;
+  *copy = *set;
+  sigdelset(copy, SIGSYS);
+  return copy;
+}
+
+int __wrap_sigprocmask(int how, const sigset_t *set, sigset_t *old) {
+  if (molt__shadow_off() || molt__shadow_role_now() != MOLT__SHADOW_FOLLOWER)
+    return sigprocmask(how, set, old);
+  sigset_t copy;
+  molt__shadow_trap_allow();
+  int r = sigprocmask(how, how == SIG_UNBLOCK ? set : keep_sigsys(set, &copy), old);
+  int e = errno;
+  molt__shadow_trap_block();
+  errno = e;
+  return r;
+}
+
+int __wrap_pthread_sigmask(int how, const sigset_t *set, sigset_t *old) {
+  if (molt__shadow_off() || molt__shadow_role_now() != MOLT__SHADOW_FOLLOWER)
+    return pthread_sigmask(how, set, old);
+  sigset_t copy;
+  molt__shadow_trap_allow();
+  int r = pthread_sigmask(how, how == SIG_UNBLOCK ? set : keep_sigsys(set, &copy), old);
+  molt__shadow_trap_block();
+  return r;
 }

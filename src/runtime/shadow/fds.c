@@ -23,14 +23,23 @@
  * (`held`): it closes its copy only for a close of that generation, and
  * never replaces a newer one with an older one.
  *
- * After molt promote the follower leads and the original process follows:
- * the channels run one way, so a descriptor the new version creates is not
- * sent.  It counts its own generations per number (`own`, from 1; 0 in a
- * record: a descriptor it did not create, one both processes hold), and
- * the original process notes those descriptors as absent (ring.c), which
- * bars the lead from coming back while any is open; a close of generation
- * 0 closes the original's copy if it is one both hold (`held` there, set by
- * molt__shadow_note_shared_with).
+ * After molt promote the follower leads and the original process follows.
+ * The follower counts its own generations per number (`own`, from 1; 0 in
+ * a record: a descriptor it did not create, one both processes hold), and
+ * sends each descriptor its followed calls create the other way over the
+ * same channel (a unix socketpair is two-way), before it publishes the
+ * record; the original process takes it when it replays that record and
+ * places it at the same number, as the follower does (take()), and closes
+ * it when it replays its close.  So the old version has the connections
+ * the new one accepts: a server that touches one outside the followed
+ * calls (mosquitto sets each new connection non-blocking with fcntl) gets
+ * the same descriptor, where it failed with EBADF and closed the
+ * connection, a divergence.  The original process still notes those
+ * descriptors as the new version's (ring.c, `opened`/`closed`), which bars
+ * the lead from coming back while any is open (their generations are the
+ * new version's numbering, not the original's `made`); a close of
+ * generation 0 closes the original's copy if it is one both hold (`held`
+ * there, set by molt__shadow_note_shared_with).
  *
  * The channels are placed at high numbers (just below the runtime's band of
  * base/fd.c, 760 and up under the usual limits), so that the numbers the
@@ -88,6 +97,10 @@ static _Atomic int senders[MOLT__SHADOW_MAX_THREADS];
  * orders them passes through the leader's process, where a sanitizer does
  * not see it. */
 static _Atomic int recv_end[MOLT__SHADOW_MAX_THREADS];
+/* Follower leading after a promotion: a descriptor could not be sent back
+ * on this ring's channel, which carries none from then on (only this
+ * ring's producer thread reads and writes it). */
+static bool back_broken[MOLT__SHADOW_MAX_THREADS];
 /* Channels slots: every ring's (a thread started after the fork gets one
  * for its ring, molt__shadow_fds_ring_open). */
 static size_t nchannels;
@@ -190,14 +203,28 @@ uint32_t molt__shadow_fd_gen(int fd) {
 }
 
 static int send_fd(unsigned ring, int fd);
+static int send_on(int ch, int fd, bool wait_for_room);
 
 int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen) {
-  if (in_follower) { /* leading after a promotion: nothing is sent */
+  if (in_follower) {
+    /* Leading after a promotion: its own generation, and the descriptor
+     * to the original process over its end of the channel (the follower
+     * closes its ends only when it ends). */
     *gen = 0;
     if (fd < TRACKED) {
       *gen = atomic_fetch_add_explicit(&own[fd], 1, memory_order_relaxed) + 1;
       atomic_store_explicit(&own_open[fd], *gen, memory_order_relaxed);
     }
+    int back = ring < nchannels ? recv_end[ring] : -1;
+    if (back < 0 || back_broken[ring])
+      return 0; /* nothing sent: the original process finds none (take) */
+    /* A failure (the original process died: EPIPE; it lags by a full
+     * channel) drops nothing: the new version serves on.  This ring sends
+     * no more, so that the original never takes a later descriptor for
+     * the one that was not sent; it follows without those, as it did
+     * before descriptors went back at all. */
+    if (send_on(back, fd, false) != 0)
+      back_broken[ring] = true;
     return 0;
   }
   *gen = fd < TRACKED ? atomic_fetch_add_explicit(&made[fd], 1, memory_order_relaxed) + 1
@@ -205,61 +232,65 @@ int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen) {
   return send_fd(ring, fd);
 }
 
-/* Sends fd on ring's channel (one byte and the descriptor, never
- * blocking): 0 or -errno (-ENOTCONN: the session's end closed it). */
+/* Sends fd over channel end ch (one byte with SCM_RIGHTS), never blocking
+ * in the call: 0 or -errno.  wait_for_room: a full channel (the follower
+ * is behind on this ring's descriptors) is waited for as a full ring is --
+ * the follower's threads nudged out of their naps (ring.c), at most
+ * MOLT__SHADOW_FULL_WAIT_MS, then the caller drops the shadow.  (Dropped
+ * at once, it ended the shadow of a server taking connections back to back
+ * while the follower's threads napped, ~2 ms behind: shadowupd_epoll under
+ * load.) */
+static int send_on(int ch, int fd, bool wait_for_room) {
+  char byte = 'F';
+  struct iovec iov = {&byte, 1};
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } u;
+  memset(&u, 0, sizeof u);
+  struct msghdr m = {.msg_iov = &iov,
+                     .msg_iovlen = 1,
+                     .msg_control = u.buf,
+                     .msg_controllen = sizeof u.buf};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  ssize_t w;
+  uint64_t t0 = 0;
+  int e = 0;
+  for (;;) {
+    w = sendmsg(ch, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    e = w < 0 ? errno : 0;
+    if (w >= 0 || (e != EINTR && e != EAGAIN))
+      break;
+    if (e == EINTR)
+      continue;
+    if (!wait_for_room)
+      break;
+    uint64_t now = molt__now_ns();
+    if (!t0)
+      t0 = now;
+    else if (now - t0 > (uint64_t)MOLT__SHADOW_FULL_WAIT_MS * 1000000u)
+      break;
+    molt__shadow_nudge();
+    struct pollfd room = {ch, POLLOUT, 0};
+    poll(&room, 1, 10);
+  }
+  if (w != 1)
+    return w < 0 ? -e : -EIO;
+  return 0;
+}
+
+/* Sends fd on ring's channel: 0 or -errno (-ENOTCONN: the session's end
+ * closed it). */
 static int send_fd(unsigned ring, int fd) {
   if (ring >= nchannels)
     return -EINVAL;
   atomic_fetch_add_explicit(&senders[ring], 1, memory_order_seq_cst);
   int ch = atomic_load_explicit(&send_end[ring], memory_order_seq_cst);
-  int rc = 0;
-  if (ch < 0) {
-    rc = -ENOTCONN;
-  } else {
-    char byte = 'F';
-    struct iovec iov = {&byte, 1};
-    union {
-      struct cmsghdr h;
-      char buf[CMSG_SPACE(sizeof(int))];
-    } u;
-    memset(&u, 0, sizeof u);
-    struct msghdr m = {.msg_iov = &iov,
-                       .msg_iovlen = 1,
-                       .msg_control = u.buf,
-                       .msg_controllen = sizeof u.buf};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    ssize_t w;
-    uint64_t t0 = 0;
-    /* A full channel (the follower is behind on this ring's descriptors)
-     * is waited for as a full ring is: the follower's threads nudged out
-     * of their naps (ring.c), at most MOLT__SHADOW_FULL_WAIT_MS, then
-     * the caller drops the shadow.  (Dropped at once, it ended the shadow
-     * of a server taking connections back to back while the follower's
-     * threads napped, ~2 ms behind: shadowupd_epoll under load.) */
-    int e = 0;
-    for (;;) {
-      w = sendmsg(ch, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
-      e = w < 0 ? errno : 0;
-      if (w >= 0 || (e != EINTR && e != EAGAIN))
-        break;
-      if (e == EINTR)
-        continue;
-      uint64_t now = molt__now_ns();
-      if (!t0)
-        t0 = now;
-      else if (now - t0 > (uint64_t)MOLT__SHADOW_FULL_WAIT_MS * 1000000u)
-        break;
-      molt__shadow_nudge();
-      struct pollfd room = {ch, POLLOUT, 0};
-      poll(&room, 1, 10);
-    }
-    if (w != 1)
-      rc = w < 0 ? -e : -EIO;
-  }
+  int rc = ch < 0 ? -ENOTCONN : send_on(ch, fd, true);
   /* release: done with the end before the session's end may close it. */
   atomic_fetch_sub_explicit(&senders[ring], 1, memory_order_release);
   return rc;
@@ -337,24 +368,49 @@ void molt__shadow_fds_fork_prepare(void) { molt__lock_acquire(&shfd_lock); }
 void molt__shadow_fds_fork_parent(void) { molt__lock_release(&shfd_lock); }
 void molt__shadow_fds_fork_child(void) { molt__lock_reinit(&shfd_lock); }
 
-static void take(unsigned ring, int fd, uint32_t gen, bool cloexec);
+static void take(unsigned ring, int ch, int fd, uint32_t gen, bool cloexec);
 
 void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
+  if (!in_follower) {
+    /* The original process following (promoted follower leads): from its
+     * end of the channel, if the follower sent one (molt__shadow_fd_created:
+     * before it published the record, so it is there now or never).
+     * Counted as a sender: the session's end closes the end only once no
+     * thread uses it (Dekker, as the leader's sends). */
+    if (ring >= nchannels)
+      return;
+    atomic_fetch_add_explicit(&senders[ring], 1, memory_order_seq_cst);
+    int ch = atomic_load_explicit(&send_end[ring], memory_order_seq_cst);
+    if (ch >= 0) {
+      molt__lock_acquire(&shfd_lock);
+      take(ring, ch, fd, gen, cloexec);
+      molt__lock_release(&shfd_lock);
+    }
+    /* release: done with the end before the session's end may close it. */
+    atomic_fetch_sub_explicit(&senders[ring], 1, memory_order_release);
+    return;
+  }
   molt__lock_acquire(&shfd_lock);
-  take(ring, fd, gen, cloexec); /* a failure ends the follower: the lock goes too */
+  /* a failure ends the follower: the lock goes too */
+  take(ring, ring < nchannels ? recv_end[ring] : -1, fd, gen, cloexec);
   molt__lock_release(&shfd_lock);
 }
 
-/* The next descriptor on ring's channel (the leader sent it before it
- * published the record being consumed); what: what it is, for the
- * follower's end when it is not there.  shfd_lock held. */
-static int recv_fd(unsigned ring, const char *what) {
-  int ch = ring < nchannels ? recv_end[ring] : -1;
-  if (ch < 0)
+/* The next descriptor on channel end ch of ring; what: what it is, for the
+ * follower's end when it is not there.  The follower waits for it (the
+ * leader sent it before it published the record being consumed) and ends
+ * without it; the original process, following a promoted follower, takes
+ * it only if it is there: -1 otherwise (the follower sent none).
+ * shfd_lock held. */
+static int recv_fd(unsigned ring, int ch, const char *what) {
+  if (ch < 0) {
+    if (!in_follower)
+      return -1;
     molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
                                "%s, which the leader created after the fork, cannot "
                                "reach the follower (no channel for thread %u)",
                                what, ring);
+  }
   char byte;
   struct iovec iov = {&byte, 1};
   union {
@@ -366,32 +422,54 @@ static int recv_fd(unsigned ring, const char *what) {
                      .msg_control = u.buf,
                      .msg_controllen = sizeof u.buf};
   ssize_t r;
-  /* The leader sent it before it published the record: it is there. */
-  while ((r = recvmsg(ch, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+  while ((r = recvmsg(ch, &m, MSG_CMSG_CLOEXEC | (in_follower ? 0 : MSG_DONTWAIT))) < 0 &&
+         errno == EINTR)
     ;
   struct cmsghdr *c = r == 1 ? CMSG_FIRSTHDR(&m) : NULL;
   if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-      c->cmsg_len != CMSG_LEN(sizeof(int)))
+      c->cmsg_len != CMSG_LEN(sizeof(int))) {
+    if (!in_follower)
+      return -1;
     molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
                                "%s, which the leader created after the fork, did not "
                                "reach the follower (%s)",
                                what,
                                r < 0 ? strerror(errno) : "no descriptor in the message");
+  }
   int got;
   memcpy(&got, CMSG_DATA(c), sizeof got);
   return got;
 }
 
-static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
+/* A descriptor that cannot be placed ends the follower (the lock goes
+ * with it).  The original process following does not stop there, holding
+ * shfd_lock and its count in `senders`: the descriptor is not placed, and
+ * a program that then acts on it diverges, reported as any divergence. */
+#define CANNOT(...)                                                                      \
+  do {                                                                                   \
+    if (in_follower)                                                                     \
+      molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED, __VA_ARGS__);                  \
+    errno = e;                                                                           \
+    return;                                                                              \
+  } while (0)
+
+/* Receives the descriptor the other side sent on ch and places it at fd
+ * (generation gen). */
+static void take(unsigned ring, int ch, int fd, uint32_t gen, bool cloexec) {
   int e = errno;
   char what[48];
   snprintf(what, sizeof what, "descriptor %d", fd);
-  int got = recv_fd(ring, what);
+  int got = recv_fd(ring, ch, what);
+  if (got < 0) { /* the original process: none was sent */
+    errno = e;
+    return;
+  }
   if (fd >= TRACKED) {
-    if (got != fd && dup3(got, fd, cloexec ? O_CLOEXEC : 0) < 0)
-      molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
-                                 "cannot place descriptor %d in the follower: %s", fd,
-                                 strerror(errno));
+    if (got != fd && dup3(got, fd, cloexec ? O_CLOEXEC : 0) < 0) {
+      int de = errno;
+      close(got);
+      CANNOT("cannot place descriptor %d in the follower: %s", fd, strerror(de));
+    }
     if (got != fd)
       close(got);
     errno = e;
@@ -408,18 +486,16 @@ static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
   if (got != fd) {
     if (cur == 0 && fcntl(fd, F_GETFD) >= 0) {
       unclaim(fd, cur);
-      molt__shadow_follower_fail(
-          MOLT__SHADOW_END_FAILED,
-          "descriptor %d, which the leader created after the fork, "
-          "is taken in the follower by one of its own",
-          fd);
+      close(got);
+      CANNOT("descriptor %d, which the leader created after the fork, "
+             "is taken in the follower by one of its own",
+             fd);
     }
     if (dup3(got, fd, cloexec ? O_CLOEXEC : 0) < 0) {
       int de = errno;
       unclaim(fd, cur);
-      molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
-                                 "cannot place descriptor %d in the follower: %s", fd,
-                                 strerror(de));
+      close(got);
+      CANNOT("cannot place descriptor %d in the follower: %s", fd, strerror(de));
     }
     close(got);
   } else if (!cloexec) {
@@ -428,6 +504,7 @@ static void take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
   unclaim(fd, gen + 1);
   errno = e;
 }
+#undef CANNOT
 
 /* ---- channels of threads started after the fork ------------------------------------*/
 
@@ -466,7 +543,8 @@ void molt__shadow_fds_ring_take(unsigned creator, unsigned ring) {
     molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
                                "the channel of thread %u is out of range", ring);
   molt__lock_acquire(&shfd_lock);
-  int got = recv_fd(creator, "the channel of a thread");
+  int got = recv_fd(creator, creator < nchannels ? recv_end[creator] : -1,
+                    "the channel of a thread");
   int fd = high(got);
   molt__lock_release(&shfd_lock);
   int old = recv_end[ring];

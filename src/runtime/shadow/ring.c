@@ -42,6 +42,8 @@
  */
 #include "shadow/shadow.h"
 
+#include "molt.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -640,6 +642,16 @@ static molt__shadow_role role_of_this_call(void) {
  * (epoll.c), which the backstop refuses to a thread that still follows.
  * (Outside the follower the backstop is not armed: a no-op.) */
 molt__shadow_role molt__shadow_role_now(void) {
+  /* A follower's thread restarting in the new version (relaunched:
+   * molt_is_updating() until its first update point) runs the new
+   * version's start-up path, which the leader, resumed at its update
+   * point, never runs: its calls there have no record to be compared with
+   * (mosquitto's main seeds rand() from gettimeofday before it skips its
+   * start-up).  It makes them itself, under the backstop as it is (BLOCK):
+   * time, randomness and memory pass, I/O the leader does ends the
+   * follower, named (trap.c). */
+  if (follower && my_ring1 && !my_lead && molt_is_updating())
+    return MOLT__SHADOW_NONE;
   molt__shadow_role role = role_of_this_call();
   if (role == MOLT__SHADOW_NONE && follower)
     molt__shadow_trap_allow();
@@ -1322,6 +1334,22 @@ static const molt__rule *rule_for(int action, unsigned kind, unsigned fdk,
   return NULL;
 }
 
+/* A write the follower's thread made outside the wrappers (libc's own, as
+ * fprintf's to a log file opened before the fork) has no record on either
+ * side: the leader's was not seen either.  A forward `drop` rule naming it
+ * (`forward write file drop`) says the leader's copy is the one that
+ * counts: not made here.  Called from the SIGSYS handler: rule_for and
+ * fd_kind_of allocate nothing and take no lock. */
+bool molt__shadow_trap_drops(unsigned kind, int64_t fd, const void *bytes, size_t n) {
+  if (!follower || !rules.n || !my_ring1)
+    return false;
+  if (!rule_for(MOLT__RULE_DROP, kind, fd_kind_of(kind, fd), bytes, n))
+    return false;
+  atomic_fetch_add_explicit(&shared->rings[my_ring1 - 1].applied, 1,
+                            memory_order_relaxed);
+  return true;
+}
+
 /* The bytes a rule's pattern looks at in the leader's record: the data an
  * input call got, the (kept) bytes an output call passed. */
 static const void *rec_bytes(const rec *x, size_t *n) {
@@ -1415,9 +1443,10 @@ static bool wants_cloexec(const rec *x) {
 
 /* The original process following the new version (promoted): descriptors
  * the new version created (a replayed accept, socket, open) and not yet
- * closed.  Nothing passes them back to the original process (the channels
- * run one way, fds.c), so it cannot lead again while any is open: the
- * absent-descriptor refusal of molt rollback and molt commit. */
+ * closed.  They are passed to the original process (fds.c), but under the
+ * new version's generations, not the original's own numbering (`made`), so
+ * it cannot lead again while any is open: the absent-descriptor refusal of
+ * molt rollback and molt commit. */
 static void raise_to(_Atomic uint32_t *v, uint32_t gen) {
   uint32_t cur = atomic_load_explicit(v, memory_order_relaxed);
   /* relaxed: the operation reads the values after `taken` (release/acquire) */
@@ -1452,9 +1481,15 @@ static void consume(ring *r, uint64_t *tail, const rec *x, uint64_t pos, uint64_
   replayed_gen = x->fd_gen;
   if (!follower) {
     note_absent(x);
-    /* generation 0: a descriptor the new version did not create (fds.c) */
-    if (x->kind == MOLT__SC_CLOSE && x->ret == 0 && x->fd_gen == 0)
-      molt__shadow_fd_release((int)x->a[0], MOLT__SHADOW_ANY_GEN);
+    /* generation 0: a descriptor the new version did not create (fds.c);
+     * else one it created and passed here (placed below), closed when it
+     * closed that generation. */
+    if (creates_fd(x->kind) && x->ret >= 0)
+      molt__shadow_fd_take((unsigned)(r - shared->rings), (int)x->ret, x->fd_gen,
+                           wants_cloexec(x));
+    else if (x->kind == MOLT__SC_CLOSE && x->ret == 0)
+      molt__shadow_fd_release((int)x->a[0],
+                              x->fd_gen == 0 ? MOLT__SHADOW_ANY_GEN : x->fd_gen);
   } else if (creates_fd(x->kind) && x->ret >= 0) {
     molt__shadow_fd_take((unsigned)(r - shared->rings), (int)x->ret, x->fd_gen,
                          wants_cloexec(x));
@@ -2174,8 +2209,9 @@ int molt__shadow_hand_over(unsigned to, int timeout_ms, pid_t other, char *err,
   if (rc == 0 && to == 0 && absent_list(list, sizeof list) > 0) {
     molt__errmsg(err, errlen,
                  "descriptor(s) %s, which the new version opened after the promotion, "
-                 "are still open and the old version does not have them; nothing "
-                 "changed (try again once those connections are closed)",
+                 "are still open and the old version holds them only as the new "
+                 "version's copies; nothing changed (try again once those connections "
+                 "are closed)",
                  list);
     rc = MOLT_EBUSY;
   }

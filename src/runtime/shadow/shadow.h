@@ -125,6 +125,14 @@ MOLT__HIDDEN extern _Atomic bool molt__shadow_active;
 static inline bool molt__shadow_off(void) {
   return !atomic_load_explicit(&molt__shadow_active, memory_order_acquire);
 }
+
+/* The backstop (trap.c, in its SIGSYS handler): whether a forward `drop`
+ * rule covers a write or writev (kind) of the follower's thread to fd that
+ * the wrappers did not see (bytes: write's buffer; NULL for writev, which
+ * only a rule without a pattern matches).  true: the call is not made and
+ * succeeds; the rule's decision is counted. */
+MOLT__HIDDEN bool molt__shadow_trap_drops(unsigned kind, int64_t fd, const void *bytes,
+                                          size_t n);
 /* The forward and reverse rules of the next or running session (ring.c
  * keeps them; shadow.c parses into them with no session running). */
 MOLT__HIDDEN molt__rules *molt__shadow_rules(void);
@@ -239,8 +247,8 @@ MOLT__HIDDEN bool molt__shadow_is_channel(int fd);
 MOLT__HIDDEN uint32_t molt__shadow_fd_gen(int fd);
 /* Leader's thread of ring `ring`: fd was just created by a followed call;
  * sends it to the follower, *gen its new generation.  0 or -errno.  The
- * follower leading after a promotion sends nothing (*gen: its own
- * generation). */
+ * follower leading after a promotion sends it the other way, to the
+ * original process (*gen: its own generation). */
 MOLT__HIDDEN int molt__shadow_fd_created(unsigned ring, int fd, uint32_t *gen);
 /* Follower, before its threads start: the descriptors it inherited. */
 MOLT__HIDDEN void molt__shadow_note_inherited(void);
@@ -249,7 +257,8 @@ MOLT__HIDDEN void molt__shadow_note_inherited(void);
  * version makes closes here too. */
 MOLT__HIDDEN void molt__shadow_note_shared_with(pid_t other);
 /* Follower's thread of ring `ring`, consuming the record of a call that
- * created fd (generation gen): receives it, places it at fd. */
+ * created fd (generation gen): receives it, places it at fd.  Also the
+ * original process's thread following the promoted follower. */
 MOLT__HIDDEN void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec);
 /* The fork handlers: shfd_lock taken, released, made anew. */
 MOLT__HIDDEN void molt__shadow_fds_fork_prepare(void);

@@ -51,13 +51,17 @@
  * handler in the follower replaces the backstop. */
 #include "shadow/shadow.h"
 
+#include "molt.h"
+
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -323,6 +327,35 @@ keeps_sigsys(ucontext_t *uc, const long long *a) {
   return true;
 }
 
+/* The path a refused call names (NULL: none): the file the follower
+ * would have changed, for its report. */
+static const char *path_of(long nr, const long long *a) {
+  switch (nr) {
+  case SYS_open:
+  case SYS_creat:
+  case SYS_unlink:
+  case SYS_rename:
+  case SYS_mkdir:
+  case SYS_rmdir:
+  case SYS_truncate:
+  case SYS_link:
+    return (const char *)(uintptr_t)a[0];
+  case SYS_openat:
+  case SYS_unlinkat:
+  case SYS_renameat:
+  case SYS_renameat2:
+  case SYS_mkdirat:
+  case SYS_linkat:
+    return (const char *)(uintptr_t)a[1];
+  case SYS_symlink:
+    return (const char *)(uintptr_t)a[1];
+  case SYS_symlinkat:
+    return (const char *)(uintptr_t)a[2];
+  default:
+    return NULL;
+  }
+}
+
 /* A system call made from C inside the allowed region's rules: the
  * selector is ALLOW while the handler runs. */
 __attribute__((no_sanitize("address", "thread", "undefined"))) static void
@@ -338,6 +371,27 @@ on_sigsys(int sig, siginfo_t *si, void *ucv) {
   long nr = si->si_syscall;
   long long a[6] = {g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9]};
   const char *why = refused(nr, a);
+  if (why && (nr == SYS_write || nr == SYS_writev)) {
+    /* A forward `drop` rule may cover it (a log written inside libc):
+     * skipped, its length returned (the kernel made no call: rax is ours). */
+    long long len = 0;
+    if (nr == SYS_write) {
+      len = a[2];
+    } else if (a[2] >= 0 && a[2] <= IOV_MAX) {
+      const struct iovec *iov = (const struct iovec *)(uintptr_t)a[1];
+      for (long long i = 0; i < a[2]; i++)
+        len += (long long)iov[i].iov_len;
+    }
+    if (len >= 0 &&
+        molt__shadow_trap_drops(nr == SYS_write ? MOLT__SC_WRITE : MOLT__SC_WRITEV, a[0],
+                                nr == SYS_write ? (const void *)(uintptr_t)a[1] : NULL,
+                                (size_t)len)) {
+      g[REG_RAX] = len;
+      errno = saved_errno;
+      molt__sud_selector = was;
+      return;
+    }
+  }
   if (why) {
     const char *name = sys_name(nr);
     char num[24];
@@ -345,13 +399,22 @@ on_sigsys(int sig, siginfo_t *si, void *ucv) {
       snprintf(num, sizeof num, "system call %ld", nr);
       name = num;
     }
+    /* the path it names, up to 160 bytes (the program's own string) */
+    char on[192] = "";
+    const char *path = path_of(nr, a);
+    if (path)
+      snprintf(on, sizeof on, " on \"%.160s\"", path);
     molt__shadow_follower_fail(
         MOLT__SHADOW_END_FAILED,
         "the follower's thread %d made a system call molt does not "
-        "follow: %s(%lld, %lld, %lld, ...) at %p, which %s; the "
+        "follow: %s(%lld, %lld, %lld, ...)%s at %p, which %s; the "
         "follower was ended before it ran (call it through a "
-        "covered function, docs/design.md §17)",
-        (int)molt__gettid(), name, a[0], a[1], a[2], si->si_call_addr, why);
+        "covered function, docs/design.md §17)%s",
+        (int)molt__gettid(), name, a[0], a[1], a[2], on, si->si_call_addr, why,
+        molt_is_updating()
+            ? "; the thread was restarting in the new version (before its "
+              "first update point, where the leader has no call to compare)"
+            : "");
   }
   if (nr == SYS_rt_sigprocmask && keeps_sigsys(uc, a)) {
     /* emulated on the interrupted context's mask */

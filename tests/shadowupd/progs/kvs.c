@@ -19,7 +19,15 @@
  * "URING fd" after opening an io_uring (kept open: a shadowed update is
  * then refused at the barrier; a negative fd is the kernel's -errno),
  * "HOLD" -> "HELD" once the file named by the environment's KVS_HOLD is
- * gone (the worker passes no update point meanwhile: a barrier times out).  Built with -DKVS_VARIANT=N for the versions a
+ * gone (the worker passes no update point meanwhile: a barrier times out).
+ * With KVS_LOG=PATH it appends a line per accepted connection to PATH
+ * with fprintf and fflush (libc's own write, which no wrapper sees).  Its
+ * main reads the clock before it skips the start-up on an update, as
+ * mosquitto's does (a follower's restarting thread makes that call itself:
+ * the leader has none to compare it with).  With KVS_SIGMASK=1 each worker
+ * blocks every signal (sigprocmask) around its poll, as mosquitto blocks
+ * its own around epoll_wait, and yields the CPU (sched_yield, a call the
+ * follower's backstop traps and lets through) while they are blocked.  Built with -DKVS_VARIANT=N for the versions a
  * test updates to: 1 answers "GET magic" differently, 2 crashes on "GET
  * crash", 3 sleeps a minute on "GET slow", 4 adds a field whose
  * transformer faults (kvs-fail.xf), 5 accepts a new command "INCR k" ->
@@ -40,6 +48,9 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +87,8 @@ struct slot {
 };
 
 int listen_fd = -1;
+FILE *log_file; /* KVS_LOG */
+int sig_mask;   /* KVS_SIGMASK */
 int nworkers;
 int vec_io;                  /* KVS_IO=vec */
 int pass_pair[2] = {-1, -1}; /* FDPASS: a unix socketpair made at the start */
@@ -370,7 +383,16 @@ static void *worker_main(void *arg) {
   for (;;) {
     molt_update_point("worker");
     struct pollfd p = {w->conn >= 0 ? w->conn : listen_fd, POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0)
+    sigset_t all, was;
+    if (sig_mask) {
+      sigfillset(&all);
+      sigprocmask(SIG_BLOCK, &all, &was);
+      sched_yield();
+    }
+    int ready = poll(&p, 1, 50);
+    if (sig_mask)
+      pthread_sigmask(SIG_SETMASK, &was, NULL);
+    if (ready <= 0)
       continue;
     if (w->conn >= 0) {
       serve(w);
@@ -380,12 +402,21 @@ static void *worker_main(void *arg) {
     if (fd >= 0) {
       w->conn = fd;
       w->len = 0;
+      if (log_file) {
+        static _Atomic int logged;
+        fprintf(log_file, "connection %d: worker %d, fd %d\n", ++logged,
+                (int)(intptr_t)arg, fd);
+        fflush(log_file);
+      }
     }
   }
   return NULL;
 }
 
 int main(int argc, char **argv) {
+  struct timeval started;
+  gettimeofday(&started, NULL);
+  srand((unsigned)(started.tv_sec ^ started.tv_usec));
   if (!molt_is_updating()) {
     if (argc < 2)
       return 2;
@@ -394,6 +425,10 @@ int main(int argc, char **argv) {
       return 3;
     const char *io = getenv("KVS_IO");
     vec_io = io && strcmp(io, "vec") == 0;
+    sig_mask = getenv("KVS_SIGMASK") != NULL;
+    const char *log_path = getenv("KVS_LOG");
+    if (log_path && !(log_file = fopen(log_path, "a")))
+      return 3;
     if (nworkers < 1 || nworkers > WORKERS_MAX)
       return 2;
     listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -32,12 +32,16 @@ from . import GEN_NAME, xf, xfgen
 from .annotations import annotations_json, collect_annotations
 
 # The calls of the image that libmolt's wrappers record in a shadowed
-# update's leader and replay in its follower (src/runtime/shadow/calls.c).
+# update's leader and replay in its follower (src/runtime/shadow/calls.c),
+# and the signal-mask calls its follower makes itself.
 SHADOWED_CALLS = ("read", "write", "recv", "send", "readv", "writev", "recvfrom",
                   "sendto", "recvmsg", "sendmsg", "accept", "accept4", "poll",
                   "epoll_wait", "close", "socket", "open", "openat", "clock_gettime",
                   "gettimeofday", "time", "getrandom", "epoll_create", "epoll_create1",
-                  "epoll_ctl", "epoll_pwait", "epoll_pwait2")
+                  "epoll_ctl", "epoll_pwait", "epoll_pwait2",
+                  # not followed: made by the follower itself past its
+                  # backstop (each would cost a trap)
+                  "sigprocmask", "pthread_sigmask")
 
 
 # ---------------------------------------------------------------------------
