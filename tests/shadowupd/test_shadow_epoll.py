@@ -11,30 +11,16 @@ check every reply (test_shadowupd's Clients and Server)."""
 import os
 import time
 
-from harness.moltcc import moltcc
 from harness.proc import molt, poll, status
-from test_shadowupd import (WORK, CFLAGS, HERE, Clients, Server, ask, ended,
+from test_shadowupd import (HERE, image, Clients, Server, ask, ended,
                             shadow, served_on, took_over, rules_file)
 
 SRC = HERE / "progs" / "eps.c"
-_built = {}
 
 
 def eps(name, variant=None, frm=None):
     """eps.c as image <name>.so (-DEPS_VARIANT=variant, --molt-from frm)."""
-    if name in _built:
-        return _built[name]
-    WORK.mkdir(parents=True, exist_ok=True)
-    out = WORK / (name + ".so")
-    args = ["--molt-program"] + CFLAGS + ["-o", out, SRC]
-    if variant is not None:
-        args.append("-DEPS_VARIANT=%d" % variant)
-    if frm is not None:
-        args += ["--molt-from", frm]
-    r = moltcc(args, cwd=None)
-    assert r.returncode == 0, r
-    _built[name] = out
-    return out
+    return image(name, variant, frm, src=SRC, macro="EPS_VARIANT")
 
 
 def epoll_data(pid):

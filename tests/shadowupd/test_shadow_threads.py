@@ -13,14 +13,12 @@ import os
 import threading
 import time
 
-from harness.moltcc import moltcc
 from harness.proc import log, molt, poll, status
-from test_shadowupd import (WORK, CFLAGS, HERE, Clients, Server, ask, caught_up,
+from test_shadowupd import (HERE, image, Clients, Server, ask, caught_up,
                             ended, rings_rss_kib, rules_file, served_on, shadow,
                             took_over)
 
 SRC = HERE / "progs" / "tps.c"
-_built = {}
 # Connections made one after another in the self-shadow (each a thread in
 # the leader and one in the follower).
 CONNECTIONS = 300
@@ -28,19 +26,7 @@ CONNECTIONS = 300
 
 def tps(name, variant=None, frm=None):
     """tps.c as image <name>.so (-DTPS_VARIANT=variant, --molt-from frm)."""
-    if name in _built:
-        return _built[name]
-    WORK.mkdir(parents=True, exist_ok=True)
-    out = WORK / (name + ".so")
-    args = ["--molt-program"] + CFLAGS + ["-o", out, SRC]
-    if variant is not None:
-        args.append("-DTPS_VARIANT=%d" % variant)
-    if frm is not None:
-        args += ["--molt-from", frm]
-    r = moltcc(args, cwd=None)
-    assert r.returncode == 0, r
-    _built[name] = out
-    return out
+    return image(name, variant, frm, src=SRC, macro="TPS_VARIANT")
 
 
 def ask_on(f, line):

@@ -29,16 +29,16 @@ CFLAGS = ["-O1", "-g", "-Wall"]
 _built = {}
 
 
-def image(name, variant=None, frm=None, xf=None):
-    """kvs.c as image <name>.so: KVS_VARIANT=variant, --molt-from frm,
+def image(name, variant=None, frm=None, xf=None, src=SRC, macro="KVS_VARIANT"):
+    """src (kvs.c) as image <name>.so: -D<macro>=variant, --molt-from frm,
     --molt-xf progs/<xf>."""
     if name in _built:
         return _built[name]
     WORK.mkdir(parents=True, exist_ok=True)
     out = WORK / (name + ".so")
-    args = ["--molt-program"] + CFLAGS + ["-o", out, SRC]
+    args = ["--molt-program"] + CFLAGS + ["-o", out, src]
     if variant is not None:
-        args.append("-DKVS_VARIANT=%d" % variant)
+        args.append("-D%s=%d" % (macro, variant))
     if frm is not None:
         args += ["--molt-from", frm]
     if xf is not None:

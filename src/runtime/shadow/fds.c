@@ -402,15 +402,10 @@ void molt__shadow_fd_take(unsigned ring, int fd, uint32_t gen, bool cloexec) {
  * without it; the original process, following a promoted follower, takes
  * it only if it is there: -1 otherwise (the follower sent none).
  * shfd_lock held. */
-static int recv_fd(unsigned ring, int ch, const char *what) {
-  if (ch < 0) {
-    if (!in_follower)
-      return -1;
-    molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
-                               "%s, which the leader created after the fork, cannot "
-                               "reach the follower (no channel for thread %u)",
-                               what, ring);
-  }
+/* One message (a byte and a descriptor) from channel end ch; flags: 0
+ * or MSG_DONTWAIT.  Returns recvmsg's result (-1 with errno), the
+ * descriptor in *got, -1 if the message carried none. */
+static ssize_t recv_one(int ch, int flags, int *got) {
   char byte;
   struct iovec iov = {&byte, 1};
   union {
@@ -422,12 +417,28 @@ static int recv_fd(unsigned ring, int ch, const char *what) {
                      .msg_control = u.buf,
                      .msg_controllen = sizeof u.buf};
   ssize_t r;
-  while ((r = recvmsg(ch, &m, MSG_CMSG_CLOEXEC | (in_follower ? 0 : MSG_DONTWAIT))) < 0 &&
-         errno == EINTR)
+  while ((r = recvmsg(ch, &m, MSG_CMSG_CLOEXEC | flags)) < 0 && errno == EINTR)
     ;
   struct cmsghdr *c = r == 1 ? CMSG_FIRSTHDR(&m) : NULL;
-  if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-      c->cmsg_len != CMSG_LEN(sizeof(int))) {
+  *got = -1;
+  if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+      c->cmsg_len == CMSG_LEN(sizeof(int)))
+    memcpy(got, CMSG_DATA(c), sizeof *got);
+  return r;
+}
+
+static int recv_fd(unsigned ring, int ch, const char *what) {
+  if (ch < 0) {
+    if (!in_follower)
+      return -1;
+    molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
+                               "%s, which the leader created after the fork, cannot "
+                               "reach the follower (no channel for thread %u)",
+                               what, ring);
+  }
+  int got;
+  ssize_t r = recv_one(ch, in_follower ? 0 : MSG_DONTWAIT, &got);
+  if (got < 0) {
     if (!in_follower)
       return -1;
     molt__shadow_follower_fail(MOLT__SHADOW_END_FAILED,
@@ -436,8 +447,6 @@ static int recv_fd(unsigned ring, int ch, const char *what) {
                                what,
                                r < 0 ? strerror(errno) : "no descriptor in the message");
   }
-  int got;
-  memcpy(&got, CMSG_DATA(c), sizeof got);
   return got;
 }
 
@@ -558,30 +567,10 @@ void molt__shadow_fds_drain(unsigned ring) {
     return;
   int e = errno;
   molt__lock_acquire(&shfd_lock);
-  for (;;) {
-    char byte;
-    struct iovec iov = {&byte, 1};
-    union {
-      struct cmsghdr h;
-      char buf[CMSG_SPACE(sizeof(int))];
-    } u;
-    struct msghdr m = {.msg_iov = &iov,
-                       .msg_iovlen = 1,
-                       .msg_control = u.buf,
-                       .msg_controllen = sizeof u.buf};
-    ssize_t r = recvmsg(recv_end[ring], &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r != 1)
-      break;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-        c->cmsg_len == CMSG_LEN(sizeof(int))) {
-      int got;
-      memcpy(&got, CMSG_DATA(c), sizeof got);
+  int got;
+  while (recv_one(recv_end[ring], MSG_DONTWAIT, &got) == 1)
+    if (got >= 0)
       close(got);
-    }
-  }
   molt__lock_release(&shfd_lock);
   errno = e;
 }
