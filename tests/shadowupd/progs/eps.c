@@ -17,10 +17,11 @@
  * instance with the same data in a new instance fd, all kept open (a shadowed update cannot
  * tell their events apart: it is dropped, or refused); "RAW" -> "RAW n"
  * after an epoll_wait made with syscall(), past the wrappers (a shadowed
- * update's backstop ends the follower there).  Built
+ * update's backstop ends the follower there); "NAP" -> "NAP".  Built
  * with -DEPS_VARIANT=N: 1 answers "GET magic" differently; 2 serves alike
  * but allocates its connections from another size class (its pointers
- * differ from the old version's).  With EPS_LEVEL set in the environment
+ * differ from the old version's), and sleeps 2 s before it answers "NAP"
+ * (a follower's worker that lags behind the others).  With EPS_LEVEL set in the environment
  * the connections are registered level-triggered instead (no
  * EPOLLONESHOT, never modified). */
 #define _GNU_SOURCE
@@ -35,6 +36,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef EPS_VARIANT
@@ -130,6 +132,12 @@ static void execute(struct conn *c, char *line, char *reply, size_t len) {
   char val[64];
   if (cmd && strcmp(cmd, "PING") == 0) {
     snprintf(reply, len, "PONG\n");
+  } else if (cmd && strcmp(cmd, "NAP") == 0) {
+#if EPS_VARIANT == 2
+    struct timespec nap = {2, 0};
+    nanosleep(&nap, NULL);
+#endif
+    snprintf(reply, len, "NAP\n");
   } else if (cmd && strcmp(cmd, "VERSION") == 0) {
     snprintf(reply, len, "VERSION %d\n", EPS_VARIANT ? EPS_VARIANT : 1);
   } else if (cmd && strcmp(cmd, "EPOLL") == 0) {
