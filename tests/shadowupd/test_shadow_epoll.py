@@ -285,41 +285,6 @@ def test_epoll_leader_killed_follower_takes_over():
         srv.assert_clean()
 
 
-def test_epoll_takeover_rearm_replayed_by_a_lagging_worker():
-    """The leader SIGKILLed while one follower's worker lags behind the
-    others (eps v2 sleeps 2 s on "NAP"): the other threads run alone first
-    and rewrite the shared instances with the follower's data, then the
-    worker replays the re-arm (EPOLL_CTL_MOD) the leader made before it
-    died, which is applied to the kernel too.  The backstop must let that
-    call through as it does the replay's others; it took it for an epoll
-    call outside the wrappers and ended the follower -- the flake of the
-    test above under load (ctest -j2), here every time.  The connection is
-    served by the follower after it."""
-    v1 = eps("eps-v1")
-    v2 = eps("eps-v2", 2, frm=v1)
-    srv = Server(v1, "ep-nap")
-    try:
-        follower = shadow(srv, v2)["follower"]
-        with srv.connect() as s, s.makefile("rwb") as f:
-            assert ask_on(f, "NAP") == "NAP\n"
-            # answered: the leader re-armed the one-shot registration (and
-            # recorded it) after "NAP", before it died
-            assert ask_on(f, "PING") == "PONG\n"
-            os.kill(srv.pid, 9)
-            srv.p.p.wait()
-            try:
-                got = ask_on(f, "SET nap 1")
-            except ConnectionResetError:
-                got = "connection reset: follower %d ended" % follower
-            assert got == "OK\n", got
-            assert ask_on(f, "GET nap") == "VALUE 1\n"
-            took_over(follower, srv.pid)
-        assert ask(srv, "PING") == "PONG\n"
-    finally:
-        srv.close()
-    srv.assert_clean()
-
-
 def test_epoll_burst_of_connections_waits_for_a_stopped_follower():
     """The follower stopped (SIGSTOP) while 300 connections arrive: the
     leader accepts them and sends each to the follower on its acceptor's
