@@ -1232,29 +1232,57 @@ def _ptrace(req, tid, addr=None, data=None):
     return r
 
 
-def kill_inside(pid, syscall, timeout=20):
+def kill_inside(pid, syscall, timeout=20, want=None, stops=(), then=(), traced=None):
     """SIGKILLs process pid at the moment one of its threads returns from
     `syscall` (sendto or recvfrom: send() and recv()) on one of its TCP
     connections having moved bytes: the kernel made the call, the program
     has not seen its result yet -- the window between a call and its
     record.  Every thread is traced (ptrace syscall stops); at that thread's
-    syscall-exit stop the process is killed.  Returns the bytes the call
-    moved."""
+    syscall-exit stop the process is killed.  Returns the first matching
+    call's result (for send and recv, the bytes it moved).
+
+    want(ret, args, conns): another test of the call at its exit (args: its
+    first three arguments; conns: the TCP connections pid held when this
+    began).  stops: (reached, go) pairs of threading.Events (this then runs
+    in a thread of its own): at the match the thread is kept at its stop,
+    `reached` set, the other threads run on (the process serves) until `go`
+    is set; then, for each next pair, the thread runs on to the exit of its
+    next system call numbered then[i] and is kept there likewise; after
+    the last `go`, the kill.  traced (an Event): set once every thread is
+    traced."""
     ours = _is_our_child(pid)
     tcp = tcp_inodes()
     conns = {fd for fd, link in fd_links(pid).items() if link in tcp}
+    if want is None:
+        want = lambda ret, args, conns: ret > 0 and args[0] in conns
     tids = [int(t) for t in os.listdir("/proc/%d/task" % pid)]
     for t in tids:
         _ptrace(PTRACE_SEIZE, t, None, PTRACE_O_TRACESYSGOOD)
         _ptrace(PTRACE_INTERRUPT, t)
     regs = (ctypes.c_ulonglong * 27)()
     end = time.time() + timeout
+    first = None     # the first match's result
+    kept = None      # the thread kept at a stop
+    stage = 0        # stops[stage] is the one reached or awaited
     try:
         for t in tids:
             os.waitpid(t, WALL)
             _ptrace(PTRACE_SYSCALL, t)
+        if traced is not None:
+            traced.set()
         while time.time() < end:
-            t, st = os.waitpid(-1, WALL)
+            if kept is not None and stops[stage][1].is_set():
+                stage += 1
+                if stage == len(stops):
+                    os.kill(pid, 9)
+                    return first
+                _ptrace(PTRACE_SYSCALL, kept)   # on to its next stage
+                kept = (kept,)                  # (the thread, not kept now)
+            # WNOHANG while a thread is kept: `go` is looked at between stops
+            t, st = os.waitpid(-1, WALL | (os.WNOHANG if isinstance(kept, int) else 0))
+            if t == 0:
+                time.sleep(0.001)
+                continue
             if t not in tids or not os.WIFSTOPPED(st):
                 continue
             sig = os.WSTOPSIG(st)
@@ -1263,11 +1291,22 @@ def kill_inside(pid, syscall, timeout=20):
                 _ptrace(PTRACE_SYSCALL, t, None, sig if st >> 16 == 0 else 0)
                 continue
             _ptrace(PTRACE_GETREGS, t, None, ctypes.addressof(regs))
-            nr, ret, fd = regs[15], ctypes.c_longlong(regs[10]).value, regs[14]
+            nr, ret = regs[15], ctypes.c_longlong(regs[10]).value
+            args = (regs[14], regs[13], regs[12])   # rdi, rsi, rdx
             # a syscall-exit stop: the result is in rax (-ENOSYS at entry)
-            if nr == syscall and ret > 0 and fd in conns:
-                os.kill(pid, 9)
-                return ret
+            exit_stop = ret != -38
+            if kept is None and nr == syscall and exit_stop and want(ret, args, conns):
+                if not stops:
+                    os.kill(pid, 9)
+                    return ret
+                first, kept = ret, t
+                stops[0][0].set()
+                continue
+            if isinstance(kept, tuple) and t == kept[0] and exit_stop and \
+                    nr == then[stage - 1]:
+                kept = t
+                stops[stage][0].set()
+                continue
             _ptrace(PTRACE_SYSCALL, t)
         raise AssertionError("no %d call on a connection within %d s" % (syscall, timeout))
     finally:

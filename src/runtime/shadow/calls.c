@@ -271,7 +271,7 @@ static NOINLINE int shadowed_close(int fd) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE) {
     molt__shadow_epoll_closing(fd, true, MOLT__SHADOW_ANY_GEN);
-    return close(fd);
+    return molt__shadow_fd_close_own(fd);
   }
   molt__sc c = {MOLT__SC_CLOSE, {fd, 0, 0}, NULL, 0, NULL, 0, 0};
   int64_t rr;

@@ -298,16 +298,64 @@ static int table_ctl(int epfd, int op, int fd, const struct epoll_event *ev,
 
 /* ---- the kernel's instances ----------------------------------------------------*/
 
+/* Each registration the kernel holds in the instance at epfd, as
+ * /proc/self/fdinfo shows it ("tfd: N events: HEX data: HEX"), to fn until
+ * it returns non-zero (that value is returned).  -errno: fdinfo could not
+ * be read. */
+typedef int (*each_reg_fn)(void *arg, int fd, unsigned events, unsigned long long data);
+static int each_kernel_registration(int epfd, each_reg_fn fn, void *arg) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", epfd);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return -errno;
+  int rc = 0;
+  while (rc == 0 && fgets(line, sizeof line, f)) {
+    int fd;
+    unsigned events;
+    unsigned long long data;
+    if (sscanf(line, "tfd: %d events: %x data: %llx", &fd, &events, &data) == 3)
+      rc = fn(arg, fd, events, data);
+  }
+  fclose(f);
+  return rc;
+}
+
+/* A registration the kernel holds and this process's table does not: the
+ * other side's, made for real and never recorded (the process died after
+ * the call and before its record -- an acceptor's EPOLL_CTL_ADD of the
+ * connection it had just handed over, say).  Deleted while this side runs
+ * alone: the table is the program's only truth then, and a registration
+ * left with the dead side's data would report events with a pointer into
+ * the other version's heap, and make the program's own EPOLL_CTL_ADD of
+ * that descriptor fail with EEXIST (its acceptor then closed the
+ * connection).  A descriptor this process holds under another file, or not
+ * at all, is not the registration's: the call fails and changes nothing. */
+static int delete_if_not_in_table(void *arg, int fd, unsigned events,
+                                  unsigned long long data) {
+  (void)events;
+  (void)data;
+  inst *in = arg;
+  ent *e = fd >= 0 ? ent_at(in, fd, false) : NULL;
+  if (!e || !e->on)
+    epoll_ctl(in->epfd, EPOLL_CTL_DEL, fd, NULL);
+  return 0;
+}
+
 /* The kernel's instances get this process's data: every registration of
- * its tables written (shep_lock held).  Errors are passed over: a
- * descriptor the table still names may have been closed by a thread that
- * runs alone already. */
+ * its tables written (shep_lock held), and, while this side runs alone,
+ * every registration the tables do not hold deleted.  Errors are passed
+ * over: a descriptor the table still names may have been closed by a
+ * thread that runs alone already. */
 static void rewrite_locked(void) {
   tables_init();
+  bool alone = molt__shadow_alone();
   for (int i = 0; i < MAX_INST; i++) {
     inst *in = &insts[i];
     if (in->epfd < 0)
       continue;
+    if (alone)
+      each_kernel_registration(in->epfd, delete_if_not_in_table, in);
     for (uint32_t fd = 0; fd < in->cap; fd++) {
       ent *e = &in->e[fd];
       if (!e->on)
@@ -368,10 +416,46 @@ static bool apply_replayed(void) {
 
 /* ---- the barrier ----------------------------------------------------------------*/
 
-/* The registrations of the instance at epfd, from /proc/self/fdinfo (one
- * "tfd: N events: HEX data: HEX" line each).  old: the table an earlier
- * session left for it (kept aside), whose one-shot registrations that a
- * rewrite deleted from the kernel (absent) are registrations still. */
+/* read_instance's registration: into the new table (in), refusing what a
+ * follower could not tell apart. */
+struct read_ctx {
+  inst *in;
+  int epfd;
+  char *err;
+  size_t errlen;
+  int rc; /* a refusal (MOLT_ENOTSUP) */
+};
+
+static int read_registration(void *arg, int fd, unsigned events,
+                             unsigned long long data) {
+  struct read_ctx *c = arg;
+  int other = reg_put(c->in, fd, events, data, molt__shadow_fd_gen(fd));
+  if (other == -2) {
+    molt__errmsg(c->err, c->errlen,
+                 "epoll instance %d: descriptor %d cannot be followed (out of memory or "
+                 "above %d)",
+                 c->epfd, fd, FD_LIMIT);
+    c->rc = MOLT_ENOTSUP;
+    return 1;
+  }
+  if (other >= 0) {
+    molt__errmsg(c->err, c->errlen,
+                 "epoll instance %d has descriptors %d and %d registered with the same "
+                 "data (%#llx): a follower could not tell their events apart; use a "
+                 "plain full update (molt update)",
+                 c->epfd, other, fd, data);
+    c->rc = MOLT_ENOTSUP;
+    return 1;
+  }
+  if ((events & EPOLLONESHOT) && !(events & ~(unsigned)PRIVATE_BITS))
+    ent_at(c->in, fd, false)->disarmed = true; /* fired, not armed again */
+  return 0;
+}
+
+/* The registrations of the instance at epfd, from /proc/self/fdinfo.  old:
+ * the table an earlier session left for it (kept aside), whose one-shot
+ * registrations that a rewrite deleted from the kernel (absent) are
+ * registrations still. */
 static int read_instance(int epfd, const inst *old, char *err, size_t errlen) {
   inst *in = inst_new(epfd, molt__shadow_fd_gen(epfd));
   if (!in) {
@@ -381,42 +465,14 @@ static int read_instance(int epfd, const inst *old, char *err, size_t errlen) {
                  MAX_INST, MAX_INST);
     return MOLT_ENOTSUP;
   }
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", epfd);
-  FILE *f = fopen(path, "re");
-  if (!f) {
-    int e = errno;
+  struct read_ctx ctx = {in, epfd, err, errlen, 0};
+  int rc = each_kernel_registration(epfd, read_registration, &ctx);
+  if (rc < 0) {
     molt__errmsg(err, errlen, "cannot read the registrations of epoll instance %d: %s",
-                 epfd, strerror(e));
-    return molt__from_errno(e);
+                 epfd, strerror(-rc));
+    return molt__from_errno(-rc);
   }
-  int rc = 0;
-  while (rc == 0 && fgets(line, sizeof line, f)) {
-    int fd;
-    unsigned events;
-    unsigned long long data;
-    if (sscanf(line, "tfd: %d events: %x data: %llx", &fd, &events, &data) != 3)
-      continue;
-    int other = reg_put(in, fd, events, data, molt__shadow_fd_gen(fd));
-    if (other == -2) {
-      molt__errmsg(
-          err, errlen,
-          "epoll instance %d: descriptor %d cannot be followed (out of memory or "
-          "above %d)",
-          epfd, fd, FD_LIMIT);
-      rc = MOLT_ENOTSUP;
-    } else if (other >= 0) {
-      molt__errmsg(err, errlen,
-                   "epoll instance %d has descriptors %d and %d registered with the same "
-                   "data (%#llx): a follower could not tell their events apart; use a "
-                   "plain full update (molt update)",
-                   epfd, other, fd, data);
-      rc = MOLT_ENOTSUP;
-    } else if ((events & EPOLLONESHOT) && !(events & ~(unsigned)PRIVATE_BITS)) {
-      ent_at(in, fd, false)->disarmed = true; /* fired, not armed again */
-    }
-  }
-  fclose(f);
+  rc = ctx.rc;
   for (uint32_t fd = 0; rc == 0 && old && fd < old->cap; fd++) {
     const ent *o = &old->e[fd];
     ent *x = ent_at(in, fd, false);
@@ -541,8 +597,9 @@ const char *molt__shadow_epoll_fits(const molt__sc *c, const void *out, size_t l
       else
         snprintf(why_buf, sizeof why_buf,
                  "the leader's %s(%" PRId64 ") reported descriptor %d (generation %u, "
-                 "events %#x), which the follower has not registered in that instance",
-                 molt__sc_name(c->kind), c->a[0], l[i].fd, l[i].gen, l[i].events);
+                 "events %#x), which the follower has not registered in that instance%s",
+                 molt__sc_name(c->kind), c->a[0], l[i].fd, l[i].gen, l[i].events,
+                 e && e->on ? " (it registered another descriptor at that number)" : "");
       why = why_buf;
       break;
     }
@@ -675,7 +732,7 @@ int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
     int r = ctl_real(epfd, op, fd, ev);
     int e = errno;
     if (r == 0)
-      table_ctl(epfd, op, fd, ev, molt__shadow_fd_gen(fd));
+      table_ctl(epfd, op, fd, ev, molt__shadow_fd_table_gen(fd));
     molt__lock_release(&shep_lock);
     errno = e;
     return r;
@@ -704,9 +761,11 @@ int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
          * threads lagged a few ms behind at the leader's death: the MOD
          * was trapped and the follower ended.) */
         molt__shadow_trap_allow();
-        if (op == EPOLL_CTL_DEL) {
-          /* nothing: the kernel's registration went with the call */
-        } else if (ev && epoll_ctl(epfd, EPOLL_CTL_MOD, fd, ev) < 0) {
+        if (op == EPOLL_CTL_DEL || !ev) {
+          /* the dead side's call deleted it, but this side's rewrite,
+           * from a table that still held it, may have added it back */
+          epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+        } else if (epoll_ctl(epfd, EPOLL_CTL_MOD, fd, ev) < 0) {
           epoll_ctl(epfd, EPOLL_CTL_ADD, fd, ev);
         }
         if (molt__shadow_follows())
@@ -730,8 +789,13 @@ int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
     rewrite_locked();
   int r = ctl_real(epfd, op, fd, ev);
   int e = errno, dup = -1;
+  /* A follower's thread whose replay found its ring drained after the
+   * leader's death makes the call for real (it runs alone from here): its
+   * table keeps the generation its lagging threads' replays name. */
   if (r == 0)
-    dup = table_ctl(epfd, op, fd, ev, c.fd_gen);
+    dup =
+        table_ctl(epfd, op, fd, ev,
+                  role == MOLT__SHADOW_LEADER ? c.fd_gen : molt__shadow_fd_table_gen(fd));
   molt__lock_release(&shep_lock);
   errno = e;
   if (dup != -1)

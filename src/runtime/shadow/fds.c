@@ -344,6 +344,25 @@ static void unclaim(int fd, uint32_t v) {
   atomic_store_explicit(&held[fd], v, memory_order_release);
 }
 
+uint32_t molt__shadow_fd_table_gen(int fd) {
+  if (!in_follower || fd < 0 || fd >= TRACKED)
+    return molt__shadow_fd_gen(fd);
+  uint32_t h = atomic_load_explicit(&held[fd], memory_order_relaxed);
+  return h != 0 && h != BUSY ? h - 1 : molt__shadow_fd_gen(fd);
+}
+
+int molt__shadow_fd_close_own(int fd) {
+  if (!in_follower || fd < 0 || fd >= TRACKED)
+    return close(fd);
+  uint32_t cur = claim(fd);
+  (void)cur; /* whatever was held there is closed now */
+  int r = close(fd);
+  int e = errno;
+  unclaim(fd, 0);
+  errno = e;
+  return r;
+}
+
 void molt__shadow_fd_release(int fd, uint32_t gen) {
   if (fd < 0 || fd >= TRACKED)
     return;

@@ -245,6 +245,16 @@ MOLT__HIDDEN bool molt__shadow_is_channel(int fd);
  * it closes); in the follower leading after a promotion, of its own
  * descriptor there, 0 if it did not create it. */
 MOLT__HIDDEN uint32_t molt__shadow_fd_gen(int fd);
+/* The generation an epoll table keeps for a registration this process
+ * makes for real: in a follower that runs alone after a takeover, the
+ * leader's generation of the descriptor it holds from the leader at fd (a
+ * thread still replaying the dead leader's ring names that one in its
+ * events), else molt__shadow_fd_gen. */
+MOLT__HIDDEN uint32_t molt__shadow_fd_table_gen(int fd);
+/* A close this process makes for real: in a follower, the descriptor is
+ * held no more (the number claimed around it, so that a thread placing
+ * the leader's descriptor there meanwhile is not closed instead). */
+MOLT__HIDDEN int molt__shadow_fd_close_own(int fd);
 /* Leader's thread of ring `ring`: fd was just created by a followed call;
  * sends it to the follower, *gen its new generation.  0 or -errno.  The
  * follower leading after a promotion sends it the other way, to the
