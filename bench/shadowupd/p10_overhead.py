@@ -507,9 +507,10 @@ def callgrind(c, secs, reps, one=True):
             # its program threads from their relaunch on (not the update)
             fir = cg_inclusive(fpath, "relaunched")
             res["fol"].append(fir / n1)
-            print(("leader alone %.1f Ir/req; with a follower %.1f Ir/req; follower %.1f "
-                   "Ir/req (its program threads since the fork: %d Ir, %d requests replayed)")
-                  .replace("req", c.unit) % (ir / n, ir1 / n1, fir / n1, fir, n1))
+            u = c.unit
+            print("leader alone %.1f Ir/%s; with a follower %.1f Ir/%s; follower %.1f Ir/%s "
+                  "(its program threads since the fork: %d Ir, %d %ss replayed)"
+                  % (ir / n, u, ir1 / n1, u, fir / n1, u, fir, n1, u))
         finally:
             stop(p)
     for k in res:
