@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/shadowupd/mosquitto.sh [ROUNDS] [SECONDS] [RETAINED] -- P10 on a
+# bench/shadowupd/mosquitto.sh [--build-only] [ROUNDS] [SECONDS] [RETAINED] -- P10 on a
 # real server: the MQTT broker mosquitto 2.0.11 (Debian's deb12u1 made a
 # program image, examples/fullreal/mosquitto/) under mqttload (8 clients
 # publishing QoS 1 messages that come back to them, 8 in flight each, every
@@ -19,7 +19,13 @@
 #    update with deb12u2.xf: the follower migrates the store); the longest
 #    round trip before the update and after it, and their ratio (P10's
 #    target: at most 2x).  ROUNDS runs.
-# Prints each measurement with the load average.  Environment as
+# Prints each measurement with the load average.
+#
+# bench/shadowupd/mosquitto.sh --build-only: builds the images, plain.bin
+# and u1nowrap.so (deb12u1's image linked without libmolt's wrappers,
+# MOLT_NO_SHADOW_WRAP=1: the one-version baseline that is a program image
+# too) and stops; bench/shadowupd/p10_overhead.py --server mosquitto uses
+# them (instruction and CPU counts per message).  Environment as
 # examples/fullreal/mosquitto/run.sh's (MOLT_FULLREAL_WORK, default
 # /var/tmp/molt-fullreal-mosquitto; MOLT_BUILD; MOLT_FULLREAL_PORT); the
 # images come from shadow.sh --images-only, the plain build is made in
@@ -27,6 +33,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$(dirname "$here")")"
+build_only=0
+if [ "${1:-}" = --build-only ]; then build_only=1; shift; fi
 rounds=${1:-5}
 secs=${2:-5}
 retained=${3:-100000}
@@ -49,6 +57,18 @@ if [ ! -x plain.bin ] || [ u1.so -nt plain.bin ]; then
     cp plain/src/mosquitto plain.bin
     rm -rf plain
 fi
+if [ ! -f u1nowrap.so ] || [ u1.so -nt u1nowrap.so ]; then
+    echo "== deb12u1's image linked without the wrappers (MOLT_NO_SHADOW_WRAP=1): u1nowrap.so"
+    rm -rf nowrap
+    cp -a u1 nowrap
+    rm -f nowrap/src/mosquitto
+    (cd nowrap && MOLT_NO_SHADOW_WRAP=1 make -C src mosquitto CC="$build/bin/moltcc --molt-program" \
+        WITH_TLS=no WITH_CJSON=no WITH_DOCS=no WITH_WEBSOCKETS=no WITH_SRV=no WITH_SYSTEMD=no \
+        >../make-nowrap.log 2>&1) || { tail -20 make-nowrap.log >&2; exit 1; }
+    cp nowrap/src/mosquitto u1nowrap.so
+    rm -rf nowrap
+fi
+[ "$build_only" = 0 ] || { echo "built: $work/plain.bin $work/u1nowrap.so $work/u1.so $work/u1same.so"; exit 0; }
 cp "$ex/shadow.rules" shadow.rules
 cat >bench.conf <<CONF
 listener $port 127.0.0.1

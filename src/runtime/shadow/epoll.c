@@ -718,8 +718,10 @@ static int ctl_real(int epfd, int op, int fd, struct epoll_event *ev) {
 }
 
 /* epoll_ctl: compared on (epfd, op, fd) and the events, never the data;
- * the follower's registration goes into its table only. */
-int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
+ * the follower's registration goes into its table only.  Out of line: the
+ * wrapper's fast path (below) sets up none of this frame. */
+static __attribute__((noinline)) int shadowed_epoll_ctl(int epfd, int op, int fd,
+                                                        struct epoll_event *ev) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE && !atomic_load_explicit(&ninst, memory_order_relaxed))
     return epoll_ctl(epfd, op, fd, ev);
@@ -810,6 +812,18 @@ int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
   return r;
 }
 
+/* The wrappers' fast path (calls.c, FRONT): no session in this process and
+ * no table kept from an earlier one (a process never shadowed: mosquitto
+ * makes 8 epoll_ctl a message, adding and removing EPOLLOUT around each
+ * reply) -- the plain call after two loads, as shadowed_epoll_ctl would
+ * make it (its role is NONE when no session runs).  ninst relaxed, as in
+ * shadowed_epoll_ctl: see its declaration. */
+int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
+  if (molt__shadow_off() && !atomic_load_explicit(&ninst, memory_order_relaxed))
+    return epoll_ctl(epfd, op, fd, ev);
+  return shadowed_epoll_ctl(epfd, op, fd, ev);
+}
+
 /* The three waits.  Compared on the instance, maxevents, the timeout's
  * class (-1 infinite, 0 none, 1 finite: the value a program computes from
  * its timers may differ by a few ms), and epoll_pwait's signal mask; the
@@ -829,8 +843,10 @@ static int real_wait(wait_kind w, int epfd, struct epoll_event *ev, int max, int
   }
 }
 
-static int wait_common(wait_kind w, int epfd, struct epoll_event *ev, int max,
-                       int timeout, const struct timespec *ts, const sigset_t *mask) {
+static __attribute__((noinline)) int wait_common(wait_kind w, int epfd,
+                                                 struct epoll_event *ev, int max,
+                                                 int timeout, const struct timespec *ts,
+                                                 const sigset_t *mask) {
   molt__shadow_role role = molt__shadow_role_now();
   if (role == MOLT__SHADOW_NONE) {
     own_kernel();
@@ -884,16 +900,32 @@ static int wait_common(wait_kind w, int epfd, struct epoll_event *ev, int max,
   return r;
 }
 
+/* The waits' fast path: no session in this process and the kernel's
+ * instances hold its data (always so in a process never shadowed) -- the
+ * plain call, as wait_common makes it then (role NONE, own_kernel with
+ * nothing to do).  The acquire load of owner_ok is own_kernel's: it pairs
+ * with the release store after a rewrite, so that this wait comes after
+ * the rewrite's system calls. */
+static inline bool wait_plain(void) {
+  return molt__shadow_off() && atomic_load_explicit(&owner_ok, memory_order_acquire);
+}
+
 int __wrap_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout) {
+  if (wait_plain())
+    return epoll_wait(epfd, ev, max, timeout);
   return wait_common(W_WAIT, epfd, ev, max, timeout, NULL, NULL);
 }
 
 int __wrap_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
                        const sigset_t *mask) {
+  if (wait_plain())
+    return epoll_pwait(epfd, ev, max, timeout, mask);
   return wait_common(W_PWAIT, epfd, ev, max, timeout, NULL, mask);
 }
 
 int __wrap_epoll_pwait2(int epfd, struct epoll_event *ev, int max,
                         const struct timespec *ts, const sigset_t *mask) {
+  if (wait_plain())
+    return epoll_pwait2(epfd, ev, max, ts, mask);
   return wait_common(W_PWAIT2, epfd, ev, max, 0, ts, mask);
 }

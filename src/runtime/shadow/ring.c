@@ -1906,6 +1906,9 @@ void molt__shadow_intent_counts(molt__shadow_intents *n) {
 
 bool molt__shadow_follows(void) { return my_ring1 && !my_lead && !my_done; }
 
+/* `follower` is written before the follower's program threads start. */
+bool molt__shadow_forked_follower(void) { return follower; }
+
 bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
   char mine[512];
   if (!my_ring1 || !shared) {

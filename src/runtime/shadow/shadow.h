@@ -172,6 +172,9 @@ MOLT__HIDDEN void molt__shadow_nudge(void);
 /* The calling thread replays the other side's calls (a follower's wrapper
  * blocks the backstop again after a replay only then). */
 MOLT__HIDDEN bool molt__shadow_follows(void);
+/* This process is a shadow's forked follower (side 1), whose threads run
+ * under the backstop; false in the original process, leading or not. */
+MOLT__HIDDEN bool molt__shadow_forked_follower(void);
 /* Calls the other side died inside of, as this process completed them:
  * completed from what the kernel says they moved, those that had moved
  * nothing (made again), those the kernel could not tell about (made
