@@ -8,6 +8,7 @@ starts, and asserts on the replies the clients got (every one checked),
 on `molt status` / `molt log`, and on the leader's descriptors."""
 
 import ctypes
+import errno
 import os
 import resource
 import re
@@ -1444,12 +1445,17 @@ def sud_armed(pid):
         if _libc.ptrace(PTRACE_SEIZE, tid, None, None) != 0:
             continue   # it ended meanwhile
         try:
-            assert _libc.ptrace(PTRACE_INTERRUPT, tid, None, None) == 0
-            os.waitpid(tid, WALL)
+            if _libc.ptrace(PTRACE_INTERRUPT, tid, None, None) != 0:
+                continue
+            _, st = os.waitpid(tid, WALL)
+            if not os.WIFSTOPPED(st):
+                continue   # it ended meanwhile (a connection's thread)
             cfg = SudConfig()
             if _libc.ptrace(PTRACE_GET_SYSCALL_USER_DISPATCH_CONFIG, tid,
                             ctypes.c_void_p(ctypes.sizeof(cfg)), ctypes.byref(cfg)) != 0:
-                return None
+                if ctypes.get_errno() in (errno.EIO, errno.EINVAL):
+                    return None   # a kernel without the request
+                continue   # ESRCH: it is ending
             out[tid] = cfg.mode == 1
         finally:
             _libc.ptrace(PTRACE_DETACH, tid, None, None)
