@@ -469,6 +469,38 @@ def test_epoll_outside_the_wrappers_ends_the_follower():
         srv.close()
 
 
+def test_epoll_outside_the_wrappers_after_promote_stops_the_old_version():
+    """After molt promote the old version follows under the backstop too:
+    its epoll_wait made with syscall() (RAW) would wait on the shared
+    instance for real; trapped before it runs, the old version stops
+    following, the call named in status.  The new version answered RAW,
+    leads on alone, and serves every client right."""
+    v1 = eps("eps-v1")
+    same = eps("eps-same", frm=v1)
+    srv = Server(v1, "ep-raw-promoted")
+    try:
+        cl = Clients(srv, n=2, tag="q")
+        shadow(srv, same)
+        r = molt("promote", srv.pid, "--timeout", "20", check=0)
+        assert "leads" in r.out, r
+        served_on(srv, cl, "the promoted follower")
+        assert ask(srv, "RAW") in ("RAW 0\n", "RAW 1\n")
+        sh = poll(lambda: status(srv.pid)["shadow"],
+                  lambda s: "stopped following" in (s["outcome"] or ""), timeout=20,
+                  what="the old version to stop following")
+        assert sh["stage"] == "promoted" and sh["divergences"] == 0, sh
+        assert "the old version's thread" in sh["outcome"] and "epoll_wait(" in sh["outcome"] \
+            and "it would use an epoll instance outside the followed calls" in sh["outcome"], sh
+        served_on(srv, cl, "the new version alone")
+        assert ask(srv, "VERSION") == "VERSION 1\n"
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 20
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
 def test_epoll_same_data_dropped_and_refused():
     """Two descriptors of one instance registered with the same data cannot
     be told apart in an event: made during a shadow, the shadow is dropped

@@ -14,7 +14,7 @@ import threading
 import time
 
 from harness.proc import log, molt, poll, status
-from test_shadowupd import (HERE, image, Clients, Server, ask, caught_up,
+from test_shadowupd import (HERE, image, Clients, Server, ask, caught_up, sud_armed,
                             ended, rings_rss_kib, rules_file, served_on, shadow,
                             took_over)
 
@@ -241,6 +241,18 @@ def test_promote_rollback_commit_with_connection_threads():
             s = poll(lambda: status(srv.pid)["shadow"], lambda s: s["rule_decided"] >= 20,
                      timeout=20, what="v1 to follow v3's threads")
             assert s["stage"] == "promoted" and s["divergences"] == 0, s["outcome"]
+            # the old version follows under the backstop, threads it starts
+            # while promoted too (armed in their start hook): one serving a
+            # connection made now, a thread that did not exist before
+            before = set(int(t) for t in os.listdir("/proc/%d/task" % srv.pid))
+            with srv.connect() as held, held.makefile("rwb") as f:
+                f.write(b"VERSION\n")
+                f.flush()
+                assert f.readline() == b"VERSION 3\n"
+                poll(lambda: sud_armed(srv.pid),
+                     lambda a: a is not None and
+                     any(on for t, on in a.items() if t not in before),
+                     timeout=20, what="a thread the old version started, armed")
             # the lead comes back only once no connection the new version
             # accepted after the promotion is open (design §17): the churn
             # stops
@@ -253,6 +265,8 @@ def test_promote_rollback_commit_with_connection_threads():
             assert not os.path.exists("/proc/%d" % follower)
             if end == "rollback":
                 assert sh["stage"] == "ended" and "after the promotion" in sh["outcome"], sh
+                armed = sud_armed(srv.pid)
+                assert armed is not None and not any(armed.values()), armed
                 for _ in range(5):
                     assert ask(srv, "VERSION") == "VERSION 1\n"
         assert sh["stage"] == "committed" and "updated in place" in sh["outcome"], sh

@@ -8,6 +8,7 @@ starts, and asserts on the replies the clients got (every one checked),
 on `molt status` / `molt log`, and on the leader's descriptors."""
 
 import ctypes
+import errno
 import os
 import resource
 import re
@@ -1423,8 +1424,8 @@ def test_leader_killed_inside_a_read_or_write():
 
 def test_new_version_killed_while_it_leads():
     """After a promotion the new version (the follower) is SIGKILLed: the
-    old version replays the calls the new one made and leads again; the
-    clients see every reply right."""
+    old version replays the calls the new one made and leads again, its
+    backstop off; the clients see every reply right."""
     v1, same, _, _ = images()
     srv = Server(v1, "newdies")
     try:
@@ -1439,11 +1440,221 @@ def test_new_version_killed_while_it_leads():
         assert any("the old version replays its calls and leads again" in m for m in msgs), msgs
         served_on(srv, cl, "the old version again")
         assert ask(srv, "PING") == "PONG\n"
+        # it followed under the backstop, which each of its threads turned
+        # off as it went on alone: an unfollowed sendmmsg is made, once
+        poll(lambda: sud_armed(srv.pid), lambda a: a is not None and not any(a.values()),
+             timeout=20, what="the old version's threads disarmed")
+        with srv.connect() as c, c.makefile("rwb") as f:
+            for req, want in ((b"MMSG\n", b"MM\n"), (b"PING\n", b"PONG\n")):
+                f.write(req)
+                f.flush()
+                assert f.readline() == want
         replies = cl.stop()
         assert cl.wrong == [], cl.wrong[:3]
         assert status(srv.pid)["image"]["full_updates"] == 0
         # a new shadow can start
         assert shadow(srv, same)["stage"] == "shadowing"
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+# ---- after molt promote: the old version follows under the backstop too ----------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+_libc.ptrace.restype = ctypes.c_long
+PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT = 17, 0x4206, 0x4207
+PTRACE_GET_SYSCALL_USER_DISPATCH_CONFIG = 0x4211   # Linux 6.4+
+WALL = 0x40000000
+
+
+class SudConfig(ctypes.Structure):
+    _fields_ = [("mode", ctypes.c_uint64), ("selector", ctypes.c_uint64),
+                ("offset", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+def sud_armed(pid):
+    """{tid: whether Syscall User Dispatch is on} for each thread of pid, as
+    the kernel says (each thread stopped a moment with PTRACE_INTERRUPT);
+    None when the kernel cannot tell (before 6.4)."""
+    out = {}
+    for t in sorted(os.listdir("/proc/%d/task" % pid)):
+        tid = int(t)
+        if _libc.ptrace(PTRACE_SEIZE, tid, None, None) != 0:
+            continue   # it ended meanwhile
+        try:
+            if _libc.ptrace(PTRACE_INTERRUPT, tid, None, None) != 0:
+                continue
+            _, st = os.waitpid(tid, WALL)
+            if not os.WIFSTOPPED(st):
+                continue   # it ended meanwhile (a connection's thread)
+            cfg = SudConfig()
+            if _libc.ptrace(PTRACE_GET_SYSCALL_USER_DISPATCH_CONFIG, tid,
+                            ctypes.c_void_p(ctypes.sizeof(cfg)), ctypes.byref(cfg)) != 0:
+                if ctypes.get_errno() in (errno.EIO, errno.EINVAL):
+                    return None   # a kernel without the request
+                continue   # ESRCH: it is ending
+            out[tid] = cfg.mode == 1
+        finally:
+            _libc.ptrace(PTRACE_DETACH, tid, None, None)
+    return out
+
+
+def test_promoted_old_version_ends_at_an_unfollowed_call():
+    """After molt promote the new version leads and the old one follows --
+    under the backstop too (each of its threads arms it at its switch):
+    MMSG, answered with sendmmsg (not followed), is sent once, by the new
+    version; the old version's copy is trapped before it runs and the old
+    version stops following, the call named in status; the new version
+    serves on alone, every reply right, and rollback is refused.  (Before,
+    the old version followed with the wrappers alone: its sendmmsg ran,
+    the client got MM twice.)"""
+    v1, same, _, _ = images()
+    srv = Server(v1, "promote-mmsg")
+    try:
+        cl = Clients(srv, n=2)
+        shadow(srv, same)
+        molt("promote", srv.pid, "--timeout", "20", check=0)
+        assert status(srv.pid)["shadow"]["stage"] == "promoted"
+        with srv.connect() as s, s.makefile("rwb") as f:
+            f.write(b"MMSG\n")
+            f.flush()
+            assert f.readline() == b"MM\n"
+            f.write(b"PING\n")
+            f.flush()
+            assert f.readline() == b"PONG\n"
+            # nothing more: no second MM from the old version
+            s.settimeout(1.0)
+            try:
+                extra = s.recv(100)
+            except socket.timeout:
+                extra = None
+            assert extra is None, extra
+        sh = poll(lambda: status(srv.pid)["shadow"],
+                  lambda s: "stopped following" in (s["outcome"] or ""), timeout=20,
+                  what="the old version to stop following")
+        assert sh["stage"] == "promoted", sh
+        assert "the old version's thread" in sh["outcome"] and \
+            "molt does not follow: sendmmsg(" in sh["outcome"] and \
+            "repeat output the leader makes" in sh["outcome"] and \
+            "the new version serves alone" in sh["outcome"], sh
+        served_on(srv, cl, "the new version alone")
+        assert ask(srv, "PING") == "PONG\n"
+        r = molt("rollback", srv.pid, check=1)
+        assert "stopped following the new one and cannot lead again" in r.err and \
+            "sendmmsg(" in r.err, r
+        assert cl.stop() > 0 and cl.wrong == [], cl.wrong[:3]
+        srv.assert_clean()
+    finally:
+        srv.close()
+
+
+def test_promoted_old_version_log_needs_a_reverse_drop_rule():
+    """KVS_LOG after molt promote: the new version leads and logs each
+    connection (libc's write, unseen), and the old version's libc makes the
+    same write.  Its backstop traps it: without a reverse rule the old
+    version stops following at the first one, named; with `reverse write
+    file drop` it is not made and the old version follows on.  Either way
+    the log has each line once.  After rollback the old version leads and
+    its writes are real again (the backstop off): each new line once.
+    (Before, the old version wrote every line a second time.)"""
+    v1, same, _, _ = images()
+    logf = WORK / "kvs-promote-log.txt"
+    for reverse in (False, True):
+        rules = rules_file("promote-log-%d.rules" % reverse,
+                           "forward write file drop\n" +
+                           ("reverse write file drop  # the old version's log\n"
+                            if reverse else ""))
+        if logf.exists():
+            logf.unlink()
+        srv = Server(v1, "promote-log", extra_env={"KVS_LOG": str(logf)})
+        try:
+            cl = Clients(srv, n=2)
+            shadow(srv, same, "--rules", rules)
+            molt("promote", srv.pid, "--timeout", "20", check=0)
+            base = status(srv.pid)["shadow"]["rule_decided"]
+            for _ in range(5):
+                assert ask(srv, "PING") == "PONG\n"
+            if not reverse:
+                sh = poll(lambda: status(srv.pid)["shadow"],
+                          lambda s: "stopped following" in (s["outcome"] or ""), timeout=20,
+                          what="the old version to stop following")
+                assert "molt does not follow: write(" in sh["outcome"] and \
+                    "reverse `drop` rule" in sh["outcome"], sh
+                # the old version's threads stopped: nothing more of theirs
+                time.sleep(0.5)
+            else:
+                sh = poll(lambda: status(srv.pid)["shadow"],
+                          lambda s: s["compared"] >= s["recorded"] and
+                          s["rule_decided"] >= base + 5,
+                          timeout=20, what="the old version to follow the 5 connections")
+                assert sh["stage"] == "promoted" and sh["divergences"] == 0 and \
+                    "stopped following" not in (sh["outcome"] or ""), sh
+            lines = logf.read_text().splitlines()
+            # the 2 clients' and 5 PINGs' connections, each logged once
+            assert len(lines) == 7 and len(set(lines)) == 7, lines
+            if reverse:
+                r = molt("rollback", srv.pid, "--timeout", "20", check=0)
+                assert "the old version leads again" in r.out, r
+                for _ in range(2):
+                    assert ask(srv, "PING") == "PONG\n"
+                lines = logf.read_text().splitlines()
+                assert len(lines) == 9 and len(set(lines)) == 9, lines
+            assert cl.stop() > 0 and cl.wrong == [], cl.wrong[:3]
+            srv.assert_clean()
+        finally:
+            srv.close()
+
+
+def test_promote_rollback_arms_and_disarms_the_old_versions_backstop():
+    """Promote then rollback, twice, under load, the workers blocking every
+    signal around their poll (KVS_SIGMASK: sched_yield, trapped and let
+    through meanwhile): while promoted every program thread of the old
+    version has Syscall User Dispatch on (the kernel says so: ptrace), and
+    none once the lead came back; then the old version makes its calls
+    for real, an unfollowed sendmmsg among them (MMSG answered once), and
+    leads with every reply right."""
+    v1 = image("kvs-v1")
+    v5 = image("kvs-incr", 5, frm=v1)
+    rules = rules_file("promote.rules", RULES_PROMOTE)
+    srv = Server(v1, "promote-sud", extra_env={"KVS_SIGMASK": "1"})
+    try:
+        cl = Clients(srv)
+        before = sud_armed(srv.pid)
+        assert before is not None and not any(before.values()), before
+        for n in range(2):
+            shadow(srv, v5, "--rules", rules)
+            r = molt("promote", srv.pid, "--timeout", "20", check=0)
+            assert "leads" in r.out, r
+            assert incr_reply(srv) == "VALUE 1\n"
+            s = poll(lambda: status(srv.pid)["shadow"], lambda s: s["rule_decided"] >= 1,
+                     timeout=20, what="v1 to follow the INCR")
+            assert s["stage"] == "promoted" and s["divergences"] == 0, s
+            # the main thread and the 3 workers (each armed at its switch,
+            # its next followed call: each calls poll every 50 ms)
+            armed = poll(lambda: sud_armed(srv.pid), lambda a: sum(a.values()) >= 4,
+                         timeout=20, what="the old version's 4 program threads armed")
+            assert sum(armed.values()) == 4, armed
+            served_on(srv, cl, "the new version")
+            r = molt("rollback", srv.pid, "--timeout", "20", check=0)
+            assert "the old version leads again" in r.out, r
+            sh = status(srv.pid)["shadow"]
+            assert sh["stage"] == "ended" and sh["divergences"] == 0 and \
+                "after the promotion" in sh["outcome"], sh
+            # every thread took the lead back at a followed call: disarmed
+            after = sud_armed(srv.pid)
+            assert not any(after.values()), (n, after)
+            assert incr_reply(srv) == "ERROR\n"
+            with srv.connect() as c, c.makefile("rwb") as f:
+                for req, want in ((b"MMSG\n", b"MM\n"), (b"PING\n", b"PONG\n")):
+                    f.write(req)
+                    f.flush()
+                    assert f.readline() == want
+            served_on(srv, cl, "the old version again")
+        replies = cl.stop()
+        assert cl.wrong == [], cl.wrong[:3]
+        assert replies > 50
         srv.assert_clean()
     finally:
         srv.close()

@@ -906,7 +906,7 @@ static const sigset_t *keep_sigsys(const sigset_t *set, sigset_t *copy) {
   return copy;
 }
 
-/* The forked follower's thread: the call made past the backstop, SIGSYS
+/* A thread under the backstop: the call made past it, SIGSYS
  * left out of a mask it blocks.  (sigprocmask or pthread_sigmask: errno
  * kept for the former, the latter returns its error.) */
 static NOINLINE int follower_sigmask(int (*call)(int, const sigset_t *, sigset_t *),
@@ -920,21 +920,24 @@ static NOINLINE int follower_sigmask(int (*call)(int, const sigset_t *, sigset_t
   return r;
 }
 
-/* Only the forked follower runs under the backstop: the original process,
- * leading or following after a promotion, makes the call as it is, without
- * asking its thread's role (the leader's 4 calls a message of mosquitto: 39
+/* Only a thread under the backstop keeps SIGSYS out of its mask: a
+ * follower's, or the old version's once it follows a promoted new version.
+ * Any other thread -- the original process's outside a promotion, above
+ * all -- makes the call as it is after one thread-local load, without
+ * asking its role (the leader's 4 calls a message of mosquitto: 39
  * instructions each in molt__shadow_role_now, and the mask's copy set up
- * before any test; a handover waits for the thread's next followed call
- * instead, as design §17 says). */
+ * before any test).  A thread of the old version not armed yet (no
+ * followed call since the handover) may block SIGSYS here: arming
+ * unblocks it (trap.c). */
 static NOINLINE int shadowed_sigprocmask(int how, const sigset_t *set, sigset_t *old) {
-  if (!molt__shadow_forked_follower() || molt__shadow_role_now() != MOLT__SHADOW_FOLLOWER)
+  if (!molt__shadow_trap_armed() || molt__shadow_role_now() != MOLT__SHADOW_FOLLOWER)
     return sigprocmask(how, set, old);
   return follower_sigmask(sigprocmask, how, set, old);
 }
 
 static NOINLINE int shadowed_pthread_sigmask(int how, const sigset_t *set,
                                              sigset_t *old) {
-  if (!molt__shadow_forked_follower() || molt__shadow_role_now() != MOLT__SHADOW_FOLLOWER)
+  if (!molt__shadow_trap_armed() || molt__shadow_role_now() != MOLT__SHADOW_FOLLOWER)
     return pthread_sigmask(how, set, old);
   return follower_sigmask(pthread_sigmask, how, set, old);
 }

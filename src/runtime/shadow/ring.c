@@ -542,6 +542,13 @@ void molt__shadow_session_alone(void) {
 
 /* The backstop could be installed (trap.c): each thread arms it. */
 static bool trap_ok;
+/* The original process's form of trap_ok: the backstop was installed at
+ * a promotion, so each thread of the old version arms it when it starts
+ * to follow the new one (sync_backstop) and disarms it when it leads
+ * again or runs alone.  Relaxed: stored on the runtime thread before the
+ * release store of `want` that starts the handover, and read by a thread
+ * only once it follows, after its acquire load of that `want`. */
+static _Atomic bool old_trap_ok;
 
 /* MOLT_SHADOW_BACKSTOP=off in the target's environment: the follower runs
  * without the backstop (the wrappers alone).  For measuring under
@@ -634,13 +641,28 @@ static molt__shadow_role role_of_this_call(void) {
   return MOLT__SHADOW_FOLLOWER;
 }
 
+/* The original process's thread: the backstop armed exactly while it
+ * follows the promoted new version (SUD is per thread: only the thread
+ * itself can turn it on or off, here at its followed calls).  Outside a
+ * promotion a thread of this process is never armed: disarm is a load of
+ * a thread-local flag then. */
+static void sync_backstop(molt__shadow_role role) {
+  if (role == MOLT__SHADOW_FOLLOWER && molt__shadow_follows()) {
+    if (atomic_load_explicit(&old_trap_ok, memory_order_relaxed))
+      molt__shadow_trap_arm(); /* -errno: no SUD, it follows without */
+  } else {
+    molt__shadow_trap_disarm();
+  }
+}
+
 /* A thread for which a shadow no longer decides anything (NONE) makes its
  * calls itself.  In the follower that means it runs alone now (the leader
  * died, or a thread it started after the takeover): the backstop must let
  * its calls through whatever its last replay left the selector at -- a
  * close there deletes the descriptor's epoll registrations itself
  * (epoll.c), which the backstop refuses to a thread that still follows.
- * (Outside the follower the backstop is not armed: a no-op.) */
+ * In the original process a thread is armed only while it follows a
+ * promoted new version (sync_backstop). */
 molt__shadow_role molt__shadow_role_now(void) {
   /* A follower's thread restarting in the new version (relaunched:
    * molt_is_updating() until its first update point) runs the new
@@ -655,6 +677,8 @@ molt__shadow_role molt__shadow_role_now(void) {
   molt__shadow_role role = role_of_this_call();
   if (role == MOLT__SHADOW_NONE && follower)
     molt__shadow_trap_allow();
+  if (!follower)
+    sync_backstop(role);
   return role;
 }
 
@@ -1338,10 +1362,12 @@ static const molt__rule *rule_for(int action, unsigned kind, unsigned fdk,
  * fprintf's to a log file opened before the fork) has no record on either
  * side: the leader's was not seen either.  A forward `drop` rule naming it
  * (`forward write file drop`) says the leader's copy is the one that
- * counts: not made here.  Called from the SIGSYS handler: rule_for and
- * fd_kind_of allocate nothing and take no lock. */
+ * counts: not made here.  After a promotion the old version's thread,
+ * armed too, is decided by a reverse rule (rule_for's direction).  Called
+ * from the SIGSYS handler: rule_for and fd_kind_of allocate nothing and
+ * take no lock. */
 bool molt__shadow_trap_drops(unsigned kind, int64_t fd, const void *bytes, size_t n) {
-  if (!follower || !rules.n || !my_ring1)
+  if (!rules.n || !my_ring1)
     return false;
   if (!rule_for(MOLT__RULE_DROP, kind, fd_kind_of(kind, fd), bytes, n))
     return false;
@@ -1715,8 +1741,13 @@ static bool take_handover(ring *r, uint64_t *tail, const rec *x) {
     nanosleep(&ts, NULL);
   }
   my_lead = true;
-  if (atomic_load_explicit(&shared->want, memory_order_acquire) == my_side())
+  if (atomic_load_explicit(&shared->want, memory_order_acquire) == my_side()) {
+    /* The old version leads again (rollback after a promotion): its calls
+     * are real from this one on, the backstop off. */
+    if (!follower)
+      molt__shadow_trap_disarm();
     return true;
+  }
   /* Called off: back to the other side before any call of ours. */
   if (!hand_over(r)) {
     my_done = true;
@@ -1906,8 +1937,17 @@ void molt__shadow_intent_counts(molt__shadow_intents *n) {
 
 bool molt__shadow_follows(void) { return my_ring1 && !my_lead && !my_done; }
 
-/* `follower` is written before the follower's program threads start. */
-bool molt__shadow_forked_follower(void) { return follower; }
+/* From the SIGSYS handler: a plain flag and an atomic load (no sanitizer
+ * hooks there).  acquire on alone: as everywhere it is read. */
+__attribute__((no_sanitize("address", "thread", "undefined"))) bool
+molt__shadow_trap_passes(void) {
+  return !follower && atomic_load_explicit(&alone, memory_order_acquire);
+}
+
+__attribute__((no_sanitize("address", "thread", "undefined"))) bool
+molt__shadow_in_follower(void) {
+  return follower;
+}
 
 bool molt__shadow_replay(const molt__sc *c, int64_t *result, int *err) {
   char mine[512];
@@ -2170,6 +2210,15 @@ int molt__shadow_hand_over(unsigned to, int timeout_ms, pid_t other, char *err,
     struct timespec ts = {0, 10000000};
     nanosleep(&ts, NULL);
   }
+  /* A promotion: the old version's threads follow under the backstop too
+   * (each arms it at its switch, sync_backstop).  Its SIGSYS handler is
+   * installed here, once every program thread could trap; it stays (as
+   * the follower's does), a program's own SIGSYS handler replaced.
+   * Installed again at a later promotion: the same. */
+  if (to == 1 && !follower)
+    atomic_store_explicit(&old_trap_ok,
+                          !backstop_off() && molt__shadow_trap_install() == 0,
+                          memory_order_relaxed);
   uint32_t e = atomic_load_explicit(&s->epoch, memory_order_relaxed) + 1;
   atomic_store_explicit(&s->epoch, e, memory_order_relaxed);
   /* release: a thread whose acquire load sees the new want sees epoch e */
@@ -2566,7 +2615,10 @@ static void thread_started(uintptr_t token) {
   my_lead = lead;
   if (!follower)
     set_tid(&shared->rings[k], molt__gettid());
-  if (follower && !lead && trap_ok)
+  /* A thread started by a following thread follows from its start: in
+   * the follower, or in the original process while promoted. */
+  if (!lead &&
+      (follower ? trap_ok : atomic_load_explicit(&old_trap_ok, memory_order_relaxed)))
     molt__shadow_trap_arm();
 }
 

@@ -133,6 +133,14 @@ static inline bool molt__shadow_off(void) {
  * succeeds; the rule's decision is counted. */
 MOLT__HIDDEN bool molt__shadow_trap_drops(unsigned kind, int64_t fd, const void *bytes,
                                           size_t n);
+/* The backstop (trap.c, in its SIGSYS handler): the calling thread of the
+ * original process follows no more -- the promoted new version is gone
+ * and this process runs alone --, so the trapped call is let through and
+ * the thread disarmed.  (The forked follower that took over a dead leader
+ * keeps its backstop until its threads drained their rings, as before.) */
+MOLT__HIDDEN bool molt__shadow_trap_passes(void);
+/* This process is the forked follower (side 1), not the original one. */
+MOLT__HIDDEN bool molt__shadow_in_follower(void);
 /* The forward and reverse rules of the next or running session (ring.c
  * keeps them; shadow.c parses into them with no session running). */
 MOLT__HIDDEN molt__rules *molt__shadow_rules(void);
@@ -172,9 +180,6 @@ MOLT__HIDDEN void molt__shadow_nudge(void);
 /* The calling thread replays the other side's calls (a follower's wrapper
  * blocks the backstop again after a replay only then). */
 MOLT__HIDDEN bool molt__shadow_follows(void);
-/* This process is a shadow's forked follower (side 1), whose threads run
- * under the backstop; false in the original process, leading or not. */
-MOLT__HIDDEN bool molt__shadow_forked_follower(void);
 /* Calls the other side died inside of, as this process completed them:
  * completed from what the kernel says they moved, those that had moved
  * nothing (made again), those the kernel could not tell about (made
@@ -322,9 +327,18 @@ MOLT__HIDDEN const char *molt__shadow_epoll_fits(const molt__sc *c, const void *
 /* In the follower before its threads start: the SIGSYS handler.  0 or
  * -errno (-ENOSYS: not on this architecture). */
 MOLT__HIDDEN int molt__shadow_trap_install(void);
-/* A follower's program thread: system calls outside the wrappers trap
- * from now on.  0 or -errno (the kernel has no Syscall User Dispatch). */
+/* A following program thread (the follower's; the original process's
+ * after molt promote): system calls outside the wrappers trap from now on.
+ * 0 or -errno (the kernel has no Syscall User Dispatch).  A thread that
+ * is armed already stays as it is. */
 MOLT__HIDDEN int molt__shadow_trap_arm(void);
+/* The calling thread's calls are not trapped any more (the original
+ * process's thread leads again, or runs alone): dispatch turned off.  A
+ * thread that is not armed: nothing. */
+MOLT__HIDDEN void molt__shadow_trap_disarm(void);
+/* The calling thread's backstop is on (a follower's thread, or the old
+ * version's after a promotion): a thread-local load. */
+MOLT__HIDDEN bool molt__shadow_trap_armed(void);
 /* The wrappers' own calls, between these two, are not trapped. */
 MOLT__HIDDEN void molt__shadow_trap_allow(void);
 MOLT__HIDDEN void molt__shadow_trap_block(void);

@@ -7,7 +7,10 @@
  *
  * Each program thread of the follower turns dispatch on for itself when it
  * starts (molt__shadow_trap_arm, from its ring's hook) with a selector
- * byte of its own set to BLOCK: from then on every system call it makes
+ * byte of its own set to BLOCK.  After molt promote the old version's
+ * threads in the original process do the same as each starts to follow
+ * (ring.c, sync_backstop), under the reverse rules, and turn it off again
+ * (molt__shadow_trap_disarm) when the lead comes back or they run alone: from then on every system call it makes
  * outside the allowed region raises SIGSYS before it runs.  The wrappers
  * (calls.c) set the selector to ALLOW while they replay, so their own
  * calls (the ring's futex, a descriptor received and placed) run
@@ -67,6 +70,7 @@
 
 #ifndef PR_SET_SYSCALL_USER_DISPATCH
 #define PR_SET_SYSCALL_USER_DISPATCH 59
+#define PR_SYS_DISPATCH_OFF 0
 #define PR_SYS_DISPATCH_ON 1
 #define SYSCALL_DISPATCH_FILTER_ALLOW 0
 #define SYSCALL_DISPATCH_FILTER_BLOCK 1
@@ -370,10 +374,23 @@ on_sigsys(int sig, siginfo_t *si, void *ucv) {
   greg_t *g = uc->uc_mcontext.gregs;
   long nr = si->si_syscall;
   long long a[6] = {g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9]};
-  const char *why = refused(nr, a);
+  /* The old version's thread whose new version died (it leads again once
+   * its ring is drained): its calls are real from now on, trapped only in
+   * the moment between its last replay and its next followed call, which
+   * would disarm it.  Let through, and disarmed here: a thread of the
+   * process that serves must not stop (park) nor keep paying a trap a
+   * call. */
+  bool runs_alone = molt__shadow_trap_passes();
+  if (runs_alone) {
+    molt__shadow_trap_disarm();
+    was = SYSCALL_DISPATCH_FILTER_ALLOW;
+  }
+  const char *why = runs_alone ? NULL : refused(nr, a);
   if (why && (nr == SYS_write || nr == SYS_writev)) {
-    /* A forward `drop` rule may cover it (a log written inside libc):
-     * skipped, its length returned (the kernel made no call: rax is ours). */
+    /* A `drop` rule may cover it (a log written inside libc; forward in
+     * the follower, reverse in the old version following after a
+     * promotion): skipped, its length returned (the kernel made no call:
+     * rax is ours). */
     long long len = 0;
     if (nr == SYS_write) {
       len = a[2];
@@ -404,13 +421,26 @@ on_sigsys(int sig, siginfo_t *si, void *ucv) {
     const char *path = path_of(nr, a);
     if (path)
       snprintf(on, sizeof on, " on \"%.160s\"", path);
+    /* In the original process the old version follows the promoted new
+     * one: its thread stops there for good (ring.c, park_for_good) -- with
+     * the program's own signal mask, as a thread that diverged does, not
+     * with every signal blocked as this handler runs: else a signal sent
+     * to end the process (SIGTERM, to restart it) stays pending for ever
+     * when this was the one thread not blocking it (mosquitto's one
+     * program thread; a handler the program installed still decides). */
+    bool old = !molt__shadow_in_follower();
+    if (old)
+      syscall(SYS_rt_sigprocmask, SIG_SETMASK, &uc->uc_sigmask, NULL, sizeof(uint64_t));
     molt__shadow_follower_fail(
         MOLT__SHADOW_END_FAILED,
-        "the follower's thread %d made a system call molt does not "
-        "follow: %s(%lld, %lld, %lld, ...)%s at %p, which %s; the "
-        "follower was ended before it ran (call it through a "
-        "covered function, docs/design.md §17)%s",
-        (int)molt__gettid(), name, a[0], a[1], a[2], on, si->si_call_addr, why,
+        "the %s's thread %d made a system call molt does not "
+        "follow: %s(%lld, %lld, %lld, ...)%s at %p, which %s; %s before it ran "
+        "(call it through a covered function, or cover a write with a %s `drop` "
+        "rule, docs/design.md §17)%s",
+        old ? "old version" : "follower", (int)molt__gettid(), name, a[0], a[1], a[2], on,
+        si->si_call_addr, why,
+        old ? "its thread stopped following" : "the follower was ended",
+        old ? "reverse" : "forward",
         molt_is_updating()
             ? "; the thread was restarting in the new version (before its "
               "first update point, where the leader has no call to compare)"
@@ -479,6 +509,12 @@ on_fatal(int sig, siginfo_t *si, void *uc) {
 
 int molt__shadow_trap_install(void) {
   band = molt__fd_band();
+  /* No thread of this process is armed yet (the follower's start; the
+   * original process at a promotion, every thread leading): the
+   * descriptors a previous promotion's or the original's trapped opens
+   * noted, whose closes may have run untrapped since, are forgotten. */
+  for (size_t fd = 0; fd < OWN_MAX; fd++)
+    atomic_store_explicit(&own[fd], 0, memory_order_relaxed);
   struct ksigaction sa = {on_sigsys, SA_SIGINFO | SA_RESTORER,
                           (void (*)(void))(uintptr_t)molt__sud_restorer, ~0ull};
   if (syscall(SYS_rt_sigaction, SIGSYS, &sa, NULL, sizeof sa.mask) != 0)
@@ -490,6 +526,12 @@ int molt__shadow_trap_install(void) {
     uintptr_t h = (uintptr_t)old.handler;
     if (h == (uintptr_t)SIG_DFL || h == (uintptr_t)SIG_IGN)
       continue; /* the default kills without a system call */
+    /* Installed once per process image: again in the original process at
+     * its next promotion, and in a follower forked from a process that
+     * had installed it, whose chained[] came with the fork.  Wrapping
+     * on_fatal again would chain it to itself. */
+    if (h == (uintptr_t)on_fatal)
+      continue;
     chained[i] = old;
     /* its flags (SA_ONSTACK, SA_NODEFER, ...) and mask, our entry and a
      * return through the allowed region */
@@ -501,6 +543,8 @@ int molt__shadow_trap_install(void) {
 }
 
 int molt__shadow_trap_arm(void) {
+  if (armed)
+    return 0;
   /* A blocked SIGSYS would be forced to its default action: death. */
   sigset_t s;
   sigemptyset(&s);
@@ -517,6 +561,19 @@ int molt__shadow_trap_arm(void) {
   return 0;
 }
 
+/* From the SIGSYS handler too (no sanitizer's hooks there). */
+__attribute__((no_sanitize("address", "thread", "undefined"))) void
+molt__shadow_trap_disarm(void) {
+  if (!armed)
+    return;
+  /* ALLOW first: the prctl below is made outside the allowed region. */
+  molt__sud_selector = SYSCALL_DISPATCH_FILTER_ALLOW;
+  prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_OFF, 0, 0, 0);
+  armed = false;
+}
+
+bool molt__shadow_trap_armed(void) { return armed; }
+
 void molt__shadow_trap_allow(void) {
   if (armed)
     molt__sud_selector = SYSCALL_DISPATCH_FILTER_ALLOW;
@@ -531,6 +588,8 @@ void molt__shadow_trap_block(void) {
 
 int molt__shadow_trap_install(void) { return -ENOSYS; }
 int molt__shadow_trap_arm(void) { return -ENOSYS; }
+void molt__shadow_trap_disarm(void) {}
+bool molt__shadow_trap_armed(void) { return false; }
 void molt__shadow_trap_allow(void) {}
 void molt__shadow_trap_block(void) {}
 
