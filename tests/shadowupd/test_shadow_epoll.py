@@ -469,6 +469,35 @@ def test_epoll_outside_the_wrappers_ends_the_follower():
         srv.close()
 
 
+def test_epoll_outside_the_wrappers_after_a_takeover_passes():
+    """Once the leader died, the follower is the only process serving: a
+    call past the wrappers that its thread makes before its next followed
+    call (the epoll_wait of RAW, replayed by a worker 2 s behind, eps v2's
+    NAP, so after the leader's death) is let through, where the backstop
+    had ended the follower and every connection with it."""
+    v1 = eps("eps-v1")
+    v2 = eps("eps-v2", 2, frm=v1)
+    srv = Server(v1, "ep-rawtake")
+    try:
+        follower = shadow(srv, v2)["follower"]
+        with srv.connect() as s, s.makefile("rwb") as f:
+            assert ask_on(f, "NAP") == "NAP\n"
+            assert ask_on(f, "RAW") == "RAW 0\n"
+            os.kill(srv.pid, 9)
+            srv.p.p.wait()
+            try:
+                got = ask_on(f, "PING")
+            except ConnectionResetError:
+                got = "connection reset: follower %d ended" % follower
+            assert got == "PONG\n", got
+            took_over(follower, srv.pid)
+            assert ask_on(f, "RAW") == "RAW 0\n"   # made for real now
+        assert ask(srv, "PING") == "PONG\n"
+    finally:
+        srv.close()
+    srv.assert_clean()
+
+
 def test_epoll_outside_the_wrappers_after_promote_stops_the_old_version():
     """After molt promote the old version follows under the backstop too:
     its epoll_wait made with syscall() (RAW) would wait on the shared

@@ -1937,11 +1937,17 @@ void molt__shadow_intent_counts(molt__shadow_intents *n) {
 
 bool molt__shadow_follows(void) { return my_ring1 && !my_lead && !my_done; }
 
-/* From the SIGSYS handler: a plain flag and an atomic load (no sanitizer
- * hooks there).  acquire on alone: as everywhere it is read. */
+/* From the SIGSYS handler: a plain flag and atomic loads (no sanitizer
+ * hooks there).  acquire on alone: as everywhere it is read; it orders
+ * peer_dead, stored before alone's release store.  In the follower only
+ * once the leader died: it serves alone then, and a thread trapped
+ * between its last replay and its next followed call must not end the
+ * only process left serving. */
 __attribute__((no_sanitize("address", "thread", "undefined"))) bool
 molt__shadow_trap_passes(void) {
-  return !follower && atomic_load_explicit(&alone, memory_order_acquire);
+  if (!atomic_load_explicit(&alone, memory_order_acquire))
+    return false;
+  return !follower || atomic_load_explicit(&peer_dead, memory_order_relaxed);
 }
 
 __attribute__((no_sanitize("address", "thread", "undefined"))) bool

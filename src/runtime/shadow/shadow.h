@@ -133,11 +133,10 @@ static inline bool molt__shadow_off(void) {
  * succeeds; the rule's decision is counted. */
 MOLT__HIDDEN bool molt__shadow_trap_drops(unsigned kind, int64_t fd, const void *bytes,
                                           size_t n);
-/* The backstop (trap.c, in its SIGSYS handler): the calling thread of the
- * original process follows no more -- the promoted new version is gone
- * and this process runs alone --, so the trapped call is let through and
- * the thread disarmed.  (The forked follower that took over a dead leader
- * keeps its backstop until its threads drained their rings, as before.) */
+/* The backstop (trap.c, in its SIGSYS handler): the calling thread
+ * follows no more -- the other side is gone and this process runs alone
+ * (in the forked follower: the leader died, it took over) --, so the
+ * trapped call is let through and the thread disarmed. */
 MOLT__HIDDEN bool molt__shadow_trap_passes(void);
 /* This process is the forked follower (side 1), not the original one. */
 MOLT__HIDDEN bool molt__shadow_in_follower(void);

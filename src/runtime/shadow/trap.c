@@ -374,10 +374,11 @@ on_sigsys(int sig, siginfo_t *si, void *ucv) {
   greg_t *g = uc->uc_mcontext.gregs;
   long nr = si->si_syscall;
   long long a[6] = {g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9]};
-  /* The old version's thread whose new version died (it leads again once
-   * its ring is drained): its calls are real from now on, trapped only in
-   * the moment between its last replay and its next followed call, which
-   * would disarm it.  Let through, and disarmed here: a thread of the
+  /* A thread whose other side died (the old version's whose new version
+   * died, it leads again once its ring is drained; a follower's whose
+   * leader died, it took over): its calls are real from now on, trapped
+   * only in the moment between its last replay and its next followed
+   * call, which would disarm it.  Let through, and disarmed here: a thread of the
    * process that serves must not stop (park) nor keep paying a trap a
    * call. */
   bool runs_alone = molt__shadow_trap_passes();
