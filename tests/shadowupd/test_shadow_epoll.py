@@ -59,6 +59,20 @@ def ask_on(f, line):
     return f.readline().decode()
 
 
+def ask_or_ended(f, line, follower):
+    """line's reply on f, or, if the connection was reset, that says the
+    follower ended (it was the connection's last holder)."""
+    try:
+        return ask_on(f, line)
+    except ConnectionResetError:
+        return "connection reset: follower %d ended" % follower
+
+
+def kill_leader(srv):
+    os.kill(srv.pid, 9)
+    srv.p.p.wait()
+
+
 def test_epoll_self_shadow_no_false_divergence():
     """eps shadowed by itself under load, with connections from before the
     fork and new ones after it (each accepted by the acceptor and served
@@ -269,8 +283,7 @@ def test_epoll_leader_killed_follower_takes_over():
                     served_on(srv, cl, "the promoted follower")
                 else:
                     time.sleep(moment)
-                os.kill(srv.pid, 9)
-                srv.p.p.wait()
+                kill_leader(srv)
                 served_on(srv, cl, "follower %d after the leader's death" % follower)
                 took_over(follower, srv.pid)
                 assert ask_on(f, "GET kept") == "VALUE %d\n" % i
@@ -305,12 +318,8 @@ def test_epoll_takeover_rearm_replayed_by_a_lagging_worker():
             # answered: the leader re-armed the one-shot registration (and
             # recorded it) after "NAP", before it died
             assert ask_on(f, "PING") == "PONG\n"
-            os.kill(srv.pid, 9)
-            srv.p.p.wait()
-            try:
-                got = ask_on(f, "SET nap 1")
-            except ConnectionResetError:
-                got = "connection reset: follower %d ended" % follower
+            kill_leader(srv)
+            got = ask_or_ended(f, "SET nap 1", follower)
             assert got == "OK\n", got
             assert ask_on(f, "GET nap") == "VALUE 1\n"
             took_over(follower, srv.pid)
@@ -380,10 +389,7 @@ def test_epoll_leader_killed_between_a_registration_and_its_record():
                 tracer.join(30)
                 assert out.get("ret") == 0, out
                 srv.p.p.wait()
-                try:
-                    got = ask_on(f, "GET win")
-                except ConnectionResetError:
-                    got = "connection reset: follower %d ended" % follower
+                got = ask_or_ended(f, "GET win", follower)
                 assert got == "VALUE 7\n", got
                 assert ask_on(f, "PING") == "PONG\n"
                 took_over(follower, srv.pid)
@@ -483,12 +489,8 @@ def test_epoll_outside_the_wrappers_after_a_takeover_passes():
         with srv.connect() as s, s.makefile("rwb") as f:
             assert ask_on(f, "NAP") == "NAP\n"
             assert ask_on(f, "RAW") == "RAW 0\n"
-            os.kill(srv.pid, 9)
-            srv.p.p.wait()
-            try:
-                got = ask_on(f, "PING")
-            except ConnectionResetError:
-                got = "connection reset: follower %d ended" % follower
+            kill_leader(srv)
+            got = ask_or_ended(f, "PING", follower)
             assert got == "PONG\n", got
             took_over(follower, srv.pid)
             assert ask_on(f, "RAW") == "RAW 0\n"   # made for real now
