@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
-"""bench/shadowupd/leader_kills.py [KILLS] -- a shadowed update's leader
-SIGKILLed KILLS times (default 40) amid continuous requests, at moments
-spread over the first 2 s after the fork: how often the follower takes over
-and how often a client's request is lost or answered twice.
+"""bench/shadowupd/leader_kills.py [KILLS] [--server kvs|eps] -- a shadowed
+update's leader SIGKILLed KILLS times (default 40) amid continuous
+requests, at moments spread over the first 2 s after the fork: how often
+the follower takes over and how often a client's request is lost or
+answered twice.  --server eps: the epoll server of tests/shadowupd
+(progs/eps.c: an acceptor hands each connection to one of 3 workers'
+epoll instances, one-shot registrations armed again after each request)
+shadowed by its variant 2 (other heap addresses, so a registration left
+with the dead leader's data would hand the follower a wrong pointer),
+with new connections made all the time by the clients.
 
 The clients never pause, so a kill can land in "the window"
 (docs/design.md §17, "The leader dies"): a read or write the leader was
@@ -17,6 +23,7 @@ says how many calls the leader died inside of and what became of them
 
 Environment: MOLT_BUILD_DIR (default build/ of this tree, a plain build),
 SHADOW_WORK (default /tmp/molt-bench-leader-kills)."""
+import argparse
 import os
 import sys
 import time
@@ -31,8 +38,18 @@ import test_shadowupd as t  # noqa: E402
 
 
 def main():
-    kills = int(sys.argv[1]) if len(sys.argv) > 1 else 40
-    v1, same, _, _ = t.images()
+    ap = argparse.ArgumentParser(description="a shadowed update's leader SIGKILLed "
+                                 "amid continuous requests")
+    ap.add_argument("kills", nargs="?", type=int, default=40)
+    ap.add_argument("--server", choices=("kvs", "eps"), default="kvs")
+    o = ap.parse_args()
+    kills, server = o.kills, o.server
+    if server == "eps":
+        import test_shadow_epoll as te
+        v1 = te.eps("eps-v1")
+        same = te.eps("eps-v2", 2, frm=v1)
+    else:
+        v1, same, _, _ = t.images()
     took, lost, repeated, requests = 0, 0, 0, 0
     inside = [0, 0, 0]
     for k in range(kills):
@@ -66,10 +83,10 @@ def main():
                 print("kill %d at %.2f s: %s" % (k, delay, cl.wrong[:2]))
         finally:
             srv.close()
-    print("%d kills: %d taken over; %d requests answered, %d lost, %d answered twice "
+    print("%s, %d kills: %d taken over; %d requests answered, %d lost, %d answered twice "
           "(each client stops at its first wrong reply); calls the leader died inside of: "
           "%d completed, %d had moved nothing, %d could not be told (load average %s)"
-          % (kills, took, requests, lost, repeated, inside[0], inside[1], inside[2],
+          % (server, kills, took, requests, lost, repeated, inside[0], inside[1], inside[2],
              " ".join(open("/proc/loadavg").read().split()[:3])))
 
 

@@ -347,6 +347,10 @@ static void unclaim(int fd, uint32_t v) {
 uint32_t molt__shadow_fd_table_gen(int fd) {
   if (!in_follower || fd < 0 || fd >= TRACKED)
     return molt__shadow_fd_gen(fd);
+  /* relaxed: a program registers a descriptor only after the call that
+   * gave it the number returned -- in this thread, whose replay placed it
+   * (take's release store), or ordered before it by the program's own
+   * hand-off of the number. */
   uint32_t h = atomic_load_explicit(&held[fd], memory_order_relaxed);
   return h != 0 && h != BUSY ? h - 1 : molt__shadow_fd_gen(fd);
 }
@@ -354,8 +358,7 @@ uint32_t molt__shadow_fd_table_gen(int fd) {
 int molt__shadow_fd_close_own(int fd) {
   if (!in_follower || fd < 0 || fd >= TRACKED)
     return close(fd);
-  uint32_t cur = claim(fd);
-  (void)cur; /* whatever was held there is closed now */
+  claim(fd); /* whatever was held there is closed now */
   int r = close(fd);
   int e = errno;
   unclaim(fd, 0);
