@@ -177,6 +177,14 @@ class Clients:
             s.close()
         return sum(self.replies)
 
+    def stop_all_right(self, more_than):
+        """stop(), asserting that every reply was right and that there were
+        more than `more_than` of them; their number."""
+        replies = self.stop()
+        assert self.wrong == [], self.wrong[:3]
+        assert replies > more_than, replies
+        return replies
+
 
 def ask(srv, line):
     """One request on a new connection: its reply line."""
@@ -217,9 +225,7 @@ def test_same_version_no_false_divergence():
                  lambda s: s["compared"] > 200 and s["compared"] >= s["recorded"] - 50,
                  timeout=20, what="the follower to keep up")
         assert s["divergences"] == 0 and s["outcome"] is None, s
-        replies = cl.stop()
-        assert cl.wrong == [], cl.wrong[:3]
-        assert replies > 200
+        cl.stop_all_right(200)
         # the follower is a live process of its own, a child of the leader
         assert open("/proc/%d/stat" % follower).read().split()[3] == str(srv.pid)
         events = [e for e in log(srv.pid) if e["event"] == "shadow"]
@@ -288,8 +294,7 @@ def test_connection_accepted_after_fork_reaches_follower():
         fol = fd_links(follower)
         for n, link in new.items():
             assert fol.get(n) == link, (n, link, fol)
-        replies = cl.stop()
-        assert cl.wrong == [] and replies > 10, (cl.wrong[:3], replies)
+        cl.stop_all_right(10)
         # the leader closed them: so did the follower, once it replayed that
         s = caught_up(srv)
         assert s["stage"] == "shadowing" and s["divergences"] == 0, s
@@ -537,8 +542,7 @@ def test_divergence_through_writev_caught():
         assert sh["stage"] == "shadowing" and sh["divergences"] == 1, sh["outcome"]
         assert sh["outcome"] is None and sh["rule_decided"] == 3, sh
         molt("rollback", srv.pid, check=0)
-        replies = cl.stop()
-        assert cl.wrong == [] and replies > 20, (cl.wrong[:3], replies)
+        cl.stop_all_right(20)
         assert ask(srv, "GET magic") == "VALUE 42\n"
         poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline")
         srv.assert_clean()
@@ -599,9 +603,7 @@ def test_follower_crash_leader_serves_on():
         msgs = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
         assert any(want in m and "the leader goes on" in m for m in msgs), msgs
         time.sleep(0.5)
-        replies = cl.stop()
-        assert cl.wrong == [], cl.wrong[:3]
-        assert replies > 100
+        cl.stop_all_right(100)
         assert ask(srv, "PING") == "PONG\n"
         poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
         # a new shadow can start once the last one ended
@@ -664,9 +666,7 @@ def test_transformer_fails_in_follower():
         msgs = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
         assert any("failed in the follower" in m for m in msgs), msgs
         time.sleep(0.5)
-        replies = cl.stop()
-        assert cl.wrong == [], cl.wrong[:3]
-        assert replies > 50
+        cl.stop_all_right(50)
         assert status(srv.pid)["image"]["full_updates"] == 0
         poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
         srv.assert_clean()
@@ -1020,9 +1020,7 @@ def test_rule_actions_on_a_live_shadow():
         assert ask(srv, "PING") == "PONG\n"
         sh = ended(srv)
         assert sh["divergences"] == 1 and '"PO"' in sh["outcome"], sh
-        replies = cl.stop()
-        assert cl.wrong == [], cl.wrong[:3]
-        assert replies > 100
+        cl.stop_all_right(100)
         poll(srv.fds, lambda f: f == fds, timeout=10, what="descriptors back to baseline %s" % fds)
         srv.assert_clean()
     finally:
@@ -1116,9 +1114,7 @@ def test_promote_rollback_commit_under_load():
         r = molt("commit", srv.pid, check=1)
         assert "nothing to commit" in r.err, r
         time.sleep(0.5)
-        replies = cl.stop()
-        assert cl.wrong == [], cl.wrong[:3]
-        assert replies > 50
+        cl.stop_all_right(50)
         events = [e["message"] for e in log(srv.pid) if e["event"] == "shadow"]
         assert sum("promoted: the new version" in m for m in events) == 2, events
         assert any("committed: the process runs" in m for m in events), events
@@ -1652,9 +1648,7 @@ def test_promote_rollback_arms_and_disarms_the_old_versions_backstop():
                     f.flush()
                     assert f.readline() == want
             served_on(srv, cl, "the old version again")
-        replies = cl.stop()
-        assert cl.wrong == [], cl.wrong[:3]
-        assert replies > 50
+        cl.stop_all_right(50)
         srv.assert_clean()
     finally:
         srv.close()
